@@ -1,0 +1,1 @@
+"""nccl-bench: collective descriptors, bus-bandwidth formulas and the timing harness."""

@@ -1,0 +1,94 @@
+"""The CLI root: a thin click group, the one error policy, and the list of commands (one module each).
+
+Error policy, for every command: a user mistake (click usage errors, ddpdoctor UsageError) is one red
+line on stderr and exit 2; a cluster that did not assemble is exit 3; anything unexpected is one line
+and exit 4. ``-v`` adds the traceback. Nothing here imports torch: ``ddpdoctor --help`` stays fast.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from .. import __version__
+from ..errors import DdpdoctorError
+from ..model import EXIT_INTERNAL, EXIT_USAGE
+from . import common
+
+COMMANDS = {
+    # name -> "module:attribute"; imported when the group is built (each module is torch-free at import).
+    "preflight": "ddpdoctor.cli.preflight:preflight",
+    "checks": "ddpdoctor.cli.checks_cmd:checks",
+    "nccl-bench": "ddpdoctor.cli.bench_cmd:nccl_bench",
+    "run-trainer": "ddpdoctor.cli.trainer_cmd:run_trainer",
+    "report": "ddpdoctor.cli.report_cmd:report",
+}
+
+
+class LazyGroup(click.Group):
+    """Loads a command's module only when that command (or the full help) is needed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = __import__(module_name, fromlist=[attr])
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None  # a command not built yet in this checkout
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="ddpdoctor")
+@click.option("-v", "--verbose", count=True, help="More detail; -v also shows tracebacks of errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict and failures.")
+def cli(verbose: int, quiet: bool) -> None:
+    """Check a PyTorch DDP cluster before the job burns GPU hours, benchmark it, launch and explain.
+
+    \b
+    Exit codes: 0 passed (warnings allowed) · 1 a check failed · 2 usage or bad input
+                3 the cluster did not assemble · 4 internal error
+    """
+    common.STATE.verbose = verbose
+    common.STATE.quiet = quiet
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: runs the group under the one error policy and exits with its code."""
+    code = run(argv)
+    sys.exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    try:
+        rv = cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
+        return int(rv or 0)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        common.error_line("interrupted")
+        return 130
+    except click.ClickException as exc:
+        common.error_line(exc.format_message())
+        return EXIT_USAGE
+    except DdpdoctorError as exc:
+        if common.STATE.verbose:
+            traceback.print_exc()
+        common.error_line(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        common.error_line("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the policy: one line, exit 4, traceback with -v
+        if common.STATE.verbose:
+            traceback.print_exc()
+        common.error_line(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
+        return EXIT_INTERNAL

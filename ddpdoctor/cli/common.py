@@ -1,0 +1,95 @@
+"""What every command shares: verbosity state, the consoles, the error line, and the output options.
+
+Human output goes to stdout unless ``--json`` is given; then stdout carries only JSON and every human
+line (progress, summary) moves to stderr, so ``ddpdoctor preflight --json | jq`` always works.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..errors import UsageError
+
+
+@dataclass
+class _State:
+    verbose: int = 0
+    quiet: bool = False
+
+
+STATE = _State()
+
+
+def console(stderr: bool = False):
+    """A rich Console; imported lazily because rich costs ~50 ms and --help must stay quick."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def error_line(message: str) -> None:
+    """The one red line of the error policy (no markup interpretation: messages may hold user text)."""
+    text = " ".join(str(message).split("\n")[:1]) if not STATE.verbose else str(message)
+    try:
+        from rich.console import Console
+        from rich.text import Text
+
+        Console(stderr=True, highlight=False).print(Text(f"Error: {text}", style="bold red"))
+    except Exception:  # noqa: BLE001 - the error path must not fail
+        print(f"Error: {text}", file=sys.stderr)
+
+
+def output_options(func: Callable) -> Callable:
+    """--json, --output DIR and --report PATH, the same on every command that produces results."""
+    func = click.option("--report", "report_path", type=click.Path(dir_okay=False),
+                        help="Also write a self-contained HTML report to this file.")(func)
+    func = click.option("--output", "-o", "output_dir", type=click.Path(file_okay=False),
+                        help="Write the JSON result file(s) into this directory.")(func)
+    func = click.option("--json", "as_json", is_flag=True, help="Print the JSON result on stdout (and nothing else).")(func)
+    return func
+
+
+def ensure_writable_dir(path: str | None) -> Path | None:
+    """Create the output directory up front, so an unwritable one is a usage error before any work."""
+    if not path:
+        return None
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output {p}: cannot create directory ({exc.strerror or exc})") from exc
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {p}: directory is not writable")
+    return p
+
+
+def ensure_writable_file(path: str | None, flag: str = "--report") -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {p}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{flag} {p}: not writable")
+    return p
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def write_report(docs: list[dict], path: Path | None) -> None:
+    """--report on any command: the HTML report of what this command produced."""
+    if path is None:
+        return
+    from ..report.html import write_html
+
+    write_html(docs, path)

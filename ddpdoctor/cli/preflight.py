@@ -1,0 +1,79 @@
+"""`ddpdoctor preflight`: this machine alone, or every node of a cluster meeting through the master.
+
+Parse, then a typed config, then run: flags become a Plan (checks, options, run settings) and, for a
+cluster, a JoinConfig; the engine produces one JSON document; rendering comes last.
+"""
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from . import common
+
+
+def _cluster_requested(master, nnodes, local_nodes) -> bool:
+    return bool(master) or (nnodes is not None and nnodes > 1) or bool(local_nodes)
+
+
+@click.command()
+@click.option("--only", multiple=True, metavar="NAMES", help="Run only these checks (comma-separated or repeated).")
+@click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these checks.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="ddpdoctor.toml with [run] and [checks.NAME] tables.")
+@click.option("--set", "sets", multiple=True, metavar="CHECK.KEY=VALUE", help="Override a check option, e.g. clock-skew.warn_ms=200.")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), help="GPUs every node must have; fewer is a fail.")
+@click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
+              help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
+@click.option("--nnodes", type=click.IntRange(min=1), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
+@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
+@click.option("--local-addr", metavar="ADDR", help="Address this node advertises and listens on (like torchrun's --local-addr).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
+@click.option("--token", envvar="DDPDOCTOR_TOKEN", help="Shared secret that signs each node's facts (or $DDPDOCTOR_TOKEN).")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), help="Processes per node the job will launch (compared across nodes).")
+@click.option("--rdzv-id", help="Rendezvous id the job will use (compared across nodes).")
+@click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")
+@click.option("--shared-dir", type=click.Path(file_okay=False), help="A directory that must be shared by every node.")
+@click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
+@common.output_options
+def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
+              token, nproc_per_node, rdzv_id, code_dir, shared_dir, local_nodes, as_json, output_dir, report_path):
+    """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
+
+    Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
+    3 the cluster did not assemble.
+    """
+    from .. import model
+    from ..preflight import make_plan, node_name, run_single_node
+
+    out_dir = common.ensure_writable_dir(output_dir)
+    report_file = common.ensure_writable_file(report_path)
+    run_flags = {"gpus_per_node": gpus_per_node, "nnodes": nnodes, "timeout": timeout}
+    plan = make_plan(only=only, skip=skip, config_path=config_path, sets=sets, run_flags=run_flags)
+
+    if _cluster_requested(master, nnodes, local_nodes):
+        try:
+            from ..cluster import join
+        except ImportError as exc:  # pragma: no cover - only before the cluster layer exists
+            raise UsageError(f"multi-node preflight is not available in this build ({exc})") from exc
+        doc = join.run_from_cli(
+            plan, master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
+            token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id, code_dir=code_dir,
+            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet or as_json,
+        )
+    else:
+        for flag, value in (("--node-rank", node_rank), ("--local-addr", local_addr), ("--token", token),
+                            ("--shared-dir", shared_dir), ("--code", code_dir)):
+            if value is not None:
+                raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
+        doc = run_single_node(plan)
+
+    if out_dir is not None:
+        name = doc.get("scope") == "cluster" and "cluster.json" or f"node-{node_name()}.json"
+        model.dump(doc, out_dir / name)
+    common.write_report([doc], report_file)
+    if as_json:
+        common.print_json(doc)
+    else:
+        from ..report.console import render_preflight
+
+        render_preflight(doc, common.console(), verbose=common.STATE.verbose, quiet=common.STATE.quiet)
+    return doc.get("exit_code", model.EXIT_INTERNAL)

@@ -1,0 +1,1 @@
+"""Joining nodes: endpoint probe, TCPStore rendezvous, probe server, verdict broadcast."""

@@ -1,0 +1,1 @@
+"""run-trainer: torchrun launch configuration, error files and the post-mortem."""

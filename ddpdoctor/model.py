@@ -1,0 +1,138 @@
+"""The JSON that every command writes and the report reads: envelope, schema version, load/validate.
+
+Every file ddpdoctor writes is one JSON object with this envelope::
+
+    {"schema": "ddpdoctor", "schema_version": 1, "kind": "<kind>", "tool_version": "0.1.0",
+     "run_id": "...", "created": "2026-11-22T14:00:00+00:00", ...kind-specific body...}
+
+Kinds: "preflight" (one node or a whole cluster), "nccl-bench", "run-trainer". README documents
+each body. A reader accepts the same major schema_version only.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import __version__
+from .api import Level, Result
+from .errors import UsageError
+
+SCHEMA = "ddpdoctor"
+SCHEMA_VERSION = 1
+KINDS = ("preflight", "nccl-bench", "run-trainer")
+
+# Exit codes, one table for every command (README: "Exit codes").
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_NOT_ASSEMBLED = 3
+EXIT_INTERNAL = 4
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def envelope(kind: str, run_id: str | None = None, **body: Any) -> dict:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    doc = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "tool_version": __version__,
+        "run_id": run_id or new_run_id(),
+        "created": now_iso(),
+    }
+    doc.update(body)
+    return doc
+
+
+def verdict_of(results: Iterable[Result]) -> Level:
+    """The run's verdict: the worst level, where a skip alone still counts as a pass."""
+    worst = Level.worst(r.level for r in results)
+    return Level.PASS if worst is Level.SKIP else worst
+
+
+def exit_code_of(verdict: Level) -> int:
+    return EXIT_FAIL if verdict is Level.FAIL else EXIT_OK
+
+
+def preflight_doc(
+    *,
+    scope: str,
+    nodes: dict[str, dict],
+    checks: list[dict],
+    results: list[Result],
+    run: dict,
+    run_id: str | None = None,
+    timings: dict | None = None,
+) -> dict:
+    """A preflight document. ``nodes`` maps node name -> {"rank", "host", "addr", "facts": {check: facts}}."""
+    verdict = verdict_of(results)
+    return envelope(
+        "preflight",
+        run_id=run_id,
+        scope=scope,
+        run=run,
+        verdict=verdict.value,
+        exit_code=exit_code_of(verdict),
+        checks=checks,
+        nodes=nodes,
+        results=[r.to_json() for r in sorted_results(results)],
+        timings=timings or {},
+    )
+
+
+def sorted_results(results: Iterable[Result]) -> list[Result]:
+    """Failures first, then warnings, skips, passes; stable by check name within a level."""
+    return sorted(results, key=lambda r: (-r.level.severity, r.check, r.summary))
+
+
+def dump(doc: dict, path: str | os.PathLike) -> Path:
+    """Write a document atomically (temp file + rename), so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=False, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read and validate a ddpdoctor document; any problem is a UsageError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON (truncated or corrupt? {exc.msg} at line {exc.lineno})") from exc
+    validate(doc, str(path))
+    return doc
+
+
+def validate(doc: Any, name: str = "document") -> None:
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{name}: not a ddpdoctor result file (no \"schema\": \"{SCHEMA}\")")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version != SCHEMA_VERSION:
+        raise UsageError(f"{name}: unsupported schema_version {version!r} (this ddpdoctor reads {SCHEMA_VERSION})")
+    if doc.get("kind") not in KINDS:
+        raise UsageError(f"{name}: unknown kind {doc.get('kind')!r} (known: {', '.join(KINDS)})")
+    if doc["kind"] == "preflight":
+        for key in ("nodes", "results", "verdict"):
+            if key not in doc:
+                raise UsageError(f"{name}: preflight file lacks {key!r}")

@@ -1,0 +1,1 @@
+"""Rendering: the terminal (rich) and the self-contained HTML report (Jinja2)."""

@@ -1,0 +1,95 @@
+"""The terminal rendering of a preflight document: verdict, failures first with their fixes, then the rest.
+
+Every string that came from a node (hostnames, env values, messages) is wrapped in ``rich.text.Text``,
+which rich never parses as markup: a hostname like ``[red]x`` or ``<img ...>`` prints literally.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "bold red"}
+ICON = {"pass": "PASS", "skip": "SKIP", "warn": "WARN", "fail": "FAIL"}
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else repr(value) if not isinstance(value, (dict, list)) else _compact(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _nodes(result: dict, limit: int = 6) -> str:
+    nodes = result.get("nodes") or []
+    if len(nodes) <= limit:
+        return ", ".join(nodes)
+    return ", ".join(nodes[:limit]) + f" (+{len(nodes) - limit} more)"
+
+
+def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bool = False) -> None:
+    results = doc.get("results", [])
+    verdict = doc.get("verdict", "pass")
+    counts = {lv: sum(1 for r in results if r["level"] == lv) for lv in ICON}
+    nodes = doc.get("nodes", {})
+    scope = doc.get("scope", "node")
+    title = Text.assemble(
+        ("ddpdoctor preflight ", "bold"),
+        (f"[{scope}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}] ", ""),
+        ("verdict: ", "bold"),
+        (verdict.upper(), STYLE.get(verdict, "")),
+        f"   {counts['fail']} fail · {counts['warn']} warn · {counts['pass']} pass · {counts['skip']} skip",
+    )
+    console.print(title)
+
+    problems = [r for r in results if r["level"] in ("fail", "warn")]
+    for r in problems:
+        console.print(_finding_panel(r, verbose))
+
+    if quiet:
+        return
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("level", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("node(s)")
+    table.add_column("result")
+    for r in results:
+        if r["level"] in ("fail", "warn"):
+            continue  # already shown above, with their fixes
+        table.add_row(
+            Text(ICON[r["level"]], style=STYLE[r["level"]]),
+            Text(r["check"]),
+            Text(_nodes(r)),
+            Text(r["summary"] if not verbose else f"{r['summary']}  (measured: {_short(r.get('actual'))})"),
+        )
+    if table.row_count:
+        console.print(table)
+    extra = doc.get("advice") or []
+    for line in extra:
+        console.print(Text(line))
+
+
+def _finding_panel(r: dict, verbose: int) -> Panel:
+    body: list[Any] = [Text(r["summary"])]
+    if r.get("nodes"):
+        body.append(Text.assemble(("node(s): ", "bold"), _nodes(r, limit=12)))
+    if r.get("actual") not in (None, "", [], {}):
+        body.append(Text.assemble(("measured: ", "bold"), _short(r["actual"], 300)))
+    if r.get("expected") not in (None, "", [], {}):
+        body.append(Text.assemble(("expected: ", "bold"), _short(r["expected"], 300)))
+    if r.get("fix"):
+        body.append(Text.assemble(("fix: ", "bold cyan"), r["fix"]))
+    if verbose and r.get("details", {}).get("traceback"):
+        body.append(Text(r["details"]["traceback"], style="dim"))
+    style = STYLE.get(r["level"], "")
+    return Panel(Group(*body), title=Text(f"{ICON[r['level']]} {r['check']}", style=style), title_align="left",
+                 border_style="red" if r["level"] == "fail" else "yellow", expand=True)

@@ -1,0 +1,142 @@
+"""Running checks: gather on this node (in parallel, each with a deadline) and compare facts into results.
+
+Both steps contain failures: a gather that raises or overruns its deadline becomes a fail result for that
+node, a compare that raises becomes a fail result naming the check and its source. Nothing here talks
+to other nodes; the cluster layer moves facts between nodes and calls ``compare_all`` on the master.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Any, Iterable, Mapping
+
+from .api import Level, NodeContext, Result, Skip
+from .redact import scrub
+from .registry import LoadedCheck
+
+# A gather's outcome, stored beside its facts: {"status": ok|skip|error|timeout, "message", "seconds"}.
+OK, SKIPPED, ERROR, TIMEOUT = "ok", "skip", "error", "timeout"
+
+
+def _json_safe(obj: Any) -> Any:
+    """Facts must survive JSON; coerce what a careless plugin returns (tuples, sets, paths, numbers)."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+def _gather_one(lc: LoadedCheck, ctx: NodeContext, box: dict) -> None:
+    start = time.perf_counter()
+    try:
+        facts = lc.check.gather(ctx)
+        if not isinstance(facts, dict):
+            raise TypeError(f"gather() returned {type(facts).__name__}, not a dict")
+        box.update(status=OK, facts=scrub(_json_safe(facts)))
+    except Skip as exc:
+        box.update(status=SKIPPED, message=str(exc) or "not applicable here", facts={})
+    except BaseException as exc:  # noqa: BLE001 - a plugin must never take the run down
+        tb = traceback.format_exc()
+        box.update(status=ERROR, message=f"{type(exc).__name__}: {exc}", traceback=tb, facts={})
+    box["seconds"] = round(time.perf_counter() - start, 4)
+
+
+def gather_all(
+    checks: Iterable[LoadedCheck],
+    node: str,
+    *,
+    rank: int = 0,
+    nnodes: int = 1,
+    run: Mapping | None = None,
+    opts_by_check: Mapping[str, Mapping] | None = None,
+    cluster: Any = None,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Gather every check on this node at once. Returns (facts by check, outcome by check).
+
+    Threads are daemons: a gather stuck in a driver call is abandoned at its deadline, not waited for.
+    """
+    run = dict(run or {})
+    opts_by_check = opts_by_check or {}
+    work: list[tuple[LoadedCheck, dict, threading.Thread, float]] = []
+    for lc in checks:
+        deadline = time.monotonic() + lc.check.timeout_s
+        ctx = NodeContext(
+            node=node, rank=rank, nnodes=nnodes, run=run,
+            opts=dict(opts_by_check.get(lc.name, {})), cluster=cluster, deadline=deadline,
+        )
+        box: dict = {}
+        t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
+        t.start()
+        work.append((lc, box, t, deadline))
+    facts: dict[str, dict] = {}
+    outcome: dict[str, dict] = {}
+    for lc, box, t, deadline in work:
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            box = {"status": TIMEOUT, "message": f"gather did not finish within {lc.check.timeout_s:g} s",
+                   "seconds": lc.check.timeout_s, "facts": {}}
+        facts[lc.name] = box.get("facts", {})
+        outcome[lc.name] = {k: v for k, v in box.items() if k != "facts"}
+    return facts, outcome
+
+
+def compare_all(
+    checks: Iterable[LoadedCheck],
+    nodes: Mapping[str, Mapping],
+    opts_by_check: Mapping[str, Mapping] | None = None,
+    run: Mapping | None = None,
+) -> list[Result]:
+    """Turn every node's facts into results. ``nodes`` maps node name -> {"facts": {...}, "gather": {...}}.
+
+    ``opts`` given to compare is the check's resolved options plus the run-wide settings (nnodes,
+    gpus_per_node, ...), so a pure compare sees everything it may judge against.
+    """
+    opts_by_check = opts_by_check or {}
+    results: list[Result] = []
+    for lc in checks:
+        name = lc.name
+        ok_facts: dict[str, dict] = {}
+        skipped: dict[str, list[str]] = {}
+        for node, data in nodes.items():
+            outcome = (data.get("gather") or {}).get(name)
+            if outcome is None:
+                continue  # this node did not run the check (the parity check reports that)
+            status = outcome.get("status")
+            if status == OK:
+                ok_facts[node] = (data.get("facts") or {}).get(name, {})
+            elif status == SKIPPED:
+                skipped.setdefault(outcome.get("message", ""), []).append(node)
+            else:
+                results.append(Result(
+                    check=name, level=Level.FAIL,
+                    summary=f"check {name!r} could not gather facts: {outcome.get('message', status)}",
+                    nodes=[node], actual=outcome.get("message"), expected="gather returns facts",
+                    fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
+                    details={"traceback": outcome.get("traceback", "")},
+                ))
+        for reason, where in sorted(skipped.items()):
+            results.append(Result(check=name, level=Level.SKIP, summary=reason, nodes=sorted(where)))
+        if not ok_facts:
+            continue
+        opts = dict(run or {})
+        opts.update(opts_by_check.get(name, {}))
+        try:
+            produced = lc.check.compare(ok_facts, opts)
+            for r in produced:
+                if not isinstance(r, Result):
+                    raise TypeError(f"compare() yielded {type(r).__name__}, not a Result")
+                r.check = r.check or name
+            results.extend(produced)
+        except Exception as exc:  # noqa: BLE001
+            results.append(Result(
+                check=name, level=Level.FAIL,
+                summary=f"check {name!r} raised while comparing facts: {type(exc).__name__}: {exc}",
+                nodes=sorted(ok_facts), actual=f"{type(exc).__name__}: {exc}", expected="a list of Results",
+                fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
+                details={"traceback": traceback.format_exc()},
+            ))
+    return results

@@ -1,0 +1,1 @@
+"""The reference DDP trainer (installed as ddpdoctor_trainer)."""
