@@ -1,0 +1,34 @@
+"""Shared test plumbing: markers that skip where the machine lacks a GPU, root/netns or a browser."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.is_available())"],
+                             capture_output=True, text=True, timeout=60)
+        return out.stdout.strip().endswith("True")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _can_netns() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("iptables") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    need_gpu = any("gpu" in item.keywords for item in items)
+    has_gpu = _has_cuda() if need_gpu else False
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA"))
+        if "netns" in item.keywords and not _can_netns():
+            item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables for network namespaces"))
+        if "browser" in item.keywords and not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
+            item.add_marker(pytest.mark.skip(reason="needs Debian's chromium"))
