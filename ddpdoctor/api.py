@@ -132,6 +132,9 @@ class Check:
     phase: str = "local"
     options: Mapping[str, Option] = {}
     timeout_s: float = 30.0
+    # Other checks whose facts this check's compare reads (e.g. parity reads "packages"): they arrive in
+    # compare as facts_by_node[node]["uses"][name]; a check never gathers the same facts twice.
+    uses: tuple[str, ...] = ()
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError

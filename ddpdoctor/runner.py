@@ -107,7 +107,11 @@ def compare_all(
                 continue  # this node did not run the check (the parity check reports that)
             status = outcome.get("status")
             if status == OK:
-                ok_facts[node] = (data.get("facts") or {}).get(name, {})
+                own = dict((data.get("facts") or {}).get(name, {}))
+                if lc.check.uses:
+                    own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
+                                   if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
+                ok_facts[node] = own
             elif status == SKIPPED:
                 skipped.setdefault(outcome.get("message", ""), []).append(node)
             else:

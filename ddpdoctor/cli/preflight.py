@@ -15,6 +15,28 @@ def _cluster_requested(master, nnodes, local_nodes) -> bool:
     return bool(master) or (nnodes is not None and nnodes > 1) or bool(local_nodes)
 
 
+def _worker_argv(params: dict):
+    """For --local-nodes: the command line of node i, the user's check options passed through unchanged."""
+
+    def build(i: int, n: int, master: str) -> list[str]:
+        from ..cluster.local import node_addr
+
+        argv = ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
+                "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json"]
+        for name in ("only", "skip", "sets"):
+            flag = "--set" if name == "sets" else f"--{name}"
+            for value in params.get(name) or ():
+                argv += [flag, value]
+        for name, flag in (("config_path", "--config"), ("gpus_per_node", "--gpus-per-node"), ("token", "--token"),
+                           ("nproc_per_node", "--nproc-per-node"), ("rdzv_id", "--rdzv-id"), ("code_dir", "--code"),
+                           ("shared_dir", "--shared-dir")):
+            if params.get(name) is not None:
+                argv += [flag, str(params[name])]
+        return argv
+
+    return build
+
+
 @click.command()
 @click.option("--only", multiple=True, metavar="NAMES", help="Run only these checks (comma-separated or repeated).")
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these checks.")
@@ -58,7 +80,10 @@ def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node
             plan, master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
             token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id, code_dir=code_dir,
             shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet or as_json,
+            worker_argv=_worker_argv(click.get_current_context().params),
         )
+        if doc is None:
+            return 0  # a torchrun worker with LOCAL_RANK > 0: local rank 0 speaks for this node
     else:
         for flag, value in (("--node-rank", node_rank), ("--local-addr", local_addr), ("--token", token),
                             ("--shared-dir", shared_dir), ("--code", code_dir)):
@@ -67,7 +92,11 @@ def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node
         doc = run_single_node(plan)
 
     if out_dir is not None:
-        name = doc.get("scope") == "cluster" and "cluster.json" or f"node-{node_name()}.json"
+        # The master's document holds every node's facts; the others write their own view beside it.
+        if doc.get("scope") == "cluster":
+            name = f"node-{doc['this_node']}.json" if doc.get("this_node") else "cluster.json"
+        else:
+            name = f"node-{node_name()}.json"
         model.dump(doc, out_dir / name)
     common.write_report([doc], report_file)
     if as_json:

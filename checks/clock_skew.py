@@ -1,0 +1,59 @@
+"""clock-skew: each node's wall clock against the master's, NTP-style through the master's probe listener.
+
+Several request/reply samples; the one with the smallest round trip is kept, its offset bounded by
+rtt / 2. Skew confuses rendezvous heartbeats (c10d compares peers' timestamps with its own clock),
+expires credentials (munge, S3 signatures) and garbles merged logs.
+"""
+from __future__ import annotations
+
+from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.cluster.probe import best_sample, time_exchange
+
+FIX = ("enable time sync on every node: `timedatectl set-ntp true`, or with chrony `chronyc makestep` "
+       "(and `systemctl enable --now chronyd`)")
+
+
+class ClockSkewCheck(Check):
+    name = "clock-skew"
+    description = "Wall-clock offset of every node from the master (NTP-style, error bound = RTT/2)"
+    phase = "cluster"
+    options = {
+        "warn_ms": Option(100.0, "offset above this many ms is a warning"),
+        "fail_ms": Option(1000.0, "offset above this many ms is a failure"),
+        "samples": Option(8, "request/reply samples per node; the smallest round trip wins"),
+    }
+
+    def gather(self, ctx) -> dict:
+        view = ctx.cluster
+        if view.me["name"] == view.master["name"]:
+            return {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0, "samples": 0, "reference": True}
+        samples = time_exchange(view.master["addr"], view.master["probe_port"], int(ctx.opts.get("samples", 8)))
+        best = best_sample(samples)
+        # The sample's offset is master minus this node; report this node minus the master (positive: ahead).
+        return {"offset_ms": round(-best.offset_ms, 3), "bound_ms": round(best.rtt_ms / 2, 3),
+                "rtt_ms": round(best.rtt_ms, 3), "samples": len(samples), "reference": False}
+
+    def compare(self, facts_by_node, opts):
+        warn_ms, fail_ms = float(opts.get("warn_ms", 100.0)), float(opts.get("fail_ms", 1000.0))
+
+        def judge(node, f):
+            off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0
+            if off is None:
+                yield self.skip("no clock sample", [node])
+                return
+            if f.get("reference"):
+                yield self.passed("reference clock (the master)", [node], actual=0.0)
+                return
+            ahead = "ahead of" if off > 0 else "behind"
+            text = f"{node} is {abs(off):.2f} ms ± {bound:.2f} ms {ahead} the master"
+            # Judge the smallest offset consistent with the measurement, so a slow link is not called skew.
+            least = max(0.0, abs(off) - bound)
+            kw = dict(actual={"offset_ms": off, "bound_ms": bound}, expected=f"|offset| <= {warn_ms:g} ms")
+            if least > fail_ms:
+                yield self.fail(text, [node], fix=FIX, **kw)
+            elif least > warn_ms:
+                yield self.warn(text, [node], fix=FIX, **kw)
+            else:
+                yield self.passed(text, [node], **kw)
+
+        return per_node(facts_by_node, judge)

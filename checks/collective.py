@@ -1,0 +1,174 @@
+"""collective: once the links pass, a real process group through the same store: gloo always, NCCL where
+GPUs are present. An allreduce whose result is checked (sum of ranks), a short bandwidth figure, per-node
+timing, and for NCCL the first `NCCL WARN` line and the transport it chose. Bounded: a broken collective
+is abandoned at its timeout and reported, never waited on."""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import tempfile
+import threading
+import time
+
+from ddpdoctor.api import Check, Option, Skip, per_node
+
+BW_BYTES = 4 << 20
+
+
+def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = view.world_rank, view.world_size
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    out = {"backend": backend, "ok": False, "result_ok": None, "busbw_gbps": None, "seconds": None, "error": None}
+    start = time.perf_counter()
+    store = dist.PrefixStore(f"pg/{backend}", view.store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        out["init_s"] = round(time.perf_counter() - start, 3)
+        t = torch.tensor([float(rank)], device=device)
+        dist.all_reduce(t)
+        expected = world * (world - 1) / 2
+        out["result"] = float(t.item())
+        out["result_ok"] = abs(out["result"] - expected) < 1e-6
+        buf = torch.ones(bw_bytes // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(buf)  # warm-up: connections and buffers are set up on first use
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        iters = 3
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        per_op = (time.perf_counter() - t0) / iters
+        algbw = bw_bytes / per_op / 1e9
+        out["busbw_gbps"] = round(algbw * (2 * (world - 1) / world if world > 1 else 0.0), 4)
+        out["algbw_gbps"] = round(algbw, 4)
+        out["time_us"] = round(per_op * 1e6, 1)
+        out["ok"] = bool(out["result_ok"])
+    finally:
+        dist.destroy_process_group()
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def _bounded(fn, timeout: float) -> dict:
+    box: dict = {}
+
+    def work():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(timeout + 5)
+    if t.is_alive():
+        return {"ok": False, "error": f"did not finish within {timeout:g} s (a peer never joined the collective)"}
+    return box.get("value") or {"ok": False, "error": box.get("error", "unknown error")}
+
+
+class _CaptureStderr:
+    """NCCL prints its log from C on fd 2: redirect the fd itself to a file while it runs."""
+
+    def __enter__(self):
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        self.text = self.file.read().decode(errors="replace")
+        self.file.close()
+
+
+def first_nccl_warn(text: str) -> str | None:
+    m = re.search(r"^.*NCCL WARN.*$", text, re.MULTILINE)
+    return m.group(0).strip() if m else None
+
+
+def nccl_transport(text: str) -> str | None:
+    for token in ("NET/IB", "NET/OFI", "NET/Socket"):
+        if token in text:
+            return token
+    return None
+
+
+class CollectiveCheck(Check):
+    name = "collective"
+    description = "allreduce across all nodes on gloo (and NCCL with GPUs): result checked, bandwidth, bounded"
+    phase = "collective"
+    options = {
+        "timeout_s": Option(30.0, "process-group timeout for the smoke test"),
+        "min_busbw_gbps": Option(0.0, "gloo bus bandwidth below this is a warning (0: no floor)"),
+    }
+    timeout_s = 120.0
+
+    def gather(self, ctx) -> dict:
+        view = ctx.cluster
+        if view is None:
+            raise Skip("needs a cluster run")
+        timeout = float(ctx.opts.get("timeout_s", 30.0))
+        runs = [_bounded(lambda: _run_backend("gloo", view, timeout, BW_BYTES), timeout)]
+        runs[0].setdefault("backend", "gloo")
+        if _has_cuda():
+            os.environ.setdefault("NCCL_DEBUG", "INFO")
+            with _CaptureStderr() as cap:
+                nccl = _bounded(lambda: _run_backend("nccl", view, timeout, 64 << 20), timeout)
+            nccl.setdefault("backend", "nccl")
+            nccl["first_warn"] = first_nccl_warn(cap.text)
+            nccl["transport"] = nccl_transport(cap.text)
+            runs.append(nccl)
+        primary = runs[-1]
+        return {"backend": primary["backend"], "ok": all(r.get("ok") for r in runs),
+                "busbw_gbps": primary.get("busbw_gbps"), "seconds": primary.get("seconds"), "runs": runs,
+                "world_size": view.world_size}
+
+    def compare(self, facts_by_node, opts):
+        floor = float(opts.get("min_busbw_gbps", 0.0))
+
+        def judge(node, f):
+            for run in f.get("runs", []):
+                be = run.get("backend")
+                if run.get("ok"):
+                    bw = run.get("busbw_gbps")
+                    text = (f"{be} allreduce on {node}: sum of ranks correct ({run.get('result'):g}), "
+                            f"{run.get('time_us')} µs per 4 MiB op, busbw {bw} GB/s, init {run.get('init_s')} s")
+                    if floor and bw is not None and bw < floor and be == "gloo":
+                        yield self.warn(text, [node], actual=bw, expected=f">= {floor} GB/s",
+                                        fix="check the interface (is gloo on the slow NIC?): set GLOO_SOCKET_IFNAME")
+                    else:
+                        yield self.passed(text, [node], actual=bw)
+                elif run.get("result_ok") is False:
+                    yield self.fail(f"{be} allreduce on {node} returned a wrong sum: {run.get('result')}", [node],
+                                    actual=run.get("result"), expected="sum of ranks",
+                                    fix="data corruption in the collective: run `ddpdoctor nccl-bench --check` and "
+                                        "drain this node if it repeats")
+                else:
+                    warn = run.get("first_warn")
+                    yield self.fail(
+                        f"{be} collective failed on {node}: {run.get('error')}" + (f" — {warn}" if warn else ""), [node],
+                        actual=run.get("error"), expected="process group init and allreduce within the timeout",
+                        fix=("set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the names check found, and "
+                             "allow all TCP between nodes; rerun with NCCL_DEBUG=INFO for the NCCL WARN lines"),
+                        details={"first_warn": warn, "transport": run.get("transport")},
+                    )
+
+        return per_node(facts_by_node, judge)
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False

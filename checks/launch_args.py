@@ -1,0 +1,51 @@
+"""launch-args: the launch every node intends (nnodes, processes per node, rendezvous id and endpoint) agrees,
+and no two nodes claim one node rank. Differences hang a job until the rendezvous times out."""
+from __future__ import annotations
+
+from ddpdoctor.api import Check, majority
+
+FIELDS = {
+    "nnodes": "--nnodes",
+    "nproc_per_node": "--nproc-per-node",
+    "rdzv_id": "--rdzv-id",
+    "endpoint": "--master / --rdzv-endpoint",
+}
+
+
+class LaunchArgsCheck(Check):
+    name = "launch-args"
+    description = "Launch arguments (nnodes, nproc per node, rendezvous id/endpoint) equal on every node; ranks unique"
+    phase = "cluster"
+
+    def gather(self, ctx) -> dict:
+        me = ctx.cluster.me
+        return {"rank": me["rank"], "claim": me["claim"], "launch": me.get("launch", {}), "launcher": me.get("launcher")}
+
+    def compare(self, facts_by_node, opts):
+        out = []
+        for key, flag in FIELDS.items():
+            values = {n: (f.get("launch") or {}).get(key) for n, f in facts_by_node.items()}
+            common, odd = majority(values)
+            for node in odd:
+                out.append(self.fail(
+                    f"{node} intends {flag} {values[node]!r}, the other nodes {common!r}", [node],
+                    actual=values[node], expected=common,
+                    fix=f"launch every node with the same {flag} {common!r} (use the scheduler's job id as the "
+                        f"rendezvous id, never $RANDOM per node)",
+                ))
+        by_rank: dict[int, list[str]] = {}
+        for node, f in facts_by_node.items():
+            by_rank.setdefault(f.get("rank"), []).append(node)
+        for rank, nodes in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0])):
+            if len(nodes) > 1:
+                out.append(self.fail(
+                    f"{len(nodes)} nodes claim node rank {rank}: {', '.join(sorted(nodes))}", sorted(nodes),
+                    actual=sorted(nodes), expected="one node per rank",
+                    fix="give each node its own --node-rank (0..N-1), or omit it everywhere to let ranks be assigned",
+                ))
+        if not out:
+            sample = next(iter(facts_by_node.values())).get("launch", {})
+            out.append(self.passed(
+                f"{len(facts_by_node)} node(s) agree: " + ", ".join(f"{k}={sample.get(k)!r}" for k in FIELDS),
+                sorted(facts_by_node)))
+        return out

@@ -1,0 +1,74 @@
+"""mesh: every node connects to every peer's probe listener (TCP), so a firewall between two nodes is named.
+
+Up to 64 nodes all pairs are probed; above, ring neighbours plus k random peers (see ClusterView).
+A failed link is reported as the directed pair (a -> b) with its class: refused, timed out, unreachable.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.cluster.endpoint import FIXES, ping
+
+PORTS_NOTE = ("NCCL and gloo open connections on ephemeral ports between every pair of nodes, not only to the "
+              "master port: allow all TCP between job nodes")
+
+
+class MeshCheck(Check):
+    name = "mesh"
+    description = "TCP reachability between every pair of nodes (directed), with round-trip times"
+    phase = "cluster"
+    options = {
+        "connect_timeout_s": Option(3.0, "seconds one TCP connect may take before it counts as timed out"),
+        "warn_rtt_ms": Option(50.0, "a link round trip above this many ms is a warning"),
+    }
+
+    def gather(self, ctx) -> dict:
+        view = ctx.cluster
+        timeout = float(ctx.opts.get("connect_timeout_s", 3.0))
+        peers = view.peers_to_probe()
+
+        def probe(peer: dict) -> dict:
+            # Best of three round trips: one busy moment on either host must not read as a slow link.
+            res = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+            for _ in range(2 if res.ok else 0):
+                again = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+                if again.ok and again.rtt_ms < res.rtt_ms:
+                    res = again
+            return {"peer": peer["name"], "addr": f"{peer['addr']}:{peer['probe_port']}", "ok": res.ok,
+                    "error_class": res.error_class, "rtt_ms": res.rtt_ms, "message": res.message}
+
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
+            probes = list(pool.map(probe, peers))
+        master = view.master
+        to_master = ping(master["addr"], master["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+        return {"probes": probes, "peers_total": len(view.nodes) - 1,
+                "master": {"ok": to_master.ok, "rtt_ms": to_master.rtt_ms, "error_class": to_master.error_class}}
+
+    def compare(self, facts_by_node, opts):
+        def judge(node, facts):
+            probes = facts.get("probes", [])
+            bad = [p for p in probes if not p.get("ok")]
+            for p in bad:
+                cls = p.get("error_class") or "failed"
+                yield self.fail(
+                    f"link {node} -> {p['peer']} {cls} (TCP to {p['addr']})", [node, p["peer"]],
+                    actual=cls, expected="TCP connect succeeds",
+                    fix=f"{FIXES.get(cls, '')}. {PORTS_NOTE}, e.g. on {p['peer']}: "
+                        f"iptables -I INPUT -s <{node} address> -p tcp -j ACCEPT",
+                    details={"src": node, "dst": p["peer"], "class": cls, "message": p.get("message")},
+                )
+            rtts = [p["rtt_ms"] for p in probes if p.get("ok") and p.get("rtt_ms") is not None]
+            slow = [p for p in probes if p.get("ok") and (p.get("rtt_ms") or 0) > opts.get("warn_rtt_ms", 50.0)]
+            for p in slow:
+                yield self.warn(f"link {node} -> {p['peer']} slow: {p['rtt_ms']:.1f} ms round trip", [node, p["peer"]],
+                                actual=p["rtt_ms"], expected=f"<= {opts.get('warn_rtt_ms', 50.0)} ms",
+                                fix="check the route between these nodes (`ip route get <addr>`; a VPN or a "
+                                    "different fabric?) and that both use the same interface")
+            if not bad and probes:
+                yield self.passed(f"{len(probes)} link(s) from {node} open, max round trip {max(rtts):.1f} ms",
+                                  [node], actual=max(rtts))
+            elif not probes and facts.get("peers_total", 0) == 0:
+                yield self.skip("single node: no peers to probe", [node])
+
+        return per_node(facts_by_node, judge)

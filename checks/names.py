@@ -1,0 +1,160 @@
+"""names: interface choice and name resolution across nodes: which interface routes to the master and peers,
+whether *_SOCKET_IFNAME agree with it, equal MTUs, hostnames that resolve to loopback or to addresses
+peers cannot reach, and how long forward/reverse lookups of every node take (torch's store resolves
+peers' names as they connect: a slow resolver stalls every rendezvous)."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from ddpdoctor.api import Check, Option, majority, per_node
+from ddpdoctor.cluster.endpoint import is_loopback, source_addr_towards
+from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
+
+LOOKUP_CAP_S = 6.0  # a lookup still unanswered by then is recorded as such; the thread is abandoned
+
+
+def _timed(kind: str, query: str, fn) -> dict:
+    box: dict = {"kind": kind, "query": query, "answer": None, "error": None, "seconds": None}
+
+    def work():
+        start = time.perf_counter()
+        try:
+            box["answer"] = fn()
+        except OSError as exc:
+            box["error"] = f"{type(exc).__name__}: {exc}"
+        box["seconds"] = round(time.perf_counter() - start, 4)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(LOOKUP_CAP_S)
+    if t.is_alive():
+        box.update(error=f"no answer within {LOOKUP_CAP_S:g} s", seconds=LOOKUP_CAP_S)
+    return box
+
+
+def _forward(host: str) -> list[str]:
+    return sorted({i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+
+
+def _reverse(addr: str) -> str:
+    return socket.gethostbyaddr(addr)[0]
+
+
+class NamesCheck(Check):
+    name = "names"
+    description = "Interface to master/peers, *_SOCKET_IFNAME agreement, MTU parity, hostname resolution and lookup latency"
+    phase = "cluster"
+    options = {"slow_lookup_s": Option(1.0, "a forward or reverse lookup slower than this is a warning")}
+    timeout_s = 40.0
+
+    def gather(self, ctx) -> dict:
+        view = ctx.cluster
+        me = view.me
+        route = iface_of_addr(source_addr_towards(view.master["addr"]) if view.master["name"] != me["name"] else me["addr"])
+        if view.master["name"] == me["name"]:
+            route = iface_of_addr(me["addr"])
+        peer_ifaces: dict[str, int] = {}
+        for peer in view.peers_to_probe():
+            info = iface_of_addr(source_addr_towards(peer["addr"]))
+            key = (info or {}).get("iface") or "?"
+            peer_ifaces[key] = peer_ifaces.get(key, 0) + 1
+        hostname = socket.gethostname()
+        own = _timed("forward", hostname, lambda: _forward(hostname))
+        unique_hosts = len({n["host"] for n in view.nodes}) == len(view.nodes)
+        jobs = []
+        for node in view.nodes:
+            jobs.append(("reverse", node["addr"], node["name"]))
+            if unique_hosts:
+                jobs.append(("forward", node["host"], node["name"]))
+        results: list[dict] = []
+        lock = threading.Lock()
+
+        def run(job):
+            kind, query, who = job
+            res = _timed(kind, query, (lambda: _reverse(query)) if kind == "reverse" else (lambda: _forward(query)))
+            res["node"] = who
+            with lock:
+                results.append(res)
+
+        # All lookups at once, as a rendezvous does: that is when a slow resolver shows (see c10d-dns-stall).
+        threads = [threading.Thread(target=run, args=(j,), daemon=True) for j in jobs[:512]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(LOOKUP_CAP_S + 1)
+        return {
+            "hostname": hostname, "fqdn": socket.getfqdn(), "hostname_lookup": own,
+            "advertised": me["addr"], "route_to_master": route, "routes_to_peers": peer_ifaces,
+            "ifname_env": {k: os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")},
+            "unique_hostnames": unique_hosts, "lookups": sorted(results, key=lambda r: (r["kind"], r["query"])),
+            "peer_addrs": {n["name"]: n["addr"] for n in view.nodes},
+        }
+
+    def compare(self, facts_by_node, opts):
+        slow = float(opts.get("slow_lookup_s", 1.0))
+        out = per_node(facts_by_node, lambda n, f: self._judge_node(n, f, slow))
+        mtus = {n: (f.get("route_to_master") or {}).get("mtu") for n, f in facts_by_node.items()}
+        mtus = {n: m for n, m in mtus.items() if m is not None}
+        common, odd = majority(mtus)
+        for node in odd:
+            out.append(self.fail(
+                f"MTU {mtus[node]} on {node}'s interface differs from {common} on the others", [node],
+                actual=mtus[node], expected=common,
+                fix=f"make the MTU identical end to end, e.g. on {node}: "
+                    f"ip link set dev {(facts_by_node[node].get('route_to_master') or {}).get('iface')} mtu {common}",
+            ))
+        return out
+
+    def _judge_node(self, node, f, slow):
+        route = f.get("route_to_master") or {}
+        iface = route.get("iface")
+        env = f.get("ifname_env") or {}
+        if iface:
+            for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+                value = env.get(var)
+                if not value:
+                    continue
+                ok = nccl_ifname_matches(value, iface) if var == "NCCL_SOCKET_IFNAME" else value == iface
+                problem = gloo_ifname_problem(value) if var == "GLOO_SOCKET_IFNAME" else None
+                if problem or not ok:
+                    yield self.fail(f"{var}={value} on {node} does not select {iface}, the interface that reaches "
+                                    f"the master", [node], actual=value, expected=iface,
+                                    fix=f"export {var}={'=' if var.startswith('NCCL') else ''}{iface}  # on {node}")
+            yield self.passed(f"{node} reaches the master through {iface} (mtu {route.get('mtu')})", [node], actual=route)
+        others = {k: v for k, v in (f.get("routes_to_peers") or {}).items() if k != iface}
+        if others:
+            yield self.warn(f"{node} reaches some peers through {', '.join(others)}, the master through {iface}",
+                            [node], actual=f.get("routes_to_peers"), expected=f"all through {iface}",
+                            fix="pin one interface on every node: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME")
+        own = f.get("hostname_lookup") or {}
+        addrs = own.get("answer") or []
+        adv = f.get("advertised")
+        if own.get("error"):
+            yield self.fail(f"{node}'s hostname {f.get('hostname')!r} does not resolve: {own['error']}", [node],
+                            actual=own["error"], expected="the node's routable address",
+                            fix=f"add '{adv} {f.get('hostname')}' to /etc/hosts on every node (or fix DNS)")
+        elif addrs and all(is_loopback(a) for a in addrs) and adv and not is_loopback(adv):
+            yield self.fail(f"{node}'s hostname {f.get('hostname')!r} resolves to loopback {', '.join(addrs)}",
+                            [node], actual=addrs, expected=adv,
+                            fix=f"in /etc/hosts on {node}, map {f.get('hostname')} to {adv} instead of 127.0.1.1, "
+                                f"or launch with torchrun --local-addr {adv}; set GLOO_SOCKET_IFNAME")
+        elif f.get("unique_hostnames") and addrs and adv and adv not in addrs and not is_loopback(adv):
+            yield self.warn(f"{node}'s hostname resolves to {', '.join(addrs)}, but peers reach it at {adv}", [node],
+                            actual=addrs, expected=adv,
+                            fix=f"make {f.get('hostname')} resolve to {adv} on every node (torchrun's c10d advertises the hostname)")
+        for lk in f.get("lookups") or []:
+            secs = lk.get("seconds") or 0.0
+            if secs > slow:
+                yield self.warn(f"{lk['kind']} lookup of {lk['query']} from {node} took {secs:.2f} s", [node],
+                                actual=secs, expected=f"<= {slow:g} s",
+                                fix="a slow resolver stalls torch's store (it resolves peers as they connect): add all "
+                                    "nodes to /etc/hosts, or fix the DNS server / nscd")
+            elif lk["kind"] == "forward" and lk.get("answer") and f.get("unique_hostnames"):
+                peer_addr = (f.get("peer_addrs") or {}).get(lk.get("node"))
+                if peer_addr and peer_addr not in lk["answer"] and not is_loopback(peer_addr):
+                    yield self.warn(f"{node} resolves {lk['query']} to {', '.join(lk['answer'])}, but that node is "
+                                    f"at {peer_addr}", [node, lk.get("node")], actual=lk["answer"], expected=peer_addr,
+                                    fix=f"make {lk['query']} resolve to {peer_addr} on every node (/etc/hosts or DNS)")
