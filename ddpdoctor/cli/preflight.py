@@ -79,7 +79,7 @@ def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node
         doc = join.run_from_cli(
             plan, master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
             token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id, code_dir=code_dir,
-            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet or as_json,
+            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet,
             worker_argv=_worker_argv(click.get_current_context().params),
         )
         if doc is None:
