@@ -53,9 +53,9 @@ class NamesCheck(Check):
     def gather(self, ctx) -> dict:
         view = ctx.cluster
         me = view.me
-        route = iface_of_addr(source_addr_towards(view.master["addr"]) if view.master["name"] != me["name"] else me["addr"])
-        if view.master["name"] == me["name"]:
-            route = iface_of_addr(me["addr"])
+        # The master reaches itself through the address it advertises; the others through their route to it.
+        is_master = view.master["name"] == me["name"]
+        route = iface_of_addr(me["addr"] if is_master else source_addr_towards(view.master["addr"]))
         peer_ifaces: dict[str, int] = {}
         for peer in view.peers_to_probe():
             info = iface_of_addr(source_addr_towards(peer["addr"]))

@@ -23,6 +23,8 @@ def _worker_argv(params: dict):
 
         argv = ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
                 "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json"]
+        if params.get("perf"):
+            argv.append("--perf")
         for name in ("only", "skip", "sets"):
             flag = "--set" if name == "sets" else f"--{name}"
             for value in params.get(name) or ():
@@ -42,6 +44,7 @@ def _worker_argv(params: dict):
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these checks.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="ddpdoctor.toml with [run] and [checks.NAME] tables.")
 @click.option("--set", "sets", multiple=True, metavar="CHECK.KEY=VALUE", help="Override a check option, e.g. clock-skew.warn_ms=200.")
+@click.option("--perf", is_flag=True, help="Also measure every GPU (GEMM, memory and host copy bandwidth): gpu-perf.")
 @click.option("--gpus-per-node", type=click.IntRange(min=0), help="GPUs every node must have; fewer is a fail.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
@@ -56,7 +59,7 @@ def _worker_argv(params: dict):
 @click.option("--shared-dir", type=click.Path(file_okay=False), help="A directory that must be shared by every node.")
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
-def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
+def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
               token, nproc_per_node, rdzv_id, code_dir, shared_dir, local_nodes, as_json, output_dir, report_path):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
@@ -68,6 +71,8 @@ def preflight(only, skip, config_path, sets, gpus_per_node, master, nnodes, node
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
+    if perf:
+        sets = (*sets, "gpu-perf.enabled=true")
     run_flags = {"gpus_per_node": gpus_per_node, "nnodes": nnodes, "timeout": timeout}
     plan = make_plan(only=only, skip=skip, config_path=config_path, sets=sets, run_flags=run_flags)
 
