@@ -12,7 +12,19 @@ from . import common
 
 
 def _cluster_requested(master, nnodes, local_nodes) -> bool:
-    return bool(master) or (nnodes is not None and nnodes > 1) or bool(local_nodes)
+    """Flags decide; without them, a launcher that started this on several nodes (srun, torchrun...) does."""
+    if master or local_nodes:
+        return True
+    if nnodes is not None:
+        return nnodes > 1
+    import os
+    import socket
+    from pathlib import Path
+
+    from ..cluster.launcher_env import from_env
+
+    info = from_env(os.environ, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
+    return info.source is not None and (info.nnodes or 1) > 1
 
 
 def _worker_argv(params: dict):

@@ -148,7 +148,7 @@ def _names(idents: list[dict]) -> None:
         elif by_addr[f"{i['host']}@{i['addr']}"] == 1:
             i["name"] = f"{i['host']}@{i['addr']}"
         else:
-            i["name"] = f"{i['host']}@{i['addr']}#{i['rank']}.{i['claim']}"
+            i["name"] = f"{i['host']}@{i['addr']}#r{i['rank']}" + (f".{i['claim']}" if i["claim"] > 1 else "")
 
 
 class Node:
@@ -239,7 +239,9 @@ class Node:
         cfg = self.cfg
         import torch.distributed as dist  # the store is torch's own: the engine torchrun uses
 
-        allow_loopback = bool(cfg.local_addr and ep.is_loopback(cfg.local_addr))
+        # Loopback is fine when this node says it is a simulated node on loopback, or when torchrun's agents
+        # already met at that address (then every node is on this machine).
+        allow_loopback = bool(cfg.local_addr and ep.is_loopback(cfg.local_addr)) or cfg.external_store
         if is_master and not cfg.external_store:
             try:
                 master_addrs = ep.resolve(cfg.master.host)

@@ -260,3 +260,26 @@ def test_local_nodes_demo_runs_the_whole_cluster():
     doc = json.loads(out.stdout)
     assert doc["scope"] == "cluster" and len(doc["nodes"]) == 2
     assert doc["local_nodes"]["exit_codes"] == [0, 0]
+
+
+@pytest.mark.timeout(150)
+def test_runs_as_torchrun_worker_in_the_agents_store(tmp_path):
+    """Two torchrun agents (two 'nodes' on this machine): local rank 0 of each node runs the node preflight."""
+    port = free_port()
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "ddpdoctor", "preflight",
+            "--only", "mesh,launch-args,clock-skew", "--json", "--timeout", "20"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for _ in range(2)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    docs = [json.loads(out) for out, _ in outs]
+    assert all(d["scope"] == "cluster" and d["verdict"] == "pass" for d in docs)
+    launch = [r for r in docs[0]["results"] if r["check"] == "launch-args"]
+    assert "nnodes=2" in launch[0]["summary"] and "nproc_per_node=1" in launch[0]["summary"]
