@@ -225,3 +225,20 @@ def test_real_torch_view_never_raises():
     view = gpu_mod.torch_view()
     assert set(view) == {"torch_version", "torch_cuda_version", "torch_device_count", "torch_error"}
     assert view["torch_error"] is None and isinstance(view["torch_device_count"], int)
+
+
+def test_real_pynvml_without_a_driver_is_recognised(env):
+    """The real nvidia-ml-py on a machine without the NVIDIA driver: its error class and code read as no driver."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has a working NVIDIA driver")
+    env.setattr(gpu_mod, "torch_view", lambda: dict(CUDA_TORCH, torch_device_count=0))
+    f = GpuCheck().gather(NodeContext(node="n1"))
+    assert f["no_driver"] is True and f["nvml_error_code"] in (9, 12) and f["gpus"] == []
+    assert judge(f)[0].level is Level.SKIP
