@@ -67,8 +67,9 @@ def bus_key(bus_id: str | None) -> tuple[int, int, int] | None:
         return None
 
 
-def parse_kernel_xids(log: str, uptime_s: float | None) -> list[dict]:
-    """Xid lines of a kernel log -> [{"pci", "xid", "age_s", "meaning", "kind", "line"}] (age None if unknown)."""
+def parse_kernel_xids(log: str, uptime_s: float | None, limit: int = 200) -> list[dict]:
+    """Xid lines of a kernel log -> [{"pci", "xid", "age_s", "meaning", "kind", "line"}] (age None if unknown);
+    the last ``limit`` only: a flapping GPU logs thousands and facts travel between nodes."""
     out = []
     for line in log.splitlines():
         m = XID_LINE.search(line)
@@ -80,7 +81,7 @@ def parse_kernel_xids(log: str, uptime_s: float | None) -> list[dict]:
         out.append({"pci": m.group("pci"), "xid": xid, "meaning": meaning, "kind": kind,
                     "age_s": round(uptime_s - t, 1) if uptime_s is not None and uptime_s >= t else None,
                     "line": line.strip()[:300]})
-    return out
+    return out[-limit:]
 
 
 def read_kernel_log(timeout_s: float = 5.0) -> dict:

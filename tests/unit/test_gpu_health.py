@@ -171,6 +171,9 @@ def test_parse_kernel_xids_dmesg_and_journal_formats():
     [j] = parse_kernel_xids(JOURNAL, uptime_s=None)
     assert j["xid"] == 94 and j["age_s"] is None and j["meaning"] == "contained ECC error"
     assert parse_kernel_xids("no xid here\n[1.0] NVRM: loading", 5.0) == []
+    flood = "".join(f"[{i}.0] NVRM: Xid (PCI:0000:28:00): 79, pid={i}\n" for i in range(1, 1001))
+    xs = parse_kernel_xids(flood, 2000.0)
+    assert len(xs) == 200 and xs[-1]["line"].endswith("pid=1000")
 
 
 def test_bus_key_matches_nvml_and_kernel_spellings():
