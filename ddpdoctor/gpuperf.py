@@ -137,25 +137,32 @@ def measure_gpu(device: int, cfg: PerfConfig, lock_path: str | None = None) -> d
 
 def measure_node(devices: list[int], cfg: PerfConfig, timeout_s: float = 60.0) -> list[dict]:
     """Measure these torch device indices at once, one worker process each; a worker that fails or overruns
-    ``timeout_s`` gives {"index", "error"} (and is killed)."""
+    ``timeout_s`` gives {"index", "error"} (and is killed). Workers write to files, not pipes, so a chatty
+    one never blocks while another is being waited on."""
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-gpuperf-") as tmp:
         lock = os.path.join(tmp, "h2d.lock")
         procs = {}
         for d in devices:
             cmd = [sys.executable, "-m", "ddpdoctor.gpuperf", "--device", str(d), "--lock", lock,
                    "--config", json.dumps(asdict(cfg))]
-            procs[d] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        start_new_session=True)
+            out = open(os.path.join(tmp, f"{d}.out"), "w+")
+            err = open(os.path.join(tmp, f"{d}.err"), "w+")
+            procs[d] = (subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         start_new_session=True), out, err)
         deadline = time.monotonic() + timeout_s
         results = []
-        for d, p in procs.items():
+        for d, (p, out, err) in procs.items():
             try:
-                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill(p)
                 results.append({"index": d, "error": f"did not finish within {timeout_s:g} s"})
-                continue
-            results.append(_parse_worker(d, p.returncode, out, err))
+            else:
+                out.seek(0)
+                err.seek(0)
+                results.append(_parse_worker(d, p.returncode, out.read(), err.read()))
+            out.close()
+            err.close()
         return results
 
 
@@ -163,7 +170,7 @@ def _kill(p: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, 9)
     with contextlib.suppress(Exception):
-        p.communicate(timeout=5)
+        p.wait(timeout=5)
 
 
 def _parse_worker(device: int, rc: int, out: str, err: str) -> dict:
