@@ -1,0 +1,120 @@
+"""env-vars: the launcher and communication environment (NCCL_*, GLOO_*, TORCH_*, CUDA_*, MASTER_*, RANK...,
+FI_*, SLURM_*, PBS_*), redacted, with local sanity: interface names that exist, GLOO's one-name syntax, RANK
+without WORLD_SIZE, MASTER_ADDR=localhost for a multi-node job, debug settings left on."""
+from __future__ import annotations
+
+import os
+
+from ddpdoctor.api import Check, per_node
+from ddpdoctor.ifnames import gloo_ifname_problem, nccl_ifname_matches
+from ddpdoctor.redact import REDACTED, redact_env
+
+PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",
+            "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
+NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+         "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+# Settings that make a job slow but still working: fine for a debugging session, wrong for a real run.
+SLOW_SETTINGS = {
+    "NCCL_P2P_DISABLE": ("1", "GPU peer-to-peer copies are off: intra-node bandwidth drops several-fold"),
+    "NCCL_IB_DISABLE": ("1", "InfiniBand/RoCE is off: NCCL falls back to TCP sockets"),
+    "NCCL_SHM_DISABLE": ("1", "shared-memory transport is off"),
+    "TORCH_DISTRIBUTED_DEBUG": ("DETAIL", "DETAIL checks every collective's shapes: much slower"),
+    "CUDA_LAUNCH_BLOCKING": ("1", "every kernel launch is synchronous: much slower"),
+}
+
+
+def wanted(name: str) -> bool:
+    return name.startswith(PREFIXES) or name in NAMES
+
+
+def interface_names() -> list[str]:
+    import psutil
+
+    return sorted(psutil.net_if_addrs())
+
+
+class EnvVarsCheck(Check):
+    name = "env-vars"
+    description = "Launcher/NCCL/GLOO/TORCH/CUDA env vars (secrets redacted): ifnames exist, RANK/WORLD_SIZE, MASTER_ADDR"
+
+    def gather(self, ctx) -> dict:
+        raw = {k: v for k, v in os.environ.items() if wanted(k)}
+        safe = redact_env(raw)
+        return {
+            "vars": dict(sorted(safe.items())),
+            "redacted": sorted(k for k, v in safe.items() if v == REDACTED or REDACTED in v),
+            "ifaces": interface_names(),
+        }
+
+    def compare(self, facts_by_node, opts):
+        return per_node(facts_by_node, lambda node, f: judge_env(self, node, f.get("vars") or {},
+                                                               f.get("ifaces") or [], opts))
+
+
+def expected_nodes(env: dict, opts) -> int:
+    """How many nodes this job spans, from the run settings or the launcher's variables."""
+    candidates = [opts.get("nnodes")]
+    for var in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "PBS_NUM_NODES"):
+        candidates.append(env.get(var))
+    try:
+        world, local = int(env.get("WORLD_SIZE", "")), int(env.get("LOCAL_WORLD_SIZE", ""))
+        candidates.append(world // local if local else None)
+    except ValueError:
+        pass
+    best = 1
+    for c in candidates:
+        try:
+            best = max(best, int(c))
+        except (TypeError, ValueError):
+            continue
+    return best
+
+
+def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts) -> list:
+    out = []
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        spec = env.get(var)
+        if not spec or spec == REDACTED:
+            continue
+        if var == "GLOO_SOCKET_IFNAME":
+            problem = gloo_ifname_problem(spec)
+            if problem:
+                out.append(check.fail(f"{var}={spec!r}: {problem}", [node], actual=spec, expected="one interface name",
+                                      fix=f"export {var}=<one of: {', '.join(ifaces)}>"))
+                continue
+            matched = spec in ifaces
+        else:
+            matched = any(nccl_ifname_matches(spec, i) for i in ifaces)
+        if not matched:
+            out.append(check.fail(f"{var}={spec!r} matches no interface on this node", [node], actual=spec,
+                                  expected=f"one of {', '.join(ifaces)}",
+                                  fix=f"export {var}=<the interface that reaches the other nodes: "
+                                      f"{', '.join(i for i in ifaces if i != 'lo') or 'none found'}>"))
+    if "RANK" in env and "WORLD_SIZE" not in env:
+        out.append(check.fail("RANK is set but WORLD_SIZE is not: init_process_group will fail or wait forever",
+                              [node], actual=f"RANK={env['RANK']}", expected="RANK and WORLD_SIZE together",
+                              fix="launch with torchrun (it sets both), or export WORLD_SIZE=<total processes>"))
+    master = (env.get("MASTER_ADDR") or "").strip()
+    nnodes = expected_nodes(env, opts)
+    if master and nnodes > 1 and (master.lower() in LOOPBACK_NAMES or master.startswith("127.")):
+        out.append(check.fail(f"MASTER_ADDR={master} on a {nnodes}-node job: other nodes would dial themselves",
+                              [node], actual=master, expected="the master node's routable address",
+                              fix="export MASTER_ADDR=<hostname or IP of node 0 that the other nodes can reach>"))
+    port = env.get("MASTER_PORT")
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        out.append(check.fail(f"MASTER_PORT={port!r} is not a TCP port", [node], actual=port, expected="1-65535",
+                              fix="export MASTER_PORT=29500"))
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        out.append(check.warn("CUDA_VISIBLE_DEVICES is set but empty: CUDA sees no GPU", [node], actual="",
+                              expected="unset or a list of GPUs", fix="unset CUDA_VISIBLE_DEVICES"))
+    for var, (value, why) in SLOW_SETTINGS.items():
+        if env.get(var, "").upper() == value:
+            out.append(check.warn(f"{var}={env[var]}: {why}", [node], actual=env[var], expected="unset",
+                                  fix=f"unset {var}  # unless you are debugging on purpose"))
+    if not any(r.level.value in ("fail", "warn") for r in out):
+        shown = [k for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if k in env]
+        out.append(check.passed(f"{len(env)} relevant variables, no conflicts"
+                                + (f" ({', '.join(f'{k}={env[k]}' for k in shown)})" if shown else ""), [node],
+                                actual=len(env)))
+    return out

@@ -1,0 +1,136 @@
+"""network: this node's name and what it resolves to (loopback is flagged: gloo and c10d would advertise it),
+its interfaces with addresses, MTU and state, and the interface of the default route."""
+from __future__ import annotations
+
+import socket
+import threading
+
+from ddpdoctor.api import Check, Option, per_node
+
+LOOKUP_CAP_S = 5.0
+VIRTUAL_PREFIXES = ("docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap", "lo")
+
+
+def _bounded_lookup(host: str) -> dict:
+    """getaddrinfo has no timeout of its own: run it in a thread and abandon it at the cap."""
+    box: dict = {"addrs": None, "error": None}
+
+    def work():
+        try:
+            box["addrs"] = sorted({i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+        except OSError as exc:
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(LOOKUP_CAP_S)
+    if t.is_alive():
+        box["error"] = f"no answer within {LOOKUP_CAP_S:g} s"
+    return box
+
+
+def default_route_ifaces() -> dict:
+    """The kernel's default routes (IPv4 from /proc/net/route, IPv6 from /proc/net/ipv6_route)."""
+    out: dict = {"ipv4": None, "ipv6": None}
+    try:
+        with open("/proc/net/route") as fh:
+            for line in fh.readlines()[1:]:
+                cols = line.split()
+                if len(cols) > 7 and cols[1] == "00000000" and cols[7] == "00000000":
+                    out["ipv4"] = cols[0]
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/ipv6_route") as fh:
+            for line in fh:
+                cols = line.split()
+                if len(cols) >= 10 and cols[0] == "0" * 32 and cols[1] == "00" and cols[9] != "lo":
+                    out["ipv6"] = cols[9]
+                    break
+    except OSError:
+        pass
+    return out
+
+
+def interfaces() -> list[dict]:
+    import psutil
+
+    stats = psutil.net_if_stats()
+    out = []
+    for name, addrs in sorted(psutil.net_if_addrs().items()):
+        st = stats.get(name)
+        out.append({
+            "name": name,
+            "ipv4": [a.address for a in addrs if a.family == socket.AF_INET],
+            "ipv6": [a.address.split("%")[0] for a in addrs if a.family == socket.AF_INET6],
+            "mtu": st.mtu if st else None,
+            "up": bool(st.isup) if st else None,
+            "speed_mbps": st.speed if st else None,
+        })
+    return out
+
+
+def is_loopback_addr(addr: str) -> bool:
+    return addr.startswith("127.") or addr == "::1"
+
+
+class NetworkCheck(Check):
+    name = "network"
+    description = "Hostname/FQDN and what they resolve to (loopback flagged), interfaces, MTU, state, default route"
+    options = {"min_mtu": Option(1280, "an up, addressed interface with a smaller MTU is a warning")}
+
+    def gather(self, ctx) -> dict:
+        host = socket.gethostname()
+        fqdn = socket.getfqdn()
+        return {
+            "hostname": host,
+            "fqdn": fqdn,
+            # getfqdn() falls back to "localhost" when there is no FQDN: that says nothing about this node.
+            "resolves": {h: _bounded_lookup(h) for h in sorted({host, fqdn}) if h and h != "localhost"},
+            "interfaces": interfaces(),
+            "default_route": default_route_ifaces(),
+        }
+
+    def compare(self, facts_by_node, opts):
+        return per_node(facts_by_node, lambda node, f: self.judge(node, f, opts))
+
+    def judge(self, node: str, f: dict, opts) -> list:
+        out = []
+        multi = int(opts.get("nnodes") or 1) > 1
+        host = f.get("hostname") or "?"
+        ifaces = f.get("interfaces") or []
+        routable = [i for i in ifaces if i.get("up") and not i["name"].startswith("lo")
+                    and any(not is_loopback_addr(a) for a in i.get("ipv4", []) + i.get("ipv6", []))]
+        default = (f.get("default_route") or {}).get("ipv4") or (f.get("default_route") or {}).get("ipv6")
+        suggest = default or (routable[0]["name"] if routable else None)
+        ifname_fix = (f"export GLOO_SOCKET_IFNAME={suggest} NCCL_SOCKET_IFNAME={suggest}" if suggest
+                      else "give this node an interface the other nodes can reach")
+        for name, res in sorted((f.get("resolves") or {}).items()):
+            addrs = res.get("addrs") or []
+            if res.get("error"):
+                make = self.fail if multi else self.warn
+                out.append(make(f"{name} does not resolve: {res['error']}", [node], actual=res["error"],
+                                expected="an address", fix=f"add '<this node's IP> {name}' to /etc/hosts or fix DNS"))
+            elif addrs and all(is_loopback_addr(a) for a in addrs):
+                # gloo binds the address the hostname resolves to: peers would be told 127.x. A warning here;
+                # in a cluster run the names check knows the advertised address and fails it where it matters.
+                out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): gloo and c10d would "
+                                "advertise an address other nodes cannot reach", [node], actual=addrs,
+                                expected="a routable address",
+                                fix=f"map {name} to the node's real IP in /etc/hosts, or {ifname_fix}"))
+        if not routable:
+            make = self.fail if multi else self.warn
+            out.append(make("no interface is up with a non-loopback address: this node cannot reach others", [node],
+                            actual=[i["name"] for i in ifaces], expected="an up, addressed interface",
+                            fix="bring the cluster interface up (ip link set <iface> up) and give it an address"))
+        for i in routable:
+            if i.get("mtu") and i["mtu"] < int(opts.get("min_mtu", 1280)):
+                out.append(self.warn(f"interface {i['name']} has MTU {i['mtu']}", [node], actual=i["mtu"],
+                                     expected=f">= {opts.get('min_mtu', 1280)}",
+                                     fix=f"ip link set {i['name']} mtu 1500  # or the fabric's MTU, same on every node"))
+        if not any(r.level.value in ("fail", "warn") for r in out):
+            names = ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})" for i in routable[:4])
+            out.append(self.passed(f"{host} resolves to a routable address; default route via {default or 'none'}; "
+                                   f"interfaces: {names}", [node], actual=default))
+        return out
