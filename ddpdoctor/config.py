@@ -29,6 +29,7 @@ RUN_KEYS = {
     "gpus_per_node": "GPUs every node must show (too few is a fail); default: the launcher's processes per node",
     "nnodes": "number of nodes expected in the cluster",
     "timeout": "seconds the preflight waits for nodes and network steps",
+    "output_dir": "where result files are written (the resources check measures free disk there)",
 }
 
 

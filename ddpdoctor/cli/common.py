@@ -40,7 +40,7 @@ def error_line(message: str) -> None:
         from rich.console import Console
         from rich.text import Text
 
-        Console(stderr=True, highlight=False).print(Text(f"Error: {text}", style="bold red"))
+        Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Error: {text}", style="bold red"))
     except Exception:  # noqa: BLE001 - the error path must not fail
         print(f"Error: {text}", file=sys.stderr)
 

@@ -85,7 +85,8 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     report_file = common.ensure_writable_file(report_path)
     if perf:
         sets = (*sets, "gpu-perf.enabled=true")
-    run_flags = {"gpus_per_node": gpus_per_node, "nnodes": nnodes, "timeout": timeout}
+    run_flags = {"gpus_per_node": gpus_per_node, "nnodes": nnodes, "timeout": timeout,
+                 "output_dir": str(out_dir.resolve()) if out_dir else None}
     plan = make_plan(only=only, skip=skip, config_path=config_path, sets=sets, run_flags=run_flags)
 
     if _cluster_requested(master, nnodes, local_nodes):

@@ -1,0 +1,132 @@
+"""Packaging and plugins for real: README's plugin example and a broken plugin installed with pip into a
+target directory and run through the CLI; a built wheel installs ddpdoctor_checks and ddpdoctor_trainer."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pip_install(project: Path, target: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(target), str(project)], check=True, capture_output=True, timeout=300)
+
+
+def ddpdoctor(target: Path, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{target}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def write_project(root: Path, name: str, entry_points: str, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{name}"\nversion = "0.3.0"\n\n{entry_points}\n'
+        '[tool.setuptools]\npackages = ["' + '", "'.join(sorted({f.split("/")[0] for f in files})) + '"]\n')
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def readme_plugin_example() -> tuple[str, str]:
+    """The README's plugin code and its entry-point table, exactly as a user would copy them."""
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(# my_checks/hugepages.py\n.*?)```", text, re.S).group(1)
+    toml = re.search(r"```toml\n# pyproject.toml of your distribution\n(.*?)```", text, re.S).group(1)
+    return code, toml
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    base = tmp_path_factory.mktemp("plugins")
+    target = base / "site"
+    code, toml = readme_plugin_example()
+    pip_install(write_project(base / "hp", "ddpdoctor-hugepages", toml,
+                              {"my_checks/__init__.py": "", "my_checks/hugepages.py": code}), target)
+    broken_eps = ('[project.entry-points."ddpdoctor.checks"]\n'
+                  'broken-import = "broken_plugin.bad_import:Nope"\n'
+                  'broken-compare = "broken_plugin.bad_compare:RaisesInCompare"\n')
+    pip_install(write_project(base / "broken", "ddpdoctor-broken-plugin", broken_eps, {
+        "broken_plugin/__init__.py": "",
+        "broken_plugin/bad_import.py": "raise RuntimeError('plugin exploded at import')\n",
+        "broken_plugin/bad_compare.py": (
+            "from ddpdoctor.api import Check\n"
+            "class RaisesInCompare(Check):\n"
+            "    name = 'broken-compare'\n    description = 'raises in compare'\n"
+            "    def gather(self, ctx):\n        return {'x': 1}\n"
+            "    def compare(self, facts_by_node, opts):\n        raise ZeroDivisionError('oops')\n"),
+    }), target)
+    return target
+
+
+@pytest.mark.timeout(300)
+def test_readme_plugin_is_listed_and_runs(plugins):
+    p = ddpdoctor(plugins, "checks")
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if "hugepages" in ln)
+    assert "ddpdoctor-hugepages" in line
+    p = ddpdoctor(plugins, "preflight", "--only", "hugepages", "--json")
+    doc = json.loads(p.stdout)
+    (r,) = doc["results"]
+    assert r["check"] == "hugepages" and r["level"] in ("pass", "warn")
+    mode = json.loads(p.stdout)["nodes"][doc["results"][0]["nodes"][0]]["facts"]["hugepages"]["mode"]
+    assert mode in ("always", "madvise", "never")
+    # An option set on the command line reaches compare: accept nothing, and the same mode warns.
+    p = ddpdoctor(plugins, "preflight", "--only", "hugepages", "--json", "--set", "hugepages.allowed=none")
+    assert json.loads(p.stdout)["results"][0]["level"] == "warn"
+    assert p.returncode == 0  # warnings do not fail
+
+
+@pytest.mark.timeout(300)
+def test_broken_plugins_become_fail_results_not_crashes(plugins):
+    p = ddpdoctor(plugins, "preflight", "--only", "broken-import,broken-compare,env-vars", "--json")
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    results = {r["check"]: r for r in json.loads(p.stdout)["results"]}
+    assert results["broken-import"]["level"] == "fail"
+    assert "ddpdoctor-broken-plugin" in results["broken-import"]["summary"] + results["broken-import"]["fix"]
+    assert "plugin exploded" in json.dumps(results["broken-import"])
+    assert results["broken-compare"]["level"] == "fail" and "ZeroDivisionError" in results["broken-compare"]["summary"]
+    assert results["env-vars"]["level"] in ("pass", "warn")
+    p = ddpdoctor(plugins, "checks")
+    assert p.returncode == 0 and "broken-import" in p.stdout
+
+
+@pytest.mark.timeout(600)
+def test_built_wheel_installs_checks_and_trainer_under_their_own_names(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+                   check=True, capture_output=True, timeout=500)
+    (wheel,) = dist.glob("ddpdoctor-*.whl")
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("ddpdoctor_checks/") for n in names)
+    assert any(n.startswith("ddpdoctor_trainer/") for n in names)
+    assert not any(n.startswith(("checks/", "reference_trainer/", "tests/")) for n in names)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = ("import ddpdoctor, ddpdoctor_checks, ddpdoctor_trainer, ddpdoctor_checks.packages as p\n"
+             "from ddpdoctor import registry\n"
+             "print(ddpdoctor.__file__); print(ddpdoctor_checks.__file__); print(ddpdoctor_trainer.__file__)\n"
+             "print(sorted(lc.name for lc in registry.discover() if not lc.check.description.startswith('(plugin')))\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    for line in lines[:3]:
+        assert line.startswith(str(site)), lines
+    assert "torch-build" in lines[3] and "collective" in lines[3]
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--only", "packages,env-vars", "--json"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and json.loads(p.stdout)["verdict"] == "pass", p.stderr
