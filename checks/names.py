@@ -137,10 +137,14 @@ class NamesCheck(Check):
                             actual=own["error"], expected="the node's routable address",
                             fix=f"add '{adv} {f.get('hostname')}' to /etc/hosts on every node (or fix DNS)")
         elif addrs and all(is_loopback(a) for a in addrs) and adv and not is_loopback(adv):
-            yield self.fail(f"{node}'s hostname {f.get('hostname')!r} resolves to loopback {', '.join(addrs)}",
+            # With GLOO_SOCKET_IFNAME on the right interface gloo no longer asks the hostname; torchrun's
+            # c10d agent still advertises it unless given --local-addr, hence a warning rather than a pass.
+            pinned = iface is not None and env.get("GLOO_SOCKET_IFNAME") == iface
+            yield (self.warn if pinned else self.fail)(f"{node}'s hostname {f.get('hostname')!r} resolves to loopback {', '.join(addrs)}",
                             [node], actual=addrs, expected=adv,
-                            fix=f"in /etc/hosts on {node}, map {f.get('hostname')} to {adv} instead of 127.0.1.1, "
-                                f"or launch with torchrun --local-addr {adv}; set GLOO_SOCKET_IFNAME")
+                            fix=f"in /etc/hosts on {node}, map {f.get('hostname')} to {adv} instead of {addrs[0]}; "
+                                f"or export GLOO_SOCKET_IFNAME={iface or '<iface>'} and launch with torchrun "
+                                f"--local-addr {adv}")
         elif f.get("unique_hostnames") and addrs and adv and adv not in addrs and not is_loopback(adv):
             yield self.warn(f"{node}'s hostname resolves to {', '.join(addrs)}, but peers reach it at {adv}", [node],
                             actual=addrs, expected=adv,

@@ -423,7 +423,10 @@ class Node:
                        for lc in self.plan.phase("collective")}
         self._set(f"cfacts/{name}", {"facts": cfacts, "gather": cgather})
 
-        verdict_deadline = time.monotonic() + self.cfg.timeout
+        # A collective gather may legitimately run up to its own time limit (a process group failing to
+        # connect takes its full timeout): wait that long for the others' results, not only --timeout.
+        collective_s = max((lc.check.timeout_s for lc in self.plan.phase("collective")), default=0.0) if go["go"] else 0.0
+        verdict_deadline = time.monotonic() + max(self.cfg.timeout, collective_s + GRACE_S)
         if is_master:
             cnodes, cdead = self._collect("cfacts", view, verdict_deadline)
             doc = self._verdict(view, all_nodes, dead, cnodes, cdead)
@@ -472,7 +475,7 @@ class Node:
             now = time.monotonic()
             if now >= until:
                 for nm in waiting:
-                    dead[nm] = f"sent no {what} within {self.cfg.timeout:g} s"
+                    dead[nm] = f"sent no {what} within {max(0.0, until - self.start):.0f} s of the start"
                 break
             if now - last_liveness > 1.0:  # a killed node's probe listener refuses: no need to wait it out
                 last_liveness = now
