@@ -21,13 +21,19 @@ class ClockSkewCheck(Check):
         "warn_ms": Option(100.0, "offset above this many ms is a warning"),
         "fail_ms": Option(1000.0, "offset above this many ms is a failure"),
         "samples": Option(8, "request/reply samples per node; the smallest round trip wins"),
+        "reply_timeout_s": Option(5.0, "seconds the master's time echo may take to answer"),
     }
 
     def gather(self, ctx) -> dict:
         view = ctx.cluster
         if view.me["name"] == view.master["name"]:
             return {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0, "samples": 0, "reference": True}
-        samples = time_exchange(view.master["addr"], view.master["probe_port"], int(ctx.opts.get("samples", 8)))
+        try:
+            samples = time_exchange(view.master["addr"], view.master["probe_port"], int(ctx.opts.get("samples", 8)),
+                                    timeout=float(ctx.opts.get("reply_timeout_s", 5.0)))
+        except OSError as exc:
+            # The mesh check judges reachability; here it only means no clock measurement.
+            return {"offset_ms": None, "error": f"{type(exc).__name__}: {exc}", "samples": 0, "reference": False}
         best = best_sample(samples)
         # The sample's offset is master minus this node; report this node minus the master (positive: ahead).
         return {"offset_ms": round(-best.offset_ms, 3), "bound_ms": round(best.rtt_ms / 2, 3),
@@ -39,7 +45,9 @@ class ClockSkewCheck(Check):
         def judge(node, f):
             off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0
             if off is None:
-                yield self.skip("no clock sample", [node])
+                yield self.warn(f"no clock sample from {node}: {f.get('error') or 'no answer'}", [node],
+                                actual=f.get("error"), expected="the master's time echo answers",
+                                fix="see the mesh check for the link to the master; rerun the preflight")
                 return
             if f.get("reference"):
                 yield self.passed("reference clock (the master)", [node], actual=0.0)

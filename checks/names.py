@@ -65,7 +65,10 @@ class NamesCheck(Check):
         own = _timed("forward", hostname, lambda: _forward(hostname))
         unique_hosts = len({n["host"] for n in view.nodes}) == len(view.nodes)
         jobs = []
-        for node in view.nodes:
+        # The same peers the mesh probes (all of them up to 64 nodes, ring + random beyond) plus the master:
+        # every node resolving every other one would be N^2 queries against one DNS server.
+        sample = {n["name"]: n for n in [*view.peers_to_probe(), view.master, me]}
+        for node in sample.values():
             jobs.append(("reverse", node["addr"], node["name"]))
             if unique_hosts:
                 jobs.append(("forward", node["host"], node["name"]))

@@ -40,6 +40,9 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: every node probing the master at once would overflow it, and
+    # the kernel's dropped SYNs would read as a firewall DROP (timed out) on a perfectly good link.
+    request_queue_size = 4096
 
 
 class ProbeServer:
