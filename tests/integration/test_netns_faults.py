@@ -150,23 +150,34 @@ def test_hostname_on_loopback_breaks_gloo_and_is_explained(fabric):
     (["-j", "DROP"], "timed out"),
     (["-j", "REJECT", "--reject-with", "tcp-reset"], "refused"),
 ])
-def test_firewall_on_one_node_is_named(fabric, rule, word):
+def test_firewall_between_two_workers_names_the_directed_pair(fabric, rule, word):
     fab = fabric(3)
-    # Node 2 accepts nothing new from its peers, but may still dial out (to the master's store).
-    fab.in_node(2, "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-s", f"{SUBNET}.0/24", *rule)
+    # Worker 2 accepts nothing new from worker 1; the master and everything else still get through.
+    fab.in_node(2, "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-s", fab.addr(1), *rule)
+    res = run_cluster(fab)
+    code, doc, err = res[0]
+    assert code == 1, err[-2000:]
+    by_addr = {n["addr"]: name for name, n in doc["nodes"].items()}
+    (fail,) = link_failures(doc)
+    assert (fail["details"]["src"], fail["details"]["dst"]) == (by_addr[fab.addr(1)], by_addr[fab.addr(2)])
+    assert word in fail["summary"] and "iptables" in fail["fix"]
+    assert sorted(fail["nodes"]) == sorted([by_addr[fab.addr(1)], by_addr[fab.addr(2)]])
+    # The collective is not attempted over a broken mesh, and every node prints the same verdict.
+    assert all(r[0] == 1 for r in res), [r[2][-500:] for r in res]
+    coll = [r for r in doc["results"] if r["check"] == "collective"]
+    assert coll and all(r["level"] == "skip" for r in coll), coll
+
+
+@pytest.mark.timeout(180)
+def test_firewall_on_one_node_fails_every_link_into_it(fabric):
+    fab = fabric(3)
+    fab.in_node(2, "iptables", "-A", "INPUT", "-p", "tcp", "--syn", "-s", f"{SUBNET}.0/24", "-j", "DROP")
     res = run_cluster(fab)
     code, doc, err = res[0]
     assert code == 1, err[-2000:]
     fails = link_failures(doc)
-    assert fails, doc["results"]
-    odd = {r["details"]["dst"] for r in fails}
-    assert len(odd) == 1, fails  # every broken link points at one node: the firewalled one
-    (victim,) = odd
-    assert doc["nodes"][victim]["addr"] == fab.addr(2)
-    for r in fails:
-        assert word in r["summary"] and r["fix"] and "iptables" in r["fix"]
-    # The collective is not attempted over a broken mesh, and every node prints the same verdict.
-    assert all(r[0] == 1 for r in res), [r[2][-500:] for r in res]
+    assert {r["details"]["dst"] for r in fails} == {next(n for n, v in doc["nodes"].items() if v["addr"] == fab.addr(2))}
+    assert len(fails) == 2 and all("timed out" in r["summary"] for r in fails)
 
 
 @pytest.mark.timeout(180)
