@@ -1,1 +1,1 @@
-"""nccl-bench: collective descriptors, bus-bandwidth formulas and the timing harness."""
+"""nccl-bench: collective benchmarks on torch.distributed with nccl-tests' definitions (see ops.py)."""

@@ -1,0 +1,94 @@
+"""Starting the benchmark's ranks: in this process under a launcher, or through torch's elastic launcher.
+
+Under torchrun/srun (RANK and WORLD_SIZE in the environment) this process is one rank. Otherwise
+``ddpdoctor nccl-bench`` starts ``nproc`` local ranks with torch.distributed.launcher.api.elastic_launch
+(torchrun's own machinery: c10d rendezvous, worker monitoring, error files), across nodes when given
+``--master/--nnodes``. A rank that dies is named from torch's ChildFailedError (rank, host, exit code).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import uuid
+from dataclasses import dataclass
+
+from ..errors import DdpdoctorError
+from .worker import CONFIG_ENV, main as worker_main
+
+
+class BenchFailed(DdpdoctorError):
+    exit_code = 1
+
+
+@dataclass
+class LaunchPlan:
+    nproc: int
+    nnodes: int = 1
+    master: str | None = None  # HOST:PORT of the c10d rendezvous; default: this machine, a free port
+    node_rank: int | None = None
+    rdzv_timeout_s: int = 120
+
+
+def under_launcher(env=os.environ) -> bool:
+    return "RANK" in env and "WORLD_SIZE" in env
+
+
+def _free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def run_in_this_process(cfg: dict) -> None:
+    worker_main(cfg)
+
+
+def launch(cfg: dict, plan: LaunchPlan) -> None:
+    """Start the ranks through torch's launcher; the config travels as a JSON file named in the env."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    run_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
+    cfg_path = os.path.join(run_dir, "config.json")
+    with open(cfg_path, "w") as fh:
+        json.dump(cfg, fh)
+    endpoint = plan.master or _free_endpoint()
+    lc = LaunchConfig(
+        min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc,
+        run_id=f"ddpdoctor-bench-{uuid.uuid5(uuid.NAMESPACE_DNS, endpoint).hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint=endpoint, rdzv_timeout=plan.rdzv_timeout_s,
+        rdzv_configs={"rank": plan.node_rank} if plan.node_rank is not None else {},
+        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(run_dir, "logs")),
+    )
+    os.environ[CONFIG_ENV] = cfg_path
+    try:
+        elastic_launch(lc, _entry)()
+    except ChildFailedError as exc:
+        raise BenchFailed(describe_failure(exc)) from None
+
+
+def _entry() -> int:
+    return worker_main(None)
+
+
+def describe_failure(exc) -> str:
+    """The first rank that failed, from torch's own failure record: rank, host, exit code or signal, error."""
+    rank, failure = exc.get_first_failure()
+    code = failure.exitcode
+    how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+    if failure.signal_name() not in ("", "<N/A>") and code is not None and code < 0:
+        how = f"was killed by {failure.signal_name()}"
+    message = ""
+    if isinstance(failure.message, dict):
+        message = str((failure.message.get("message") or {}).get("message", "")).splitlines()[0:1]
+        message = message[0] if message else ""
+    elif failure.message:
+        message = str(failure.message).splitlines()[0]
+    host = getattr(failure, "hostname", None) or socket.gethostname()
+    others = sorted(r for r in exc.failures if r != rank)
+    tail = f"; ranks {', '.join(map(str, others))} stopped after it" if others else ""
+    return f"rank {rank} on {host} {how}" + (f": {message}" if message else "") + tail

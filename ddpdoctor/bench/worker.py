@@ -1,0 +1,213 @@
+"""One benchmark rank, as torchrun, srun or torch's elastic launcher starts it: join, sweep, localise, report.
+
+Reads the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). Global rank 0 writes
+the nccl-bench document (JSON) to the configured path; the CLI renders it. Every collective runs under the
+process-group timeout, so a rank that dies or hangs ends the run instead of hanging it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict
+
+from .. import model
+from . import localise
+from .harness import BenchConfig, Context, measure, summary, sweep
+
+CONFIG_ENV = "DDPDOCTOR_BENCH_CONFIG"
+RANKS_PER_NODE_ENV = "DDPDOCTOR_BENCH_TEST_RANKS_PER_NODE"  # test hook: pretend every K ranks are a node
+HOST_BYTES = 64
+
+
+def _device(backend: str):
+    import torch
+
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def _hostnames(device) -> list[str]:
+    """Every rank's hostname, exchanged as fixed-size byte tensors (no pickled objects)."""
+    import torch
+    import torch.distributed as dist
+
+    raw = socket.gethostname().encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
+    mine = torch.tensor(list(raw), dtype=torch.uint8, device=device)
+    out = torch.empty(HOST_BYTES * dist.get_world_size(), dtype=torch.uint8, device=device)
+    from .ops import _all_gather
+
+    _all_gather(out, mine)
+    data = bytes(out.cpu().tolist())
+    return [data[i:i + HOST_BYTES].rstrip(b"\0").decode(errors="replace") for i in range(0, len(data), HOST_BYTES)]
+
+
+def node_of_ranks(hosts: list[str]) -> list[str]:
+    k = int(os.environ.get(RANKS_PER_NODE_ENV, "0") or 0)
+    if k > 0:
+        return [f"node{r // k}" for r in range(len(hosts))]
+    return hosts
+
+
+def _progress(cfg: BenchConfig, rank: int, total: int):
+    if rank != 0 or not cfg.progress or not sys.stderr.isatty():
+        return None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True, console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
+    bar.start()
+    task = bar.add_task("nccl-bench", total=total)
+    return bar, task
+
+
+def _wave(cfg: BenchConfig, device, nodes_of_rank: list[str], pairs: list[tuple[str, str]]) -> dict:
+    """Disjoint pairs of nodes, benchmarked at once; returns {pair: busbw} (known on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    groups = []
+    for a, b in pairs:  # every rank creates every group, in the same order, as torch requires
+        ranks = [r for r, nd in enumerate(nodes_of_rank) if nd in (a, b)]
+        groups.append((ranks, dist.new_group(ranks, timeout=datetime.timedelta(seconds=cfg.timeout_s))))
+    figures = torch.zeros(len(pairs), dtype=torch.float64, device=device)
+    for i, (ranks, group) in enumerate(groups):
+        if rank in ranks:
+            row = measure("all_reduce", cfg.localise_bytes, Context(device, group), cfg, group_label="pair")
+            if row is not None and rank == ranks[0]:
+                figures[i] = (row.in_place or row.out_of_place)["busbw_gbs"]
+    dist.all_reduce(figures)  # only the first rank of each pair contributed: the sum is its figure
+    return {pair: float(v) for pair, v in zip(pairs, figures.tolist())}
+
+
+def _split_waves(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    waves: list[list[tuple[str, str]]] = []
+    for pair in pairs:
+        for wave in waves:
+            if not any(set(pair) & set(p) for p in wave):
+                wave.append(pair)
+                break
+        else:
+            waves.append([pair])
+    return waves
+
+
+def run_localisation(cfg: BenchConfig, device, nodes_of_rank: list[str]) -> tuple[list[dict], dict | None]:
+    """Intra-node and inter-node all_reduce rows, then the pairwise hunt when there are 3+ nodes."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    nodes = list(dict.fromkeys(nodes_of_rank))
+    rows = []
+    intra_groups = [(nd, [r for r, x in enumerate(nodes_of_rank) if x == nd]) for nd in nodes]
+    made = [(nd, ranks, dist.new_group(ranks)) for nd, ranks in intra_groups]
+    for nd, ranks, group in made:
+        if rank in ranks and len(ranks) > 1:
+            row = measure("all_reduce", cfg.localise_bytes, Context(device, group), cfg, group_label="intra")
+            if row is not None and rank == ranks[0]:
+                row.extra["node"] = nd
+                rows.append(row)
+    leaders = [ranks[0] for _, ranks in intra_groups]
+    inter = dist.new_group(leaders)
+    if len(leaders) > 1 and rank in leaders:
+        row = measure("all_reduce", cfg.localise_bytes, Context(device, inter), cfg, group_label="inter")
+        if row is not None and rank == 0:
+            rows.append(row)
+    found = None
+    if len(nodes) >= 3:
+        round1: dict = {}
+        for wave in _split_waves(localise.pairings(nodes)):
+            round1.update(_wave(cfg, device, nodes_of_rank, wave))
+        labels = {f"{a}+{b}": (a, b) for a, b in round1}
+        low = [labels[k] for k in localise.outliers({f"{a}+{b}": v for (a, b), v in round1.items()}, cfg.threshold)]
+        round2: dict = {}
+        for wave in _split_waves(localise.retest_pairings(round1, low)):
+            round2.update(_wave(cfg, device, nodes_of_rank, wave))
+        found = localise.judge(round1, round2, cfg.threshold)
+    # Only each group's first rank holds its rows: bring them to rank 0 as JSON through the store-free path.
+    return _gather_rows(rows, device), found
+
+
+def _gather_rows(rows, device) -> list[dict]:
+    """Rows held by various ranks -> rank 0, as JSON bytes in a padded uint8 tensor."""
+    import torch
+    import torch.distributed as dist
+
+    blob = json.dumps([asdict(r) for r in rows]).encode()
+    size = torch.tensor([len(blob)], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = max(int(s.item()) for s in sizes) or 1
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if blob:
+        mine[:len(blob)] = torch.tensor(list(blob), dtype=torch.uint8, device=device)
+    everyone = [torch.zeros_like(mine) for _ in sizes]
+    dist.all_gather(everyone, mine)
+    out: list[dict] = []
+    for s, t in zip(sizes, everyone):
+        n = int(s.item())
+        if n:
+            out.extend(json.loads(bytes(t[:n].cpu().tolist())))
+    return out
+
+
+def main(cfg_dict: dict | None = None) -> int:
+    """Entry point of one rank (elastic_launch calls it; `ddpdoctor nccl-bench` under torchrun too)."""
+    import torch.distributed as dist
+
+    if cfg_dict is None:
+        with open(os.environ[CONFIG_ENV]) as fh:
+            cfg_dict = json.load(fh)
+    cfg = BenchConfig(**cfg_dict)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    device = _device(cfg.backend)
+    started = time.perf_counter()
+    dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout_s),
+                            device_id=device if device.type == "cuda" else None)
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        hosts = _hostnames(device)
+        ctx = Context(device)
+        prog = _progress(cfg, rank, len(cfg.ops) * len(cfg.sizes))
+
+        def tick(row) -> None:
+            if prog:
+                prog[0].advance(prog[1])
+
+        try:
+            rows = [asdict(r) for r in sweep(ctx, cfg, on_row=tick)]
+        finally:
+            if prog:
+                prog[0].stop()
+        loc_rows, found = run_localisation(cfg, device, node_of_ranks(hosts)) if cfg.localise else ([], None)
+        if rank == 0 and cfg.result_path:
+            doc = document(cfg, rows + loc_rows, found, hosts, world, time.perf_counter() - started)
+            model.dump(doc, cfg.result_path)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list[str], world: int, wall: float) -> dict:
+    nodes = list(dict.fromkeys(node_of_ranks(hosts)))
+    summ = summary([r for r in rows if r.get("group") == "all"])
+    failed = (summ["wrong"] > 0 or (cfg.min_busbw is not None and summ["avg_busbw_gbs"] < cfg.min_busbw)
+              or bool(found and found.get("suspects")))
+    verdict = "fail" if failed else "pass"
+    return model.envelope(
+        "nccl-bench",
+        run={"backend": cfg.backend, "world_size": world, "nnodes": len(nodes),
+             "nproc_per_node": world // max(1, len(nodes)), "dtype": cfg.dtype, "ops": cfg.ops,
+             "min_bytes": min(cfg.sizes), "max_bytes": max(cfg.sizes), "sizes": cfg.sizes, "warmup": cfg.warmup,
+             "iters": cfg.iters, "graph": cfg.graph, "check": cfg.check, "min_busbw": cfg.min_busbw,
+             "wall_s": round(wall, 3)},
+        hosts={str(r): h for r, h in enumerate(hosts)},
+        rows=rows, summary=summ, expected={}, localisation=found,
+        verdict=verdict, exit_code=model.EXIT_FAIL if failed else model.EXIT_OK, error=None,
+    )

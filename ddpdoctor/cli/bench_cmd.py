@@ -1,0 +1,112 @@
+"""`ddpdoctor nccl-bench`: parse flags into a BenchConfig, start the ranks, render rank 0's document."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import click
+
+from ..errors import UsageError
+from . import common
+
+OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@click.command("nccl-bench")
+@click.option("-b", "--min-bytes", default="8M", show_default=True, help="Smallest message (K/M/G suffixes).")
+@click.option("-e", "--max-bytes", default="64M", show_default=True, help="Largest message.")
+@click.option("-f", "--step-factor", type=float, default=2.0, show_default=True, help="Multiply the size by this each step.")
+@click.option("-d", "--dtype", default="float32", show_default=True, help=f"One of {', '.join(DTYPE_NAMES)}.")
+@click.option("-w", "--warmup", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("-n", "--iters", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("-c", "--check/--no-check", default=True, show_default=True, help="Verify every result (#wrong).")
+@click.option("--op", "ops", default="all_reduce", show_default=True,
+              help=f"Comma-separated collectives, or 'all': {', '.join(OP_NAMES)}.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="auto: NCCL where GPUs are present, gloo on CPU.")
+@click.option("--nproc", type=click.IntRange(min=1), help="Local ranks to start (default: one per GPU, 2 on CPU).")
+@click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER", help="c10d rendezvous endpoint across nodes.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank (default: assigned by the rendezvous).")
+@click.option("--graph", is_flag=True, help="Capture the timed loop in a CUDA graph (NCCL only), like nccl-tests -G.")
+@click.option("--min-busbw", type=float, help="Fail when the average bus bandwidth (GB/s) is below this.")
+@click.option("--spread", is_flag=True, help="Also time every iteration: p50, p99 and cv%.")
+@click.option("--localise", is_flag=True, help="Intra- vs inter-node figures and the slow-node hunt by node pairs.")
+@click.option("--localise-size", default="16M", show_default=True, help="Message size of the --localise runs.")
+@click.option("--threshold", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+              help="With --localise: a pair or node under this fraction of the median is slow.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds any collective may take before the run is abandoned.")
+@common.output_options
+def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
+               node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path):
+    """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation."""
+    from .. import model
+    from ..bench.harness import BenchConfig
+    from ..bench.launch import LaunchPlan, launch, run_in_this_process, under_launcher
+    from ..bench.sizes import parse_size, sweep
+
+    out_dir = common.ensure_writable_dir(output_dir)
+    report_file = common.ensure_writable_file(report_path)
+    names = list(OP_NAMES) if ops.strip() == "all" else [o.strip() for o in ops.split(",") if o.strip()]
+    unknown = [o for o in names if o not in OP_NAMES]
+    if unknown or not names:
+        raise UsageError(f"--op {ops!r}: unknown collective {', '.join(unknown) or '(none)'}; known: {', '.join(OP_NAMES)}")
+    if dtype not in DTYPE_NAMES:
+        raise UsageError(f"-d/--dtype {dtype!r}: unknown; known: {', '.join(DTYPE_NAMES)}")
+    sizes = sweep(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
+    cuda = _has_cuda()
+    if backend == "auto":
+        backend = "nccl" if cuda else "gloo"
+    if backend == "nccl" and not cuda:
+        raise UsageError("--backend nccl needs CUDA GPUs, and torch sees none here (use --backend gloo)")
+    if graph and backend != "nccl":
+        raise UsageError("--graph captures the loop in a CUDA graph: it needs CUDA and the NCCL backend")
+    launched = under_launcher()
+    if launched and (nproc or master):
+        raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
+    if nnodes > 1 and not master:
+        raise UsageError("--nnodes above 1 needs --master HOST:PORT (the same on every node)")
+    if nproc is None:
+        nproc = _gpu_count() if backend == "nccl" else 2
+    result = os.path.join(tempfile.mkdtemp(prefix="ddpdoctor-bench-"), "bench.json")
+    cfg = BenchConfig(ops=names, sizes=sizes, dtype=dtype, warmup=warmup, iters=iters, check=check, graph=graph,
+                      spread=spread, backend=backend, timeout_s=timeout, min_busbw=min_busbw, localise=localise,
+                      localise_bytes=parse_size(localise_size, "--localise-size"),
+                      threshold=threshold, result_path=result, progress=not as_json and not common.STATE.quiet)
+    if launched:
+        run_in_this_process(cfg.to_json())
+        if int(os.environ.get("RANK", "0")) != 0:
+            return 0  # rank 0 speaks for the job
+    else:
+        launch(cfg.to_json(), LaunchPlan(nproc=nproc, nnodes=nnodes, master=master, node_rank=node_rank))
+    if not os.path.exists(result):
+        return 0  # a node other than the one holding global rank 0
+    doc = model.load(result)
+    if out_dir is not None:
+        model.dump(doc, out_dir / "nccl-bench.json")
+    common.write_report([doc], report_file)
+    if as_json:
+        common.print_json(doc)
+    else:
+        from ..bench.render import render
+
+        render(doc, common.console())
+    return doc["exit_code"]
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())

@@ -1,0 +1,118 @@
+"""nccl-bench end to end on gloo: real ranks started by torch's elastic launcher, checked data, JSON rows
+consistent with nccl-tests' formulas, corruption and a dying rank, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpdoctor.bench.ops import OPS, busbw_gbs
+
+ALL = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,sendrecv"
+
+
+def bench(*args, env=None, timeout=240):
+    return subprocess.run([sys.executable, "-m", "ddpdoctor", "nccl-bench", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_every_op_checked_and_consistent(nproc, tmp_path):
+    p = bench("--backend", "gloo", "--nproc", str(nproc), "--op", ALL, "-b", "4K", "-e", "64K", "-f", "4",
+              "-w", "1", "-n", "3", "--json", "--output", str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["kind"] == "nccl-bench" and doc["verdict"] == "pass" and doc["summary"]["wrong"] == 0
+    assert doc["run"]["world_size"] == nproc and len(doc["hosts"]) == nproc
+    seen = {r["op"] for r in doc["rows"]}
+    assert seen == set(ALL.split(","))
+    for r in doc["rows"]:
+        op = OPS[r["op"]]
+        for form in ("out_of_place", "in_place"):
+            f = r[form]
+            if form not in op.forms:
+                assert f is None, r
+                continue
+            assert f["wrong"] == 0, r
+            t = f["time_us"] / 1e6
+            assert f["algbw_gbs"] == pytest.approx(r["size"] / t / 1e9, rel=2e-3, abs=2e-4)
+            assert f["busbw_gbs"] == pytest.approx(busbw_gbs(r["op"], r["size"], t, nproc), rel=2e-3, abs=2e-4)
+            assert f["time_us_max"] >= f["time_us"] * 0.999
+        assert r["size"] == op.bytes_moved(r["count"], 4, nproc)
+    assert (tmp_path / "nccl-bench.json").exists()
+
+
+@pytest.mark.timeout(240)
+def test_terminal_table_and_spread():
+    p = bench("--backend", "gloo", "--nproc", "2", "-b", "64K", "-e", "64K", "-n", "4", "-w", "1", "--spread", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    row = json.loads(p.stdout)["rows"][0]
+    assert set(row["spread"]) == {"p50_us", "p99_us", "cv_pct"} and row["spread"]["p99_us"] > 0
+    p = bench("--backend", "gloo", "--nproc", "2", "-b", "64K", "-e", "128K", "-n", "2", "-w", "1")
+    assert p.returncode == 0
+    assert "#       size         count      type   redop" in p.stdout
+    assert "# Out of bounds values : 0 OK" in p.stdout and "# Avg bus bandwidth" in p.stdout
+
+
+@pytest.mark.timeout(240)
+def test_corrupted_result_is_counted_and_fails():
+    p = bench("--backend", "gloo", "--nproc", "2", "--op", "all_reduce,all_gather", "-b", "8K", "-e", "8K",
+              "-n", "2", "-w", "1", "--json", env={"DDPDOCTOR_BENCH_TEST_CORRUPT_RANK": "1"})
+    assert p.returncode == 1, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "fail" and doc["summary"]["wrong"] == 3  # one element per checked column
+    assert all((r[f] or {}).get("wrong") in (None, 1) for r in doc["rows"] for f in ("out_of_place", "in_place"))
+
+
+@pytest.mark.timeout(240)
+def test_min_busbw_floor_fails():
+    p = bench("--backend", "gloo", "--nproc", "2", "-b", "8K", "-e", "8K", "-n", "2", "-w", "1", "--min-busbw", "1e6",
+              "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["verdict"] == "fail"
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_rank_is_named_in_bounded_time():
+    start = time.monotonic()
+    p = bench("--backend", "gloo", "--nproc", "3", "-b", "8K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1",
+              "--timeout", "20", env={"DDPDOCTOR_BENCH_TEST_DIE_RANK": "2", "DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES": "65536"})
+    elapsed = time.monotonic() - start
+    assert p.returncode == 1, p.stderr[-2000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
+    assert lines and "rank 2" in lines[-1] and ("SIGKILL" in lines[-1] or "signal 9" in lines[-1]), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr.split("Error:")[-1]
+    assert elapsed < 20 + 60
+
+
+@pytest.mark.timeout(300)
+def test_localisation_names_the_slow_node():
+    # 6 ranks as 6 "nodes" of one rank each; rank 3 sleeps before every op.
+    p = bench("--backend", "gloo", "--nproc", "6", "-b", "64K", "-e", "64K", "-n", "3", "-w", "1", "--localise", "--localise-size", "64K",
+              "--no-check", "--json",
+              env={"DDPDOCTOR_BENCH_TEST_RANKS_PER_NODE": "1", "DDPDOCTOR_BENCH_TEST_SLOW_RANK": "3"}, timeout=280)
+    assert p.returncode == 1, p.stderr[-3000:]
+    loc = json.loads(p.stdout)["localisation"]
+    assert [s["node"] for s in loc["suspects"]] == ["node3"], loc
+    assert any(pair["suspect"] and "node3" in pair["nodes"] for pair in loc["pairs"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-b", "1M", "-e", "64K"], "above"),
+    (["-b", "0"], "positive"),
+    (["-e", "-5M"], "positive"),
+    (["--op", "all_gatherz"], "unknown collective"),
+    (["-d", "complex128"], "unknown"),
+    (["--graph", "--backend", "gloo"], "CUDA graph"),
+    (["--backend", "nccl"], "CUDA"),
+    (["--nnodes", "2"], "--master"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    p = bench(*args, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0], p.stderr
