@@ -1,1 +1,1 @@
-"""run-trainer: torchrun launch configuration, error files and the post-mortem."""
+"""run-trainer: launching a DDP job through torchrun with diagnosable hygiene, and explaining its failures."""

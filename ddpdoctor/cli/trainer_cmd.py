@@ -1,0 +1,85 @@
+"""`ddpdoctor run-trainer`: preflight gate, then torchrun with error files and per-rank logs, then the root cause."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from . import common
+
+
+@click.command("run-trainer", context_settings={"ignore_unknown_options": False})
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, envvar="DDPDOCTOR_NNODES")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+              envvar="DDPDOCTOR_NPROC_PER_NODE", help="Processes (ranks) on this node; one per GPU usually.")
+@click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
+              help="c10d rendezvous endpoint, the same on every node (needed with --nnodes > 1).")
+@click.option("--local-addr", metavar="ADDR", help="Address this node's agent advertises (torchrun --local-addr).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True, envvar="DDPDOCTOR_MAX_RESTARTS")
+@click.option("--run-dir", default="ddpdoctor-run", show_default=True, envvar="DDPDOCTOR_RUN_DIR",
+              help="Logs, error files, snapshots, metrics and run.json.")
+@click.option("--rdzv-id", help="Rendezvous id (default: derived from --master and --nnodes, identical on every node).")
+@click.option("--hang-timeout", type=float, envvar="DDPDOCTOR_HANG_TIMEOUT",
+              help="No rank progressing for this many seconds: dump stacks, name the rank behind, stop the job.")
+@click.option("--steps", type=click.IntRange(min=1), help="Reference trainer: optimizer steps (same as -- --steps N).")
+@click.option("--no-preflight", is_flag=True, help="Launch without running the preflight first.")
+@click.option("--force", is_flag=True, help="Launch even when the preflight fails.")
+@click.option("--preflight-args", default="", help="Extra arguments for the preflight, e.g. \"--skip gpu-perf\".")
+@common.output_options
+@click.argument("script_and_args", nargs=-1, type=click.UNPROCESSED)
+def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, hang_timeout, steps,
+                no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
+    """Run the reference DDP trainer (or `-- your_script.py args`) under torchrun, then explain any failure.
+
+    \b
+    Examples:
+      ddpdoctor run-trainer --nproc-per-node 2 --steps 50
+      ddpdoctor run-trainer --nnodes 2 --nproc-per-node 8 --master node0:29500 -- train.py --lr 3e-4
+    """
+    from .. import model
+    from ..launch.config import TrainerConfig, validate
+    from ..launch.gate import run_preflight
+    from ..launch.render import render
+    from ..launch.run import launch
+
+    out_dir = common.ensure_writable_dir(output_dir)
+    report_file = common.ensure_writable_file(report_path)
+    args = list(script_and_args)
+    script = None
+    if args and args[0].endswith(".py"):
+        script, args = args[0], args[1:]
+    elif args and not args[0].startswith("-"):
+        raise UsageError(f"{args[0]!r}: expected a Python script (.py) or trainer options after --")
+    if steps is not None:
+        if script:
+            raise UsageError("--steps is the reference trainer's; pass your script's own options after it")
+        args = ["--steps", str(steps), *args]
+    try:
+        extra_preflight = shlex.split(preflight_args)
+    except ValueError as exc:
+        raise UsageError(f"--preflight-args: {exc}") from exc
+    cfg = validate(TrainerConfig(nnodes=nnodes, nproc_per_node=nproc_per_node, master=master, local_addr=local_addr,
+                                 max_restarts=max_restarts, run_dir=run_dir, rdzv_id=rdzv_id, hang_timeout=hang_timeout,
+                                 preflight="skipped" if no_preflight else "ran", preflight_args=extra_preflight,
+                                 script=script, script_args=args))
+    pre = None
+    if not no_preflight:
+        pre = run_preflight(cfg, quiet=as_json or common.STATE.quiet)
+        if pre["verdict"] == "fail":
+            if not force:
+                common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
+                return model.EXIT_FAIL
+            cfg.preflight = "forced"
+    doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json)
+    doc["preflight"] = pre
+    model.dump(doc, Path(cfg.run_dir) / "run.json")
+    if out_dir is not None:
+        model.dump(doc, out_dir / "run.json")
+    common.write_report([doc], report_file)
+    if as_json:
+        common.print_json(doc)
+    else:
+        render(doc, common.console())
+    return doc["exit_code"]

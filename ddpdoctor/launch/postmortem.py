@@ -1,0 +1,268 @@
+"""Post-mortem of a torchrun job: which rank failed first, on which host, why, and what to do.
+
+Sources, all written by torch itself: the agent's failure summary (rank, host, exit code, error file),
+every rank's error.json (@record: exception, traceback, timestamp) and its stderr log. The root cause is the
+earliest real failure; ranks the agent stopped (SIGTERM) and ranks whose collective broke because a peer
+died or timed out are consequences, listed as such.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+TAIL_LINES = 40
+
+# (category, pattern, fix); the first match wins, so the specific ones come first.
+RULES = [
+    ("launcher_env", re.compile(r"environment variable (WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT) expected"),
+     "launch with torchrun (or `ddpdoctor run-trainer`), which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
+    ("cuda", re.compile(r"invalid device ordinal", re.I),
+     "use LOCAL_RANK, not RANK, for the device: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"),
+    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
+     "reduce the micro-batch size (raise gradient accumulation to keep the global batch), or use activation checkpointing"),
+    ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error", re.I),
+     "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check `ddpdoctor preflight --only gpu,gpu-health` on that host"),
+    ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout|DistBackendError.*timeout", re.I),
+     "a rank stopped participating in a collective: look for the rank that was behind (hang watchdog, stacks), "
+     "or raise the timeout only if the work is legitimately slow"),
+    ("nccl", re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL communicator", re.I),
+     "run `ddpdoctor preflight` across the nodes and `ddpdoctor nccl-bench`; rerun with NCCL_DEBUG=INFO for the first NCCL WARN"),
+]
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
+                       r"Socket Timeout|recvBytes|Connection refused|ProcessGroupGloo.*(closed|reset)", re.I)
+
+
+@dataclass
+class RankFailure:
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    exit_code: int | None
+    signal: str | None = None
+    attempt: int = 0
+    timestamp: float | None = None
+    category: str = "unknown"
+    error_type: str | None = None
+    message: str | None = None
+    location: str | None = None
+    fix: str = ""
+    traceback: str = ""
+    log_tail: str = ""
+    victim: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Verdict:
+    root_cause: RankFailure | None
+    consequences: list[RankFailure] = field(default_factory=list)
+    attempts: list[dict] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- reading torch's records
+SUMMARY_BLOCK = re.compile(
+    r"\[\d+\]:\s*\n\s*time\s*:\s*(?P<time>\S+)\s*\n\s*host\s*:\s*(?P<host>\S+)\s*\n\s*rank\s*:\s*(?P<rank>-?\d+)\s*"
+    r"\(local_rank:\s*(?P<local>-?\d+)\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)[^\n]*\n\s*error_file\s*:\s*(?P<file>[^\n]+)")
+
+
+def parse_agent_summary(text: str) -> list[dict]:
+    """torchrun's ChildFailedError table: one dict per failed rank."""
+    out = []
+    for m in SUMMARY_BLOCK.finditer(text or ""):
+        out.append({"time": m["time"], "host": m["host"], "rank": int(m["rank"]), "local_rank": int(m["local"]),
+                    "exit_code": int(m["code"]), "error_file": m["file"].strip()})
+    return out
+
+
+def read_error_file(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    msg = data.get("message")
+    if isinstance(msg, dict):
+        extra = msg.get("extraInfo") or {}
+        return {"message": str(msg.get("message", "")), "traceback": str(extra.get("py_callstack", "")),
+                "timestamp": _float(extra.get("timestamp"))}
+    return {"message": str(msg or ""), "traceback": "", "timestamp": None}
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = RANK_PREFIX.sub("", path.read_text(errors="replace"))
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def last_traceback(text: str) -> str:
+    """The last `Traceback (most recent call last):` block of a log, up to its exception line."""
+    idx = text.rfind("Traceback (most recent call last):")
+    if idx < 0:
+        return ""
+    block = text[idx:].splitlines()
+    out = [block[0]]
+    for line in block[1:]:
+        out.append(line)
+        if line and not line.startswith((" ", "\t")):
+            break
+    return "\n".join(out)
+
+
+def _float(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- judging one rank
+# Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?", re.M)  # torch prefixes every worker line with its rank
+LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic")
+
+
+def user_frame(tb: str) -> str | None:
+    """file:line of the innermost frame that is not a library's: where the user's code failed."""
+    frames = [m for m in FRAME.finditer(tb or "")]
+    for m in reversed(frames):
+        if not any(part in m["file"] for part in LIBRARY):
+            return f"{m['file']}:{m['line']}"
+    return f"{frames[-1]['file']}:{frames[-1]['line']}" if frames else None
+
+
+def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
+    """('ValueError', 'bad shape') from an error file's message or a traceback's last line."""
+    text = (message or "").strip() or (tb.strip().splitlines()[-1] if tb.strip() else "")
+    first = text.splitlines()[0] if text else ""
+    m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt|Exit|Warning|[A-Z]\w*)):\s*(.*)$", first)
+    if m:
+        return m.group(1).rsplit(".", 1)[-1], m.group(2)
+    return None, first or None
+
+
+def oom_evidence(events: Path = Path("/sys/fs/cgroup/memory.events")) -> str:
+    """The cgroup's OOM-kill counter, where readable: the usual sender of a SIGKILL nobody asked for."""
+    try:
+        fields = dict(line.split() for line in events.read_text().splitlines() if line.strip())
+    except (OSError, ValueError):
+        return ""
+    kills = int(fields.get("oom_kill", "0") or 0)
+    return f"; this cgroup's memory.events counts {kills} OOM kill(s)" if kills else ""
+
+
+def classify(f: RankFailure) -> RankFailure:
+    text = "\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)
+    if f.exit_code is not None and f.exit_code < 0:
+        sig = -f.exit_code
+        f.signal = SIGNALS.get(sig, f"signal {sig}")
+        f.category = "signal"
+        if sig == 15:
+            f.victim, f.reason = True, "stopped by the launcher (SIGTERM) after another rank failed"
+            f.fix = "nothing to fix on this rank: see the root cause"
+        elif sig == 9:
+            f.message = f.message or f"killed by SIGKILL (signal 9){oom_evidence()}"
+            f.fix = ("killed with SIGKILL: usually the kernel OOM killer or the scheduler; check `dmesg | grep -i -e oom "
+                     "-e killed` and the job's memory limit, lower the batch size or the DataLoader workers")
+        else:
+            f.message = f.message or f"killed by {f.signal}"
+            f.fix = f"the process died of {f.signal}: its stderr log above shows the last Python stack (PYTHONFAULTHANDLER)"
+        return f
+    for category, pattern, fix in RULES:
+        if pattern.search(text):
+            f.category, f.fix = category, fix
+            break
+    if f.category == "unknown" and PEER_LOST.search(text):
+        f.category = "peer_lost"
+        f.victim, f.reason = True, "its collective broke because a peer process died"
+        f.fix = "nothing to fix on this rank: see the root cause"
+    elif f.category == "timeout":
+        f.reason = "waited in a collective for a rank that never came"
+    elif f.category == "unknown" and (f.message or f.traceback):
+        f.category = "exception"
+        f.fix = f"fix the exception at {f.location}" if f.location else "fix the exception in the traceback"
+    if f.category == "nccl":
+        warn = next((ln.strip() for ln in text.splitlines() if "NCCL WARN" in ln), None)
+        if warn:
+            f.message = f"{f.message or ''} — first: {warn}".strip(" —")
+    return f
+
+
+def failure_from(record: dict, attempt: int, rank_dir: Path | None) -> RankFailure:
+    err = read_error_file(Path(record["error_file"])) if record.get("error_file") not in (None, "", "<N/A>") else None
+    log = tail(rank_dir / "stderr.log") if rank_dir else ""
+    tb = (err or {}).get("traceback") or last_traceback(log)
+    message = (err or {}).get("message") or (tb.strip().splitlines()[-1] if tb.strip() else None)
+    etype, emsg = exception_line(message or "", tb)
+    f = RankFailure(rank=record.get("rank"), local_rank=record.get("local_rank"), host=record.get("host"),
+                    exit_code=record.get("exit_code"), attempt=attempt, timestamp=(err or {}).get("timestamp"),
+                    error_type=etype, message=emsg if etype else message, location=user_frame(tb),
+                    traceback=tb, log_tail=log)
+    return classify(f)
+
+
+# ---------------------------------------------------------------- the job
+def attempts(logs: Path) -> list[Path]:
+    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first."""
+    runs = sorted((p for p in logs.glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        return []
+    return sorted(runs[-1].glob("attempt_*"), key=lambda p: int(p.name.split("_")[1]))
+
+
+def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: list[dict] | None) -> list[RankFailure]:
+    """Failures of one attempt: from the agent's table when it has one, else from the error files left behind."""
+    out = []
+    if summary:
+        for rec in summary:
+            out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
+        return out
+    for rank_dir in sorted((p for p in attempt_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name)):
+        err = rank_dir / "error.json"
+        tb = last_traceback(tail(rank_dir / "stderr.log", 200))
+        if err.exists() or tb:
+            rec = {"rank": None, "local_rank": int(rank_dir.name), "host": host, "exit_code": 1,
+                   "error_file": str(err) if err.exists() else None}
+            out.append(failure_from(rec, attempt, rank_dir))
+    return out
+
+
+def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
+    """Root cause: the earliest failure that is not a consequence; everything else is a consequence."""
+    if not failures:
+        return None, []
+    real = [f for f in failures if not f.victim]
+    # A collective timeout is a consequence when anything else went wrong first.
+    primary = [f for f in real if f.category != "timeout"] or real or failures
+    root = min(primary, key=lambda f: (f.timestamp if f.timestamp is not None else float("inf"), f.rank or 0))
+    rest = []
+    for f in failures:
+        if f is root:
+            continue
+        if not f.reason:
+            f.reason = "failed after the root cause"
+        f.victim = True
+        rest.append(f)
+    return root, rest
+
+
+def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
+    dirs = attempts(logs)
+    summary = parse_agent_summary(agent_stderr)
+    verdict = Verdict(root_cause=None)
+    for i, d in enumerate(dirs):
+        last = i == len(dirs) - 1
+        fails = failures_of_attempt(d, i, host, summary if last else None)
+        root, rest = judge(fails)
+        verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
+                                 "consequences": [f.to_json() for f in rest]})
+        if last:
+            verdict.root_cause, verdict.consequences = root, rest
+    return verdict

@@ -1,0 +1,48 @@
+"""The torchrun command line and environment for a run: torch's own launcher, error files and per-rank logs.
+
+Every node builds the same rendezvous arguments (c10d backend, endpoint, id, node count), so a mismatch
+can only come from the flags it was given (the preflight's launch-args check compares those).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import REFERENCE_MODULE, TrainerConfig, node_label, python
+
+
+def log_dir(cfg: TrainerConfig, label: str | None = None) -> Path:
+    return Path(cfg.run_dir) / "logs" / (label or node_label(cfg))
+
+
+def argv(cfg: TrainerConfig, logs: Path) -> list[str]:
+    """`python -m torch.distributed.run ...`: per-rank stdout/stderr files and error.json under ``logs``."""
+    out = [python(), "-m", "torch.distributed.run",
+           "--nnodes", str(cfg.nnodes), "--nproc-per-node", str(cfg.nproc_per_node),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.endpoint(), "--rdzv-id", cfg.rendezvous_id(),
+           "--max-restarts", str(cfg.max_restarts), "--monitor-interval", "0.5",
+           "--log-dir", str(logs), "--redirects", "3", "--tee", "3"]
+    if cfg.local_addr:
+        out += ["--local-addr", cfg.local_addr]
+    if cfg.is_reference:
+        out += ["-m", REFERENCE_MODULE, "--run-dir", cfg.run_dir, *cfg.script_args]
+    else:
+        out += [cfg.script, *cfg.script_args]
+    return out
+
+
+def environment(cfg: TrainerConfig, cuda: bool) -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal in any rank prints its Python stack into its log
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if cuda:
+        # PyTorch's NCCL flight recorder: the last collectives of every rank, dumped when the watchdog fires.
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(Path(cfg.run_dir).resolve() / "nccl_trace_rank_"))
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    for key, value in cfg.env.items():
+        env.setdefault(key, value)  # the user's own setting wins over the preflight's suggestion
+    return env

@@ -1,0 +1,185 @@
+"""run-trainer with real torchrun-launched processes on gloo: training, snapshots and checksums, and every
+failure mode explained (exception, restart and resume, SIGKILL, hang, a user script), bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.cluster.local import free_port
+
+FAST = ["--n-layer", "1", "--n-embd", "32", "--batch-size", "4", "--block-size", "32", "--log-every", "5"]
+
+
+def run_bounded(argv: list[str], timeout: float, env=None) -> subprocess.CompletedProcess:
+    """Like subprocess.run, but a timeout kills the whole session (torchrun and its workers), not just the child."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"timed out after {timeout} s: {err[-2000:]}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_trainer(*args, run_dir: Path, timeout=200, env=None):
+    argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--run-dir", str(run_dir), "--json",
+            *args]
+    p = run_bounded(argv, timeout, env)
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else None
+    return p, doc
+
+
+def metrics(run_dir: Path, rank: int = 0) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(240)
+def test_one_node_two_procs_trains(tmp_path):
+    p, doc = run_trainer("--nproc-per-node", "2", "--", "--steps", "40", *FAST, run_dir=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["kind"] == "run-trainer" and doc["verdict"] == "pass" and doc["restarts"] == 0
+    s = doc["metrics_summary"]
+    assert s["steps"] == 40 and s["ranks"] == 2 and s["final_loss"] < s["first_loss"] * 0.8
+    assert doc["checksums_equal"] is True
+    assert (tmp_path / "snapshots" / "latest.pt").exists() and (tmp_path / "run.json").exists()
+    assert set(doc["metrics"]) == {"0", "1"} and doc["metrics"]["1"][-1]["step"] == 40
+    # torch's own per-rank logs and the agent's
+    logs = Path(doc["logs"])
+    assert list(logs.glob("*/attempt_0/0/stdout.log")) and list(logs.glob("*/attempt_0/1/stderr.log"))
+
+
+@pytest.mark.timeout(300)
+def test_two_simulated_nodes_two_procs_each(tmp_path):
+    port = free_port()
+    procs = []
+    for node in range(2):
+        argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nnodes", "2",
+                "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 2}",
+                "--run-dir", str(tmp_path), "--json", "--", "--steps", "20", *FAST]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    try:
+        outs = [p.communicate(timeout=250) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    doc = json.loads(outs[0][0])
+    assert doc["verdict"] == "pass" and doc["checksums_equal"] is True
+    assert sorted(doc["metrics"]) == ["0", "1", "2", "3"]
+    assert doc["metrics_summary"]["final_loss"] < doc["metrics_summary"]["first_loss"]
+
+
+@pytest.mark.timeout(240)
+def test_exception_on_rank_1_is_the_root_cause(tmp_path):
+    p, doc = run_trainer("--nproc-per-node", "2", "--", "--steps", "30", "--fail-at-step", "4", "--fail-rank", "1",
+                         *FAST, run_dir=tmp_path)
+    assert p.returncode == 1 and doc["verdict"] == "fail"
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["category"] == "exception" and rc["error_type"] == "InjectedFailure"
+    assert "step 4 on rank 1" in rc["message"] and rc["location"].endswith("faults.py:24")
+    assert [c["rank"] for c in doc["consequences"]] == [0]
+    assert "root cause" not in doc["consequences"][0]["reason"].lower() or doc["consequences"][0]["victim"]
+
+
+@pytest.mark.timeout(300)
+def test_restart_resumes_from_the_snapshot_without_repeating_steps(tmp_path):
+    p, doc = run_trainer("--nproc-per-node", "2", "--max-restarts", "1", "--", "--steps", "30", "--snapshot-every",
+                         "10", "--fail-at-step", "15", "--fail-rank", "1", *FAST, run_dir=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["verdict"] == "pass" and doc["restarts"] == 1
+    assert doc["attempts"][0]["root_cause"]["error_type"] == "InjectedFailure"
+    rows = metrics(tmp_path)
+    first = [r["step"] for r in rows if r["attempt"] == 0]
+    second = [r["step"] for r in rows if r["attempt"] == 1]
+    assert first[:10] == list(range(1, 11))
+    assert second == list(range(11, 31))  # resumed at the snapshot (step 10): nothing before it again, nothing lost
+    assert doc["checksums_equal"] is True
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_is_classified_as_signal_9(tmp_path):
+    p, doc = run_trainer("--nproc-per-node", "2", "--", "--steps", "30", "--fail-at-step", "4", "--fail-rank", "1",
+                         "--fail-mode", "sigkill", *FAST, run_dir=tmp_path)
+    assert p.returncode == 1
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["signal"] == "SIGKILL" and rc["exit_code"] == -9 and "OOM" in rc["fix"]
+
+
+@pytest.mark.timeout(240)
+def test_hang_is_named_with_stacks_in_bounded_time(tmp_path):
+    start = time.monotonic()
+    p, doc = run_trainer("--nproc-per-node", "2", "--hang-timeout", "6", "--", "--steps", "200", "--fail-at-step",
+                         "5", "--fail-rank", "1", "--fail-mode", "hang", *FAST, run_dir=tmp_path)
+    elapsed = time.monotonic() - start
+    assert p.returncode == 1, p.stderr[-2000:]
+    rc = doc["root_cause"]
+    assert rc["category"] == "hang" and rc["rank"] == 1, rc
+    assert "faults.py" in rc["location"]
+    stacks = doc["hang"]["stacks"]
+    assert "hang_forever" in stacks["1"] and "hang_forever" not in stacks["0"]
+    assert elapsed < 90
+
+
+@pytest.mark.timeout(240)
+def test_user_script_that_raises(tmp_path):
+    script = tmp_path / "my_train.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import torch.distributed as dist
+
+        def load_batch(rank):
+            if rank == 1:
+                raise ValueError("batch 7 has shape (3, 5), expected (3, 4)")
+            return 1
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        load_batch(rank)
+        dist.barrier()
+    """))
+    p, doc = run_trainer("--nproc-per-node", "2", "--", str(script), run_dir=tmp_path / "run")
+    assert p.returncode == 1
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["error_type"] == "ValueError" and "expected (3, 4)" in rc["message"]
+    assert rc["location"] == f"{script}:7"
+
+
+@pytest.mark.timeout(240)
+def test_preflight_gate_blocks_and_force_launches(tmp_path):
+    base = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--run-dir", str(tmp_path), "--preflight-args",
+            "--only resources --set resources.fail_shm_mib=100000000"]
+    p = run_bounded([*base, "--steps", "3"], 200)
+    assert p.returncode == 1 and "not launching" in p.stderr and not (tmp_path / "metrics").exists()
+    p = run_bounded([*base, "--force", "--json", "--", "--steps", "3", *FAST], 200)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["config"]["preflight"] == "forced" and doc["preflight"]["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--", "does_not_exist.py"], "no such file"),
+    (["--nnodes", "2"], "--master"),
+    (["--master", "nohostport"], "HOST:PORT"),
+    (["--nproc-per-node", "0"], "nproc-per-node"),
+    (["--", "notascript"], "expected a Python script"),
+    (["--hang-timeout", "-1"], "positive"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--run-dir",
+                        str(tmp_path), *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr

@@ -1,0 +1,132 @@
+"""The post-mortem's rules on plain text: torchrun's summary, classification, root cause vs consequences,
+the hang watchdog's choice of the rank behind, the launch command line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddpdoctor.launch import hang, postmortem, torchrun
+from ddpdoctor.launch.config import TrainerConfig, validate
+from ddpdoctor.launch.postmortem import RankFailure, classify, judge
+from ddpdoctor.errors import UsageError
+
+SUMMARY = """
+Failures:
+[1]:
+  time      : 2026-11-22_23:27:35
+  host      : node7
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 7773)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 7773
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_23:27:34
+  host      : node8
+  rank      : 9 (local_rank: 1)
+  exitcode  : 1 (pid: 7774)
+  error_file: /tmp/x/error.json
+  traceback : Traceback (most recent call last):
+"""
+
+
+def test_parse_agent_summary():
+    recs = postmortem.parse_agent_summary(SUMMARY)
+    assert [(r["rank"], r["local_rank"], r["host"], r["exit_code"]) for r in recs] == [(0, 0, "node7", -15), (9, 1, "node8", 1)]
+    assert recs[1]["error_file"] == "/tmp/x/error.json"
+
+
+def fail(message="", tb="", code=1, ts=None, rank=0):
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=code, timestamp=ts, message=message, traceback=tb)
+    f.error_type, _ = postmortem.exception_line(message, tb)
+    return classify(f)
+
+
+@pytest.mark.parametrize("message,category,needle", [
+    ("ValueError: environment variable WORLD_SIZE expected, but not set", "launcher_env", "torchrun"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "cuda", "LOCAL_RANK, not RANK"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom", "micro-batch"),
+    ("DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", "nccl", "NCCL_DEBUG"),
+    ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)", "timeout", "behind"),
+    ("RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.2]:1234", "peer_lost", "root cause"),
+    ("KeyError: 'labels'", "exception", "fix the exception"),
+])
+def test_classification(message, category, needle):
+    f = fail(message)
+    assert f.category == category and needle in f.fix, (f.category, f.fix)
+
+
+def test_signals():
+    assert fail(code=-9).signal == "SIGKILL" and "OOM" in fail(code=-9).fix
+    term = fail(code=-15)
+    assert term.victim and term.signal == "SIGTERM"
+    assert fail(code=-11).signal == "SIGSEGV" and not fail(code=-11).victim
+
+
+def test_root_cause_is_the_earliest_real_failure_not_a_victim():
+    victim = fail("RuntimeError: Connection reset by peer", ts=100.0, rank=0)
+    timeout = fail("Watchdog caught collective operation timeout", ts=101.0, rank=2)
+    real = fail("ZeroDivisionError: division by zero", ts=105.0, rank=1)
+    later = fail("KeyError: 'x'", ts=107.0, rank=3)
+    root, rest = judge([victim, timeout, real, later])
+    assert root is real
+    assert {f.rank for f in rest} == {0, 2, 3} and all(f.victim and f.reason for f in rest)
+    only_timeouts = judge([fail("Watchdog caught collective operation timeout", ts=5.0, rank=4)])[0]
+    assert only_timeouts.rank == 4
+
+
+def test_user_frame_skips_library_frames():
+    tb = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 40, in <module>\n    main()\n'
+          '  File "/home/u/train.py", line 12, in main\n    x = f()\n'
+          '  File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", line 1500, in _call_impl\n'
+          'RuntimeError: boom')
+    assert postmortem.user_frame(tb) == "/home/u/train.py:12"
+    assert postmortem.exception_line("", tb) == ("RuntimeError", "boom")
+
+
+def test_error_file_and_rank_prefixed_logs(tmp_path):
+    err = tmp_path / "error.json"
+    err.write_text(json.dumps({"message": {"message": "ValueError: bad", "extraInfo": {
+        "py_callstack": "Traceback...\nValueError: bad\n", "timestamp": "1795390054"}}}))
+    assert postmortem.read_error_file(err) == {"message": "ValueError: bad", "traceback": "Traceback...\nValueError: bad\n",
+                                               "timestamp": 1795390054.0}
+    log = tmp_path / "stderr.log"
+    log.write_text("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/a.py\", line 3, in <module>\n"
+                   "[rank1]: ValueError: nope\n")
+    tb = postmortem.last_traceback(postmortem.tail(log))
+    assert tb.splitlines()[-1] == "ValueError: nope" and postmortem.user_frame(tb) == "/a.py:3"
+
+
+def test_hang_names_the_rank_behind():
+    assert hang.behind({0: 12, 1: 11, 2: 12}, {}) == [1]
+    stacks = {0: 'File "x/torch/autograd/graph.py", line 9 in _engine_run_backward',
+              1: 'File "/w/faults.py", line 38 in hang_forever'}
+    assert hang.behind({0: 4, 1: 4}, stacks) == [1]
+    assert hang.behind({0: 4, 1: 4}, {}) == []
+
+
+def test_torchrun_command_uses_torchs_launcher_and_log_dir(tmp_path):
+    cfg = validate(TrainerConfig(nnodes=2, nproc_per_node=4, master="node0:29500", run_dir=str(tmp_path),
+                                 max_restarts=2, script_args=["--steps", "5"]))
+    argv = torchrun.argv(cfg, tmp_path / "logs")
+    joined = " ".join(argv)
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    for part in ("--nnodes 2", "--nproc-per-node 4", "--rdzv-backend c10d", "--rdzv-endpoint node0:29500",
+                 "--max-restarts 2", f"--log-dir {tmp_path / 'logs'}", "--redirects 3", "-m ddpdoctor_trainer.train"):
+        assert part in joined
+    # the rendezvous id is a pure function of what every node is given
+    again = validate(TrainerConfig(nnodes=2, nproc_per_node=4, master="node0:29500", run_dir=str(tmp_path)))
+    assert cfg.rendezvous_id() == again.rendezvous_id()
+    env = torchrun.environment(cfg, cuda=True)
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] and env["OMP_NUM_THREADS"] == str(cfg.omp_threads)
+
+
+def test_config_validation(tmp_path):
+    with pytest.raises(UsageError, match="--master"):
+        validate(TrainerConfig(nnodes=2, run_dir=str(tmp_path)))
+    with pytest.raises(UsageError, match="no such file"):
+        validate(TrainerConfig(script=str(tmp_path / "nope.py"), run_dir=str(tmp_path)))
+    solo = validate(TrainerConfig(run_dir=str(tmp_path)))
+    assert solo.endpoint().startswith("127.0.0.1:") and not solo.endpoint().endswith(":0")
