@@ -45,6 +45,14 @@ def error_line(message: str) -> None:
         print(f"Error: {text}", file=sys.stderr)
 
 
+def warn_line(message: str) -> None:
+    """A one-line warning on stderr (yellow); the command goes on."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {message}", style="yellow"))
+
+
 def output_options(func: Callable) -> Callable:
     """--json, --output DIR and --report PATH, the same on every command that produces results."""
     func = click.option("--report", "report_path", type=click.Path(dir_okay=False),

@@ -1,0 +1,28 @@
+"""`ddpdoctor report FILES... -o report.html`: merge result files into one self-contained HTML page."""
+from __future__ import annotations
+
+import click
+
+from . import common
+
+
+@click.command("report")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", default="ddpdoctor-report.html", show_default=True,
+              type=click.Path(dir_okay=False), help="The HTML file to write.")
+def report(files, output):
+    """Merge preflight, nccl-bench and run-trainer JSON files into one HTML report."""
+    from .. import model
+    from ..report.html import write_html
+
+    target = common.ensure_writable_file(output, "-o/--output")
+    docs = [model.load(f) for f in files]  # a malformed or unknown file is a one-line usage error naming it
+    run_ids = {d.get("run_id") for d in docs}
+    if len(run_ids) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node" for d in docs):
+        common.warn_line(f"merging {len(run_ids)} different runs; the report says so at the top")
+    write_html(docs, target)
+    if not common.STATE.quiet:
+        from rich.text import Text
+
+        common.console().print(Text(f"wrote {target} ({target.stat().st_size / 1024:.0f} KiB, {len(docs)} file(s))"))
+    return 0

@@ -1,0 +1,73 @@
+"""The HTML report: one self-contained file (inline CSS, inline SVG, a little optional JS), Jinja2 autoescaped.
+
+Everything that came from a node goes through Jinja2's autoescape; the SVG charts are built by svg.py,
+which escapes their own labels, and are the only markup inserted as-is.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from markupsafe import Markup
+
+from . import svg, view
+
+TEMPLATES = Path(__file__).parent / "templates"
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+
+
+def _env():
+    from jinja2 import ChainableUndefined, Environment, FileSystemLoader
+
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=ChainableUndefined,  # optional keys: show what is there
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["short"] = lambda v, n=160: (str(v) if len(str(v)) <= n else str(v)[: n - 1] + "…") if v is not None else ""
+    return env
+
+
+def charts(model: dict) -> dict:
+    """The SVG markup of every chart, keyed by section (built here so the template stays declarative)."""
+    out: dict = {"clock": "", "bench": [], "trainer": []}
+    if model["clock"]:
+        out["clock"] = Markup(svg.error_bars("clock offset vs the master",
+                                             [(c["node"], c["offset_ms"], c["bound_ms"]) for c in model["clock"]],
+                                             ylabel="offset (ms)", limit=100.0))
+    for b in model["bench"]:
+        per_op = []
+        for op, forms in b["series"].items():
+            refs = {}
+            exp = (b["expected"] or {}).get(op) or {}
+            if exp.get("busbw_gbs"):
+                refs[f"expected {exp['busbw_gbs']:g} GB/s"] = exp["busbw_gbs"]
+            series = {form: [(p[0], p[1]) for p in pts] for form, pts in forms.items()}
+            per_op.append({"op": op, "svg": Markup(svg.line_chart(f"{op} bus bandwidth", series, xlabel="message size (B)",
+                                                                  ylabel="busbw (GB/s)", log_x=True, log_y=True,
+                                                                  refs=refs))})
+        nodes_svg = Markup(svg.bars("per-node bus bandwidth (pairs)", b["per_node"], ylabel="busbw (GB/s)",
+                                    ref=b["median"])) if b["per_node"] else ""
+        out["bench"].append({"ops": per_op, "nodes": nodes_svg})
+    for t in model["trainer"]:
+        out["trainer"].append({
+            "loss": Markup(svg.line_chart("loss per rank", t["loss"], xlabel="step", ylabel="loss")),
+            "throughput": Markup(svg.line_chart("throughput per rank", t["throughput"], xlabel="step",
+                                                ylabel="tokens/s")),
+        })
+    return out
+
+
+def build_html(docs: list[dict]) -> str:
+    model = view.build(docs)
+    env = _env()
+    css = (TEMPLATES / "report.css").read_text()
+    js = (TEMPLATES / "report.js").read_text()
+    return env.get_template("report.html").render(m=model, charts=charts(model), css=Markup(css), js=Markup(js),
+                                                  csp=CSP)
+
+
+def write_html(docs: list[dict], path) -> Path:
+    """Write atomically, so a half-written report is never opened."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(build_html(docs), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,140 @@
+"""Inline SVG charts, built in Python (no script, no external file): lines on log or linear axes, error bars
+and bars with outliers marked. Every label is escaped here, since node names and ops come from files."""
+from __future__ import annotations
+
+import math
+from html import escape
+
+W, H = 640, 300
+PAD_L, PAD_R, PAD_T, PAD_B = 64, 16, 16, 44
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def _scale(lo: float, hi: float, log: bool, a: float, b: float):
+    if log:
+        lo, hi = math.log10(max(lo, 1e-12)), math.log10(max(hi, 1e-12))
+    if hi <= lo:
+        hi = lo + 1.0
+
+    def f(v: float) -> float:
+        v = math.log10(max(v, 1e-12)) if log else v
+        return a + (v - lo) / (hi - lo) * (b - a)
+    return f
+
+
+def _ticks(lo: float, hi: float, log: bool) -> list[float]:
+    if log:
+        start, stop = math.floor(math.log10(max(lo, 1e-12))), math.ceil(math.log10(max(hi, 1e-12)))
+        step = max(1, (stop - start) // 6)
+        return [10.0 ** e for e in range(start, stop + 1, step)]
+    if hi <= lo:
+        return [lo]
+    step = (hi - lo) / 5
+    return [lo + i * step for i in range(6)]
+
+
+def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1 << 30 and abs(v) % (1 << 30) == 0:
+        return f"{int(v) >> 30}G"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy) -> str:
+    out = [f'<svg viewBox="0 0 {W} {H}" class="chart" role="img" '
+           f'aria-label="{escape(title)}">', f"<title>{escape(title)}</title>",
+           f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" class="plot"/>']
+    for t in xt:
+        x = fx(t)
+        out.append(f'<line x1="{x:.1f}" y1="{PAD_T}" x2="{x:.1f}" y2="{H - PAD_B}" class="grid"/>'
+                   f'<text x="{x:.1f}" y="{H - PAD_B + 14}" class="tick" text-anchor="middle">{escape(_fmt(t))}</text>')
+    for t in yt:
+        y = fy(t)
+        out.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="grid"/>'
+                   f'<text x="{PAD_L - 4}" y="{y + 4:.1f}" class="tick" text-anchor="end">{escape(_fmt(t))}</text>')
+    out.append(f'<text x="{(PAD_L + W - PAD_R) / 2}" y="{H - 6}" class="axis" text-anchor="middle">{escape(xlabel)}</text>')
+    out.append(f'<text x="14" y="{(PAD_T + H - PAD_B) / 2}" class="axis" text-anchor="middle" '
+               f'transform="rotate(-90 14 {(PAD_T + H - PAD_B) / 2})">{escape(ylabel)}</text>')
+    out.extend(body)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlabel: str, ylabel: str,
+               log_x: bool = False, log_y: bool = False, refs: dict[str, float] | None = None) -> str:
+    """Lines (one per series) with a legend; ``refs`` draws dashed horizontal reference lines."""
+    pts = [p for s in series.values() for p in s if p[0] is not None and p[1] is not None]
+    refs = refs or {}
+    if not pts:
+        return ""
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts] + list(refs.values())
+    if log_y:
+        ys = [y for y in ys if y > 0] or [1.0]
+    lo_y = min(ys) if log_y else min(0.0, min(ys))
+    fx = _scale(min(xs), max(xs), log_x, PAD_L, W - PAD_R)
+    fy = _scale(lo_y, max(ys) * (1.0 if log_y else 1.05), log_y, H - PAD_B, PAD_T)
+    body = []
+    for i, (name, s) in enumerate(series.items()):
+        color = COLORS[i % len(COLORS)]
+        good = [(x, y) for x, y in s if x is not None and y is not None and (y > 0 or not log_y)]
+        path = " ".join(f"{fx(x):.1f},{fy(y):.1f}" for x, y in good)
+        body.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
+        for x, y in good if len(good) <= 64 else []:
+            body.append(f'<circle cx="{fx(x):.1f}" cy="{fy(y):.1f}" r="2.4" fill="{color}"><title>{escape(name)}: '
+                        f'{escape(_fmt(x))} → {y:.4g}</title></circle>')
+        body.append(f'<text x="{W - PAD_R - 4}" y="{PAD_T + 14 + 13 * i}" class="legend" text-anchor="end" '
+                    f'fill="{color}">{escape(name)}</text>')
+    for j, (name, v) in enumerate(refs.items()):
+        y = fy(v)
+        body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="ref"/>'
+                    f'<text x="{PAD_L + 4}" y="{y - 4:.1f}" class="legend">{escape(name)}</text>')
+    return _frame(title, xlabel, ylabel, body, _ticks(min(xs), max(xs), log_x),
+                  _ticks(lo_y, max(ys), log_y), fx, fy)
+
+
+def error_bars(title: str, points: list[tuple[str, float, float]], *, ylabel: str, limit: float | None = None) -> str:
+    """One point per node with ± bound (clock offsets); a dashed band at ±limit."""
+    if not points:
+        return ""
+    n = len(points)
+    hi = max([abs(v) + b for _, v, b in points] + [limit or 0.0, 1e-3]) * 1.1
+    fx = _scale(-0.5, n - 0.5, False, PAD_L, W - PAD_R)
+    fy = _scale(-hi, hi, False, H - PAD_B, PAD_T)
+    body = []
+    if limit:
+        for v in (limit, -limit):
+            body.append(f'<line x1="{PAD_L}" y1="{fy(v):.1f}" x2="{W - PAD_R}" y2="{fy(v):.1f}" class="ref"/>')
+    for i, (name, v, b) in enumerate(points):
+        x = fx(i)
+        bad = limit is not None and abs(v) - b > limit
+        cls = "bad" if bad else "ok"
+        body.append(f'<line x1="{x:.1f}" y1="{fy(v - b):.1f}" x2="{x:.1f}" y2="{fy(v + b):.1f}" class="bar-{cls}"/>'
+                    f'<circle cx="{x:.1f}" cy="{fy(v):.1f}" r="3" class="pt-{cls}"><title>{escape(name)}: '
+                    f'{v:+.3f} ± {b:.3f} ms</title></circle>')
+    labels = [(i, name) for i, (name, _, _) in enumerate(points)] if n <= 24 else []
+    ticks = "".join(f'<text x="{fx(i):.1f}" y="{H - PAD_B + 14}" class="tick" text-anchor="middle">'
+                    f'{escape(name[:10])}</text>' for i, name in labels)
+    return _frame(title, "node", ylabel, body + [ticks], [], _ticks(-hi, hi, False), fx, fy)
+
+
+def bars(title: str, values: list[tuple[str, float, bool]], *, ylabel: str, ref: float | None = None) -> str:
+    """One bar per node; outliers (third field) in red; ``ref`` a dashed line (e.g. the median)."""
+    if not values:
+        return ""
+    n = len(values)
+    hi = max([v for _, v, _ in values] + [ref or 0.0, 1e-9]) * 1.1
+    fx = _scale(0, n, False, PAD_L, W - PAD_R)
+    fy = _scale(0, hi, False, H - PAD_B, PAD_T)
+    width = max(1.0, (W - PAD_L - PAD_R) / n * 0.8)
+    body = []
+    for i, (name, v, odd) in enumerate(values):
+        body.append(f'<rect x="{fx(i) + width * 0.1:.1f}" y="{fy(v):.1f}" width="{width:.1f}" '
+                    f'height="{fy(0) - fy(v):.1f}" class="{"bar-odd" if odd else "bar"}"><title>{escape(name)}: '
+                    f'{v:.4g}</title></rect>')
+    if ref is not None:
+        body.append(f'<line x1="{PAD_L}" y1="{fy(ref):.1f}" x2="{W - PAD_R}" y2="{fy(ref):.1f}" class="ref"/>')
+    return _frame(title, "node", ylabel, body, [], _ticks(0, hi, False), fx, fy)
