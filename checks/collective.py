@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 import tempfile
 import threading
 import time
 
 from ddpdoctor.api import Check, Option, Skip, per_node
+from ddpdoctor.nccl_log import parse_nccl_transport
 
 BW_BYTES = 4 << 20
 
 
 def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
+    """Join a process group through the preflight's store, check an allreduce, then measure bandwidth with
+    nccl-bench's harness (the same timing, checking and busbw definition as `ddpdoctor nccl-bench`)."""
     import torch
     import torch.distributed as dist
+
+    from ddpdoctor.bench.harness import BenchConfig, Context, measure
 
     rank, world = view.world_rank, view.world_size
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
@@ -34,22 +38,15 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
         expected = world * (world - 1) / 2
         out["result"] = float(t.item())
         out["result_ok"] = abs(out["result"] - expected) < 1e-6
-        buf = torch.ones(bw_bytes // 4, dtype=torch.float32, device=device)
-        dist.all_reduce(buf)  # warm-up: connections and buffers are set up on first use
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        iters = 3
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(buf)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        per_op = (time.perf_counter() - t0) / iters
-        algbw = bw_bytes / per_op / 1e9
-        out["busbw_gbps"] = round(algbw * (2 * (world - 1) / world if world > 1 else 0.0), 4)
-        out["algbw_gbps"] = round(algbw, 4)
-        out["time_us"] = round(per_op * 1e6, 1)
-        out["ok"] = bool(out["result_ok"])
+        cfg = BenchConfig(ops=["all_reduce"], sizes=[bw_bytes], warmup=1, iters=3, check=True, backend=backend,
+                          timeout_s=timeout)
+        row = measure("all_reduce", bw_bytes, Context(device), cfg)
+        figures = row.in_place
+        out["busbw_gbps"] = figures["busbw_gbs"]
+        out["algbw_gbps"] = figures["algbw_gbs"]
+        out["time_us"] = figures["time_us"]
+        out["wrong"] = figures["wrong"]
+        out["ok"] = bool(out["result_ok"]) and not figures["wrong"]
     finally:
         dist.destroy_process_group()
     out["seconds"] = round(time.perf_counter() - start, 3)
@@ -90,18 +87,6 @@ class _CaptureStderr:
         self.file.close()
 
 
-def first_nccl_warn(text: str) -> str | None:
-    m = re.search(r"^.*NCCL WARN.*$", text, re.MULTILINE)
-    return m.group(0).strip() if m else None
-
-
-def nccl_transport(text: str) -> str | None:
-    for token in ("NET/IB", "NET/OFI", "NET/Socket"):
-        if token in text:
-            return token
-    return None
-
-
 class CollectiveCheck(Check):
     name = "collective"
     description = "allreduce across all nodes on gloo (and NCCL with GPUs): result checked, bandwidth, bounded"
@@ -124,8 +109,7 @@ class CollectiveCheck(Check):
             with _CaptureStderr() as cap:
                 nccl = _bounded(lambda: _run_backend("nccl", view, timeout, 64 << 20), timeout)
             nccl.setdefault("backend", "nccl")
-            nccl["first_warn"] = first_nccl_warn(cap.text)
-            nccl["transport"] = nccl_transport(cap.text)
+            nccl.update(parse_nccl_transport(cap.text))
             runs.append(nccl)
         primary = runs[-1]
         return {"backend": primary["backend"], "ok": all(r.get("ok") for r in runs),
@@ -147,8 +131,9 @@ class CollectiveCheck(Check):
                                         fix="check the interface (is gloo on the slow NIC?): set GLOO_SOCKET_IFNAME")
                     else:
                         yield self.passed(text, [node], actual=bw)
-                elif run.get("result_ok") is False:
-                    yield self.fail(f"{be} allreduce on {node} returned a wrong sum: {run.get('result')}", [node],
+                elif run.get("result_ok") is False or run.get("wrong"):
+                    yield self.fail(f"{be} allreduce on {node} returned wrong data: sum {run.get('result')}, "
+                                    f"{run.get('wrong') or 0} wrong element(s) in the bandwidth run", [node],
                                     actual=run.get("result"), expected="sum of ranks",
                                     fix="data corruption in the collective: run `ddpdoctor nccl-bench --check` and "
                                         "drain this node if it repeats")
