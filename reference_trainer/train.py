@@ -218,7 +218,12 @@ def main(argv=None) -> None:
         save_snapshot(snapshot, _state(model, optimizer, scheduler, step))
         (run_dir / "DONE").write_text(json.dumps({"step": step, "world_size": world}))
     if ddp:
+        dist.barrier()  # sync: nobody tears the process group down while a peer still talks through it
         dist.destroy_process_group()
+        _STORE.clear()  # drop our store client now, not during interpreter shutdown (seen to abort there)
+
+
+_STORE: list = []
 
 
 def init_distributed(backend: str, rank: int, world: int, timeout: datetime.timedelta, attempt: int) -> None:
@@ -227,6 +232,7 @@ def init_distributed(backend: str, rank: int, world: int, timeout: datetime.time
     attempt's ranks published (seen on torch 2.13: 'connectFullMesh ... Connection refused' or a hang)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False, timeout=timeout)
+        _STORE.append(store)
         dist.init_process_group(backend, store=dist.PrefixStore(f"ddpdoctor/attempt{attempt}", store), rank=rank,
                                 world_size=world, timeout=timeout)
     else:
