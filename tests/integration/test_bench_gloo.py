@@ -116,3 +116,18 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0], p.stderr
+
+
+@pytest.mark.timeout(240)
+def test_two_nodes_meet_through_the_elastic_launcher():
+    from ddpdoctor.cluster.local import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "--backend", "gloo", "--nnodes", "2", "--master",
+            f"127.0.0.1:{port}", "--nproc", "1", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--json"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=200) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    docs = [json.loads(o[0]) for o in outs if o[0].strip()]
+    assert len(docs) == 1  # the node holding global rank 0 speaks for the job
+    assert docs[0]["run"]["world_size"] == 2 and docs[0]["summary"]["wrong"] == 0
