@@ -1,7 +1,6 @@
 """`ddpdoctor nccl-bench`: parse flags into a BenchConfig, start the ranks, render rank 0's document."""
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
@@ -93,17 +92,10 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
         launch(cfg.to_json(), LaunchPlan(nproc=nproc, nnodes=nnodes, master=master, node_rank=node_rank))
     if not os.path.exists(result):
         return 0  # a node other than the one holding global rank 0
-    doc = model.load(result)
-    if out_dir is not None:
-        model.dump(doc, out_dir / "nccl-bench.json")
-    common.write_report([doc], report_file)
-    if as_json:
-        common.print_json(doc)
-    else:
-        from ..bench.render import render
+    from ..bench.render import render
 
-        render(doc, common.console())
-    return doc["exit_code"]
+    return common.emit(model.load(result), filename="nccl-bench.json", out_dir=out_dir, report_file=report_file,
+                       as_json=as_json, render=render)
 
 
 def _gpu_count() -> int:

@@ -101,3 +101,19 @@ def write_report(docs: list[dict], path: Path | None) -> None:
     from ..report.html import write_html
 
     write_html(docs, path)
+
+
+def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: Path | None, as_json: bool,
+         render: Callable[[dict, Any], None]) -> int:
+    """The end of every command, data first and rendering last: the JSON file (--output), the HTML report
+    (--report), then either the JSON on stdout (--json) or the terminal view. Returns the document's exit code."""
+    from .. import model
+
+    if out_dir is not None and filename:
+        model.dump(doc, out_dir / filename)
+    write_report([doc], report_file)
+    if as_json:
+        print_json(doc)
+    else:
+        render(doc, console())
+    return doc["exit_code"]

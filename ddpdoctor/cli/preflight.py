@@ -78,7 +78,6 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
     3 the cluster did not assemble.
     """
-    from .. import model
     from ..preflight import make_plan, node_name, run_single_node
 
     out_dir = common.ensure_writable_dir(output_dir)
@@ -109,18 +108,13 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
                 raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
         doc = run_single_node(plan)
 
-    if out_dir is not None:
-        # The master's document holds every node's facts; the others write their own view beside it.
-        if doc.get("scope") == "cluster":
-            name = f"node-{doc['this_node']}.json" if doc.get("this_node") else "cluster.json"
-        else:
-            name = f"node-{node_name()}.json"
-        model.dump(doc, out_dir / name)
-    common.write_report([doc], report_file)
-    if as_json:
-        common.print_json(doc)
+    # The master's document holds every node's facts; the others write their own view beside it.
+    if doc.get("scope") == "cluster":
+        name = f"node-{doc['this_node']}.json" if doc.get("this_node") else "cluster.json"
     else:
-        from ..report.console import render_preflight
+        name = f"node-{node_name()}.json"
+    from ..report.console import render_preflight
 
-        render_preflight(doc, common.console(), verbose=common.STATE.verbose, quiet=common.STATE.quiet)
-    return doc.get("exit_code", model.EXIT_INTERNAL)
+    return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=lambda d, con: render_preflight(d, con, verbose=common.STATE.verbose,
+                                                              quiet=common.STATE.quiet))

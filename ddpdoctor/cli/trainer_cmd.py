@@ -75,11 +75,5 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json)
     doc["preflight"] = pre
     model.dump(doc, Path(cfg.run_dir) / "run.json")
-    if out_dir is not None:
-        model.dump(doc, out_dir / "run.json")
-    common.write_report([doc], report_file)
-    if as_json:
-        common.print_json(doc)
-    else:
-        render(doc, common.console())
-    return doc["exit_code"]
+    return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=render)

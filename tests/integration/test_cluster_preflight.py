@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.cluster.local import free_port
+from tests.procs import kill_sessions
 
 CLUSTER_CHECKS = "mesh,clock-skew,names,parity,launch-args,collective"
 TIMEOUT = 20
@@ -50,13 +51,7 @@ class Cluster:
         return out
 
     def kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
+        kill_sessions(list(self.procs.values()))
 
 
 @pytest.fixture
@@ -274,9 +269,7 @@ def test_runs_as_torchrun_worker_in_the_agents_store(tmp_path):
     try:
         outs = [p.communicate(timeout=120) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        kill_sessions(procs)
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     docs = [json.loads(out) for out, _ in outs]

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 
 import pytest
+
+from tests.procs import kill_sessions
 
 pytestmark = pytest.mark.netns
 
@@ -79,13 +79,7 @@ class Fabric:
         return out
 
     def down(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
+        kill_sessions(self.procs)
         for ns in [*self.nodes, self.switch]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 

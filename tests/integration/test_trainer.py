@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.cluster.local import free_port
+from tests.procs import kill_sessions
 
 FAST = ["--n-layer", "1", "--n-embd", "32", "--batch-size", "4", "--block-size", "32", "--log-every", "5"]
 
@@ -71,9 +72,7 @@ def test_two_simulated_nodes_two_procs_each(tmp_path):
     try:
         outs = [p.communicate(timeout=250) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        kill_sessions(procs)
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     doc = json.loads(outs[0][0])
