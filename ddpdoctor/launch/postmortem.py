@@ -228,9 +228,28 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
         err = rank_dir / "error.json"
         tb = last_traceback(tail(rank_dir / "stderr.log", 200))
         if err.exists() or tb:
-            rec = {"rank": None, "local_rank": int(rank_dir.name), "host": host, "exit_code": 1,
+            rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": 1,
                    "error_file": str(err) if err.exists() else None}
             out.append(failure_from(rec, attempt, rank_dir))
+    return out
+
+
+def global_rank_of(rank_dir: Path) -> int | None:
+    """torch prefixes a worker's traceback lines with its global rank: `[rank5]: ...`."""
+    try:
+        m = re.search(r"^\[rank(\d+)\]:", (rank_dir / "stderr.log").read_text(errors="replace"), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def other_nodes(logs: Path) -> list[tuple[str, Path]]:
+    """With a shared --run-dir every node's logs sit side by side: (host, latest attempt dir) of the others."""
+    out = []
+    for node_dir in sorted(p for p in logs.parent.iterdir() if p.is_dir() and p != logs):
+        tries = attempts(node_dir)
+        if tries:
+            out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
     return out
 
 
@@ -260,6 +279,11 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
         fails = failures_of_attempt(d, i, host, summary if last else None)
+        if last and fails and all(f.victim for f in fails):
+            # Every local rank is a consequence: the cause is on another node. Read its records when the
+            # run dir is shared (the post-mortem then names the same root cause on every node).
+            for other_host, other in other_nodes(logs):
+                fails += failures_of_attempt(other, i, other_host, None)
         root, rest = judge(fails)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})

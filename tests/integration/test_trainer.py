@@ -182,3 +182,25 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+@pytest.mark.timeout(300)
+def test_failure_on_another_node_is_named_on_both_nodes(tmp_path):
+    port = free_port()
+    procs = []
+    for node in range(2):
+        argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nnodes", "2",
+                "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 2}",
+                "--run-dir", str(tmp_path), "--json", "--", "--steps", "30", "--fail-at-step", "4", "--fail-rank",
+                "3", *FAST]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    try:
+        outs = [p.communicate(timeout=250) for p in procs]
+    finally:
+        kill_sessions(procs)
+    docs = [json.loads(out) for out, _ in outs]
+    assert [p.returncode for p in procs] == [1, 1]
+    for doc in docs:
+        rc = doc["root_cause"]
+        assert rc["rank"] == 3 and rc["error_type"] == "InjectedFailure", rc
