@@ -204,3 +204,53 @@ def test_failure_on_another_node_is_named_on_both_nodes(tmp_path):
     for doc in docs:
         rc = doc["root_cause"]
         assert rc["rank"] == 3 and rc["error_type"] == "InjectedFailure", rc
+
+
+def _wait_for_step(run_dir: Path, step: int, limit: float = 90.0) -> None:
+    end = time.monotonic() + limit
+    path = run_dir / "metrics" / "rank0.jsonl"
+    while time.monotonic() < end:
+        if path.exists() and len(path.read_text().splitlines()) >= step:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"rank 0 never reached step {step}")
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_saves_a_snapshot_and_exits_cleanly(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor_trainer.train", "--run-dir", str(tmp_path), "--steps",
+                             "100000", "--snapshot-every", "100000", *FAST], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_step(tmp_path, 5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_sessions([proc])
+    assert proc.returncode == 0, err[-2000:]
+    assert "SIGTERM: snapshot saved" in out
+    import torch
+
+    state = torch.load(tmp_path / "snapshots" / "latest.pt", weights_only=False)
+    assert state["step"] >= 5 and set(state) >= {"model", "optimizer", "scheduler", "rng"}
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_leaves_no_process_behind(tmp_path):
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node",
+                             "2", "--run-dir", str(tmp_path), "--", "--steps", "100000", *FAST],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for_step(tmp_path, 3)
+        family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(family) >= 4  # ddpdoctor, torchrun, two workers
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode != 0
+        time.sleep(1.0)
+        alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, (alive, err[-1500:])
+    finally:
+        kill_sessions([proc])
