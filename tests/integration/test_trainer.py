@@ -59,23 +59,29 @@ def test_one_node_two_procs_trains(tmp_path):
     assert list(logs.glob("*/attempt_0/0/stdout.log")) and list(logs.glob("*/attempt_0/1/stderr.log"))
 
 
-@pytest.mark.timeout(300)
-def test_two_simulated_nodes_two_procs_each(tmp_path):
+def two_nodes(run_dir: Path, *trainer_args: str) -> list[tuple[int, str, str]]:
+    """Two simulated nodes (127.0.0.2 and .3), two processes each, one shared run dir: (code, stdout, stderr)."""
     port = free_port()
     procs = []
     for node in range(2):
         argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nnodes", "2",
                 "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 2}",
-                "--run-dir", str(tmp_path), "--json", "--", "--steps", "20", *FAST]
+                "--run-dir", str(run_dir), "--json", "--", *trainer_args, *FAST]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
     try:
         outs = [p.communicate(timeout=250) for p in procs]
     finally:
         kill_sessions(procs)
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    doc = json.loads(outs[0][0])
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+@pytest.mark.timeout(300)
+def test_two_simulated_nodes_two_procs_each(tmp_path):
+    res = two_nodes(tmp_path, "--steps", "20")
+    for code, _, err in res:
+        assert code == 0, err[-3000:]
+    doc = json.loads(res[0][1])
     assert doc["verdict"] == "pass" and doc["checksums_equal"] is True
     assert sorted(doc["metrics"]) == ["0", "1", "2", "3"]
     assert doc["metrics_summary"]["final_loss"] < doc["metrics_summary"]["first_loss"]
@@ -186,21 +192,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
 
 @pytest.mark.timeout(300)
 def test_failure_on_another_node_is_named_on_both_nodes(tmp_path):
-    port = free_port()
-    procs = []
-    for node in range(2):
-        argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nnodes", "2",
-                "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 2}",
-                "--run-dir", str(tmp_path), "--json", "--", "--steps", "30", "--fail-at-step", "4", "--fail-rank",
-                "3", *FAST]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
-    try:
-        outs = [p.communicate(timeout=250) for p in procs]
-    finally:
-        kill_sessions(procs)
-    docs = [json.loads(out) for out, _ in outs]
-    assert [p.returncode for p in procs] == [1, 1]
+    res = two_nodes(tmp_path, "--steps", "30", "--fail-at-step", "4", "--fail-rank", "3")
+    assert [code for code, _, _ in res] == [1, 1]
+    docs = [json.loads(out) for _, out, _ in res]
     for doc in docs:
         rc = doc["root_cause"]
         assert rc["rank"] == 3 and rc["error_type"] == "InjectedFailure", rc
