@@ -59,13 +59,15 @@ def test_one_node_two_procs_trains(tmp_path):
     assert list(logs.glob("*/attempt_0/0/stdout.log")) and list(logs.glob("*/attempt_0/1/stderr.log"))
 
 
-def two_nodes(run_dir: Path, *trainer_args: str) -> list[tuple[int, str, str]]:
-    """Two simulated nodes (127.0.0.2 and .3), two processes each, one shared run dir: (code, stdout, stderr)."""
+def two_nodes(run_dir: Path, *trainer_args: str, preflight: tuple[str, ...] = ("--no-preflight",),
+              nproc: int = 2) -> list[tuple[int, str, str]]:
+    """Two simulated nodes, each a run-trainer on its own loopback address (node 0 on the master's, as on a
+    real cluster where the master is node 0), one shared run dir: [(code, stdout, stderr)] in node order."""
     port = free_port()
     procs = []
     for node in range(2):
-        argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nnodes", "2",
-                "--nproc-per-node", "2", "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 2}",
+        argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", *preflight, "--nnodes", "2",
+                "--nproc-per-node", str(nproc), "--master", f"127.0.0.1:{port}", "--local-addr", f"127.0.0.{node + 1}",
                 "--run-dir", str(run_dir), "--json", "--", *trainer_args, *FAST]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
@@ -248,3 +250,23 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
         assert not alive, (alive, err[-1500:])
     finally:
         kill_sessions([proc])
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_pass_the_cluster_preflight_then_train(tmp_path):
+    res = two_nodes(tmp_path, "--steps", "10", preflight=(), nproc=1)
+    for code, _, err in res:
+        assert code == 0, err[-3000:]
+    for _, out, _ in res:
+        doc = json.loads(out)
+        assert doc["config"]["preflight"] == "ran" and doc["preflight"]["verdict"] in ("pass", "warn")
+        assert doc["verdict"] == "pass"
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_do_not_launch_when_the_cluster_preflight_fails(tmp_path):
+    gate = ("--preflight-args", "--only resources,launch-args --set resources.fail_shm_mib=100000000")
+    res = two_nodes(tmp_path, "--steps", "10", preflight=gate, nproc=1)
+    for code, _, err in res:
+        assert code == 1 and "not launching" in err, err[-2000:]
+    assert not (tmp_path / "metrics").exists()
