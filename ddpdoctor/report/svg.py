@@ -33,6 +33,13 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     return [lo + i * step for i in range(6)]
 
 
+def _decades(lo: float, hi: float, log: bool) -> tuple[float, float]:
+    """A log axis spans whole decades, so its ticks (powers of ten) all fall inside the plot."""
+    if not log:
+        return lo, hi
+    return (10.0 ** math.floor(math.log10(max(lo, 1e-12))), 10.0 ** math.ceil(math.log10(max(hi, 1e-12))))
+
+
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
@@ -74,9 +81,10 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
     xs, ys = [p[0] for p in pts], [p[1] for p in pts] + list(refs.values())
     if log_y:
         ys = [y for y in ys if y > 0] or [1.0]
-    lo_y = min(ys) if log_y else min(0.0, min(ys))
-    fx = _scale(min(xs), max(xs), log_x, PAD_L, W - PAD_R)
-    fy = _scale(lo_y, max(ys) * (1.0 if log_y else 1.05), log_y, H - PAD_B, PAD_T)
+    lo_x, hi_x = _decades(min(xs), max(xs), log_x)
+    lo_y, hi_y = _decades(min(ys), max(ys), True) if log_y else (min(0.0, min(ys)), max(ys) * 1.05)
+    fx = _scale(lo_x, hi_x, log_x, PAD_L, W - PAD_R)
+    fy = _scale(lo_y, hi_y, log_y, H - PAD_B, PAD_T)
     body = []
     for i, (name, s) in enumerate(series.items()):
         color = COLORS[i % len(COLORS)]
@@ -92,8 +100,7 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
         y = fy(v)
         body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="ref"/>'
                     f'<text x="{PAD_L + 4}" y="{y - 4:.1f}" class="legend">{escape(name)}</text>')
-    return _frame(title, xlabel, ylabel, body, _ticks(min(xs), max(xs), log_x),
-                  _ticks(lo_y, max(ys), log_y), fx, fy)
+    return _frame(title, xlabel, ylabel, body, _ticks(lo_x, hi_x, log_x), _ticks(lo_y, hi_y, log_y), fx, fy)
 
 
 def error_bars(title: str, points: list[tuple[str, float, float]], *, ylabel: str, limit: float | None = None) -> str:

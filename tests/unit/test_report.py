@@ -74,6 +74,16 @@ def test_svg_labels_are_escaped():
     assert svg.line_chart("empty", {}, xlabel="x", ylabel="y") == ""
 
 
+def test_log_axes_keep_every_grid_line_inside_the_plot():
+    # A sweep from 1 KiB to 64 KiB with busbw 0.0015..0.05 once drew decade lines above and left of the plot.
+    out = svg.line_chart("b", {"s": [(1024, 0.0015), (65536, 0.05)]}, xlabel="x", ylabel="y", log_x=True, log_y=True)
+    grid = re.findall(r'<line x1="([-\d.]+)" y1="([-\d.]+)" x2="([-\d.]+)" y2="([-\d.]+)" class="grid"', out)
+    assert grid
+    for x1, y1, x2, y2 in (map(float, g) for g in grid):
+        assert svg.PAD_L - 1 <= min(x1, x2) and max(x1, x2) <= svg.W - svg.PAD_R + 1
+        assert svg.PAD_T - 1 <= min(y1, y2) and max(y1, y2) <= svg.H - svg.PAD_B + 1
+
+
 def test_report_command_merges_and_errors(tmp_path):
     a = model.dump(fx.preflight(4), tmp_path / "a.json")
     b = model.dump(fx.bench(8), tmp_path / "b.json")
