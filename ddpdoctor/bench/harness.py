@@ -21,6 +21,8 @@ CORRUPT_RANK = "DDPDOCTOR_BENCH_TEST_CORRUPT_RANK"
 DIE_RANK = "DDPDOCTOR_BENCH_TEST_DIE_RANK"
 DIE_AT_BYTES = "DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES"
 SLOW_RANK = "DDPDOCTOR_BENCH_TEST_SLOW_RANK"  # sleeps 50 ms before each op: a slow node, for localisation
+HANG_RANK = "DDPDOCTOR_BENCH_TEST_HANG_RANK"  # stops answering (sleeps) at DIE_AT_BYTES: a hung rank
+PROGRESS_ENV = "DDPDOCTOR_BENCH_PROGRESS_DIR"  # each rank notes the collective it enters, to name a hung one
 
 
 @dataclass
@@ -105,8 +107,34 @@ def _torch_dtype(name: str):
 
 
 def _maybe_die(rank: int, size: int) -> None:
-    if os.environ.get(DIE_RANK) == str(rank) and size >= int(os.environ.get(DIE_AT_BYTES, "0")):
+    at = size >= int(os.environ.get(DIE_AT_BYTES, "0"))
+    if os.environ.get(DIE_RANK) == str(rank) and at:
         os.kill(os.getpid(), 9)
+    if os.environ.get(HANG_RANK) == str(rank) and at:
+        while True:
+            time.sleep(1.0)
+
+
+_ENTERED = [0]
+
+
+def note_progress(op: str, size: int) -> None:
+    """Which collective this rank is about to enter, as a tiny JSON file: after a timeout, the rank whose
+    last note is behind the others' is the one that stopped answering (the others waited for it)."""
+    where = os.environ.get(PROGRESS_ENV)
+    if not where:
+        return
+    import json
+    import socket
+
+    import torch.distributed as dist
+
+    _ENTERED[0] += 1
+    rank = dist.get_rank()
+    path = os.path.join(where, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump({"rank": rank, "host": socket.gethostname(), "op": op, "size": size, "step": _ENTERED[0]}, fh)
+    os.replace(path + ".tmp", path)
 
 
 def _slow() -> None:
@@ -191,6 +219,7 @@ def measure(op_name: str, size: int, ctx: Context, cfg: BenchConfig, group_label
     bufs = Buffers(op, count, ctx.rank, n, ctx.device, _torch_dtype(cfg.dtype))
     row = Row(op=op_name, size=nbytes, count=count, dtype=cfg.dtype, redop=op.redop, root=op.root, group=group_label)
     _maybe_die(ctx.rank, size)
+    note_progress(op_name, nbytes)
     for form in op.forms:
         inplace = form == "in_place"
         wrong = None

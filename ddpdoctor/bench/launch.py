@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import DdpdoctorError
+from .harness import PROGRESS_ENV
 from .worker import CONFIG_ENV, main as worker_main
 
 
@@ -65,14 +66,39 @@ def launch(cfg: dict, plan: LaunchPlan) -> None:
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(run_dir, "logs")),
     )
     os.environ[CONFIG_ENV] = cfg_path
+    progress = os.path.join(run_dir, "progress")
+    os.makedirs(progress, exist_ok=True)
+    os.environ[PROGRESS_ENV] = progress
     try:
         elastic_launch(lc, _entry)()
     except ChildFailedError as exc:
-        raise BenchFailed(describe_failure(exc)) from None
+        behind = ranks_behind(progress)
+        raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
 
 
 def _entry() -> int:
     return worker_main(None)
+
+
+def ranks_behind(progress_dir: str) -> str:
+    """'rank 1 on node7 stopped answering before all_reduce 65536 B; ' when one rank's last note lags."""
+    notes = []
+    for name in os.listdir(progress_dir):
+        try:
+            with open(os.path.join(progress_dir, name)) as fh:
+                notes.append(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    if len(notes) < 2:
+        return ""
+    furthest = max(n["step"] for n in notes)
+    lagging = sorted((n for n in notes if n["step"] < furthest), key=lambda n: n["rank"])
+    if not lagging or len(lagging) == len(notes):
+        return ""
+    ahead = next(n for n in notes if n["step"] == furthest)
+    who = ", ".join(f"rank {n['rank']} on {n['host']}" for n in lagging)
+    return (f"{who} stopped answering: the others entered {ahead['op']} {ahead['size']} B and waited for it "
+            f"until the timeout; ")
 
 
 def describe_failure(exc) -> str:
@@ -82,12 +108,11 @@ def describe_failure(exc) -> str:
     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
     if failure.signal_name() not in ("", "<N/A>") and code is not None and code < 0:
         how = f"was killed by {failure.signal_name()}"
-    message = ""
-    if isinstance(failure.message, dict):
-        message = str((failure.message.get("message") or {}).get("message", "")).splitlines()[0:1]
-        message = message[0] if message else ""
-    elif failure.message:
-        message = str(failure.message).splitlines()[0]
+    inner = failure.message
+    while isinstance(inner, dict):  # an error file's {"message": {"message": "...", "extraInfo": ...}}
+        inner = inner.get("message", "")
+    lines = str(inner or "").splitlines()
+    message = lines[0] if lines else ""
     host = getattr(failure, "hostname", None) or socket.gethostname()
     others = sorted(r for r in exc.failures if r != rank)
     tail = f"; ranks {', '.join(map(str, others))} stopped after it" if others else ""

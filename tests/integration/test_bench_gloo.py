@@ -131,3 +131,15 @@ def test_two_nodes_meet_through_the_elastic_launcher():
     docs = [json.loads(o[0]) for o in outs if o[0].strip()]
     assert len(docs) == 1  # the node holding global rank 0 speaks for the job
     assert docs[0]["run"]["world_size"] == 2 and docs[0]["summary"]["wrong"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_hung_rank_is_named_in_bounded_time():
+    start = time.monotonic()
+    p = bench("--backend", "gloo", "--nproc", "3", "-b", "8K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1",
+              "--timeout", "8", env={"DDPDOCTOR_BENCH_TEST_HANG_RANK": "1", "DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES": "65536"})
+    elapsed = time.monotonic() - start
+    assert p.returncode == 1, p.stderr[-2000:]
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
+    assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
+    assert elapsed < 8 + 60
