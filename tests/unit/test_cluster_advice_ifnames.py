@@ -1,0 +1,89 @@
+"""Unit tests: NCCL/gloo interface-name rules (ifnames.py) and the advice printed after a passing preflight."""
+from __future__ import annotations
+
+import shlex
+from types import SimpleNamespace
+
+import pytest
+
+from ddpdoctor.api import Level
+from ddpdoctor.cluster.advice import advice_lines, chosen_interfaces
+from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
+
+
+@pytest.mark.parametrize("spec,iface,expected", [
+    ("eth", "eth0", True),          # prefix list
+    ("eth", "ib0", False),
+    ("ib,eth", "eth1", True),
+    ("=eth0", "eth0", True),        # exact names
+    ("=eth0", "eth01", False),
+    ("^docker,lo", "docker0", False),  # exclusion by prefix
+    ("^docker,lo", "eth0", True),
+    ("^=eth0", "eth0", False),      # exclusion of exact names
+    ("^=eth0", "eth01", True),
+    (" eth ", "eth0", True),
+])
+def test_nccl_ifname_syntax(spec, iface, expected):
+    assert nccl_ifname_matches(spec, iface) is expected
+
+
+@pytest.mark.parametrize("value", ["eth0,ib0", "^lo", "=eth0"])
+def test_gloo_rejects_nccl_syntax(value):
+    assert "one concrete interface" in gloo_ifname_problem(value)
+
+
+def test_gloo_accepts_a_plain_name():
+    assert gloo_ifname_problem("eth0") is None
+
+
+def test_iface_of_loopback_address():
+    found = iface_of_addr("127.0.0.1")
+    assert found["addr"] == "127.0.0.1" and found["iface"]  # "lo" on Linux
+    assert iface_of_addr(None) is None
+    assert iface_of_addr("192.0.2.254")["iface"] is None  # TEST-NET address held by no interface
+
+
+def _nodes(ifaces, gpus=2):
+    return {name: {"facts": {"names": {"route_to_master": {"iface": i}}, "gpu": {"gpus": [{}] * gpus}}}
+            for name, i in ifaces.items()}
+
+
+def _view(names):
+    nodes = [{"name": n, "rank": r} for r, n in enumerate(names)]
+    return SimpleNamespace(nodes=nodes, master={"name": names[0], "addr": "10.0.0.1"})
+
+
+def _cfg(rdzv_id=None, nproc=None):
+    return SimpleNamespace(nproc_per_node=nproc, rdzv_id=rdzv_id, master=SimpleNamespace(host="head", port=29500))
+
+
+def test_one_interface_everywhere_gives_one_export_and_a_torchrun_line_per_node():
+    nodes = _nodes({"a": "eth0", "b": "eth0"})
+    lines = advice_lines(nodes, _view(["a", "b"]), _cfg(rdzv_id="job 7"), [SimpleNamespace(level=Level.PASS)])
+    assert "NCCL_SOCKET_IFNAME==eth0" in lines[0] and "GLOO_SOCKET_IFNAME=eth0" in lines[0]
+    per_node = [ln for ln in lines if "torchrun --nnodes" in ln]
+    assert len(per_node) == 2
+    for ln in per_node:
+        cmd = ln.split(": ", 1)[1].split("  #")[0]
+        argv = shlex.split(cmd)  # pasteable: a valid shell line
+        assert argv[argv.index("--rdzv-endpoint") + 1] == "10.0.0.1:29500"
+        assert argv[argv.index("--rdzv-id") + 1] == "job 7"
+        assert argv[argv.index("--nproc-per-node") + 1] == "2"  # from the GPU count
+
+
+def test_differing_interfaces_are_set_per_node():
+    nodes = _nodes({"a": "eth0", "b": "ib0"})
+    lines = advice_lines(nodes, _view(["a", "b"]), _cfg(nproc=4), [])
+    assert lines[0].startswith("Interfaces differ per node") and "a: eth0" in lines[0] and "b: ib0" in lines[0]
+    b_line = next(ln for ln in lines if ln.strip().startswith("b:"))
+    assert "NCCL_SOCKET_IFNAME==ib0" in b_line and "--nproc-per-node 4" in b_line
+    assert "$SLURM_JOB_ID" in b_line  # no rdzv id given
+
+
+def test_no_advice_after_a_fail():
+    nodes = _nodes({"a": "eth0"})
+    assert advice_lines(nodes, _view(["a"]), _cfg(), [SimpleNamespace(level=Level.FAIL)]) == []
+
+
+def test_chosen_interfaces_skips_nodes_without_facts():
+    assert chosen_interfaces({"a": {"facts": None}, "b": {}, **_nodes({"c": "eth1"})}) == {"c": "eth1"}
