@@ -132,3 +132,12 @@ def test_probe_on_ipv6_loopback():
     with server:
         assert ep.ping("::1", server.port, 2.0, payload=b"P\n").ok
         assert len(time_exchange("::1", server.port, samples=2)) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: parse_endpoint ignores text after ']' that does not start with ':', "
+                                       "so '[::1]29501' silently becomes [::1]:<default port>")
+def test_junk_after_ipv6_bracket_is_a_usage_error():
+    from ddpdoctor.errors import UsageError
+
+    with pytest.raises(UsageError):
+        ep.parse_endpoint("[::1]29501", default_port=29500)
