@@ -10,7 +10,7 @@ def chosen_interfaces(nodes: dict) -> dict[str, str]:
     """Node name -> the interface that routes to the master (from the names check's facts)."""
     out = {}
     for name, data in nodes.items():
-        iface = ((data.get("facts") or {}).get("names") or {}).get("route_to_master", {}).get("iface")
+        iface = ((((data.get("facts") or {}).get("names") or {}).get("route_to_master")) or {}).get("iface")
         if iface:
             out[name] = iface
     return out

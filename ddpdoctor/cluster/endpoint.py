@@ -46,9 +46,11 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
         raise UsageError("--master is empty: expected HOST:PORT")
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
         if not sep:
             raise UsageError(f"--master {text!r}: unclosed '[' in IPv6 address")
+        if rest and not rest.startswith(":"):
+            raise UsageError(f"--master {text!r}: expected [IPv6]:PORT")
+        port_text = rest[1:]
     elif text.count(":") == 1:
         host, _, port_text = text.partition(":")
     elif text.count(":") > 1:

@@ -30,21 +30,24 @@ def _int(env: Mapping[str, str], *names: str) -> int | None:
 def expand_slurm_nodelist(nodelist: str) -> list[str]:
     """Expand a SLURM host list (``gpu[01-03,07],login1``) without calling scontrol."""
     hosts: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", nodelist):
-        m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", part)
-        if not m:
-            hosts.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for rng in ranges.split(","):
-            lo, _, hi = rng.partition("-")
-            if not hi:
-                hosts.append(f"{prefix}{lo}{suffix}")
-                continue
-            width = len(lo)
-            for i in range(int(lo), int(hi) + 1):
-                hosts.append(f"{prefix}{i:0{width}d}{suffix}")
+    for part in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", nodelist):
+        hosts.extend(_expand_host(part))
     return hosts
+
+
+def _expand_host(pattern: str) -> list[str]:
+    """One host pattern, every bracket group expanded (``rack[1-2]-node[01-02]`` gives four hosts)."""
+    m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", pattern)
+    if not m:
+        return [pattern]
+    prefix, ranges, suffix = m.groups()
+    out = []
+    for rng in ranges.split(","):
+        lo, _, hi = rng.partition("-")
+        values = [lo] if not hi else [f"{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1)]
+        for v in values:
+            out.extend(_expand_host(f"{prefix}{v}{suffix}"))
+    return out
 
 
 def from_env(env: Mapping[str, str], read_file: Callable[[str], str] | None = None, hostname: str = "") -> LauncherInfo:

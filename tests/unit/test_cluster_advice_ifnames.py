@@ -89,8 +89,5 @@ def test_chosen_interfaces_skips_nodes_without_facts():
     assert chosen_interfaces({"a": {"facts": None}, "b": {}, **_nodes({"c": "eth1"})}) == {"c": "eth1"}
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="BUG: chosen_interfaces does .get('route_to_master', {}).get(...), but the names check's "
-                          "gather stores route_to_master=None when a node has no route to the master")
 def test_chosen_interfaces_tolerates_a_node_without_a_route():
     assert chosen_interfaces({"a": {"facts": {"names": {"route_to_master": None}}}}) == {}

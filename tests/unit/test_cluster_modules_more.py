@@ -134,8 +134,6 @@ def test_probe_on_ipv6_loopback():
         assert len(time_exchange("::1", server.port, samples=2)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: parse_endpoint ignores text after ']' that does not start with ':', "
-                                       "so '[::1]29501' silently becomes [::1]:<default port>")
 def test_junk_after_ipv6_bracket_is_a_usage_error():
     from ddpdoctor.errors import UsageError
 
@@ -143,8 +141,6 @@ def test_junk_after_ipv6_bracket_is_a_usage_error():
         ep.parse_endpoint("[::1]29501", default_port=29500)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: expand_slurm_nodelist expands only the first bracket group of a host "
-                                       "pattern, so 'rack[1-2]-node[01-02]' yields 'rack1-node[01-02]' (a wrong master)")
 def test_slurm_nodelist_with_two_bracket_groups():
     assert launcher_env.expand_slurm_nodelist("rack[1-2]-node[01-02]") == [
         "rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"]
