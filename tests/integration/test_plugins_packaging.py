@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,8 +104,12 @@ def test_broken_plugins_become_fail_results_not_crashes(plugins):
 
 @pytest.mark.timeout(600)
 def test_built_wheel_installs_checks_and_trainer_under_their_own_names(tmp_path):
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
+                                                              ".pytest_cache", ".benchmarks", "dist"))
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
                    check=True, capture_output=True, timeout=500)
     (wheel,) = dist.glob("ddpdoctor-*.whl")
     import zipfile
