@@ -110,25 +110,23 @@ def dump(doc: dict, path: str | os.PathLike) -> Path:
 
 
 def load(path: str | os.PathLike) -> dict:
-    """Read and validate a ddpdoctor document; any problem is a UsageError naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON (truncated or corrupt? {exc.msg} at line {exc.lineno})") from exc
+    """Read and validate a ddpdoctor document under the input policy (inputs.py: size cap, encoding, depth);
+    any problem is a UsageError naming the file."""
+    from .inputs import load_json_file
+
+    doc = load_json_file(path)
     validate(doc, str(path))
     return doc
 
 
 def validate(doc: Any, name: str = "document") -> None:
+    from .shapes import check_document
+
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UsageError(f"{name}: not a ddpdoctor result file (no \"schema\": \"{SCHEMA}\")")
     version = doc.get("schema_version")
-    if not isinstance(version, int) or version != SCHEMA_VERSION:
+    # bool is an int in Python: `"schema_version": true` would equal 1 without the explicit test.
+    if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
         raise UsageError(f"{name}: unsupported schema_version {version!r} (this ddpdoctor reads {SCHEMA_VERSION})")
     if doc.get("kind") not in KINDS:
         raise UsageError(f"{name}: unknown kind {doc.get('kind')!r} (known: {', '.join(KINDS)})")
@@ -136,3 +134,4 @@ def validate(doc: Any, name: str = "document") -> None:
         for key in ("nodes", "results", "verdict"):
             if key not in doc:
                 raise UsageError(f"{name}: preflight file lacks {key!r}")
+    check_document(doc, name)

@@ -51,6 +51,10 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy) -> str:
     out = [f'<svg viewBox="0 0 {W} {H}" class="chart" role="img" '
            f'aria-label="{escape(title)}">', f"<title>{escape(title)}</title>",
@@ -74,8 +78,10 @@ def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy
 def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlabel: str, ylabel: str,
                log_x: bool = False, log_y: bool = False, refs: dict[str, float] | None = None) -> str:
     """Lines (one per series) with a legend; ``refs`` draws dashed horizontal reference lines."""
-    pts = [p for s in series.values() for p in s if p[0] is not None and p[1] is not None]
-    refs = refs or {}
+    # A diverged loss (NaN) or an infinite figure is a real result, but it has no place on an axis.
+    series = {name: [(x, y) for x, y in s if _finite(x) and _finite(y)] for name, s in series.items()}
+    refs = {name: v for name, v in (refs or {}).items() if _finite(v)}
+    pts = [p for s in series.values() for p in s]
     if not pts:
         return ""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts] + list(refs.values())
