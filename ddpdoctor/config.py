@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .api import Option
 from .errors import UsageError
+from .inputs import MAX_CONFIG_BYTES, MAX_TIMEOUT_S, read_bounded
 from .registry import LoadedCheck
 
 if sys.version_info >= (3, 11):
@@ -25,29 +27,35 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-RUN_KEYS = {
-    "gpus_per_node": "GPUs every node must show (too few is a fail); default: the launcher's processes per node",
-    "nnodes": "number of nodes expected in the cluster",
-    "timeout": "seconds the preflight waits for nodes and network steps",
-    "output_dir": "where result files are written (the resources check measures free disk there)",
+# [run] keys, typed like check options: a wrong type or an absurd number is a usage error naming the key.
+RUN_OPTIONS = {
+    "gpus_per_node": Option(None, "GPUs every node must show (too few is a fail); default: the launcher's "
+                                  "processes per node", type=int, min=0, max=4096),
+    "nnodes": Option(None, "number of nodes expected in the cluster", type=int, min=1, max=1_000_000),
+    "timeout": Option(None, "seconds the preflight waits for nodes and network steps", type=float, min=1,
+                      max=MAX_TIMEOUT_S),
+    "output_dir": Option(None, "where result files are written (the resources check measures free disk there)",
+                         type=str),
 }
+RUN_KEYS = {key: opt.help for key, opt in RUN_OPTIONS.items()}
 
 
 def read_toml(path: str | None) -> dict:
     if not path:
         return {}
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"config {p}: cannot read ({exc.strerror or exc})") from exc
+    raw = read_bounded(p, MAX_CONFIG_BYTES)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"config {p}: malformed TOML ({exc})") from exc
+    except RecursionError:  # arrays nested thousands deep: tomllib recurses
+        raise UsageError(f"config {p}: malformed TOML (nested too deep)") from None
     for key in data:
         if key not in ("run", "checks"):
             raise UsageError(f"config {p}: unknown table [{key}] (expected [run] or [checks.NAME])")
+    if not isinstance(data.get("run", {}), dict):
+        raise UsageError(f"config {p}: key 'run' must be the [run] table, got {data['run']!r}")
     if not isinstance(data.get("checks", {}), dict):
         raise UsageError(f"config {p}: key 'checks' must be a table of [checks.NAME] tables")
     for key in data.get("run", {}):
@@ -94,11 +102,13 @@ def resolve_check_options(
 
 
 def resolve_run(file_cfg: Mapping, flags: Mapping[str, Any], source: str = "") -> dict[str, Any]:
-    run = {k: None for k in RUN_KEYS}
+    """Run settings: the config file's [run] table (typed and bounded like check options), then the flags."""
+    run = {k: None for k in RUN_OPTIONS}
     for key, value in file_cfg.get("run", {}).items():
-        if key in ("gpus_per_node", "nnodes") and not (isinstance(value, int) and value >= 0):
-            raise UsageError(f"config {source}: run.{key} must be a non-negative integer, got {value!r}")
-        run[key] = value
+        try:
+            run[key] = RUN_OPTIONS[key].convert(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"config {source}: bad value for run.{key}: {exc}") from exc
     for key, value in flags.items():
         if value is not None:
             run[key] = value

@@ -4,6 +4,9 @@ from __future__ import annotations
 from ..errors import UsageError
 
 SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# One buffer's largest size. Bigger than any GPU's share of a collective that tells something (nccl-tests
+# sweeps stop at a few GiB); beyond it a typo (-b 1T) would fail inside torch's allocator with a traceback.
+MAX_BUFFER_BYTES = 8 << 30
 
 
 def parse_size(text: str | int, flag: str = "size") -> int:
@@ -19,10 +22,12 @@ def parse_size(text: str | int, flag: str = "size") -> int:
             num, unit = raw[:-1], raw[-1]
         try:
             value = int(float(num) * SUFFIX[unit])
-        except ValueError:
+        except (ValueError, OverflowError):  # "x", "nan"; "inf" and 1e999 overflow int()
             raise UsageError(f"{flag} {text!r}: not a size (examples: 8, 64K, 128M, 1G)") from None
     if value <= 0:
         raise UsageError(f"{flag} {text!r}: must be positive")
+    if value > MAX_BUFFER_BYTES:
+        raise UsageError(f"{flag} {text!r}: above the largest buffer nccl-bench allocates ({human(MAX_BUFFER_BYTES)})")
     return value
 
 

@@ -11,6 +11,11 @@ from . import common
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
+# Bounds of the counts (the input policy: every number bounded). A million timed iterations of the smallest
+# message is minutes; 10**30 was a 3 GB list of timings before the first op.
+MAX_ITERS = 1_000_000
+MAX_NPROC = 1024  # local ranks on one node
+MAX_NODES = 100_000
 
 
 def _has_cuda() -> bool:
@@ -25,27 +30,27 @@ def _has_cuda() -> bool:
 @click.command("nccl-bench")
 @click.option("-b", "--min-bytes", default="8M", show_default=True, help="Smallest message (K/M/G suffixes).")
 @click.option("-e", "--max-bytes", default="64M", show_default=True, help="Largest message.")
-@click.option("-f", "--step-factor", type=float, default=2.0, show_default=True, help="Multiply the size by this each step.")
+@click.option("-f", "--step-factor", type=common.FiniteFloat(0, 1024), default=2.0, show_default=True, help="Multiply the size by this each step.")
 @click.option("-d", "--dtype", default="float32", show_default=True, help=f"One of {', '.join(DTYPE_NAMES)}.")
-@click.option("-w", "--warmup", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("-n", "--iters", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("-w", "--warmup", type=click.IntRange(min=0, max=MAX_ITERS), default=5, show_default=True)
+@click.option("-n", "--iters", type=click.IntRange(min=1, max=MAX_ITERS), default=20, show_default=True)
 @click.option("-c", "--check/--no-check", default=True, show_default=True, help="Verify every result (#wrong).")
 @click.option("--op", "ops", default="all_reduce", show_default=True,
               help=f"Comma-separated collectives, or 'all': {', '.join(OP_NAMES)}.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where GPUs are present, gloo on CPU.")
-@click.option("--nproc", type=click.IntRange(min=1), help="Local ranks to start (default: one per GPU, 2 on CPU).")
+@click.option("--nproc", type=click.IntRange(min=1, max=MAX_NPROC), help="Local ranks to start (default: one per GPU, 2 on CPU).")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER", help="c10d rendezvous endpoint across nodes.")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank (default: assigned by the rendezvous).")
+@click.option("--nnodes", type=click.IntRange(min=1, max=MAX_NODES), default=1, show_default=True)
+@click.option("--node-rank", type=click.IntRange(min=0, max=MAX_NODES - 1), help="This node's rank (default: assigned by the rendezvous).")
 @click.option("--graph", is_flag=True, help="Capture the timed loop in a CUDA graph (NCCL only), like nccl-tests -G.")
-@click.option("--min-busbw", type=float, help="Fail when the average bus bandwidth (GB/s) is below this.")
+@click.option("--min-busbw", type=common.FiniteFloat(0, 1e6), help="Fail when the average bus bandwidth (GB/s) is below this.")
 @click.option("--spread", is_flag=True, help="Also time every iteration: p50, p99 and cv%.")
 @click.option("--localise", is_flag=True, help="Intra- vs inter-node figures and the slow-node hunt by node pairs.")
 @click.option("--localise-size", default="16M", show_default=True, help="Message size of the --localise runs.")
-@click.option("--threshold", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+@click.option("--threshold", type=common.FiniteFloat(0, 1), default=0.8, show_default=True,
               help="With --localise: a pair or node under this fraction of the median is slow.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+@click.option("--timeout", type=common.TIMEOUT, default=120.0, show_default=True,
               help="Seconds any collective may take before the run is abandoned.")
 @common.output_options
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
@@ -77,6 +82,8 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
         raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
     if nnodes > 1 and not master:
         raise UsageError("--nnodes above 1 needs --master HOST:PORT (the same on every node)")
+    if master:
+        master = _endpoint(master)
     if nproc is None:
         nproc = _gpu_count() if backend == "nccl" else 2
     result = os.path.join(tempfile.mkdtemp(prefix="ddpdoctor-bench-"), "bench.json")
@@ -96,6 +103,14 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
 
     return common.emit(model.load(result), filename="nccl-bench.json", out_dir=out_dir, report_file=report_file,
                        as_json=as_json, render=render)
+
+
+def _endpoint(text: str) -> str:
+    """--master through the one endpoint parser (preflight's), so a bad one is exit 2, never a hang in c10d."""
+    from ..cluster.endpoint import parse_endpoint
+
+    parse_endpoint(text)  # HOST:PORT or [IPv6]:PORT, port 1-65535: a UsageError otherwise
+    return text.strip()
 
 
 def _gpu_count() -> int:

@@ -6,6 +6,7 @@ line (progress, summary) moves to stderr, so ``ddpdoctor preflight --json | jq``
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Callable
 import click
 
 from ..errors import UsageError
+from ..inputs import MAX_TIMEOUT_S
 
 
 @dataclass
@@ -51,6 +53,41 @@ def warn_line(message: str) -> None:
     from rich.text import Text
 
     Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {message}", style="yellow"))
+
+
+class FiniteFloat(click.ParamType):
+    """A float within [min, max] that is neither NaN nor infinite.
+
+    click.FloatRange lets NaN through (every comparison with NaN is false) and accepts inf, and a timeout of
+    NaN or inf turns into a hang or an OverflowError far from the flag; this type stops both at parsing."""
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, max: float | None = None) -> None:
+        self.min, self.max = min, max
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            self.fail(f"{value!r} is not in the range {self._range()}", param, ctx)
+        return number
+
+    def _range(self) -> str:
+        low = "-inf" if self.min is None else f"{self.min:g}"
+        high = "inf" if self.max is None else f"{self.max:g}"
+        return f"{low} to {high}"
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self.min!r}, {self.max!r})"
+
+
+# Every --timeout flag: at least a second, at most a week (inputs.MAX_TIMEOUT_S), finite.
+TIMEOUT = FiniteFloat(1, MAX_TIMEOUT_S)
 
 
 def output_options(func: Callable) -> Callable:

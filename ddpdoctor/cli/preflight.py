@@ -63,7 +63,7 @@ def _worker_argv(params: dict):
 @click.option("--nnodes", type=click.IntRange(min=1), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
 @click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node advertises and listens on (like torchrun's --local-addr).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
+@click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
 @click.option("--token", envvar="DDPDOCTOR_TOKEN", help="Shared secret that signs each node's facts (or $DDPDOCTOR_TOKEN).")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="Processes per node the job will launch (compared across nodes).")
 @click.option("--rdzv-id", help="Rendezvous id the job will use (compared across nodes).")

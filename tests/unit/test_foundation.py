@@ -87,7 +87,7 @@ def test_config_file_and_set_flags_resolve(tmp_path):
     ("[run\nnnodes=1", "malformed TOML"),
     ("[weather]\nx=1", "unknown table [weather]"),
     ("[run]\nspeed=1", "unknown key run.speed"),
-    ("[run]\nnnodes=-1", "run.nnodes must be a non-negative integer"),
+    ("[run]\nnnodes=-1", "bad value for run.nnodes: -1 is below the minimum 1"),
     ("[checks.nosuch]\nx=1", "unknown check 'nosuch'"),
     ("[checks.resources]\nnope=1", "unknown option checks.resources.nope"),
     ("[checks.resources]\nmin_nofile='many'", "bad value for checks.resources.min_nofile"),
