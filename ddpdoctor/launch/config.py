@@ -45,7 +45,11 @@ class TrainerConfig:
         return self.rdzv_id or f"ddpdoctor-{digest}"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # What run.json stores: secrets in the user's arguments redacted (the processes get the real ones).
+        from ..redact import redact_argv, redact_env
+
+        return {**asdict(self), "script_args": redact_argv(self.script_args),
+                "preflight_args": redact_argv(self.preflight_args), "env": redact_env(self.env)}
 
 
 def validate(cfg: TrainerConfig) -> TrainerConfig:
