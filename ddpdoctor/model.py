@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Iterable
@@ -98,15 +99,50 @@ def sorted_results(results: Iterable[Result]) -> list[Result]:
 
 
 def dump(doc: dict, path: str | os.PathLike) -> Path:
-    """Write a document atomically (temp file + rename), so a reader never sees half a file."""
+    """Write a document atomically, so a reader never sees half a file."""
+    return write_atomic(path, json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Temp file beside the target, then rename: the file is either the old one or the whole new one.
+
+    A full disk, a quota, a read-only or forbidden directory: the temp file is removed and the error is a
+    UsageError (exit 2) naming the path and the free space there, never a traceback or a stray .tmp file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=False, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as fh:  # ENOSPC may surface at write or only at close
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise write_error(path, exc) from exc
     return path
+
+
+def write_error(path: Path, exc: OSError) -> UsageError:
+    """'DIR/x.json: cannot write (No space left on device); 12 KiB free in DIR'."""
+    where = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    try:
+        free = f"{_human_bytes(shutil.disk_usage(where).free)} free in {where}"
+    except OSError:
+        free = f"free space in {where} unknown"
+    return UsageError(f"{path}: cannot write ({exc.strerror or exc}); {free}")
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:  # never created, or the directory is gone: nothing left behind either way
+        pass
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def load(path: str | os.PathLike) -> dict:

@@ -142,15 +142,34 @@ def write_report(docs: list[dict], path: Path | None) -> None:
 
 def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: Path | None, as_json: bool,
          render: Callable[[dict, Any], None]) -> int:
-    """The end of every command, data first and rendering last: the JSON file (--output), the HTML report
-    (--report), then either the JSON on stdout (--json) or the terminal view. Returns the document's exit code."""
+    """The end of every command: the result is shown first (the JSON on stdout with --json, else the terminal
+    view), then written (--output's JSON file, --report's HTML). A write that fails (a full disk) is one error
+    line naming the path and the free space, exit 2, after the result was shown: nothing of it is lost. The
+    files are written even when rendering fails. Returns the document's exit code."""
+    try:
+        if as_json:
+            print_json(doc)
+        else:
+            render(doc, console())
+    finally:
+        problems = _write_files(doc, filename, out_dir, report_file)
+    if problems:
+        raise UsageError("; ".join(problems))
+    return doc["exit_code"]
+
+
+def _write_files(doc: dict, filename: str | None, out_dir: Path | None, report_file: Path | None) -> list[str]:
+    """Every file asked for, each tried even when another failed; the failures' messages."""
     from .. import model
 
+    problems = []
     if out_dir is not None and filename:
-        model.dump(doc, out_dir / filename)
-    write_report([doc], report_file)
-    if as_json:
-        print_json(doc)
-    else:
-        render(doc, console())
-    return doc["exit_code"]
+        try:
+            model.dump(doc, out_dir / filename)
+        except UsageError as exc:
+            problems.append(str(exc))
+    try:
+        write_report([doc], report_file)
+    except UsageError as exc:
+        problems.append(str(exc))
+    return problems

@@ -5,7 +5,6 @@ which escapes their own labels, and are the only markup inserted as-is.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from markupsafe import Markup
@@ -66,8 +65,6 @@ def build_html(docs: list[dict]) -> str:
 
 def write_html(docs: list[dict], path) -> Path:
     """Write atomically, so a half-written report is never opened."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(build_html(docs), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    from ..model import write_atomic
+
+    return write_atomic(path, build_html(docs))
