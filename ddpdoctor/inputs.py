@@ -18,6 +18,8 @@ from .errors import UsageError
 MAX_RESULT_BYTES = 64 << 20  # the largest result file seen (512 nodes + mesh probes) is ~4 MB
 MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 64  # a result document is ~8 levels deep; far deeper is not ours, and recursion has to stop
+# The longest wait any flag or config key accepts (timeouts): a week is not a typo, 1e300 s is.
+MAX_TIMEOUT_S = 7 * 86400.0
 
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
          (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
