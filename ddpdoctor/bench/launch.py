@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import tempfile
 import uuid
@@ -74,6 +75,9 @@ def launch(cfg: dict, plan: LaunchPlan) -> None:
     except ChildFailedError as exc:
         behind = ranks_behind(progress)
         raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
+    finally:
+        # The config, the progress notes and torch's per-rank logs have been read: nothing outlives the command.
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _entry() -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import click
@@ -56,9 +57,8 @@ def _has_cuda() -> bool:
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
                node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path):
     """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation."""
-    from .. import model
     from ..bench.harness import BenchConfig
-    from ..bench.launch import LaunchPlan, launch, run_in_this_process, under_launcher
+    from ..bench.launch import LaunchPlan, under_launcher
     from ..bench.sizes import parse_size, sweep
 
     out_dir = common.ensure_writable_dir(output_dir)
@@ -86,23 +86,38 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
         master = _endpoint(master)
     if nproc is None:
         nproc = _gpu_count() if backend == "nccl" else 2
-    result = os.path.join(tempfile.mkdtemp(prefix="ddpdoctor-bench-"), "bench.json")
-    cfg = BenchConfig(ops=names, sizes=sizes, dtype=dtype, warmup=warmup, iters=iters, check=check, graph=graph,
-                      spread=spread, backend=backend, timeout_s=timeout, min_busbw=min_busbw, localise=localise,
-                      localise_bytes=parse_size(localise_size, "--localise-size"),
-                      threshold=threshold, result_path=result, progress=not as_json and not common.STATE.quiet)
+    localise_bytes = parse_size(localise_size, "--localise-size")
+    plan = LaunchPlan(nproc=nproc, nnodes=nnodes, master=master, node_rank=node_rank)
+    result_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
+    try:
+        cfg = BenchConfig(ops=names, sizes=sizes, dtype=dtype, warmup=warmup, iters=iters, check=check, graph=graph,
+                          spread=spread, backend=backend, timeout_s=timeout, min_busbw=min_busbw, localise=localise,
+                          localise_bytes=localise_bytes, threshold=threshold,
+                          result_path=os.path.join(result_dir, "bench.json"),
+                          progress=not as_json and not common.STATE.quiet)
+        return _run(cfg, launched, plan, out_dir=out_dir, report_file=report_file, as_json=as_json)
+    finally:
+        # Rank 0's result has been read (and written to --output) by now: the temp dir never outlives the command.
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> int:
+    """Run the ranks (here under a launcher, else through torch's launcher), then show rank 0's document."""
+    from .. import model
+    from ..bench.launch import launch, run_in_this_process
+
     if launched:
         run_in_this_process(cfg.to_json())
         if int(os.environ.get("RANK", "0")) != 0:
             return 0  # rank 0 speaks for the job
     else:
-        launch(cfg.to_json(), LaunchPlan(nproc=nproc, nnodes=nnodes, master=master, node_rank=node_rank))
-    if not os.path.exists(result):
+        launch(cfg.to_json(), plan)
+    if not os.path.exists(cfg.result_path):
         return 0  # a node other than the one holding global rank 0
     from ..bench.render import render
 
-    return common.emit(model.load(result), filename="nccl-bench.json", out_dir=out_dir, report_file=report_file,
-                       as_json=as_json, render=render)
+    return common.emit(model.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
+                       report_file=report_file, as_json=as_json, render=render)
 
 
 def _endpoint(text: str) -> str:
