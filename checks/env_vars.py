@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ddpdoctor.api import Check, per_node
+from ddpdoctor.cluster.launcher_env import nnodes_from_world
 from ddpdoctor.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from ddpdoctor.redact import REDACTED, redact_env
 
@@ -54,14 +55,10 @@ class EnvVarsCheck(Check):
 
 def expected_nodes(env: dict, opts) -> int:
     """How many nodes this job spans, from the run settings or the launcher's variables."""
-    candidates = [opts.get("nnodes")]
+    # Not launcher_env.from_env: it counts MPI processes as nodes (one preflight per node), a job does not.
+    candidates = [opts.get("nnodes"), nnodes_from_world(env)]
     for var in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "PBS_NUM_NODES"):
         candidates.append(env.get(var))
-    try:
-        world, local = int(env.get("WORLD_SIZE", "")), int(env.get("LOCAL_WORLD_SIZE", ""))
-        candidates.append(world // local if local else None)
-    except ValueError:
-        pass
     best = 1
     for c in candidates:
         try:

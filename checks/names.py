@@ -7,41 +7,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 from ddpdoctor.api import Check, Option, majority, per_node
-from ddpdoctor.cluster.endpoint import is_loopback, source_addr_towards
+from ddpdoctor.cluster.endpoint import LOOKUP_CAP_S, is_loopback, lookup, source_addr_towards
 from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
-
-LOOKUP_CAP_S = 6.0  # a lookup still unanswered by then is recorded as such; the thread is abandoned
-
-
-def _timed(kind: str, query: str, fn) -> dict:
-    box: dict = {"kind": kind, "query": query, "answer": None, "error": None, "seconds": None}
-
-    def work():
-        start = time.perf_counter()
-        try:
-            box["answer"] = fn()
-        except OSError as exc:
-            box["error"] = f"{type(exc).__name__}: {exc}"
-        box["seconds"] = round(time.perf_counter() - start, 4)
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    t.join(LOOKUP_CAP_S)
-    if t.is_alive():
-        box.update(error=f"no answer within {LOOKUP_CAP_S:g} s", seconds=LOOKUP_CAP_S)
-    return box
-
-
-def _forward(host: str) -> list[str]:
-    return sorted({i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
-
-
-def _reverse(addr: str) -> str:
-    return socket.gethostbyaddr(addr)[0]
-
 
 class NamesCheck(Check):
     name = "names"
@@ -62,7 +31,7 @@ class NamesCheck(Check):
             key = (info or {}).get("iface") or "?"
             peer_ifaces[key] = peer_ifaces.get(key, 0) + 1
         hostname = socket.gethostname()
-        own = _timed("forward", hostname, lambda: _forward(hostname))
+        own = lookup("forward", hostname)
         unique_hosts = len({n["host"] for n in view.nodes}) == len(view.nodes)
         jobs = []
         # The same peers the mesh probes (all of them up to 64 nodes, ring + random beyond) plus the master:
@@ -77,7 +46,7 @@ class NamesCheck(Check):
 
         def run(job):
             kind, query, who = job
-            res = _timed(kind, query, (lambda: _reverse(query)) if kind == "reverse" else (lambda: _forward(query)))
+            res = lookup(kind, query)
             res["node"] = who
             with lock:
                 results.append(res)
@@ -87,7 +56,7 @@ class NamesCheck(Check):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(LOOKUP_CAP_S + 1)
+            t.join(LOOKUP_CAP_S + 1)  # lookup() returns by then: its own thread is the one abandoned
         return {
             "hostname": hostname, "fqdn": socket.getfqdn(), "hostname_lookup": own,
             "advertised": me["addr"], "route_to_master": route, "routes_to_peers": peer_ifaces,

@@ -3,30 +3,13 @@ its interfaces with addresses, MTU and state, and the interface of the default r
 from __future__ import annotations
 
 import socket
-import threading
 
 from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.cluster.endpoint import is_loopback, lookup
 
-LOOKUP_CAP_S = 5.0
-VIRTUAL_PREFIXES = ("docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap", "lo")
-
-
-def _bounded_lookup(host: str) -> dict:
-    """getaddrinfo has no timeout of its own: run it in a thread and abandon it at the cap."""
-    box: dict = {"addrs": None, "error": None}
-
-    def work():
-        try:
-            box["addrs"] = sorted({i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
-        except OSError as exc:
-            box["error"] = f"{type(exc).__name__}: {exc}"
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    t.join(LOOKUP_CAP_S)
-    if t.is_alive():
-        box["error"] = f"no answer within {LOOKUP_CAP_S:g} s"
-    return box
+def resolve_name(host: str) -> dict:
+    res = lookup("forward", host)
+    return {"addrs": res["answer"], "error": res["error"]}
 
 
 def default_route_ifaces() -> dict:
@@ -71,10 +54,6 @@ def interfaces() -> list[dict]:
     return out
 
 
-def is_loopback_addr(addr: str) -> bool:
-    return addr.startswith("127.") or addr == "::1"
-
-
 class NetworkCheck(Check):
     name = "network"
     description = "Hostname/FQDN and what they resolve to (loopback flagged), interfaces, MTU, state, default route"
@@ -87,7 +66,7 @@ class NetworkCheck(Check):
             "hostname": host,
             "fqdn": fqdn,
             # getfqdn() falls back to "localhost" when there is no FQDN: that says nothing about this node.
-            "resolves": {h: _bounded_lookup(h) for h in sorted({host, fqdn}) if h and h != "localhost"},
+            "resolves": {h: resolve_name(h) for h in sorted({host, fqdn}) if h and h != "localhost"},
             "interfaces": interfaces(),
             "default_route": default_route_ifaces(),
         }
@@ -101,7 +80,7 @@ class NetworkCheck(Check):
         host = f.get("hostname") or "?"
         ifaces = f.get("interfaces") or []
         routable = [i for i in ifaces if i.get("up") and not i["name"].startswith("lo")
-                    and any(not is_loopback_addr(a) for a in i.get("ipv4", []) + i.get("ipv6", []))]
+                    and any(not is_loopback(a) for a in i.get("ipv4", []) + i.get("ipv6", []))]
         default = (f.get("default_route") or {}).get("ipv4") or (f.get("default_route") or {}).get("ipv6")
         suggest = default or (routable[0]["name"] if routable else None)
         ifname_fix = (f"export GLOO_SOCKET_IFNAME={suggest} NCCL_SOCKET_IFNAME={suggest}" if suggest
@@ -112,7 +91,7 @@ class NetworkCheck(Check):
                 make = self.fail if multi else self.warn
                 out.append(make(f"{name} does not resolve: {res['error']}", [node], actual=res["error"],
                                 expected="an address", fix=f"add '<this node's IP> {name}' to /etc/hosts or fix DNS"))
-            elif addrs and all(is_loopback_addr(a) for a in addrs):
+            elif addrs and all(is_loopback(a) for a in addrs):
                 # gloo binds the address the hostname resolves to: peers would be told 127.x. A warning here;
                 # in a cluster run the names check knows the advertised address and fails it where it matters.
                 out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): gloo and c10d would "

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import DdpdoctorError
+from ..cluster.local import free_port
 from .harness import PROGRESS_ENV
 from .worker import CONFIG_ENV, main as worker_main
 
@@ -37,12 +38,6 @@ def under_launcher(env=os.environ) -> bool:
     return "RANK" in env and "WORLD_SIZE" in env
 
 
-def _free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def run_in_this_process(cfg: dict) -> None:
     worker_main(cfg)
 
@@ -57,7 +52,7 @@ def launch(cfg: dict, plan: LaunchPlan) -> None:
     cfg_path = os.path.join(run_dir, "config.json")
     with open(cfg_path, "w") as fh:
         json.dump(cfg, fh)
-    endpoint = plan.master or _free_endpoint()
+    endpoint = plan.master or f"127.0.0.1:{free_port()}"
     lc = LaunchConfig(
         min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc,
         run_id=f"ddpdoctor-bench-{uuid.uuid5(uuid.NAMESPACE_DNS, endpoint).hex[:8]}",

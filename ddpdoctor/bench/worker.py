@@ -20,7 +20,6 @@ from .harness import BenchConfig, Context, measure, summary, sweep
 
 CONFIG_ENV = "DDPDOCTOR_BENCH_CONFIG"
 RANKS_PER_NODE_ENV = "DDPDOCTOR_BENCH_TEST_RANKS_PER_NODE"  # test hook: pretend every K ranks are a node
-HOST_BYTES = 64
 
 
 def _device(backend: str):
@@ -33,21 +32,6 @@ def _device(backend: str):
     return torch.device("cpu")
 
 
-def _hostnames(device) -> list[str]:
-    """Every rank's hostname, exchanged as fixed-size byte tensors (no pickled objects)."""
-    import torch
-    import torch.distributed as dist
-
-    raw = socket.gethostname().encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0")
-    mine = torch.tensor(list(raw), dtype=torch.uint8, device=device)
-    out = torch.empty(HOST_BYTES * dist.get_world_size(), dtype=torch.uint8, device=device)
-    from .ops import _all_gather
-
-    _all_gather(out, mine)
-    data = bytes(out.cpu().tolist())
-    return [data[i:i + HOST_BYTES].rstrip(b"\0").decode(errors="replace") for i in range(0, len(data), HOST_BYTES)]
-
-
 def node_of_ranks(hosts: list[str]) -> list[str]:
     k = int(os.environ.get(RANKS_PER_NODE_ENV, "0") or 0)
     if k > 0:
@@ -58,9 +42,10 @@ def node_of_ranks(hosts: list[str]) -> list[str]:
 def _progress(cfg: BenchConfig, rank: int, total: int):
     if rank != 0 or not cfg.progress or not sys.stderr.isatty():
         return None
+    from rich.console import Console
     from rich.progress import Progress
 
-    bar = Progress(transient=True, console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True))
+    bar = Progress(transient=True, console=Console(stderr=True))
     bar.start()
     task = bar.add_task("nccl-bench", total=total)
     return bar, task
@@ -130,31 +115,24 @@ def run_localisation(cfg: BenchConfig, device, nodes_of_rank: list[str]) -> tupl
         for wave in _split_waves(localise.retest_pairings(round1, low)):
             round2.update(_wave(cfg, device, nodes_of_rank, wave))
         found = localise.judge(round1, round2, cfg.threshold)
-    # Only each group's first rank holds its rows: bring them to rank 0 as JSON through the store-free path.
-    return _gather_rows(rows, device), found
+    # Only each group's first rank holds its rows: every rank gets them all.
+    return [row for held in all_gather_json([asdict(r) for r in rows], device) for row in held], found
 
 
-def _gather_rows(rows, device) -> list[dict]:
-    """Rows held by various ranks -> rank 0, as JSON bytes in a padded uint8 tensor."""
+def all_gather_json(value, device) -> list:
+    """Every rank's JSON-serialisable value, in rank order: JSON bytes in padded uint8 tensors (no pickle)."""
     import torch
     import torch.distributed as dist
 
-    blob = json.dumps([asdict(r) for r in rows]).encode()
+    blob = json.dumps(value).encode()
     size = torch.tensor([len(blob)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
     dist.all_gather(sizes, size)
-    longest = max(int(s.item()) for s in sizes) or 1
-    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
-    if blob:
-        mine[:len(blob)] = torch.tensor(list(blob), dtype=torch.uint8, device=device)
+    mine = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=device)
+    mine[:len(blob)] = torch.tensor(list(blob), dtype=torch.uint8, device=device)
     everyone = [torch.zeros_like(mine) for _ in sizes]
     dist.all_gather(everyone, mine)
-    out: list[dict] = []
-    for s, t in zip(sizes, everyone):
-        n = int(s.item())
-        if n:
-            out.extend(json.loads(bytes(t[:n].cpu().tolist())))
-    return out
+    return [json.loads(bytes(t[:int(s.item())].cpu().tolist())) for s, t in zip(sizes, everyone)]
 
 
 def main(cfg_dict: dict | None = None) -> int:
@@ -172,7 +150,7 @@ def main(cfg_dict: dict | None = None) -> int:
                             device_id=device if device.type == "cuda" else None)
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        hosts = _hostnames(device)
+        hosts = all_gather_json(socket.gethostname(), device)
         ctx = Context(device)
         prog = _progress(cfg, rank, len(cfg.ops) * len(cfg.sizes))
 

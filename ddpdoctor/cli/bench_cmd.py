@@ -70,7 +70,8 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
     if dtype not in DTYPE_NAMES:
         raise UsageError(f"-d/--dtype {dtype!r}: unknown; known: {', '.join(DTYPE_NAMES)}")
     sizes = sweep(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
-    cuda = _has_cuda()
+    # torch is imported (~2 s) only when the answer matters: an explicit --backend gloo needs no CUDA probe.
+    cuda = _has_cuda() if backend != "gloo" or graph else False
     if backend == "auto":
         backend = "nccl" if cuda else "gloo"
     if backend == "nccl" and not cuda:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -78,6 +79,35 @@ def resolve(host: str) -> list[str]:
         if sockaddr[0] not in addrs:
             addrs.append(sockaddr[0])
     return addrs
+
+
+LOOKUP_CAP_S = 6.0  # a lookup still unanswered by then is recorded as such; its thread is abandoned
+
+
+def lookup(kind: str, query: str, cap_s: float = LOOKUP_CAP_S) -> dict:
+    """A forward (name -> sorted addresses) or reverse (address -> name) lookup, timed and bounded.
+
+    getaddrinfo/gethostbyaddr have no timeout of their own, so the call runs in a daemon thread that is
+    abandoned at the cap: {"kind", "query", "answer", "error", "seconds"}."""
+    box: dict = {"kind": kind, "query": query, "answer": None, "error": None, "seconds": None}
+
+    def work() -> None:
+        start = time.perf_counter()
+        try:
+            if kind == "reverse":
+                box["answer"] = socket.gethostbyaddr(query)[0]
+            else:
+                box["answer"] = sorted({i[4][0] for i in socket.getaddrinfo(query, None, proto=socket.IPPROTO_TCP)})
+        except OSError as exc:
+            box["error"] = f"{type(exc).__name__}: {exc}"
+        box["seconds"] = round(time.perf_counter() - start, 4)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(cap_s)
+    if t.is_alive():
+        box.update(error=f"no answer within {cap_s:g} s", seconds=cap_s)
+    return box
 
 
 def is_loopback(addr: str) -> bool:

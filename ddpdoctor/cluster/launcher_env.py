@@ -55,7 +55,7 @@ def from_env(env: Mapping[str, str], read_file: Callable[[str], str] | None = No
     if "GROUP_RANK" in env or ("NODE_RANK" in env and "TORCHELASTIC_RUN_ID" in env):
         return LauncherInfo(
             "torchrun", _int(env, "GROUP_RANK", "NODE_RANK"),
-            _int(env, "GROUP_WORLD_SIZE") or _nnodes_from_world(env),
+            _int(env, "GROUP_WORLD_SIZE") or nnodes_from_world(env),
             _endpoint(env), _int(env, "LOCAL_WORLD_SIZE"),
         )
     if "SLURM_NODEID" in env or "SLURM_JOB_NODELIST" in env:
@@ -83,7 +83,7 @@ def from_env(env: Mapping[str, str], read_file: Callable[[str], str] | None = No
     return LauncherInfo(None, None, None, _endpoint(env))
 
 
-def _nnodes_from_world(env: Mapping[str, str]) -> int | None:
+def nnodes_from_world(env: Mapping[str, str]) -> int | None:
     world, local = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE")
     if world and local:
         return max(1, world // local)

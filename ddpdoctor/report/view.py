@@ -10,17 +10,17 @@ import json
 from collections import Counter
 from typing import Any
 
-from ..api import majority
+from ..api import Level, majority
 from ..redact import scrub
 
-LEVELS = ("fail", "warn", "skip", "pass")
-SEVERITY = {"pass": 0, "skip": 1, "warn": 2, "fail": 3}
+SEVERITY = {lv.value: lv.severity for lv in Level}
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
 MATRIX_FULL = 64  # reachability drawn as a full matrix up to this many nodes; above, the failed links only
 
 
 def worst(levels) -> str:
-    return max(levels, key=lambda lv: SEVERITY.get(lv, 0), default="pass")
+    """The worst of level names, as Level.worst orders them."""
+    return Level.worst(Level(lv) for lv in levels).value
 
 
 def build(docs: list[dict]) -> dict:

@@ -9,20 +9,15 @@ log files and error files, output pumping, the post-mortem and run.json. Target 
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from ddpdoctor.cluster.local import free_port
+
 TARGET = 0.05
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def timed(argv: list[str]) -> float:

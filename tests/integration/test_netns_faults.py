@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.procs import kill_sessions
+from ddpdoctor.cluster.local import kill_sessions
 
 pytestmark = pytest.mark.netns
 

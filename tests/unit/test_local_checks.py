@@ -212,8 +212,12 @@ def test_no_routable_interface_and_small_mtu():
 
 
 def test_default_route_parser_reads_proc():
+    import psutil
+
     routes = network.default_route_ifaces()
     assert set(routes) == {"ipv4", "ipv6"}
+    for iface in routes.values():  # whatever the kernel's default route uses is a real interface here
+        assert iface is None or iface in psutil.net_if_addrs()
 
 
 # ---------------------------------------------------------------- resources
@@ -290,5 +294,6 @@ def test_clock_sync_skips_saying_why(monkeypatch):
 
 
 def test_adjtimex_reads_the_kernel():
-    answer = clock_sync.from_adjtimex()
-    assert answer is None or isinstance(answer["synced"], bool)
+    answer = clock_sync.from_adjtimex()  # read-only adjtimex(2) works unprivileged on Linux, in containers too
+    assert answer is not None and answer["tool"] == "adjtimex"
+    assert isinstance(answer["synced"], bool) and answer["maxerror_us"] >= 0
