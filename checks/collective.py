@@ -28,8 +28,7 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     out = {"backend": backend, "ok": False, "result_ok": None, "busbw_gbps": None, "seconds": None, "error": None}
     start = time.perf_counter()
-    store = dist.PrefixStore(f"pg/{backend}", view.store)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+    dist.init_process_group(backend, store=view.pg_store(backend), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
     try:
         out["init_s"] = round(time.perf_counter() - start, 3)
@@ -91,6 +90,7 @@ class CollectiveCheck(Check):
     name = "collective"
     description = "allreduce across all nodes on gloo (and NCCL with GPUs): result checked, bandwidth, bounded"
     phase = "collective"
+    imports = ("torch",)
     options = {
         "timeout_s": Option(30.0, "process-group timeout for the smoke test"),
         "min_busbw_gbps": Option(0.0, "gloo bus bandwidth below this is a warning (0: no floor)"),
@@ -102,6 +102,10 @@ class CollectiveCheck(Check):
         if view is None:
             raise Skip("needs a cluster run")
         timeout = float(ctx.opts.get("timeout_s", 30.0))
+        if view.budget is not None:  # the whole run has one deadline: the collective gets what is left of it
+            timeout = view.budget.collective_limit(timeout)
+            if timeout < 2.0:
+                raise Skip("no time left in the run's budget for the collective (raise --timeout)")
         runs = [_bounded(lambda: _run_backend("gloo", view, timeout, BW_BYTES), timeout)]
         runs[0].setdefault("backend", "gloo")
         if _has_cuda():

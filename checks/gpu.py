@@ -302,6 +302,7 @@ class GpuCheck(Check):
     name = "gpu"
     description = "NVIDIA driver, GPUs visible to CUDA and torch vs the GPUs the job needs; compute mode, MIG, busy GPUs"
     phase = "local"
+    imports = ("torch",)
     timeout_s = 60.0
     options = {
         "allow_foreign_processes": Option(False, "other processes on a GPU are not worth a warning"),

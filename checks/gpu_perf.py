@@ -53,6 +53,7 @@ class GpuPerfCheck(Check):
     name = "gpu-perf"
     description = "Opt-in (--perf): bf16 GEMM, memory and host-copy bandwidth per GPU vs its SKU and vs the job's other GPUs"
     phase = "local"
+    imports = ("torch",)
     timeout_s = 120.0
     options = {
         "enabled": Option(False, "measure the GPUs (takes ~10 s per node; preflight --perf sets it)"),

@@ -118,6 +118,7 @@ class NcclRuntimeCheck(Check):
     name = "nccl-runtime"
     description = "The libnccl really loaded vs torch's build; InfiniBand/EFA present; NCCL's transport (sockets while IB/EFA exist)"
     phase = "local"
+    imports = ("torch",)
     timeout_s = 60.0
     uses = ("collective",)  # the collective smoke test's NCCL transport, when it ran
     options = {

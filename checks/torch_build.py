@@ -55,6 +55,7 @@ def _torch_facts() -> dict:
 
 class TorchBuildCheck(Check):
     name = "torch-build"
+    imports = ("torch",)
     description = "Python, torch version and build (CUDA/ROCm/CPU), CUDA runtime, cuDNN, NCCL, gloo/NCCL backends"
     timeout_s = 90.0  # a cold `import torch` on network storage can take a minute
     options = {

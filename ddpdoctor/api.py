@@ -174,6 +174,9 @@ class Check:
     # Other checks whose facts this check's compare reads (e.g. parity reads "packages"): they arrive in
     # compare as facts_by_node[node]["uses"][name]; a check never gathers the same facts twice.
     uses: tuple[str, ...] = ()
+    # Heavy modules gather imports (e.g. "torch"): the runner imports them first on its own thread, because
+    # two gather threads importing torch at once can see a half-initialised module or abort the process.
+    imports: tuple[str, ...] = ()
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError

@@ -55,10 +55,11 @@ def node_name() -> str:
     return socket.gethostname() or "localhost"
 
 
-def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None):
+def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None,
+                 deadline: float | None = None):
     return runner.gather_all(
         plan.phase(phase), node, rank=rank, nnodes=nnodes, run=plan.run,
-        opts_by_check=plan.opts_by_check, cluster=cluster,
+        opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline,
     )
 
 

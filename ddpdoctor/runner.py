@@ -54,34 +54,53 @@ def gather_all(
     run: Mapping | None = None,
     opts_by_check: Mapping[str, Mapping] | None = None,
     cluster: Any = None,
+    deadline: float | None = None,
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """Gather every check on this node at once. Returns (facts by check, outcome by check).
 
-    Threads are daemons: a gather stuck in a driver call is abandoned at its deadline, not waited for.
+    Threads are daemons: a gather stuck in a driver call is abandoned at its deadline (its own timeout,
+    or the run's ``deadline`` when that comes first), not waited for.
     """
     run = dict(run or {})
     opts_by_check = opts_by_check or {}
+    checks = list(checks)
+    preimport(checks)
+    started = time.monotonic()
     work: list[tuple[LoadedCheck, dict, threading.Thread, float]] = []
     for lc in checks:
-        deadline = time.monotonic() + lc.check.timeout_s
+        own = time.monotonic() + lc.check.timeout_s
+        deadline_of_check = own if deadline is None else min(own, deadline)
         ctx = NodeContext(
             node=node, rank=rank, nnodes=nnodes, run=run,
-            opts=dict(opts_by_check.get(lc.name, {})), cluster=cluster, deadline=deadline,
+            opts=dict(opts_by_check.get(lc.name, {})), cluster=cluster, deadline=deadline_of_check,
         )
         box: dict = {}
         t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
         t.start()
-        work.append((lc, box, t, deadline))
+        work.append((lc, box, t, deadline_of_check))
     facts: dict[str, dict] = {}
     outcome: dict[str, dict] = {}
-    for lc, box, t, deadline in work:
-        t.join(max(0.0, deadline - time.monotonic()))
+    for lc, box, t, deadline_of_check in work:
+        t.join(max(0.0, deadline_of_check - time.monotonic()))
         if t.is_alive():
-            box = {"status": TIMEOUT, "message": f"gather did not finish within {lc.check.timeout_s:g} s",
-                   "seconds": lc.check.timeout_s, "facts": {}}
+            limit = round(deadline_of_check - started, 1)
+            box = {"status": TIMEOUT, "message": f"gather did not finish within {limit:g} s",
+                   "seconds": limit, "facts": {}}
         facts[lc.name] = box.get("facts", {})
         outcome[lc.name] = {k: v for k, v in box.items() if k != "facts"}
     return facts, outcome
+
+
+def preimport(checks: list[LoadedCheck]) -> None:
+    """Import what the checks declare in ``imports`` on this thread, before their gathers start: two
+    threads importing torch at once can get a half-initialised module or abort the process."""
+    import importlib
+
+    for name in sorted({m for lc in checks for m in getattr(lc.check, "imports", ())}):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself
+            pass
 
 
 def compare_all(

@@ -22,6 +22,7 @@ COMMANDS = {
     "checks": "ddpdoctor.cli.checks_cmd:checks",
     "nccl-bench": "ddpdoctor.cli.bench_cmd:nccl_bench",
     "run-trainer": "ddpdoctor.cli.trainer_cmd:run_trainer",
+    "postmortem": "ddpdoctor.cli.postmortem_cmd:postmortem",
     "report": "ddpdoctor.cli.report_cmd:report",
 }
 
@@ -61,9 +62,37 @@ def cli(verbose: int, quiet: bool) -> None:
     common.STATE.quiet = quiet
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, schedulers and Ctrl-C-less tools send): unwinds like Ctrl-C, so every
+    `finally` that stops child processes runs, and ends with 128 + 15."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: runs the group under the one error policy and exits with its code."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     code = run(argv)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Exit without interpreter finalisation when a helper thread is still inside native code (a store
+    call abandoned at its time limit, a gather past its deadline): finalising under such a thread can
+    abort the process (`terminate called ...`) after the result was already printed."""
+    import os
+    import threading
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+        os._exit(code)
     sys.exit(code)
 
 
@@ -73,7 +102,13 @@ def run(argv: list[str] | None = None) -> int:
         return int(rv or 0)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except Terminated:
+        common.error_line("terminated (SIGTERM)")
+        return 143
+    except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (and so SIGTERM) into Abort
+        if isinstance(exc.__cause__, Terminated):
+            common.error_line("terminated (SIGTERM)")
+            return 143
         common.error_line("interrupted")
         return 130
     except click.ClickException as exc:

@@ -1,19 +1,21 @@
-"""The multi-node preflight: nodes meet on torch's TCPStore, exchange JSON facts, test links, share one verdict.
+"""The multi-node preflight protocol: nodes meet on torch's TCPStore, exchange sealed JSON facts, test the
+links between them, and share one verdict.
 
-Sequence on every node (the master is node rank 0 and hosts the store, unless torchrun's agent already
-hosts one):
- 1. raw TCP to the master endpoint, failures classified (endpoint.py); local gathers start meanwhile;
- 2. claim a node rank, publish a signed identity (with this node's probe listener);
- 3. the master waits for every rank until the deadline, names the missing ones, publishes the roster;
- 4. cluster-phase gathers (mesh, clock, names, shared dir...) using the roster; facts published;
- 5. the master collects facts (a silent node whose probe refuses is declared dead at once), decides
-    whether the links allow a collective, every node runs it through the same store;
- 6. the master compares everything and publishes the verdict; every node prints it and exits with its code.
-Every wait is bounded by the deadline; a missing master or node ends in ClusterNotAssembled (exit 3).
+The steps, the same on every node (``Node.run``); the master (node rank 0, which hosts the store unless
+torchrun's agent already does) and the workers differ only inside a step:
+  connect  raw TCP to the master first, failures classified (endpoint.py); the master posts the run nonce;
+  meet     claim a rank, post a signed identity; the master names the missing ranks at the meet deadline
+           and posts the roster (roster.py);
+  gather   cluster-phase checks with the roster (mesh, clock, names, shared dir...), facts posted;
+  links    the master collects the facts (a node found dead or silent is named, not waited for again),
+           re-checks liveness and says whether the collective may run;
+  collect  every node runs the collective through the same store, results posted;
+  verdict  the master compares everything (verdict.py) and posts the verdict; every node prints it.
+All store traffic goes through the mailbox (mailbox.py); every wait takes its limit from one budget
+(budget.py): a node ends within 2 x --timeout + 15 s, whatever its peers do.
 """
 from __future__ import annotations
 
-import datetime
 import os
 import secrets
 import socket
@@ -22,19 +24,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from .. import __version__, model, runner
-from ..api import Level, Result
+from .. import __version__, runner
 from ..errors import ClusterNotAssembled, UsageError
 from . import endpoint as ep
-from . import launcher_env, signing
+from . import launcher_env
+from . import roster as rosters
+from . import verdict as verdicts
+from .budget import GRACE_S, SILENT_S, Budget
+from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, bounded
 from .probe import ProbeServer
 from .view import ClusterView
 
-PREFIX = "ddpdoctor"
 POLL_S = 0.2
-GRACE_S = 5.0  # how much longer a non-master waits than its own deadline, for the master's last word
+TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
+MAX_NODES = 16384  # the largest clusters built today are ~12k nodes; more is a typo (and memory per rank)
 
 
 @dataclass
@@ -52,6 +57,11 @@ class JoinConfig:
     external_store: bool = False  # torchrun's agent hosts the store: every node is a client
     launcher: str | None = None
     quiet: bool = False
+
+    @property
+    def allow_loopback(self) -> bool:
+        """Loopback is fine for a simulated node on loopback, or when torchrun's agents already met there."""
+        return bool(self.local_addr and ep.is_loopback(self.local_addr)) or self.external_store
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -72,14 +82,18 @@ def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, 
     nnodes = nnodes or info.nnodes
     if not nnodes:
         raise UsageError("number of nodes unknown: pass --nnodes N")
+    if not 1 <= nnodes <= MAX_NODES:
+        raise UsageError(f"--nnodes {nnodes}: expected 1..{MAX_NODES}")
     if node_rank is None:
         node_rank = info.node_rank
-    if node_rank is not None and node_rank >= nnodes:
-        raise UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
+    if node_rank is not None and not 0 <= node_rank < nnodes:
+        raise UsageError(f"--node-rank {node_rank} is not in 0..{nnodes - 1} (--nnodes {nnodes})")
     if shared_dir is not None and not Path(shared_dir).is_dir():
         raise UsageError(f"--shared-dir {shared_dir}: not a directory on this node")
     if code_dir is not None and not Path(code_dir).is_dir():
         raise UsageError(f"--code {code_dir}: not a directory")
+    if local_addr is not None:
+        ep.parse_endpoint(f"[{local_addr}]:1" if ":" in local_addr else f"{local_addr}:1")  # bad text: exit 2
     return JoinConfig(
         master=endpoint, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
         token=token or None, nproc_per_node=nproc_per_node or info.nproc_per_node, rdzv_id=rdzv_id,
@@ -99,7 +113,44 @@ def run_from_cli(plan, *, master, nnodes, node_rank, local_addr, timeout, token,
                             code_dir=code_dir, shared_dir=shared_dir, quiet=quiet)
     if cfg is None:
         return None
-    return Node(cfg, plan).run()
+    return run_node(cfg, plan)
+
+
+def run_node(cfg: JoinConfig, plan) -> dict:
+    """One node's whole preflight. torch is imported here, on the calling thread, before any gather thread
+    starts: two threads importing torch at once abort the process (`terminate called ... python_error`)."""
+    budget = Budget(cfg.timeout)
+    master_addrs = _resolve_master(cfg)
+    is_master = _am_master(cfg, master_addrs)
+    if cfg.nnodes > 1 and ep.is_loopback(master_addrs[0]) and not cfg.allow_loopback:
+        raise ClusterNotAssembled(f"master {cfg.master} resolves to {master_addrs[0]} (loopback) but {cfg.nnodes} "
+                                  f"nodes are expected; fix: {ep.FIXES[ep.LOOPBACK]}")
+    import torch.distributed  # noqa: F401 - see the docstring
+
+    role = Master if is_master else Worker
+    return role(cfg, plan, budget).run()
+
+
+def _resolve_master(cfg: JoinConfig) -> list[str]:
+    res = ep.lookup("forward", cfg.master.host, cap_s=min(ep.LOOKUP_CAP_S, cfg.timeout))
+    if not res["answer"]:
+        raise ClusterNotAssembled(f"master {cfg.master}: {cfg.master.host!r} does not resolve "
+                                  f"({res['error']}); fix: {ep.FIXES[ep.DNS]}")
+    # IPv4 first, as torch's store connects
+    return sorted(res["answer"], key=lambda a: ":" in a)
+
+
+def _am_master(cfg: JoinConfig, master_addrs: list[str]) -> bool:
+    if cfg.node_rank is not None:
+        return cfg.node_rank == 0
+    if cfg.external_store:
+        return False
+    if cfg.local_addr:
+        return cfg.local_addr in master_addrs
+    import psutil
+
+    mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return any(a in mine for a in master_addrs) and not any(ep.is_loopback(a) for a in master_addrs)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -118,169 +169,97 @@ class Progress:
         if self.quiet or (dedupe and text == self._last):
             return
         self._last = text
-        print(f"[ddpdoctor {self.label}] {text}", file=sys.stderr, flush=True)
+        from ..report.console import safe_text
 
-
-def _timedelta(seconds: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=max(0.1, seconds))
+        print(f"[ddpdoctor {self.label}] {safe_text(text)}", file=sys.stderr, flush=True)
 
 
 def _boot_id() -> str | None:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:64]
     except OSError:
         return None
 
 
-def _names(idents: list[dict]) -> None:
-    """Give every node a unique, readable name: its hostname, then host@addr, then host@addr#rank."""
-    def count(key):
-        seen: dict[str, int] = {}
-        for i in idents:
-            seen[key(i)] = seen.get(key(i), 0) + 1
-        return seen
-
-    by_host = count(lambda i: i["host"])
-    by_addr = count(lambda i: f"{i['host']}@{i['addr']}")
-    for i in idents:
-        if by_host[i["host"]] == 1:
-            i["name"] = i["host"]
-        elif by_addr[f"{i['host']}@{i['addr']}"] == 1:
-            i["name"] = f"{i['host']}@{i['addr']}"
-        else:
-            i["name"] = f"{i['host']}@{i['addr']}#r{i['rank']}" + (f".{i['claim']}" if i["claim"] > 1 else "")
-
-
 class Node:
-    def __init__(self, cfg: JoinConfig, plan):
+    """The steps every node takes; Master and Worker fill in the ones where their roles differ."""
+
+    def __init__(self, cfg: JoinConfig, plan, budget: Budget):
         self.cfg = cfg
         self.plan = plan
-        self.start = time.monotonic()
-        self.deadline = self.start + cfg.timeout
+        self.budget = budget
         self.rank = cfg.node_rank
         self.progress = Progress(cfg.quiet, f"rank {cfg.node_rank if cfg.node_rank is not None else '?'}")
-        self.store = None
-        self.server_store = None
+        self.mb: Mailbox | None = None
         self.probe: ProbeServer | None = None
         self.timings: dict[str, float] = {}
+        self.fresh = secrets.token_hex(16)  # this node's own freshness: the roster must echo it
+        self._stores: list = []  # keeps torch's store objects alive for the run
+        self._beating = threading.Event()
 
-    # -- helpers --------------------------------------------------------------------------------------
-    def _mark(self, name: str) -> None:
-        self.timings[name] = round(time.monotonic() - self.start, 3)
-
-    def _remaining(self, extra: float = 0.0) -> float:
-        return self.deadline + extra - time.monotonic()
-
-    def _set(self, key: str, payload: Any) -> None:
-        self.store.set(key, signing.seal(payload, self.cfg.token))
-
-    def _get(self, key: str, *, verify: bool = True) -> Any:
-        return signing.unseal(self.store.get(key), self.cfg.token, verify=verify)
-
-    def _has(self, key: str) -> bool:
-        return self.store.check([key])
-
-    def _wait_key(self, key: str, until: float, what: str, on_tick: Callable[[], None] | None = None) -> bool:
-        """Poll for a key until a monotonic deadline (polling keeps Ctrl-C responsive and the wait bounded)."""
-        while True:
-            try:
-                if self._has(key):
-                    return True
-            except Exception as exc:  # noqa: BLE001 - the store's connection died with the master
-                raise ClusterNotAssembled(
-                    f"the master {self.cfg.master} stopped answering while this node waited for {what} ({exc})"
-                ) from exc
-            if on_tick:
-                on_tick()
-            if time.monotonic() >= until:
-                return False
-            time.sleep(POLL_S)
-
-    def _am_master(self) -> bool:
-        if self.rank is not None:
-            return self.rank == 0
-        local = self.cfg.local_addr
-        try:
-            master_addrs = ep.resolve(self.cfg.master.host)
-        except socket.gaierror:
-            return False
-        if local:
-            return local in master_addrs
-        import psutil
-
-        mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-        return any(a in mine for a in master_addrs) and not any(ep.is_loopback(a) for a in master_addrs)
-
-    # -- the run --------------------------------------------------------------------------------------
+    # -- the protocol, top to bottom --------------------------------------------------------------------
     def run(self) -> dict:
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's socket warnings are noise here
-        local_box: dict = {}
-        local_thread = threading.Thread(target=self._gather_local, args=(local_box,), daemon=True)
+        local: dict = {}
+        local_thread = threading.Thread(target=self._gather_local, args=(local,), name="gather-local", daemon=True)
         local_thread.start()
         try:
-            is_master = self._am_master()
-            if is_master and self.rank is None:
-                self.rank = 0
-            self._connect(is_master)
-            self._open_probe()
-            roster = self._join(is_master)
-            local_thread.join(max(0.0, self._remaining(30)))
-            return self._phases(is_master, roster, local_box)
+            self.connect()
+            self.open_probe()
+            self.claim()
+            roster = self.meet()
+            view = self.view(roster)
+            local_thread.join(self.budget.left(self.budget.verdict_by - 2 * GRACE_S))
+            self.gather_cluster(view, local)
+            go = self.links(view)
+            self.collective(view, go)
+            return self.verdict(view)
+        except (StoreGone, StoreSilent) as exc:
+            raise ClusterNotAssembled(f"the master {self.cfg.master} stopped answering ({exc}); "
+                                      f"{self._master_hint()}") from None
         finally:
-            self._close()
+            self.close()
 
+    def connect(self) -> None:
+        raise NotImplementedError
+
+    def meet(self) -> dict:
+        raise NotImplementedError
+
+    def links(self, view: ClusterView) -> dict:
+        raise NotImplementedError
+
+    def verdict(self, view: ClusterView) -> dict:
+        raise NotImplementedError
+
+    # -- steps shared by both roles ---------------------------------------------------------------------
     def _gather_local(self, box: dict) -> None:
         from ..preflight import gather_phase
 
         box["facts"], box["gather"] = gather_phase(self.plan, "local", socket.gethostname(),
                                                    rank=self.rank or 0, nnodes=self.cfg.nnodes)
 
-    def _connect(self, is_master: bool) -> None:
+    def _client(self, limit_s: float):
+        """A store client, its construction bounded (an endpoint that accepts TCP but never answers)."""
+        import datetime
+
+        import torch.distributed as dist
+
         cfg = self.cfg
-        import torch.distributed as dist  # the store is torch's own: the engine torchrun uses
-
-        # Loopback is fine when this node says it is a simulated node on loopback, or when torchrun's agents
-        # already met at that address (then every node is on this machine).
-        allow_loopback = bool(cfg.local_addr and ep.is_loopback(cfg.local_addr)) or cfg.external_store
-        if is_master and not cfg.external_store:
-            try:
-                master_addrs = ep.resolve(cfg.master.host)
-            except socket.gaierror as exc:
-                raise ClusterNotAssembled(f"master {cfg.master}: {cfg.master.host!r} does not resolve ({exc}); "
-                                          f"fix: {ep.FIXES[ep.DNS]}") from exc
-            if cfg.nnodes > 1 and ep.is_loopback(master_addrs[0]) and not allow_loopback:
-                raise ClusterNotAssembled(f"master {cfg.master} resolves to {master_addrs[0]} (loopback) but "
-                                          f"{cfg.nnodes} nodes are expected; fix: {ep.FIXES[ep.LOOPBACK]}")
-            try:
-                self.server_store = dist.TCPStore(cfg.master.host, cfg.master.port, None, True,
-                                                  _timedelta(cfg.timeout), wait_for_workers=False)
-            except Exception as exc:  # noqa: BLE001
-                raise ClusterNotAssembled(f"cannot listen on {cfg.master} as the master: {exc} "
-                                          f"(is another preflight or job using port {cfg.master.port}?)") from exc
-            self.progress.say(f"hosting the rendezvous store on {cfg.master}")
-        else:
-            def tick(attempt: int, result: ep.PingResult, left: float) -> None:
-                if not result.ok and attempt % 4 == 1:
-                    self.progress.say(f"master {cfg.master}: {result.error_class}, retrying for {left:.0f} s more")
-
-            outcome = ep.wait_for_endpoint(cfg.master, self.deadline, nnodes=cfg.nnodes,
-                                           allow_loopback=allow_loopback, on_attempt=tick)
-            if not outcome.ok:
-                raise ClusterNotAssembled(
-                    f"cannot reach the master {cfg.master} ({outcome.addr or 'unresolved'}): {outcome.error_class} "
-                    f"after {outcome.seconds:.1f} s, {outcome.attempts} attempt(s); fix: {outcome.fix}"
-                )
-            self.progress.say(f"master {cfg.master} reachable")
-        client_timeout = max(1.0, self._remaining(GRACE_S))
+        timeout = datetime.timedelta(seconds=max(1.0, limit_s))
         try:
-            raw = dist.TCPStore(cfg.master.host, cfg.master.port, None, False, _timedelta(client_timeout))
-        except Exception as exc:  # noqa: BLE001
-            raise ClusterNotAssembled(f"the master {cfg.master} accepted TCP but its store did not answer: {exc}") from exc
-        prefix = PREFIX if not cfg.external_store else f"{PREFIX}/{cfg.rdzv_id or os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
-        self.store = dist.PrefixStore(prefix, raw)
-        self._mark("connected_s")
+            raw = bounded(lambda: dist.TCPStore(cfg.master.host, cfg.master.port, None, False, timeout),
+                          limit_s + 2, "connecting to the store")
+        except (StoreGone, StoreSilent) as exc:
+            raise ClusterNotAssembled(f"the master {cfg.master} accepted TCP but its store did not answer: {exc}; "
+                                      f"is something else listening on port {cfg.master.port}?") from None
+        self._stores.append(raw)
+        run_id = cfg.rdzv_id or os.environ.get("TORCHELASTIC_RUN_ID", "run")
+        prefix = PREFIX if not cfg.external_store else f"{PREFIX}/{run_id}"
+        store = dist.PrefixStore(prefix, raw)
+        self.mb = Mailbox(store, token=cfg.token, nnodes=cfg.nnodes, max_nodes=MAX_NODES)
 
-    def _open_probe(self) -> None:
+    def open_probe(self) -> None:
         addr = self.cfg.local_addr or ep.source_addr_towards(self.cfg.master.host) or "0.0.0.0"
         try:
             self.probe = ProbeServer(addr)
@@ -288,167 +267,185 @@ class Node:
             raise UsageError(f"--local-addr {addr}: cannot listen there ({exc.strerror or exc}); "
                              f"is it an address of this machine?") from exc
 
-    def _identity(self, claim: int) -> dict:
+    def claim(self) -> None:
+        """Take a node rank (given, or by arrival) and a claim number for it; start the heartbeat."""
+        if self.rank is None:
+            self.rank = self.mb.count("assign")  # ranks 1..N-1 by arrival; the master is 0
+            if self.rank >= self.cfg.nnodes:
+                raise ClusterNotAssembled(f"more nodes arrived than --nnodes {self.cfg.nnodes}: this node was "
+                                          f"number {self.rank + 1}; fix: give every node the same --nnodes")
+        self.progress.label = f"rank {self.rank}"
+        self.mb.me = Slot(self.rank, self.mb.count("claim", rank=self.rank))
+        self._beating.set()
+        threading.Thread(target=self._heartbeat, name="ddpdoctor-heartbeat", daemon=True).start()
+        self.mb.post("ident", self._identity())
+
+    def _heartbeat(self) -> None:
+        """A counter that moves while this process runs: a frozen node (SIGSTOP, D state) stops it."""
+        me = self.mb.me
+        for _ in range(int(self.budget.total_s) + 60):  # bounded: the run ends before this does
+            if not self._beating.is_set():
+                return
+            try:
+                self.mb.count("beat", slot=me)
+            except (StoreGone, StoreSilent):
+                pass  # the main thread hears of a dead master from its own calls
+            time.sleep(1.0)
+
+    def _identity(self) -> dict:
         cfg = self.cfg
-        host = socket.gethostname()
         return {
-            "rank": self.rank, "claim": claim, "host": host, "fqdn": socket.getfqdn(), "addr": self.probe.addr,
-            "probe_port": self.probe.port, "pid": os.getpid(), "boot_id": _boot_id(), "tool_version": __version__,
-            "launcher": cfg.launcher,
+            "rank": self.rank, "claim": self.mb.me.claim, "host": socket.gethostname()[:253],
+            "fqdn": socket.getfqdn()[:253], "addr": self.probe.addr, "probe_port": self.probe.port,
+            "pid": os.getpid(), "boot_id": _boot_id(), "tool_version": __version__, "launcher": cfg.launcher,
+            "fresh": self.fresh,
             "launch": {"nnodes": cfg.nnodes, "nproc_per_node": cfg.nproc_per_node, "rdzv_id": cfg.rdzv_id,
                        "endpoint": str(cfg.master)},
             "checks": sorted(lc.name for lc in self.plan.checks),
         }
 
-    def _join(self, is_master: bool) -> dict:
-        if self.rank is None:
-            self.rank = int(self.store.add("assign", 1))  # ranks 1..N-1 by arrival; the master is 0
-            if self.rank >= self.cfg.nnodes:
-                raise ClusterNotAssembled(f"more nodes arrived than --nnodes {self.cfg.nnodes}: this node was "
-                                          f"number {self.rank + 1}; fix: give every node the same --nnodes")
-        self.progress.label = f"rank {self.rank}"
-        claim = int(self.store.add(f"claim/{self.rank}", 1))
-        self._set(f"ident/{self.rank}/{claim}", self._identity(claim))
-        if is_master:
-            roster = self._collect_roster()
-            self._set("roster", roster)
-        else:
-            if not self._wait_key("roster", self.deadline + GRACE_S, "the roster"):
-                raise ClusterNotAssembled(f"the master {self.cfg.master} never published the roster within "
-                                          f"{self.cfg.timeout:g} s (+{GRACE_S:g} s)")
-            roster = self._get("roster", verify=False)
-        self._mark("joined_s")
-        me_key = f"{self.rank}/{claim}"
-        if roster.get("status") == "aborted":
-            raise ClusterNotAssembled(roster["message"])
-        if me_key in roster.get("rejected", {}):
-            reason = roster["rejected"][me_key]
-            raise ClusterNotAssembled(f"this node was rejected by the master: {reason}")
-        try:  # now that the roster is known, check the master's signature like every other message
-            self._get("roster")
-        except signing.BadSignature as exc:
-            raise ClusterNotAssembled("the roster is not signed with this node's token: check --token") from exc
-        self.me = next(n for n in roster["nodes"] if f"{n['rank']}/{n['claim']}" == me_key)
-        return roster
-
-    def _collect_roster(self) -> dict:
-        n = self.cfg.nnodes
-        keys = [f"ident/{r}/1" for r in range(n)]
-        while True:
-            present = [r for r, k in enumerate(keys) if self._has(k)]
-            missing = [r for r in range(n) if r not in present]
-            if not missing:
-                break
-            self.progress.say(f"{len(present)}/{n} nodes joined; waiting for rank(s) {_ranks(missing)}", dedupe=True)
-            if time.monotonic() >= self.deadline:
-                break
-            time.sleep(POLL_S)
-        idents, rejected = [], {}
-        for r in range(n):
-            claim = 1
-            while self._has(f"ident/{r}/{claim}") and claim <= 16:
-                blob = self.store.get(f"ident/{r}/{claim}")
-                try:
-                    idents.append(signing.unseal(blob, self.cfg.token))
-                except signing.BadSignature:
-                    who = signing.unseal(blob, None, verify=False)
-                    rejected[f"{r}/{claim}"] = (f"node {who.get('host')} ({who.get('addr')}, rank {r}) signed its facts "
-                                                f"with a different token; fix: pass the same --token / DDPDOCTOR_TOKEN "
-                                                f"on every node")
-                claim += 1
-        if missing:
-            known = [f"{i['host']} ({i['addr']}) rank {i['rank']}" for i in idents]
-            msg = (f"{len(present)}/{n} nodes joined {self.cfg.master} within {self.cfg.timeout:g} s; missing "
-                   f"rank(s) {_ranks(missing)}. Joined: {', '.join(known) or 'none'}. Fix: start ddpdoctor preflight "
-                   f"on the missing node(s) with --master {self.cfg.master} --nnodes {n}, and check they can reach "
-                   f"this address")
-            if any(i["claim"] > 1 for i in idents):
-                dups = sorted({i["rank"] for i in idents if i["claim"] > 1})
-                msg += f"; rank(s) {_ranks(dups)} were claimed by more than one node (give each node its own --node-rank)"
-            self._set("roster", {"status": "aborted", "message": msg, "missing": missing})
-            self._linger_for_readers(time.monotonic() + 2.0)
-            raise ClusterNotAssembled(msg)
-        _names(idents)
-        master = next(i for i in idents if i["rank"] == 0 and i["claim"] == 1)
-        return {"status": "ok", "nodes": idents, "master": master["name"], "rejected": rejected}
-
-    def _view(self, roster: dict) -> ClusterView:
-        nodes = sorted(roster["nodes"], key=lambda i: (i["rank"], i["claim"]))
+    def view(self, roster: dict) -> ClusterView:
+        nodes = roster["nodes"]
+        self.me = next(n for n in nodes if n["rank"] == self.mb.me.rank and n["claim"] == self.mb.me.claim)
         master = next(n for n in nodes if n["name"] == roster["master"])
-        nonce = roster.get("shared_nonce")
+        self.timings["joined_s"] = round(self.budget.elapsed(), 3)
         return ClusterView(
             me=self.me, nodes=nodes, master=master, endpoint=str(self.cfg.master), timeout=self.cfg.timeout,
-            shared_dir=self.cfg.shared_dir, shared_nonce=nonce, code_dir=self.cfg.code_dir, store=self.store,
-            world_rank=[n["name"] for n in nodes].index(self.me["name"]),
+            shared_dir=self.cfg.shared_dir, code_dir=self.cfg.code_dir, pg_store=self.mb.pg_store,
+            budget=self.budget, world_rank=[n["name"] for n in nodes].index(self.me["name"]),
         )
 
-    def _phases(self, is_master: bool, roster: dict, local_box: dict) -> dict:
+    def gather_cluster(self, view: ClusterView, local: dict) -> None:
         from ..preflight import gather_phase
 
-        view = self._view(roster)
-        name = self.me["name"]
-        self.progress.say(f"all {len(view.nodes)} nodes joined as {name}; testing links")
-        local_facts, local_gather = local_box.get("facts", {}), local_box.get("gather", {})
-        if not local_box:
-            local_gather = {lc.name: {"status": runner.TIMEOUT, "message": "local checks did not finish in time"}
-                            for lc in self.plan.phase("local")}
-        if is_master and self.cfg.shared_dir:
-            self._write_shared_nonce(view)
-        elif self.cfg.shared_dir:
-            self._wait_key("shared-nonce", self.deadline + self.cfg.timeout, "the shared-dir nonce")
-            if self._has("shared-nonce"):
-                view.shared_nonce = self._get("shared-nonce")["nonce"]
-        facts, gather = gather_phase(self.plan, "cluster", name, rank=self.rank, nnodes=self.cfg.nnodes, cluster=view)
-        facts.update(local_facts)
-        gather.update(local_gather)
-        self._set(f"facts/{name}", {"facts": facts, "gather": gather})
-        self._mark("facts_published_s")
+        self.progress.say(f"all {len(view.nodes)} nodes joined as {self.me['name']}; testing links")
+        self.share_dir(view)
+        facts, gather = gather_phase(self.plan, "cluster", self.me["name"], rank=self.rank, nnodes=self.cfg.nnodes,
+                                     cluster=view, deadline=self.budget.verdict_by - 2 * GRACE_S)
+        if not local:
+            local = {"facts": {}, "gather": {lc.name: {"status": runner.TIMEOUT,
+                                                       "message": "local checks did not finish in time"}
+                                             for lc in self.plan.phase("local")}}
+        facts.update(local.get("facts", {}))
+        gather.update(local.get("gather", {}))
+        self.mb.post("facts", {"facts": facts, "gather": gather})
+        self.timings["facts_published_s"] = round(self.budget.elapsed(), 3)
 
-        phase_deadline = time.monotonic() + self.cfg.timeout
-        if is_master:
-            all_nodes, dead = self._collect("facts", view, phase_deadline)
-            go, reason = self._collective_go(all_nodes, dead)
-            self._set("collective-go", {"go": go, "reason": reason})
-        elif not self._wait_key("collective-go", phase_deadline + GRACE_S, "the master's go for the collective test"):
-            raise ClusterNotAssembled(f"the master {self.cfg.master} went silent during the link tests")
-        go = self._get("collective-go")
-        if go["go"] and self.plan.phase("collective"):
+    def share_dir(self, view: ClusterView) -> None:
+        raise NotImplementedError
+
+    def collective(self, view: ClusterView, go: dict) -> None:
+        from ..preflight import gather_phase
+
+        checks = self.plan.phase("collective")
+        if go["go"] and checks:
             self.progress.say("links passed; running the collective smoke test")
-            cfacts, cgather = gather_phase(self.plan, "collective", name, rank=self.rank, nnodes=self.cfg.nnodes,
-                                           cluster=view)
+            facts, gather = gather_phase(self.plan, "collective", self.me["name"], rank=self.rank,
+                                         nnodes=self.cfg.nnodes, cluster=view, deadline=self.budget.verdict_by)
         else:
             reason = go.get("reason") or "no collective checks selected"
-            cfacts = {}
-            cgather = {lc.name: {"status": runner.SKIPPED, "message": f"collective test not run: {reason}"}
-                       for lc in self.plan.phase("collective")}
-        self._set(f"cfacts/{name}", {"facts": cfacts, "gather": cgather})
+            facts, gather = {}, {lc.name: {"status": runner.SKIPPED, "message": f"collective test not run: {reason}"}
+                                 for lc in checks}
+        self.mb.post("cfacts", {"facts": facts, "gather": gather})
 
-        # A collective gather may legitimately run up to its own time limit (a process group failing to
-        # connect takes its full timeout): wait that long for the others' results, not only --timeout.
-        collective_s = max((lc.check.timeout_s for lc in self.plan.phase("collective")), default=0.0) if go["go"] else 0.0
-        verdict_deadline = time.monotonic() + max(self.cfg.timeout, collective_s + GRACE_S)
-        if is_master:
-            cnodes, cdead = self._collect("cfacts", view, verdict_deadline)
-            doc = self._verdict(view, all_nodes, dead, cnodes, cdead)
-            self._set("verdict", {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope")}
-                      | {"nodes": {n: {k: v for k, v in d.items() if k != "facts" and k != "gather"}
-                                   for n, d in doc["nodes"].items()}})
-            self.store.add("done", 1)
-            self._linger_for_readers(time.monotonic() + 5.0, want=len(view.nodes))
-            return doc
-        if not self._wait_key("verdict", verdict_deadline + GRACE_S, "the verdict"):
-            raise ClusterNotAssembled(f"the master {self.cfg.master} never published a verdict")
-        verdict = self._get("verdict")
-        try:
-            self.store.add("done", 1)
-        except Exception:  # noqa: BLE001 - the master may already be gone; the verdict is what mattered
-            pass
-        return model.envelope("preflight", scope="cluster", run=self._run_settings(), verdict=verdict["verdict"],
-                              exit_code=verdict["exit_code"], checks=[lc.describe() for lc in self.plan.checks],
-                              nodes=verdict["nodes"], results=verdict["results"], advice=verdict.get("advice", []),
-                              timings=self.timings, this_node=name)
+    def run_settings(self) -> dict:
+        run = {k: v for k, v in self.plan.run.items() if v is not None}
+        run.update(nnodes=self.cfg.nnodes, master=str(self.cfg.master), nproc_per_node=self.cfg.nproc_per_node,
+                   shared_dir=self.cfg.shared_dir, code_dir=self.cfg.code_dir, timeout=self.cfg.timeout,
+                   budget_s=self.budget.total_s)
+        return {k: v for k, v in run.items() if v is not None}
 
-    def _write_shared_nonce(self, view: ClusterView) -> None:
+    def _master_hint(self) -> str:
+        return "the master was killed, stopped or overloaded: look at node rank 0; every node exits 3"
+
+    def close(self) -> None:
+        self._beating.clear()
+        if self.probe is not None:
+            self.probe.close()
+
+
+class Master(Node):
+    """Node rank 0: hosts the store (unless torchrun's agent does), builds the roster, decides the verdict."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.rank = 0
+        self.silent: dict[str, str] = {}
+        self.rejected: dict[str, str] = {}
+
+    def connect(self) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        cfg = self.cfg
+        if not cfg.external_store:
+            timeout = datetime.timedelta(seconds=self.budget.total_s)
+            try:
+                server = bounded(lambda: dist.TCPStore(cfg.master.host, cfg.master.port, None, True, timeout,
+                                                       wait_for_workers=False), 10.0, "starting the store")
+            except (StoreGone, StoreSilent) as exc:
+                raise ClusterNotAssembled(f"cannot listen on {cfg.master} as the master: {exc} "
+                                          f"(is another preflight or job using port {cfg.master.port}?)") from None
+            self._stores.append(server)
+            self.progress.say(f"hosting the rendezvous store on {cfg.master}")
+        self._client(self.budget.left(self.budget.meet_by))
+        self.mb.run = secrets.token_hex(16)  # this run's nonce: every sealed message covers it
+        self.mb.me = Slot(0, 0)
+        self.mb.post("hello", {"protocol": 1, "nonce": self.mb.run, "nnodes": cfg.nnodes})
+        self.timings["connected_s"] = round(self.budget.elapsed(), 3)
+
+    def meet(self) -> dict:
+        n = self.cfg.nnodes
+        valid: dict[int, list[dict]] = {}
+        read: set[Slot] = set()
+        while True:
+            self._read_idents(valid, read)
+            missing = [r for r in range(n) if r not in valid]
+            if not missing or time.monotonic() >= self.budget.meet_by:
+                break
+            self.progress.say(f"{n - len(missing)}/{n} nodes joined; waiting for rank(s) "
+                              f"{rosters.ranks_text(missing[:20])}" + (" ..." if len(missing) > 20 else ""), dedupe=True)
+            time.sleep(POLL_S)
+        self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
+        idents = [i for r in sorted(valid) for i in valid[r]]
+        rejected_ranks = set()
+        for f in self.mb.findings:
+            if f.key.startswith("ident/"):
+                self.rejected[f.key] = f"{f.why} ({f.claimed or 'unknown'})"
+                if verdicts.is_token_problem(f):
+                    rejected_ranks.add(int(f.key.split("/")[1]))
+        # A rank whose only identity was signed with another token is a node that came, with a wrong
+        # --token: the run goes on without it and fails naming it. A rank nobody claimed is missing.
+        missing = [r for r in range(n) if r not in valid and r not in rejected_ranks]
+        if missing or 0 not in valid:
+            msg = rosters.missing_message(present=sorted(valid), missing=missing, idents=idents,
+                                          endpoint=str(self.cfg.master), nnodes=n, timeout=self.cfg.timeout)
+            if self.rejected:
+                msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
+            self.mb.post("roster", rosters.aborted(msg))
+            self._linger(time.monotonic() + 2.0)
+            raise ClusterNotAssembled(msg)
+        roster = rosters.accepted(idents, self.rejected)
+        self.mb.post("roster", roster)
+        return roster
+
+    def _read_idents(self, valid: dict[int, list[dict]], read: set[Slot]) -> None:
+        """Every claim of every rank not yet read; an invalid identity becomes a finding, its slot is done."""
+        claims = self.mb.counts({r: f"claim/{r}" for r in range(self.cfg.nnodes)})
+        for r, c in claims.items():
+            for claim in range(1, min(c, MAX_CLAIMS) + 1):
+                slot = Slot(r, claim)
+                if slot in read:
+                    continue
+                ident = self.mb.read("ident", slot)
+                if ident is not None:  # an invalid one is re-read: the real node may append after a forgery
+                    valid.setdefault(r, []).append(ident)
+                    read.add(slot)
+
+    def share_dir(self, view: ClusterView) -> None:
+        if not self.cfg.shared_dir:
+            return
         nonce = secrets.token_hex(16)
         path = Path(self.cfg.shared_dir) / f".ddpdoctor-shared-{nonce[:8]}"
         try:
@@ -457,97 +454,194 @@ class Node:
             nonce = f"unwritable: {exc}"
         view.shared_nonce = nonce
         view.extra["shared_file"] = str(path)
-        self._set("shared-nonce", {"nonce": nonce, "file": path.name})
+        self.shared_file = path
+        self.mb.post("shared", {"nonce": nonce, "file": path.name})
 
-    def _collect(self, what: str, view: ClusterView, until: float) -> tuple[dict, dict]:
-        """Every node's published facts; a node that is silent and whose probe refuses is dead, named at once."""
-        got: dict[str, dict] = {}
-        dead: dict[str, str] = {}
-        waiting = {n["name"]: n for n in view.nodes}
-        last_liveness = 0.0
-        while waiting:
-            for nm in list(waiting):
-                if self._has(f"{what}/{nm}"):
-                    got[nm] = self._get(f"{what}/{nm}")
-                    del waiting[nm]
-            if not waiting:
-                break
-            now = time.monotonic()
-            if now >= until:
-                for nm in waiting:
-                    dead[nm] = f"sent no {what} within {max(0.0, until - self.start):.0f} s of the start"
-                break
-            if now - last_liveness > 1.0:  # a killed node's probe listener refuses: no need to wait it out
-                last_liveness = now
-                for nm, node in list(waiting.items()):
-                    res = ep.ping(node["addr"], node["probe_port"], 1.0)
-                    if not res.ok and res.error_class == ep.REFUSED:
-                        dead[nm] = "stopped answering mid-preflight (its probe listener is gone: process killed?)"
-                        del waiting[nm]
-                self.progress.say(f"waiting for {what} from {', '.join(sorted(waiting)) or '-'}", dedupe=True)
-            time.sleep(POLL_S)
-        return got, dead
+    def links(self, view: ClusterView) -> dict:
+        self.facts = self._collect("facts", view, self.budget.verdict_by - 2 * GRACE_S)
+        self._check_liveness(view)  # a node may die between posting its facts and the collective
+        go, reason = self._collective_go()
+        message = {"go": go, "reason": reason}
+        self.mb.post("go", message)
+        return message
 
-    def _collective_go(self, nodes: dict, dead: dict) -> tuple[bool, str]:
-        if dead:
-            return False, f"node(s) {', '.join(sorted(dead))} stopped answering"
-        for nm, data in nodes.items():
+    def _collective_go(self) -> tuple[bool, str]:
+        if self.silent:
+            return False, f"node(s) {', '.join(sorted(self.silent))} stopped answering"
+        for nm, data in self.facts.items():
             for probe in (data["facts"].get("mesh") or {}).get("probes", []):
                 if not probe.get("ok"):
                     return False, f"link {nm} -> {probe.get('peer')} failed ({probe.get('error_class')})"
         return True, ""
 
-    def _verdict(self, view: ClusterView, nodes: dict, dead: dict, cnodes: dict, cdead: dict) -> dict:
-        merged: dict[str, dict] = {}
+    def verdict(self, view: ClusterView) -> dict:
+        cfacts = self._collect("cfacts", view, self.budget.verdict_by - 1.0)
+        merged = verdicts.merge(view, self.facts, cfacts)
+        self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
+
+        def advice(results):
+            from .advice import advice_lines
+
+            return advice_lines(merged, view, self.cfg, results)
+
+        doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
+                              self.timings, advice)
+        self.mb.post("verdict", verdicts.published(doc))
+        self.mb.count("done")
+        self._linger(min(time.monotonic() + 5.0, self.budget.end), want=len(view.nodes) - len(self.silent))
+        self._remove_shared_file()
+        return doc
+
+    def _collect(self, kind: str, view: ClusterView, until: float) -> dict[str, dict]:
+        """Every live node's message of this kind; a node that dies or falls silent is named at once."""
+        got: dict[str, dict] = {}
+        waiting = {n["name"]: n for n in view.nodes if n["name"] not in self.silent}
+        last_liveness = 0.0
+        while waiting:
+            for nm, node in list(waiting.items()):
+                body = self.mb.read(kind, Slot(node["rank"], node["claim"]))
+                if body is not None:
+                    got[nm] = body
+                    del waiting[nm]
+            if not waiting:
+                break
+            if time.monotonic() >= until:
+                for nm in waiting:
+                    self.silent[nm] = f"sent no {kind} within {self.budget.elapsed():.0f} s of the start"
+                break
+            if time.monotonic() - last_liveness > 1.0:
+                last_liveness = time.monotonic()
+                self._check_liveness(view, only=set(waiting))
+                for nm in [nm for nm in waiting if nm in self.silent]:
+                    del waiting[nm]
+                self.progress.say(f"waiting for {kind} from {', '.join(sorted(waiting)[:10]) or '-'}", dedupe=True)
+            time.sleep(POLL_S)
+        return got
+
+    def _check_liveness(self, view: ClusterView, only: set[str] | None = None) -> None:
+        """Dead: its probe listener refuses (the process is gone). Silent: its heartbeat stopped moving."""
+        beats = self.mb.beats([Slot(n["rank"], n["claim"]) for n in view.nodes])
+        now = time.monotonic()
+        if not hasattr(self, "_beat_seen"):
+            self._beat_seen: dict[Slot, tuple[int, float]] = {}
         for n in view.nodes:
-            nm = n["name"]
-            entry = {"rank": n["rank"], "host": n["host"], "addr": n["addr"], "fqdn": n.get("fqdn"),
-                     "facts": {}, "gather": {}}
-            for part in (nodes.get(nm), cnodes.get(nm)):
-                if part:
-                    entry["facts"].update(part["facts"])
-                    entry["gather"].update(part["gather"])
-            merged[nm] = entry
-        results = runner.compare_all(self.plan.checks, merged, self.plan.opts_by_check, run=self._run_settings())
-        for nm, why in sorted({**cdead, **dead}.items()):
-            results.append(Result(
-                check="cluster", level=Level.FAIL, summary=f"node {nm} {why}", nodes=[nm],
-                actual=why, expected="every node reports until the verdict",
-                fix=f"look at node {nm}: was ddpdoctor killed (OOM, scheduler, Ctrl-C)? rerun the preflight there",
-            ))
-        roster_rejects = (self._get("roster") or {}).get("rejected", {})
-        for key, why in sorted(roster_rejects.items()):
-            results.append(Result(check="cluster", level=Level.FAIL, summary=f"rank {key.split('/')[0]} rejected: {why}",
-                                  nodes=[], actual="wrong token", expected="the cluster's token",
-                                  fix="pass the same --token (or DDPDOCTOR_TOKEN) on every node"))
-        from .advice import advice_lines
+            nm, slot = n["name"], Slot(n["rank"], n["claim"])
+            if nm == self.me["name"] or nm in self.silent or (only is not None and nm not in only):
+                continue
+            value, since = self._beat_seen.get(slot, (-1, now))
+            if beats.get(slot, 0) != value:
+                self._beat_seen[slot] = (beats.get(slot, 0), now)
+            elif now - since >= SILENT_S:
+                self.silent[nm] = (f"stopped answering mid-preflight: no heartbeat for {now - since:.0f} s "
+                                   f"(process frozen, stopped or stuck)")
+                continue
+            res = ep.ping(n["addr"], n["probe_port"], 1.0)
+            if not res.ok and res.error_class == ep.REFUSED:
+                self.silent[nm] = "stopped answering mid-preflight (its probe listener is gone: process killed?)"
 
-        advice = advice_lines(merged, view, self.cfg, results)
-        return model.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in self.plan.checks],
-                                   results=results, run=self._run_settings(), timings=self.timings) | {"advice": advice}
-
-    def _run_settings(self) -> dict:
-        run = {k: v for k, v in self.plan.run.items() if v is not None}
-        run.update(nnodes=self.cfg.nnodes, master=str(self.cfg.master), nproc_per_node=self.cfg.nproc_per_node,
-                   shared_dir=self.cfg.shared_dir, code_dir=self.cfg.code_dir, timeout=self.cfg.timeout)
-        return {k: v for k, v in run.items() if v is not None}
-
-    def _linger_for_readers(self, until: float, want: int | None = None) -> None:
+    def _linger(self, until: float, want: int | None = None) -> None:
         """The master hosts the store: stay until the other nodes have read the last word (bounded)."""
         while time.monotonic() < until:
             try:
-                if want is not None and int(self.store.add("done", 0)) >= want:
+                if want is not None and self.mb.count("done", 0) >= want:
                     return
-            except Exception:  # noqa: BLE001
+            except (StoreGone, StoreSilent):
                 return
             time.sleep(POLL_S)
 
-    def _close(self) -> None:
-        if self.probe is not None:
-            self.probe.close()
-        self.store = None
-        self.server_store = None
+    def _remove_shared_file(self) -> None:
+        path = getattr(self, "shared_file", None)
+        if path is not None:
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+class Worker(Node):
+    """Any node but rank 0: reaches the master, joins, and takes the master's verdict once it verifies."""
+
+    def connect(self) -> None:
+        cfg = self.cfg
+
+        def tick(attempt: int, result: ep.PingResult, left: float) -> None:
+            if not result.ok and attempt % 4 == 1:
+                self.progress.say(f"master {cfg.master}: {result.error_class}, retrying for {left:.0f} s more")
+
+        outcome = ep.wait_for_endpoint(cfg.master, self.budget.meet_by, nnodes=cfg.nnodes,
+                                       allow_loopback=cfg.allow_loopback, on_attempt=tick)
+        if not outcome.ok:
+            raise ClusterNotAssembled(
+                f"cannot reach the master {cfg.master} ({outcome.addr or 'unresolved'}): {outcome.error_class} "
+                f"after {outcome.seconds:.1f} s, {outcome.attempts} attempt(s); fix: {outcome.fix}")
+        self.progress.say(f"master {cfg.master} reachable")
+        self._client(max(1.0, self.budget.left(self.budget.meet_by + GRACE_S)))
+        self.mb.me = Slot(-1, 0)
+        hello = self.wait_for("hello", self.budget.meet_by + GRACE_S, "the master's hello", on_token_problem=self._rejected)
+        self.mb.run = hello["nonce"]
+        self.timings["connected_s"] = round(self.budget.elapsed(), 3)
+
+    def wait_for(self, kind: str, until: float, what: str, on_token_problem: Callable[[str], None] | None = None) -> dict:
+        """Poll for the master's message until a deadline; invalid ones are findings, not answers."""
+        token_problem_since = None
+        while True:
+            body = self.mb.read(kind)
+            if body is not None:
+                return body
+            bad = [f for f in self.mb.findings if verdicts.is_token_problem(f)]
+            if bad and on_token_problem is not None:
+                token_problem_since = token_problem_since or time.monotonic()
+                if time.monotonic() - token_problem_since >= TOKEN_PATIENCE_S:  # a forgery first, the real one later?
+                    on_token_problem(bad[0].why)
+            if time.monotonic() >= until:
+                refused = [f for f in self.mb.findings if f.key == kind or f.key.startswith(kind)]
+                why = (f"; the only message(s) there were invalid: {refused[-1].why} — is --token the same on every "
+                       f"node?") if refused else ""
+                raise ClusterNotAssembled(f"the master {self.cfg.master} never sent {what} within "
+                                          f"{self.budget.elapsed():.0f} s{why}")
+            time.sleep(POLL_S)
+
+    def _rejected(self, why: str) -> None:
+        """The master's messages do not verify with this node's token: say so to the master (it names this
+        node in its verdict: the identity is sealed with this node's token) and stop."""
+        try:
+            if self.probe is None:
+                self.open_probe()
+            self.claim()
+        except (StoreGone, StoreSilent, ClusterNotAssembled, UsageError):
+            pass
+        raise ClusterNotAssembled(f"this node is rejected: the master's messages fail verification ({why}); "
+                                  f"fix: pass the same --token / DDPDOCTOR_TOKEN on every node")
+
+    def meet(self) -> dict:
+        roster = self.wait_for("roster", self.budget.meet_by + 2 * GRACE_S, "the roster")
+        if roster["status"] == "aborted":
+            raise ClusterNotAssembled(roster["message"])
+        me = [n for n in roster["nodes"] if n["rank"] == self.mb.me.rank and n["claim"] == self.mb.me.claim]
+        if not me or me[0].get("fresh") != self.fresh:
+            why = roster["rejected"].get(f"ident/{self.mb.me.rank}/{self.mb.me.claim}", "not in the master's roster")
+            raise ClusterNotAssembled(f"this node (rank {self.mb.me.rank}) was not accepted by the master: {why}")
+        return roster
+
+    def share_dir(self, view: ClusterView) -> None:
+        if not self.cfg.shared_dir:
+            return
+        try:
+            until = min(time.monotonic() + self.cfg.timeout, self.budget.verdict_by - 3 * GRACE_S)
+            shared = self.wait_for("shared", until, "the shared-dir nonce")
+            view.shared_nonce = shared["nonce"]
+        except ClusterNotAssembled:
+            view.shared_nonce = None  # the shared-dir check says the nonce never came
+
+    def links(self, view: ClusterView) -> dict:
+        return self.wait_for("go", self.budget.verdict_by - GRACE_S, "the go for the collective test")
+
+    def verdict(self, view: ClusterView) -> dict:
+        body = self.wait_for("verdict", self.budget.end, "the verdict")
+        try:
+            self.mb.count("done")
+        except (StoreGone, StoreSilent):
+            pass  # the master may already be gone; the verdict is what mattered
+        self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
+        return verdicts.worker_document(self.plan, self.run_settings(), body, self.timings, self.me["name"],
+                                        self.mb.findings)

@@ -24,6 +24,37 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def kill_sessions(procs: list[subprocess.Popen], wait_s: float = 10.0) -> None:
+    """SIGKILL the session of every process still running (each started with start_new_session=True)."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=wait_s)
+
+
+def child_python() -> list[str]:
+    """The interpreter and code a child node runs: this very ddpdoctor, whatever the working directory
+    (``python -m ddpdoctor`` would import a ``ddpdoctor/`` folder that happens to sit in the cwd)."""
+    import ddpdoctor
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ddpdoctor.__file__)))
+    code = f"import sys; sys.path[0] = {root!r}; from ddpdoctor.cli import main; main()"
+    return [sys.executable, "-c", code]
+
+
+def _die_with_parent() -> None:
+    """Linux: a child gets SIGKILL when this process dies, even by SIGKILL (no orphan nodes)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the finally clause still kills every child
+        pass
+
+
 def node_addr(index: int) -> str:
     return f"127.0.0.{index + 1}"
 
@@ -38,10 +69,10 @@ def run_local_cluster(n: int, *, timeout: float, worker_argv: Callable[[int, int
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
         for i in range(n):
-            argv = [sys.executable, "-m", "ddpdoctor", *worker_argv(i, n, master)]
+            argv = [*child_python(), *worker_argv(i, n, master)]
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None if not quiet else subprocess.DEVNULL,
-                                          env=env, start_new_session=True, text=True))
-        limit = time.monotonic() + 3 * timeout + 30  # three bounded phases, plus interpreter start-up
+                                          env=env, start_new_session=True, text=True, preexec_fn=_die_with_parent))
+        limit = time.monotonic() + 2 * timeout + 45  # every node's budget (2 T + 15 s) plus interpreter start-up
         outputs = []
         for p in procs:
             try:
@@ -50,13 +81,7 @@ def run_local_cluster(n: int, *, timeout: float, worker_argv: Callable[[int, int
                 raise ClusterNotAssembled(f"local node pid {p.pid} did not finish in time") from None
             outputs.append((p.returncode, out))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=5)
+        kill_sessions(procs)
     code, out = outputs[0]
     try:
         doc = json.loads(out)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 FULL_MESH_MAX = 64  # above this, ring neighbours plus k random peers (probe fan-out stays O(k) per node)
 RANDOM_PEERS = 8
@@ -19,7 +19,8 @@ class ClusterView:
     shared_dir: str | None = None
     shared_nonce: str | None = None
     code_dir: str | None = None
-    store: Any = None  # the rendezvous store (a PrefixStore), for the collective phase
+    pg_store: Callable[[str], Any] | None = None  # backend -> the store a process group meets in
+    budget: Any = None  # the run's Budget: a collective takes its time limit from what is left
     world_rank: int = 0  # this node's index among accepted nodes (process-group rank)
     extra: dict = field(default_factory=dict)
 

@@ -1,10 +1,12 @@
 """The terminal rendering of a preflight document: verdict, failures first with their fixes, then the rest.
 
 Every string that came from a node (hostnames, env values, messages) is wrapped in ``rich.text.Text``,
-which rich never parses as markup: a hostname like ``[red]x`` or ``<img ...>`` prints literally.
+which rich never parses as markup: a hostname like ``[red]x`` or ``<img ...>`` prints literally; and it
+passes ``safe_text`` first, so a peer's control characters and escape sequences are shown, not obeyed.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,6 +16,23 @@ from rich.text import Text
 
 STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "bold red"}
 ICON = {"pass": "PASS", "skip": "SKIP", "warn": "WARN", "fail": "FAIL"}
+
+
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), and the invisible
+# bidirectional/zero-width marks that can make a line read differently from what it contains.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def safe_text(value: Any) -> str:
+    """Text a terminal cannot be steered by: unsafe characters become visible escapes (``\\x1b``)."""
+    text = value if isinstance(value, str) else str(value)
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                       text)
+
+
+def T(value: Any = "", style: str = "") -> Text:
+    """A rich Text of a safe string (never markup, never a control sequence)."""
+    return Text(safe_text(value), style=style)
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -66,30 +85,30 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         if r["level"] in ("fail", "warn"):
             continue  # already shown above, with their fixes
         table.add_row(
-            Text(ICON[r["level"]], style=STYLE[r["level"]]),
-            Text(r["check"]),
-            Text(_nodes(r)),
-            Text(r["summary"] if not verbose else f"{r['summary']}  (measured: {_short(r.get('actual'))})"),
+            T(ICON[r["level"]], STYLE[r["level"]]),
+            T(r["check"]),
+            T(_nodes(r)),
+            T(r["summary"] if not verbose else f"{r['summary']}  (measured: {_short(r.get('actual'))})"),
         )
     if table.row_count:
         console.print(table)
     extra = doc.get("advice") or []
     for line in extra:
-        console.print(Text(line))
+        console.print(T(line))
 
 
 def _finding_panel(r: dict, verbose: int) -> Panel:
-    body: list[Any] = [Text(r["summary"])]
+    body: list[Any] = [T(r["summary"])]
     if r.get("nodes"):
-        body.append(Text.assemble(("node(s): ", "bold"), _nodes(r, limit=12)))
+        body.append(Text.assemble(("node(s): ", "bold"), safe_text(_nodes(r, limit=12))))
     if r.get("actual") not in (None, "", [], {}):
-        body.append(Text.assemble(("measured: ", "bold"), _short(r["actual"], 300)))
+        body.append(Text.assemble(("measured: ", "bold"), safe_text(_short(r["actual"], 300))))
     if r.get("expected") not in (None, "", [], {}):
-        body.append(Text.assemble(("expected: ", "bold"), _short(r["expected"], 300)))
+        body.append(Text.assemble(("expected: ", "bold"), safe_text(_short(r["expected"], 300))))
     if r.get("fix"):
-        body.append(Text.assemble(("fix: ", "bold cyan"), r["fix"]))
+        body.append(Text.assemble(("fix: ", "bold cyan"), safe_text(r["fix"])))
     if verbose and r.get("details", {}).get("traceback"):
-        body.append(Text(r["details"]["traceback"], style="dim"))
+        body.append(T(r["details"]["traceback"], "dim"))
     style = STYLE.get(r["level"], "")
-    return Panel(Group(*body), title=Text(f"{ICON[r['level']]} {r['check']}", style=style), title_align="left",
+    return Panel(Group(*body), title=T(f"{ICON[r['level']]} {r['check']}", style), title_align="left",
                  border_style="red" if r["level"] == "fail" else "yellow", expand=True)

@@ -27,15 +27,11 @@ import sys
 import threading
 import time
 
+from ddpdoctor.cluster.local import free_port
+
 SIM_CHECKS = "mesh,clock-skew,names,launch-args"
 TARGET_4_PROCS_S = 8.0
 TARGET_256_SIM_S = 20.0
-
-
-def free_port() -> int:
-    from ddpdoctor.cluster.local import free_port as fp
-
-    return fp()
 
 
 def run_processes(n: int) -> dict:

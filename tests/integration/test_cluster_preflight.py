@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.cluster.local import free_port
-from tests.procs import kill_sessions
+from ddpdoctor.cluster.local import kill_sessions
 
 CLUSTER_CHECKS = "mesh,clock-skew,names,parity,launch-args,collective"
 TIMEOUT = 20

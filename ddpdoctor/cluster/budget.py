@@ -1,0 +1,51 @@
+"""One deadline per cluster run: every wait, store call, probe and the collective take their limit from it.
+
+With ``--timeout T`` a node ends (exit 0, 1 or 3) within ``2 T + SLACK_S`` seconds of its start:
+  meet      until T: the nodes join; the master names the missing ones at T;
+  work      the cluster checks and the collective share what is left before the verdict's reserve;
+  verdict   the master publishes by ``end - VERDICT_RESERVE_S``; the others read it until ``end``.
+A node found silent is not waited for again, so one frozen node costs the others at most its
+detection time (SILENT_S), not a phase each.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+SLACK_S = 15.0
+GRACE_S = 5.0  # how much longer a non-master waits for the roster than the master waits for the nodes
+VERDICT_RESERVE_S = 4.0  # the master's verdict is out this long before the others give up on it
+COLLECTIVE_RESERVE_S = 8.0  # after the collective: posting results, the master's comparison, the verdict
+SILENT_S = 8.0  # a node whose heartbeat has not moved for this long is named silent (frozen or stuck)
+
+
+@dataclass
+class Budget:
+    timeout: float
+    start: float = field(default_factory=time.monotonic)
+
+    @property
+    def total_s(self) -> float:
+        return 2 * self.timeout + SLACK_S
+
+    @property
+    def meet_by(self) -> float:
+        return self.start + self.timeout
+
+    @property
+    def end(self) -> float:
+        return self.start + self.total_s
+
+    @property
+    def verdict_by(self) -> float:
+        return self.end - VERDICT_RESERVE_S
+
+    def left(self, until: float | None = None) -> float:
+        return max(0.0, (self.end if until is None else until) - time.monotonic())
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def collective_limit(self, wanted_s: float) -> float:
+        """The process group's timeout: what the check asks for, capped by what the run has left."""
+        return max(0.0, min(wanted_s, self.left(self.end - COLLECTIVE_RESERVE_S)))

@@ -1,0 +1,388 @@
+"""The cluster mailbox: the only code that reads or writes the rendezvous store (torch's TCPStore).
+
+Every message is a typed record, sealed in an envelope whose HMAC (with ``--token``) covers the run's
+nonce, the key it is stored under, the sender's slot (node rank and claim) and the body. So a message
+from another run, another key or another sender never verifies, and nothing is acted on before it
+verifies (with a token) and validates (always: envelope shape, body schema, rank and claim equal to the
+key's, byte caps). An invalid message is ignored and kept as a finding; the reader goes on waiting.
+
+Messages are *appended* to their key as newline-framed JSON: a writer that got there first (a forged or
+stale message) cannot hide the real one, which the reader finds as the first valid frame.
+
+Every store call runs under a time limit: a frozen master (SIGSTOP) leaves TCPStore client calls blocked
+far beyond the store's own timeout (seen: over 60 s with a 2 s timeout), so each call runs in a daemon
+thread that is abandoned at the limit, and the caller is told the master stopped answering.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PROTOCOL = 1
+PREFIX = "ddpdoctor"
+MAX_CLAIMS = 16  # claims of one rank read by the master: more is a flood, not a cluster
+OP_TIMEOUT_S = 10.0  # a single store call on a live master answers in milliseconds
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Who sends: a node rank and the claim number it got for that rank (two nodes may claim one rank)."""
+
+    rank: int
+    claim: int
+
+    def __str__(self) -> str:
+        return f"{self.rank}.{self.claim}"
+
+
+class StoreSilent(Exception):
+    """A store call did not answer within its limit (the master is frozen or overloaded)."""
+
+
+class StoreGone(Exception):
+    """A store call failed: the connection to the master's store broke (the master died)."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Schemas. The records are few and flat; a schema library would be a dependency for a dozen lines.
+
+HOST_RE = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
+HEX_RE = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+class Invalid(ValueError):
+    """A message that does not match its schema (the reason says which field)."""
+
+
+def _need(cond: bool, why: str) -> None:
+    if not cond:
+        raise Invalid(why)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str(v: Any, field: str, cap: int, *, optional: bool = False, pattern: re.Pattern | None = None) -> None:
+    if v is None and optional:
+        return
+    _need(isinstance(v, str), f"{field} is not a string")
+    _need(len(v) <= cap, f"{field} is longer than {cap} characters")
+    if pattern is not None:
+        _need(bool(pattern.match(v)), f"{field} has characters a host name cannot have")
+
+
+def _int(v: Any, field: str, lo: int, hi: int, *, optional: bool = False) -> None:
+    if v is None and optional:
+        return
+    _need(_is_int(v) and lo <= v <= hi, f"{field} is not an integer in {lo}..{hi}")
+
+
+def _dict(v: Any, field: str) -> None:
+    _need(isinstance(v, dict), f"{field} is not an object")
+
+
+def _addr(v: Any, field: str) -> None:
+    _str(v, field, 64)
+    try:
+        ipaddress.ip_address(v.split("%")[0])
+    except ValueError:
+        raise Invalid(f"{field} is not an IP address") from None
+
+
+def check_hello(body: dict, ctx: dict) -> None:
+    _need(body.get("protocol") == PROTOCOL, f"protocol is not {PROTOCOL}")
+    _str(body.get("nonce"), "nonce", 64, pattern=HEX_RE)
+    _int(body.get("nnodes"), "nnodes", 1, ctx["max_nodes"])
+
+
+def check_ident(body: dict, ctx: dict) -> None:
+    slot: Slot = ctx["slot"]
+    _int(body.get("rank"), "rank", 0, ctx["nnodes"] - 1)
+    _need(body["rank"] == slot.rank, f"rank {body['rank']} is not the key's rank {slot.rank}")
+    _need(body.get("claim") == slot.claim, f"claim is not the key's claim {slot.claim}")
+    _str(body.get("host"), "host", 253, pattern=HOST_RE)
+    _str(body.get("fqdn"), "fqdn", 253, optional=True, pattern=HOST_RE)
+    _addr(body.get("addr"), "addr")
+    _int(body.get("probe_port"), "probe_port", 1, 65535)
+    _int(body.get("pid"), "pid", 0, 2**31)
+    _str(body.get("boot_id"), "boot_id", 64, optional=True)
+    _str(body.get("tool_version"), "tool_version", 64)
+    _str(body.get("launcher"), "launcher", 32, optional=True)
+    _str(body.get("fresh"), "fresh", 64, pattern=HEX_RE)
+    launch = body.get("launch")
+    _dict(launch, "launch")
+    _int(launch.get("nnodes"), "launch.nnodes", 1, ctx["max_nodes"], optional=True)
+    _int(launch.get("nproc_per_node"), "launch.nproc_per_node", 1, 4096, optional=True)
+    _str(launch.get("rdzv_id"), "launch.rdzv_id", 256, optional=True)
+    _str(launch.get("endpoint"), "launch.endpoint", 300)
+    checks = body.get("checks")
+    _need(isinstance(checks, list) and len(checks) <= 256, "checks is not a list of at most 256 names")
+    for c in checks:
+        _str(c, "checks[]", 64)
+
+
+def check_roster(body: dict, ctx: dict) -> None:
+    status = body.get("status")
+    _need(status in ("ok", "aborted"), "status is neither ok nor aborted")
+    if status == "aborted":
+        _str(body.get("message"), "message", 16 * KIB)
+        return
+    nodes = body.get("nodes")
+    _need(isinstance(nodes, list) and 1 <= len(nodes) <= ctx["nnodes"] * MAX_CLAIMS, "nodes is not a list of nodes")
+    for n in nodes:
+        _dict(n, "nodes[]")
+        check_ident(n, dict(ctx, slot=Slot(n.get("rank", -1), n.get("claim", -1))))
+        _str(n.get("name"), "nodes[].name", 400)
+    _str(body.get("master"), "master", 400)
+    _dict(body.get("rejected"), "rejected")
+
+
+def check_shared(body: dict, ctx: dict) -> None:
+    _str(body.get("nonce"), "nonce", 4 * KIB)
+    _str(body.get("file"), "file", 255)
+
+
+def check_facts(body: dict, ctx: dict) -> None:
+    _dict(body.get("facts"), "facts")
+    _dict(body.get("gather"), "gather")
+    for name, outcome in body["gather"].items():
+        _dict(outcome, f"gather.{name}")
+
+
+def check_go(body: dict, ctx: dict) -> None:
+    _need(isinstance(body.get("go"), bool), "go is not true/false")
+    _str(body.get("reason"), "reason", 4 * KIB)
+
+
+def check_verdict(body: dict, ctx: dict) -> None:
+    _need(body.get("verdict") in ("pass", "warn", "fail"), "verdict is not pass/warn/fail")
+    _int(body.get("exit_code"), "exit_code", 0, 4)
+    _need(isinstance(body.get("results"), list), "results is not a list")
+    _dict(body.get("nodes"), "nodes")
+    _need(isinstance(body.get("advice", []), list), "advice is not a list")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of message: where it lives, who may send it, how big it may be, what it must contain."""
+
+    template: str  # formatted with slot=Slot
+    from_master: bool  # True: only node rank 0 sends it; False: the slot in the key sends it
+    cap: Callable[[int], int]  # byte cap, given nnodes
+    check: Callable[[dict, dict], None]
+
+
+# The one table of keys. Counters (claims, heartbeats, arrivals) are plain integers beside these.
+KINDS: dict[str, Kind] = {
+    "hello": Kind("hello", True, lambda n: 4 * KIB, check_hello),
+    "ident": Kind("ident/{slot.rank}/{slot.claim}", False, lambda n: 16 * KIB, check_ident),
+    "roster": Kind("roster", True, lambda n: 64 * KIB + n * 4 * KIB, check_roster),
+    "shared": Kind("shared-nonce", True, lambda n: 8 * KIB, check_shared),
+    "facts": Kind("facts/{slot}", False, lambda n: 16 * MIB, check_facts),
+    "go": Kind("collective-go", True, lambda n: 8 * KIB, check_go),
+    "cfacts": Kind("cfacts/{slot}", False, lambda n: 4 * MIB, check_facts),
+    "verdict": Kind("verdict", True, lambda n: 16 * MIB + n * 64 * KIB, check_verdict),
+}
+COUNTERS = {"assign": "assign", "claim": "claim/{rank}", "beat": "beat/{slot}", "done": "done"}
+PER_NODE_CAP = 32 * MIB  # all of one sender's messages together
+
+
+def key_of(kind: str, slot: Slot | None = None) -> str:
+    return KINDS[kind].template.format(slot=slot)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sealing: pure functions over dicts and bytes (unit-tested without a store).
+
+
+def _mac(token: str, run: str, key: str, sender: Slot, body: str) -> str:
+    covered = json.dumps([PROTOCOL, run, key, sender.rank, sender.claim, body], separators=(",", ":"))
+    return hmac.new(token.encode(), covered.encode(), hashlib.sha256).hexdigest()
+
+
+def seal(body: dict, *, token: str | None, run: str, key: str, sender: Slot) -> bytes:
+    """The envelope as one ASCII line (ensure_ascii: no raw newline can break the framing)."""
+    text = json.dumps(body, separators=(",", ":"), default=str, allow_nan=False)
+    env = {"v": PROTOCOL, "run": run, "key": key, "from": [sender.rank, sender.claim], "body": text,
+           "sig": _mac(token, run, key, sender, text) if token else ""}
+    return json.dumps(env, separators=(",", ":")).encode()
+
+
+def open_envelope(frame: bytes, *, token: str | None, run: str | None, key: str, sender: Slot | None,
+                  from_master: bool) -> tuple[Slot, dict]:
+    """Verify and decode one frame. ``run`` None accepts any run (only for the hello that carries it).
+    Raises Invalid with the reason; the signature is checked before the body is parsed."""
+    try:
+        env = json.loads(frame.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise Invalid("not an ASCII JSON envelope") from None
+    _need(isinstance(env, dict) and set(env) == {"v", "run", "key", "from", "body", "sig"}, "not an envelope")
+    _need(env["v"] == PROTOCOL, f"protocol version {env['v']!r} is not {PROTOCOL}")
+    _need(isinstance(env["run"], str) and isinstance(env["body"], str) and isinstance(env["sig"], str),
+          "envelope fields have the wrong types")
+    frm = env["from"]
+    _need(isinstance(frm, list) and len(frm) == 2 and all(_is_int(x) for x in frm), "from is not [rank, claim]")
+    who = Slot(*frm)
+    _need(env["key"] == key, f"sealed for key {env['key'][:80]!r}, stored under {key!r}")
+    if from_master:
+        _need(who.rank == 0, f"sent by rank {who.rank}, only the master (rank 0) sends {key!r}")
+    elif sender is not None:
+        _need(who == sender, f"sent by {who}, the key belongs to {sender}")
+    if token:
+        _need(bool(env["sig"]), "unsigned, and this node requires --token")
+        _need(hmac.compare_digest(_mac(token, env["run"], key, who, env["body"]), env["sig"]),
+              "signature does not match this node's token")
+    else:
+        _need(not env["sig"], "signed with a token, and this node has none (pass the same --token on every node)")
+    _need(run is None or env["run"] == run, "sealed for another run (a replayed message)")
+    try:
+        body = json.loads(env["body"])
+    except (ValueError, RecursionError):
+        raise Invalid("body is not JSON") from None
+    _need(isinstance(body, dict), "body is not an object")
+    return who, body
+
+
+def frames(blob: bytes) -> list[bytes]:
+    """Split an appended value into frames; junk without newlines spoils only itself."""
+    return [f for f in blob.split(b"\n") if f.strip()]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The mailbox over a live store.
+
+
+@dataclass
+class Finding:
+    """An invalid message that was ignored: where, what it claimed to be, and why it was refused."""
+
+    key: str
+    why: str
+    claimed: str = ""  # the sender's self-description, when the frame got far enough to have one
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "why": self.why, "claimed": self.claimed}
+
+
+def bounded(fn: Callable[[], Any], limit_s: float, what: str) -> Any:
+    """Run one store call with a time limit (see the module docstring for why a thread)."""
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+
+    t = threading.Thread(target=work, name="ddpdoctor-store", daemon=True)
+    t.start()
+    t.join(max(0.05, limit_s))
+    if t.is_alive():
+        raise StoreSilent(f"no answer to {what} within {limit_s:.0f} s")
+    if "error" in box:
+        exc = box["error"]
+        raise StoreGone(f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return box.get("value")
+
+
+class Mailbox:
+    """Sealed, validated, bounded messages for one run over one store (a PrefixStore)."""
+
+    def __init__(self, store, *, token: str | None, nnodes: int, max_nodes: int):
+        self.store = store
+        self.token = token
+        self.nnodes = nnodes
+        self.max_nodes = max_nodes
+        self.run: str | None = None  # the master's nonce, once known
+        self.me: Slot | None = None
+        self.findings: list[Finding] = []
+        self._seen_bad: set[tuple[str, bytes]] = set()
+        self._bytes_by_sender: dict[Slot, int] = {}
+
+    # -- raw calls, each bounded ------------------------------------------------------------------------
+    def call(self, what: str, fn: Callable[[], Any], limit_s: float = OP_TIMEOUT_S) -> Any:
+        return bounded(fn, min(OP_TIMEOUT_S, limit_s), what)
+
+    def count(self, name: str, delta: int = 1, **fmt) -> int:
+        key = COUNTERS[name].format(**fmt)
+        return int(self.call(f"add {key}", lambda: self.store.add(key, delta)))
+
+    def counts(self, keys: dict) -> dict:
+        """Several counters read at once (adding 0), in one bounded call: {label: value}."""
+        return self.call("read counters", lambda: {label: int(self.store.add(k, 0)) for label, k in keys.items()})
+
+    def beats(self, slots: list[Slot]) -> dict[Slot, int]:
+        return self.counts({s: COUNTERS["beat"].format(slot=s) for s in slots})
+
+    def present(self, keys: list[str]) -> dict[str, bool]:
+        """Which of these keys exist, in one bounded call (one thread for a whole polling round)."""
+        return self.call("check", lambda: {k: self.store.check([k]) for k in keys})
+
+    # -- messages ---------------------------------------------------------------------------------------
+    def post(self, kind: str, body: dict, slot: Slot | None = None) -> None:
+        spec = KINDS[kind]
+        sender = Slot(0, self.me.claim) if spec.from_master else (slot or self.me)
+        key = key_of(kind, slot or self.me)
+        frame = b"\n" + seal(body, token=self.token, run=self.run or "", key=key, sender=sender) + b"\n"
+        self.call(f"append {key}", lambda: self.store.append(key, frame))
+
+    def read(self, kind: str, slot: Slot | None = None) -> dict | None:
+        """The first valid message under this key, or None (absent, or nothing valid yet)."""
+        spec = KINDS[kind]
+        key = key_of(kind, slot)
+        if not self.present([key])[key]:
+            return None
+        blob = self.call(f"get {key}", lambda: self.store.get(key))
+        cap = spec.cap(self.nnodes)
+        ctx = {"nnodes": self.nnodes, "max_nodes": self.max_nodes, "slot": slot}
+        for frame in frames(blob)[:64]:
+            try:
+                _need(len(frame) <= cap, f"{len(frame)} bytes, over this message's cap of {cap}")
+                who, body = open_envelope(frame, token=self.token, run=None if kind == "hello" else self.run,
+                                          key=key, sender=slot, from_master=spec.from_master)
+                self._charge(who, len(frame))
+                spec.check(body, ctx)
+                return body
+            except Invalid as exc:
+                self._note(key, frame, str(exc))
+        return None
+
+    def _charge(self, who: Slot, size: int) -> None:
+        total = self._bytes_by_sender.get(who, 0) + size
+        _need(total <= PER_NODE_CAP, f"sender {who} is over {PER_NODE_CAP >> 20} MiB of messages")
+        self._bytes_by_sender[who] = total
+
+    def _note(self, key: str, frame: bytes, why: str) -> None:
+        sig = (key, hashlib.sha256(frame).digest())
+        if sig in self._seen_bad:
+            return  # the same bad frame is read again on every poll: one finding
+        self._seen_bad.add(sig)
+        self.findings.append(Finding(key=key, why=why, claimed=_claimed(frame)))
+
+    def pg_store(self, backend: str):
+        """The store a process group meets in: torch's own c10d code uses it directly (it cannot go
+        through sealed messages), under a prefix of this run so a stale group never mixes in."""
+        import torch.distributed as dist
+
+        return dist.PrefixStore(f"pg/{self.run}/{backend}", self.store)
+
+
+def _claimed(frame: bytes) -> str:
+    """Best effort, for the finding only: the host and address an invalid message says it came from."""
+    try:
+        env = json.loads(frame[:64 * KIB].decode("ascii"))
+        body = json.loads(env["body"])
+        host, addr = str(body.get("host", ""))[:64], str(body.get("addr", ""))[:64]
+        rank = env.get("from", ["?"])[0]
+        return f"rank {rank} host {host!r} addr {addr!r}" if host or addr else f"rank {rank}"
+    except Exception:  # noqa: BLE001 - a frame that is not even an envelope claims nothing
+        return ""

@@ -1,0 +1,70 @@
+"""The roster: which nodes joined, under which readable names, and who was rejected or is missing.
+
+Pure functions over validated identity records; the master builds the roster, every node reads it.
+"""
+from __future__ import annotations
+
+import hashlib
+
+DISPLAY_HOST_MAX = 48  # a host name longer than this is shortened for display (the full name stays in facts)
+
+
+def display_host(host: str) -> str:
+    """A host name short enough for a table column, still unique: head + hash of the whole."""
+    if len(host) <= DISPLAY_HOST_MAX:
+        return host
+    digest = hashlib.sha256(host.encode()).hexdigest()[:6]
+    return f"{host[:DISPLAY_HOST_MAX - 8]}…{digest}"
+
+
+def name_nodes(idents: list[dict]) -> None:
+    """Give every node a unique, readable name: its hostname, then host@addr, then host@addr#rank."""
+    def count(key) -> dict[str, int]:
+        seen: dict[str, int] = {}
+        for i in idents:
+            seen[key(i)] = seen.get(key(i), 0) + 1
+        return seen
+
+    by_host = count(lambda i: i["host"])
+    by_addr = count(lambda i: f"{i['host']}@{i['addr']}")
+    for i in idents:
+        host = display_host(i["host"])
+        if by_host[i["host"]] == 1:
+            i["name"] = host
+        elif by_addr[f"{i['host']}@{i['addr']}"] == 1:
+            i["name"] = f"{host}@{i['addr']}"
+        else:
+            i["name"] = f"{host}@{i['addr']}#r{i['rank']}" + (f".{i['claim']}" if i["claim"] > 1 else "")
+
+
+def ranks_text(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def accepted(idents: list[dict], rejected: dict) -> dict:
+    """The roster once every rank has a valid identity."""
+    idents = sorted(idents, key=lambda i: (i["rank"], i["claim"]))
+    name_nodes(idents)
+    master = next(i for i in idents if i["rank"] == 0)
+    return {"status": "ok", "nodes": idents, "master": master["name"], "rejected": rejected}
+
+
+def aborted(message: str) -> dict:
+    return {"status": "aborted", "message": message}
+
+
+def missing_message(*, present: list[int], missing: list[int], idents: list[dict], endpoint: str, nnodes: int,
+                    timeout: float) -> str:
+    known = [f"{i['host']} ({i['addr']}) rank {i['rank']}" for i in idents]
+    msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; missing rank(s) "
+           f"{ranks_text(missing)}. Joined: {', '.join(known) or 'none'}. Fix: start ddpdoctor preflight on the "
+           f"missing node(s) with --master {endpoint} --nnodes {nnodes}, and check they can reach this address")
+    dups = sorted({i["rank"] for i in idents if i["claim"] > 1})
+    if dups:
+        msg += f"; rank(s) {ranks_text(dups)} were claimed by more than one node (give each node its own --node-rank)"
+    return msg
+
+
+def token_rejection(ident: dict) -> str:
+    return (f"node {ident.get('host')} ({ident.get('addr')}, rank {ident.get('rank')}) signed its facts with a "
+            f"different token; fix: pass the same --token / DDPDOCTOR_TOKEN on every node")

@@ -1,0 +1,89 @@
+"""The cluster verdict: every node's facts merged, compared, and the nodes that fell silent or sent invalid
+messages turned into findings; plus the document each node prints (the master's and a worker's alike).
+"""
+from __future__ import annotations
+
+from .. import model, runner
+from ..api import Level, Result
+from .mailbox import Finding
+
+# Reasons an invalid message can have that point at a real node with a wrong --token, not at a stranger.
+TOKEN_WORDS = ("signature does not match", "unsigned, and this node requires", "signed with a token, and this node")
+
+
+def is_token_problem(finding: Finding) -> bool:
+    return any(w in finding.why for w in TOKEN_WORDS)
+
+
+def merge(view, facts: dict, cfacts: dict) -> dict[str, dict]:
+    """Node name -> {rank, host, addr, fqdn, facts, gather}, the shape runner.compare_all reads."""
+    merged: dict[str, dict] = {}
+    for n in view.nodes:
+        nm = n["name"]
+        entry = {"rank": n["rank"], "host": n["host"], "addr": n["addr"], "fqdn": n.get("fqdn"), "facts": {},
+                 "gather": {}}
+        for part in (facts.get(nm), cfacts.get(nm)):
+            if part:
+                entry["facts"].update(part["facts"])
+                entry["gather"].update(part["gather"])
+        merged[nm] = entry
+    return merged
+
+
+def silent_results(silent: dict[str, str]) -> list[Result]:
+    return [Result(check="cluster", level=Level.FAIL, summary=f"node {nm} {why}", nodes=[nm], actual=why,
+                   expected="every node reports until the verdict",
+                   fix=f"look at node {nm}: was ddpdoctor killed or stopped (OOM, scheduler, Ctrl-Z, a hung "
+                       f"filesystem)? rerun the preflight there")
+            for nm, why in sorted(silent.items())]
+
+
+def finding_results(findings: list[Finding], where: str) -> list[Result]:
+    """Invalid messages: a node with another token is a failure; anything else in the store is a warning."""
+    out = []
+    for f in findings:
+        who = f.claimed or "an unknown writer (the store does not record who wrote a key)"
+        if is_token_problem(f) and f.key.startswith("ident/"):
+            out.append(Result(
+                check="cluster", level=Level.FAIL,
+                summary=f"a node was rejected at {f.key}: {f.why} ({who})", nodes=[],
+                actual=f.why, expected="every node signs with the cluster's token",
+                fix="pass the same --token (or DDPDOCTOR_TOKEN) on every node",
+                details=f.to_json()))
+        else:
+            out.append(Result(
+                check="cluster", level=Level.WARN,
+                summary=f"{where} ignored an invalid message at {f.key}: {f.why} (claims to be {who})", nodes=[],
+                actual=f.why, expected="only this run's nodes write to the rendezvous store",
+                fix="something else writes to the rendezvous port: use --token and a port only this job uses",
+                details=f.to_json()))
+    return out
+
+
+def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings: list[Finding], timings: dict,
+           advice_fn) -> dict:
+    results = runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings)
+    results += silent_results(silent)
+    results += finding_results(findings, "the master")
+    advice = advice_fn(results)
+    return model.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
+                               results=results, run=run_settings, timings=timings) | {"advice": advice}
+
+
+def published(doc: dict) -> dict:
+    """What the master sends every node: the verdict without the bulky raw facts."""
+    return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope")} | {
+        "nodes": {n: {k: v for k, v in d.items() if k not in ("facts", "gather")} for n, d in doc["nodes"].items()}}
+
+
+def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this_node: str,
+                    findings: list[Finding]) -> dict:
+    """A non-master node's document: the master's verdict, plus what this node itself refused to read."""
+    results = list(verdict["results"]) + [r.to_json() for r in finding_results(findings, f"node {this_node}")]
+    exit_code = verdict["exit_code"]
+    level = verdict["verdict"]
+    if findings and level == "pass":
+        level = "warn"
+    return model.envelope("preflight", scope="cluster", run=run_settings, verdict=level, exit_code=exit_code,
+                          checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
+                          advice=verdict.get("advice", []), timings=timings, this_node=this_node)
