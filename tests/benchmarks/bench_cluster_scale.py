@@ -72,14 +72,14 @@ NODES_PER_PROCESS = 32
 
 def _node_thread(rank: int, n: int, port: int, plan, results: dict) -> threading.Thread:
     from ddpdoctor.cluster import endpoint as ep
-    from ddpdoctor.cluster.join import JoinConfig, Node
+    from ddpdoctor.cluster.join import JoinConfig, run_node
 
     def body() -> None:
         addr = f"127.0.{rank // 250}.{rank % 250 + 1}"
         cfg = JoinConfig(master=ep.parse_endpoint(f"127.0.0.1:{port}"), nnodes=n, node_rank=rank, local_addr=addr,
                          timeout=60, quiet=True)
         try:
-            results[rank] = Node(cfg, plan).run()
+            results[rank] = run_node(cfg, plan)
         except BaseException as exc:  # noqa: BLE001
             results[rank] = exc
 
