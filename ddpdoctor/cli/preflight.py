@@ -27,6 +27,15 @@ def _cluster_requested(master, nnodes, local_nodes) -> bool:
     return info.source is not None and (info.nnodes or 1) > 1
 
 
+def _rdzv_id(value):
+    """A rendezvous id is compared and printed in a torchrun line: keep it to what torchrun ids look like."""
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", value):
+        raise click.BadParameter(f"{value!r}: use 1-128 letters, digits, '.', '_', ':' or '-'", param_hint="--rdzv-id")
+    return value
+
+
 def _worker_argv(params: dict):
     """For --local-nodes: the command line of node i, the user's check options passed through unchanged."""
 
@@ -57,16 +66,16 @@ def _worker_argv(params: dict):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="ddpdoctor.toml with [run] and [checks.NAME] tables.")
 @click.option("--set", "sets", multiple=True, metavar="CHECK.KEY=VALUE", help="Override a check option, e.g. clock-skew.warn_ms=200.")
 @click.option("--perf", is_flag=True, help="Also measure every GPU (GEMM, memory and host copy bandwidth): gpu-perf.")
-@click.option("--gpus-per-node", type=click.IntRange(min=0), help="GPUs every node must have; fewer is a fail.")
+@click.option("--gpus-per-node", type=click.IntRange(min=0, max=4096), help="GPUs every node must have; fewer is a fail.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
-@click.option("--nnodes", type=click.IntRange(min=1), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
-@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
+@click.option("--nnodes", type=click.IntRange(min=1, max=16384), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
+@click.option("--node-rank", type=click.IntRange(min=0, max=16383), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node advertises and listens on (like torchrun's --local-addr).")
 @click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
 @click.option("--token", envvar="DDPDOCTOR_TOKEN", help="Shared secret that signs each node's facts (or $DDPDOCTOR_TOKEN).")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), help="Processes per node the job will launch (compared across nodes).")
-@click.option("--rdzv-id", help="Rendezvous id the job will use (compared across nodes).")
+@click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096), help="Processes per node the job will launch (compared across nodes).")
+@click.option("--rdzv-id", callback=lambda ctx, param, v: _rdzv_id(v), help="Rendezvous id the job will use (compared across nodes).")
 @click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")
 @click.option("--shared-dir", type=click.Path(file_okay=False), help="A directory that must be shared by every node.")
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")

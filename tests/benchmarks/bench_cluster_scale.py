@@ -169,6 +169,49 @@ def run_simulated(n: int) -> dict:
             "warn_kinds": master_out.get("warn_kinds"), "errors": errors[:3]}
 
 
+def message_costs(repeat: int = 2000) -> list[dict]:
+    """What sealing and verifying one message costs (HMAC, JSON, schema): an identity, and a node's facts
+    as a real 3-node run publishes them (read back from a --local-nodes document)."""
+    from ddpdoctor.cluster import mailbox as mbx
+    from ddpdoctor.cluster.mailbox import Slot, open_envelope, seal
+
+    ident = {"rank": 1, "claim": 1, "host": "node001", "fqdn": "node001.cluster", "addr": "10.0.0.2",
+             "probe_port": 40000, "pid": 1234, "boot_id": "0" * 36, "tool_version": "0.1.0", "launcher": "slurm",
+             "fresh": "ab" * 16, "launch": {"nnodes": 256, "nproc_per_node": 8, "rdzv_id": "job1",
+                                            "endpoint": "10.0.0.1:29500"}, "checks": ["mesh"] * 17}
+    facts = {"facts": _sample_facts(), "gather": {"mesh": {"status": "ok", "seconds": 0.1}}}
+    rows = []
+    for name, kind, key, body in (("ident", "ident", "ident/1/1", ident), ("facts", "facts", "facts/1.1", facts)):
+        frame = seal(body, token="secret", run="ab" * 16, key=key, sender=Slot(1, 1))
+        start = time.perf_counter()
+        for _ in range(repeat):
+            seal(body, token="secret", run="ab" * 16, key=key, sender=Slot(1, 1))
+        sealed_us = (time.perf_counter() - start) / repeat * 1e6
+        start = time.perf_counter()
+        for _ in range(repeat):
+            _, opened = open_envelope(frame, token="secret", run="ab" * 16, key=key, sender=Slot(1, 1),
+                                      from_master=False)
+            mbx.KINDS[kind].check(opened, {"nnodes": 256, "max_nodes": 16384, "slot": Slot(1, 1)})
+        verify_us = (time.perf_counter() - start) / repeat * 1e6
+        rows.append({"message": name, "bytes": len(frame), "seal_us": round(sealed_us, 1),
+                     "verify_us": round(verify_us, 1)})
+    return rows
+
+
+def _sample_facts() -> dict:
+    """One node's facts from a real local run (every default check), so the size is realistic."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-m", "ddpdoctor", "-q", "preflight", "--json", "--output", out],
+                       capture_output=True, timeout=120)
+        for name in os.listdir(out):
+            with open(os.path.join(out, name)) as fh:
+                doc = json.load(fh)
+            return next(iter(doc["nodes"].values()))["facts"]
+    return {}
+
+
 def run_in_netns(args: list[str]) -> int:
     """Re-run this benchmark in a fresh network namespace with only loopback: name lookups that would go to
     a DNS server fail at once there, so the figures are the preflight's own, not the resolver's."""
@@ -188,13 +231,17 @@ def main() -> int:
         simulated_process(sys.argv[2], *map(int, sys.argv[3:]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["processes", "simulate"])
+    ap.add_argument("mode", choices=["processes", "simulate", "messages"])
     ap.add_argument("--nodes", help="comma-separated node counts")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     ok = True
     rows = []
-    if args.mode == "processes":
+    if args.mode == "messages":
+        rows = message_costs()
+        for row in rows:
+            print(json.dumps(row))
+    elif args.mode == "processes":
         for n in [int(x) for x in (args.nodes or "2,4,8").split(",")]:
             row = run_processes(n)
             rows.append(row)
