@@ -36,12 +36,16 @@ def console(stderr: bool = False):
 
 
 def error_line(message: str) -> None:
-    """The one red line of the error policy (no markup interpretation: messages may hold user text)."""
+    """The one red line of the error policy (no markup interpretation, no escape sequences: messages may
+    hold text from other nodes)."""
     text = " ".join(str(message).split("\n")[:1]) if not STATE.verbose else str(message)
     try:
         from rich.console import Console
         from rich.text import Text
 
+        from ..report.console import safe_text
+
+        text = safe_text(text)
         Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Error: {text}", style="bold red"))
     except Exception:  # noqa: BLE001 - the error path must not fail
         print(f"Error: {text}", file=sys.stderr)
