@@ -111,7 +111,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts) -> li
                                   fix=f"unset {var}  # unless you are debugging on purpose"))
     if not any(r.level.value in ("fail", "warn") for r in out):
         shown = [k for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if k in env]
-        out.append(check.passed(f"{len(env)} relevant variables, no conflicts"
+        out.append(check.passed(f"{len(env)} relevant variable{'' if len(env) == 1 else 's'}, no conflicts"
                                 + (f" ({', '.join(f'{k}={env[k]}' for k in shown)})" if shown else ""), [node],
                                 actual=len(env)))
     return out

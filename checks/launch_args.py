@@ -28,9 +28,9 @@ class LaunchArgsCheck(Check):
             common, odd = majority(values)
             for node in odd:
                 out.append(self.fail(
-                    f"{node} intends {flag} {values[node]!r}, the other nodes {common!r}", [node],
+                    f"{node} intends {flag} {_shown(values[node])}, the other nodes {_shown(common)}", [node],
                     actual=values[node], expected=common,
-                    fix=f"launch every node with the same {flag} {common!r} (use the scheduler's job id as the "
+                    fix=f"launch every node with the same {flag} {_shown(common)} (use the scheduler's job id as the "
                         f"rendezvous id, never $RANDOM per node)",
                 ))
         by_rank: dict[int, list[str]] = {}
@@ -46,6 +46,11 @@ class LaunchArgsCheck(Check):
         if not out:
             sample = next(iter(facts_by_node.values())).get("launch", {})
             out.append(self.passed(
-                f"{len(facts_by_node)} node(s) agree: " + ", ".join(f"{k}={sample.get(k)!r}" for k in FIELDS),
+                f"{len(facts_by_node)} node(s) agree: " + ", ".join(f"{flag} {_shown(sample.get(k))}"
+                                                                    for k, flag in FIELDS.items()),
                 sorted(facts_by_node)))
         return out
+
+
+def _shown(value) -> str:
+    return "not set" if value is None else str(value)

@@ -78,7 +78,10 @@ def preflight_doc(
     timings: dict | None = None,
 ) -> dict:
     """A preflight document. ``nodes`` maps node name -> {"rank", "host", "addr", "facts": {check: facts}}."""
+    from .grouping import group_results
+
     verdict = verdict_of(results)
+    ordered = [r.to_json() for r in sorted_results(results)]
     return envelope(
         "preflight",
         run_id=run_id,
@@ -88,7 +91,8 @@ def preflight_doc(
         exit_code=exit_code_of(verdict),
         checks=checks,
         nodes=nodes,
-        results=[r.to_json() for r in sorted_results(results)],
+        results=ordered,
+        groups=group_results(ordered, len(nodes)),
         timings=timings or {},
     )
 

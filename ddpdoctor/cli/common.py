@@ -169,11 +169,19 @@ def _write_files(doc: dict, filename: str | None, out_dir: Path | None, report_f
     problems = []
     if out_dir is not None and filename:
         try:
-            model.dump(doc, out_dir / filename)
+            say_wrote("result", model.dump(doc, out_dir / filename))
         except UsageError as exc:
             problems.append(str(exc))
     try:
         write_report([doc], report_file)
+        if report_file is not None:
+            say_wrote("report", report_file)
     except UsageError as exc:
         problems.append(str(exc))
     return problems
+
+
+def say_wrote(what: str, path) -> None:
+    """Every command says where it wrote each file (on stderr: stdout may be carrying --json)."""
+    if not STATE.quiet:
+        print(f"wrote {what}: {path}", file=sys.stderr, flush=True)

@@ -16,34 +16,49 @@ def chosen_interfaces(nodes: dict) -> dict[str, str]:
     return out
 
 
+IFNAME_NOTE = ("('==' makes NCCL use exactly that interface; a single '=' is a prefix match, so eth0 would "
+               "also take eth01)")
+JOB_ID_VARS = {"slurm": "$SLURM_JOB_ID", "pbs": "$PBS_JOBID"}
+
+
 def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
+    """What to paste after a pass: one line per command, each identical command once for all its nodes."""
     if any(r.level is Level.FAIL for r in results):
         return []
+    from ..grouping import compress_hosts
+
     lines: list[str] = []
     ifaces = chosen_interfaces(nodes)
-    env_prefix: dict[str, str] = {}
+    env_prefix: dict[str, str] = {n: f"NCCL_SOCKET_IFNAME=={i} GLOO_SOCKET_IFNAME={i} " for n, i in ifaces.items()}
     if ifaces:
         distinct = sorted(set(ifaces.values()))
         if len(distinct) == 1:
-            lines.append(f"Interface that works on every node: export NCCL_SOCKET_IFNAME=={distinct[0]} "
-                         f"GLOO_SOCKET_IFNAME={distinct[0]}")
-            env_prefix = {n: f"NCCL_SOCKET_IFNAME=={distinct[0]} GLOO_SOCKET_IFNAME={distinct[0]} " for n in ifaces}
+            lines.append(f"export NCCL_SOCKET_IFNAME=={distinct[0]} GLOO_SOCKET_IFNAME={distinct[0]}  "
+                         f"# the interface that works on every node {IFNAME_NOTE}")
         else:
-            lines.append("Interfaces differ per node (set them per node): "
-                         + ", ".join(f"{n}: {i}" for n, i in sorted(ifaces.items())))
-            env_prefix = {n: f"NCCL_SOCKET_IFNAME=={i} GLOO_SOCKET_IFNAME={i} " for n, i in ifaces.items()}
+            lines.append(f"# interfaces differ per node: set them per node {IFNAME_NOTE}")
     nproc = cfg.nproc_per_node or _gpus(nodes) or 1
-    rdzv_id = cfg.rdzv_id or "$SLURM_JOB_ID"
     master_addr = view.master.get("addr") or cfg.master.host
-    lines.append("torchrun line for each node (identical except the environment):")
+    by_command: dict[str, list[str]] = {}
     for node in view.nodes:
-        prefix = env_prefix.get(node["name"], "")
-        lines.append(
-            f"  {node['name']}: {prefix}torchrun --nnodes {len(view.nodes)} --nproc-per-node {nproc} "
-            f"--rdzv-backend c10d --rdzv-endpoint {master_addr}:{cfg.master.port} "
-            f"--rdzv-id {shlex.quote(str(rdzv_id)) if cfg.rdzv_id else rdzv_id} train.py  # the port is free once preflight ends"
-        )
+        by_command.setdefault(env_prefix.get(node["name"], "") if len(set(ifaces.values())) > 1 else "",
+                              []).append(node["name"])
+    for prefix, names in by_command.items():
+        where = "every node" if len(by_command) == 1 else compress_hosts(names)
+        lines.append(f"# on {where}:")
+        lines.append(f"{prefix}torchrun --nnodes {len(view.nodes)} --nproc-per-node {nproc} --rdzv-backend c10d "
+                     f"--rdzv-endpoint {master_addr}:{cfg.master.port} --rdzv-id {_rdzv_id(cfg)} train.py")
+    lines.append("# the rendezvous port is free once the preflight ends; --rdzv-id must be the same on every node")
     return lines
+
+
+def _rdzv_id(cfg) -> str:
+    """The id every node must share: the one given, the scheduler's job id where there is a scheduler,
+    else a fixed one (never $RANDOM: each node would draw its own)."""
+    if cfg.rdzv_id:
+        return shlex.quote(str(cfg.rdzv_id))
+    var = JOB_ID_VARS.get(getattr(cfg, "launcher", None) or "")
+    return var or f"ddp-{cfg.master.port}"
 
 
 def _gpus(nodes: dict) -> int | None:

@@ -38,12 +38,22 @@ def silent_results(silent: dict[str, str]) -> list[Result]:
             for nm, why in sorted(silent.items())]
 
 
-def finding_results(findings: list[Finding], where: str) -> list[Result]:
-    """Invalid messages: a node with another token is a failure; anything else in the store is a warning."""
+def _rank_of(key: str) -> int | None:
+    try:
+        return int(key.split("/")[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def finding_results(findings: list[Finding], where: str, joined_ranks: frozenset[int] = frozenset()) -> list[Result]:
+    """Invalid messages: a node with another token is a failure; anything else in the store is a warning.
+    An identity with another token for a rank that a valid node holds (``joined_ranks``) rejected no node:
+    it is a stray or forged write (anyone who reaches the port can write one), so a warning too, or an
+    unauthenticated writer could fail every healthy run."""
     out = []
     for f in findings:
         who = f.claimed or "an unknown writer (the store does not record who wrote a key)"
-        if is_token_problem(f) and f.key.startswith("ident/"):
+        if is_token_problem(f) and f.key.startswith("ident/") and _rank_of(f.key) not in joined_ranks:
             out.append(Result(
                 check="cluster", level=Level.FAIL,
                 summary=f"a node was rejected at {f.key}: {f.why} ({who})", nodes=[],
@@ -64,7 +74,7 @@ def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings:
            advice_fn) -> dict:
     results = runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings)
     results += silent_results(silent)
-    results += finding_results(findings, "the master")
+    results += finding_results(findings, "the master", frozenset(n["rank"] for n in view.nodes))
     advice = advice_fn(results)
     return model.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
                                results=results, run=run_settings, timings=timings) | {"advice": advice}
@@ -84,6 +94,9 @@ def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this
     level = verdict["verdict"]
     if findings and level == "pass":
         level = "warn"
+    from ..grouping import group_results
+
     return model.envelope("preflight", scope="cluster", run=run_settings, verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
+                          groups=group_results(results, len(verdict["nodes"])),
                           advice=verdict.get("advice", []), timings=timings, this_node=this_node)

@@ -55,11 +55,29 @@ def _nodes(result: dict, limit: int = 6) -> str:
     return ", ".join(nodes[:limit]) + f" (+{len(nodes) - limit} more)"
 
 
+def human(value: Any) -> str:
+    """A value as a person reads it: yes/no, none, lists joined; never Python's True/None/[...]."""
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human(v) for v in value) or "none"
+    return value if isinstance(value, str) else str(value)
+
+
 def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bool = False) -> None:
+    """Verdict line, then one panel per distinct problem (naming its nodes), then one line per passing
+    check: the length depends on the problems, not on the number of nodes."""
+    from ..grouping import group_results
+
     results = doc.get("results", [])
     verdict = doc.get("verdict", "pass")
     counts = {lv: sum(1 for r in results if r["level"] == lv) for lv in ICON}
     nodes = doc.get("nodes", {})
+    groups = doc.get("groups") or group_results(results, len(nodes))
     scope = doc.get("scope", "node")
     title = Text.assemble(
         ("ddpdoctor preflight ", "bold"),
@@ -70,31 +88,44 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
     )
     console.print(title)
 
-    problems = [r for r in results if r["level"] in ("fail", "warn")]
-    for r in problems:
-        console.print(_finding_panel(r, verbose))
+    for g in groups:
+        if g["level"] in ("fail", "warn"):
+            view = _group_view(g, results)
+            console.print(_finding_panel(view, verbose))
+            if view.get("fix"):
+                # outside the panel and never wrapped: a fix is often a command to paste
+                console.print(Text.assemble(("  fix: ", "bold cyan"), safe_text(view["fix"])), soft_wrap=True)
 
     if quiet:
         return
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("level", no_wrap=True)
     table.add_column("check", no_wrap=True)
-    table.add_column("node(s)")
+    table.add_column("node(s)", overflow="fold")
     table.add_column("result")
-    for r in results:
-        if r["level"] in ("fail", "warn"):
+    for g in groups:
+        if g["level"] in ("fail", "warn"):
             continue  # already shown above, with their fixes
-        table.add_row(
-            T(ICON[r["level"]], STYLE[r["level"]]),
-            T(r["check"]),
-            T(_nodes(r)),
-            T(r["summary"] if not verbose else f"{r['summary']}  (measured: {_short(r.get('actual'))})"),
-        )
+        first = results[g["members"][0]]
+        text = first["summary"]  # the node column says where; one example says what
+        if verbose and g["count"] == 1:
+            text += f"  (measured: {_short(human(first.get('actual')))})"
+        table.add_row(T(ICON[g["level"]], STYLE[g["level"]]), T(g["check"]), T(g["where"]), T(text))
     if table.row_count:
         console.print(table)
-    extra = doc.get("advice") or []
-    for line in extra:
-        console.print(T(line))
+    for line in doc.get("advice") or []:
+        # soft_wrap: a command is one line however narrow the terminal, so a paste never breaks it
+        console.print(T(line), soft_wrap=True)
+
+
+def _group_view(group: dict, results: list[dict]) -> dict:
+    """A group shown like one result: its nodes named compactly, measured/expected of its first member."""
+    first = results[group["members"][0]]
+    view = dict(first, nodes=[group["where"]] if group["where"] else [])
+    if group["count"] > 1:
+        view["summary"] = f"{first['summary']}  [same on {len(group['nodes']) or group['count']} nodes]"
+        view["actual"] = f"{human(first.get('actual'))} (on {first['nodes'][0]})" if first.get("nodes") else first.get("actual")
+    return view
 
 
 def _finding_panel(r: dict, verbose: int) -> Panel:
@@ -102,11 +133,9 @@ def _finding_panel(r: dict, verbose: int) -> Panel:
     if r.get("nodes"):
         body.append(Text.assemble(("node(s): ", "bold"), safe_text(_nodes(r, limit=12))))
     if r.get("actual") not in (None, "", [], {}):
-        body.append(Text.assemble(("measured: ", "bold"), safe_text(_short(r["actual"], 300))))
+        body.append(Text.assemble(("measured: ", "bold"), safe_text(_short(human(r["actual"]), 300))))
     if r.get("expected") not in (None, "", [], {}):
-        body.append(Text.assemble(("expected: ", "bold"), safe_text(_short(r["expected"], 300))))
-    if r.get("fix"):
-        body.append(Text.assemble(("fix: ", "bold cyan"), safe_text(r["fix"])))
+        body.append(Text.assemble(("expected: ", "bold"), safe_text(_short(human(r["expected"]), 300))))
     if verbose and r.get("details", {}).get("traceback"):
         body.append(T(r["details"]["traceback"], "dim"))
     style = STYLE.get(r["level"], "")

@@ -1,0 +1,100 @@
+"""Findings grouped across nodes: the same problem on many nodes is one entry naming the nodes compactly.
+
+Checks report per node ("gloo allreduce on node07: ..."); a cluster of 4,096 nodes would print a panel per
+node. A group is the results of one check and level whose text is the same once the node's own name and
+the numbers are masked, so "node03 has 2 GPUs" and "node09 has 2 GPUs" group, while "node03 misses
+NCCL_SOCKET_IFNAME" and "node03 has 2 GPUs" do not. Pure functions over result dicts: the terminal, the
+JSON document and the HTML report show the same groups.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+SEVERITY = {"fail": 3, "warn": 2, "skip": 1, "pass": 0}
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def compress_hosts(names: Iterable[str]) -> str:
+    """``node01,node02,node03,node07`` -> ``node[01-03,07]``; names without a trailing number stay as they
+    are. The SLURM hostlist form, so a user can paste it into ``scontrol show hostnames``."""
+    names = sorted(set(names), key=_natural)
+    groups: dict[tuple[str, str, int], list[str]] = {}
+    plain: list[str] = []
+    for name in names:
+        m = re.match(r"^(.*?)(\d+)(\D*)$", name)
+        if not m:
+            plain.append(name)
+            continue
+        prefix, digits, suffix = m.groups()
+        width = len(digits) if digits.startswith("0") else 0
+        groups.setdefault((prefix, suffix, width), []).append(digits)
+    parts = list(plain)
+    for (prefix, suffix, _), nums in groups.items():
+        if len(nums) == 1:
+            parts.append(f"{prefix}{nums[0]}{suffix}")
+        else:
+            parts.append(f"{prefix}[{_ranges(nums)}]{suffix}")
+    return ",".join(sorted(parts, key=_natural))
+
+
+def _ranges(digits: list[str]) -> str:
+    values = sorted(digits, key=int)
+    out, start, prev = [], values[0], values[0]
+    for d in values[1:]:
+        if int(d) == int(prev) + 1:
+            prev = d
+            continue
+        out.append(start if start == prev else f"{start}-{prev}")
+        start = prev = d
+    out.append(start if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+def _natural(text: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def describe_nodes(nodes: list[str], total: int) -> str:
+    """How a group names its nodes: "all 64 nodes", or the compact list."""
+    if total > 1 and len(nodes) == total:
+        return f"all {total} nodes"
+    return compress_hosts(nodes)
+
+
+def _shape(result: dict) -> tuple:
+    """What must be equal for two results to be one finding: check, level, and the text with each node's
+    own name and every number masked."""
+    def mask(text) -> str:
+        text = "" if text is None else str(text)
+        for node in sorted(result.get("nodes") or [], key=len, reverse=True):
+            text = text.replace(node, "\0")
+        return _NUMBER.sub("#", text)
+
+    return result["check"], result["level"], mask(result.get("summary")), mask(result.get("fix"))
+
+
+def group_results(results: list[dict], total_nodes: int) -> list[dict]:
+    """Groups, worst first: failures, then warnings, skips, passes; within a level the groups naming
+    fewest nodes first (the odd node out matters more than the 63 that agree).
+
+    A group: {check, level, summary (its first member's), fix, nodes, where, count, members (indices)}.
+    Passing results of one check collapse into one group whatever their text."""
+    groups: dict[tuple, dict] = {}
+    for i, r in enumerate(results):
+        key = (r["check"], "pass") if r["level"] == "pass" else _shape(r)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"check": r["check"], "level": r["level"], "summary": r.get("summary", ""),
+                               "fix": r.get("fix", ""), "nodes": [], "members": []}
+        g["members"].append(i)
+        for n in r.get("nodes") or []:
+            if n not in g["nodes"]:
+                g["nodes"].append(n)
+    out = list(groups.values())
+    for g in out:
+        g["count"] = len(g["members"])
+        g["where"] = describe_nodes(g["nodes"], total_nodes) if g["nodes"] else ""
+    out.sort(key=lambda g: (-SEVERITY.get(g["level"], 0), len(g["nodes"]) or 1e9 if g["level"] != "pass" else 0,
+                            g["check"]))
+    return out
