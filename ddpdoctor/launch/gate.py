@@ -2,6 +2,7 @@
 port after the job's, and the interfaces it found handed to the job's NCCL/gloo settings."""
 from __future__ import annotations
 
+from ..errors import UsageError
 from .config import TrainerConfig
 
 
@@ -10,18 +11,20 @@ def run_preflight(cfg: TrainerConfig, quiet: bool) -> dict:
     from ..preflight import make_plan, run_single_node
     from ..report.console import render_preflight
 
-    args = list(cfg.preflight_args)
-    only, skip, sets = _pick(args, "--only"), _pick(args, "--skip"), _pick(args, "--set")
-    plan = make_plan(only=only, skip=skip, sets=sets,
-                     run_flags={"nnodes": cfg.nnodes, "gpus_per_node": None, "timeout": 60.0})
+    flags = parse_preflight_args(cfg.preflight_args)
+    sets = (*flags["sets"], "gpu-perf.enabled=true") if flags["perf"] else flags["sets"]
+    plan = make_plan(only=flags["only"], skip=flags["skip"], config_path=flags["config_path"], sets=sets,
+                     run_flags={"nnodes": cfg.nnodes, "gpus_per_node": flags["gpus_per_node"],
+                                "timeout": flags["timeout"]})
     if cfg.nnodes > 1:
         from ..cluster import join
 
         host, _, port = cfg.master.rpartition(":")
         doc = join.run_from_cli(plan, master=f"{host}:{int(port) + 1}", nnodes=cfg.nnodes, node_rank=None,
-                                local_addr=cfg.local_addr, timeout=60.0, token=None,
-                                nproc_per_node=cfg.nproc_per_node, rdzv_id=cfg.rendezvous_id(), code_dir=None,
-                                shared_dir=None, local_nodes=None, quiet=quiet)
+                                local_addr=cfg.local_addr, timeout=flags["timeout"], token=flags["token"],
+                                nproc_per_node=cfg.nproc_per_node, rdzv_id=cfg.rendezvous_id(),
+                                code_dir=flags["code_dir"], shared_dir=flags["shared_dir"], local_nodes=None,
+                                quiet=quiet)
         cfg.env.update(interfaces_from(doc))
     else:
         doc = run_single_node(plan)
@@ -31,14 +34,28 @@ def run_preflight(cfg: TrainerConfig, quiet: bool) -> dict:
             "interfaces": dict(cfg.env)}
 
 
-def _pick(args: list[str], flag: str) -> list[str]:
-    out = []
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            out.append(args[i + 1])
-        elif a.startswith(flag + "="):
-            out.append(a.split("=", 1)[1])
-    return out
+OWNED = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")
+
+
+def parse_preflight_args(args: list[str]) -> dict:
+    """--preflight-args through `ddpdoctor preflight`'s own parser: every preflight flag works, a wrong one
+    is a usage error (exit 2, one line), and the flags run-trainer itself decides are refused, not ignored."""
+    import click
+    from click.core import ParameterSource
+
+    from ..cli.preflight import preflight
+
+    if {"--help", "-h"} & set(args):  # click would print preflight's help and end run-trainer with exit 0
+        raise UsageError("--preflight-args: --help is not a preflight option to pass on")
+    try:
+        ctx = preflight.make_context("preflight", list(args))
+    except click.ClickException as exc:
+        raise UsageError(f"--preflight-args: {exc.format_message()}") from exc
+    given = [name for name in OWNED if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"--preflight-args: {', '.join('--' + g.replace('_', '-') for g in given)} "
+                         "come from run-trainer's own flags")
+    return ctx.params
 
 
 def interfaces_from(doc: dict | None) -> dict:

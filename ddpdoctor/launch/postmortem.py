@@ -25,14 +25,22 @@ RULES = [
      "reduce the micro-batch size (raise gradient accumulation to keep the global batch), or use activation checkpointing"),
     ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error", re.I),
      "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check `ddpdoctor preflight --only gpu,gpu-health` on that host"),
+    ("desync", re.compile(r"collective mismatch|Received data size doesn't match|Detected mismatch between "
+                          r"collectives|CollectiveFingerPrint", re.I),
+     "the ranks called different collectives (or other shapes or dtypes) at the same point: make every rank issue "
+     "the same collectives in the same order with the same shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL names both)"),
     ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout|DistBackendError.*timeout", re.I),
-     "a rank stopped participating in a collective: look for the rank that was behind (hang watchdog, stacks), "
-     "or raise the timeout only if the work is legitimately slow"),
+     "a rank stopped participating in a collective: rerun with `ddpdoctor run-trainer --hang-timeout 300 ...` to "
+     "get every rank's stack and the rank behind; raise the process-group timeout only if the work is legitimately slow"),
     ("nccl", re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL communicator", re.I),
      "run `ddpdoctor preflight` across the nodes and `ddpdoctor nccl-bench`; rerun with NCCL_DEBUG=INFO for the first NCCL WARN"),
 ]
+# What a rank says when a peer went away first: gloo's pair.cc, NCCL's remote errors, the TCPStore's socket.
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
-                       r"Socket Timeout|recvBytes|Connection refused|ProcessGroupGloo.*(closed|reset)", re.I)
+                       r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
+                       r"Connection refused|ProcessGroupGloo.*(closed|reset)", re.I)
+# Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
+STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
 
 
 @dataclass
@@ -93,9 +101,13 @@ def read_error_file(path: Path) -> dict | None:
     return {"message": str(msg or ""), "traceback": "", "timestamp": None}
 
 
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
+def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 512 * 1024) -> str:
+    """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes)."""
     try:
-        text = RANK_PREFIX.sub("", path.read_text(errors="replace"))
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            text = RANK_PREFIX.sub("", fh.read().decode(errors="replace"))
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
@@ -126,7 +138,10 @@ def _float(v) -> float | None:
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?", re.M)  # torch prefixes every worker line with its rank
-LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic")
+LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
+           "ddpdoctor/launch/bootstrap.py")
+# A C++ exception nobody caught: std::terminate prints its type and what(), then SIGABRT.
+ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'\s*\n\s*what\(\):\s*(?P<what>[^\n]*)")
 
 
 def user_frame(tb: str) -> str | None:
@@ -138,6 +153,19 @@ def user_frame(tb: str) -> str | None:
     return f"{frames[-1]['file']}:{frames[-1]['line']}" if frames else None
 
 
+def fatal_frame(text: str) -> str | None:
+    """file:line of the user's innermost frame in faulthandler's "Fatal Python error" dump (innermost first)."""
+    idx = (text or "").rfind("Fatal Python error")
+    if idx < 0:
+        return None
+    block = text[idx:].split("\n\n", 2)
+    frames = FRAME.findall("\n".join(block[1:3]) if len(block) > 1 else "")
+    for file, line, _ in frames:
+        if not any(part in file for part in LIBRARY):
+            return f"{file}:{line}"
+    return None
+
+
 def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
     """('ValueError', 'bad shape') from an error file's message or a traceback's last line."""
     text = (message or "").strip() or (tb.strip().splitlines()[-1] if tb.strip() else "")
@@ -145,6 +173,9 @@ def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
     m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt|Exit|Warning|[A-Z]\w*)):\s*(.*)$", first)
     if m:
         return m.group(1).rsplit(".", 1)[-1], m.group(2)
+    bare = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt|Exit))$", first.strip())
+    if bare:  # `KeyboardInterrupt`: an exception without a message
+        return bare.group(1).rsplit(".", 1)[-1], ""
     return None, first or None
 
 
@@ -159,37 +190,92 @@ def oom_evidence(events: Path = Path("/sys/fs/cgroup/memory.events")) -> str:
 
 
 def classify(f: RankFailure) -> RankFailure:
+    """Decided by what the failure says before how it ended: a rank whose own exception is in its records
+    failed of it even if a signal ended it later, and a rank that reports a peer's transport error (or died of
+    SIGABRT right after one) is a consequence of that peer."""
     text = "\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)
+    said = _own_error(f)
     if f.exit_code is not None and f.exit_code < 0:
         sig = -f.exit_code
         f.signal = SIGNALS.get(sig, f"signal {sig}")
-        f.category = "signal"
-        if sig == 15:
-            f.victim, f.reason = True, "stopped by the launcher (SIGTERM) after another rank failed"
-            f.fix = "nothing to fix on this rank: see the root cause"
-        elif sig == 9:
-            f.message = f.message or f"killed by SIGKILL (signal 9){oom_evidence()}"
-            f.fix = ("killed with SIGKILL: usually the kernel OOM killer or the scheduler; check `dmesg | grep -i -e oom "
-                     "-e killed` and the job's memory limit, lower the batch size or the DataLoader workers")
-        else:
-            f.message = f.message or f"killed by {f.signal}"
-            f.fix = f"the process died of {f.signal}: its stderr log above shows the last Python stack (PYTHONFAULTHANDLER)"
+        if said and not PEER_LOST.search(said) and f.error_type not in STOPPED:
+            return _by_text(f, said)  # e.g. the InjectedFailure of a rank the launcher then SIGTERMed
+        if PEER_LOST.search(text) and sig != 9:
+            return _peer_lost(f, "its collective broke because a peer process died, then it ended with "
+                                 f"{f.signal}")
+        abort = ABORT.search(text) if sig == 6 else None
+        if abort:
+            return _aborted(f, abort, text)
+        return _by_signal(f, sig)
+    if f.error_type in STOPPED:
+        f.category, f.victim, f.reason = "stopped", True, f"stopped ({f.error_type})"
+        f.fix = "nothing to fix on this rank: see the root cause"
         return f
-    for category, pattern, fix in RULES:
+    return _by_text(f, said or text)
+
+
+def _own_error(f: RankFailure) -> str:
+    """The rank's own final error: its error message and the last traceback (not the whole log tail)."""
+    tb = f.traceback or last_traceback(f.log_tail)
+    return "\n".join(x for x in (f.message or "", tb.strip().splitlines()[-1] if tb.strip() else "") if x)
+
+
+def _peer_lost(f: RankFailure, reason: str) -> RankFailure:
+    f.category, f.victim, f.reason = "peer_lost", True, reason
+    f.fix = "nothing to fix on this rank: see the root cause"
+    return f
+
+
+def _aborted(f: RankFailure, abort: re.Match, text: str) -> RankFailure:
+    """SIGABRT after an uncaught C++ exception: its type and what() say what went wrong."""
+    f.error_type, f.message = abort["type"].rsplit("::", 1)[-1], abort["what"].strip()
+    f.location = f.location or fatal_frame(text)
+    _by_text(f, f.message)
+    if f.category in ("exception", "unknown"):
+        f.category = "signal"
+        f.fix = (f"the process aborted on an uncaught C++ {abort['type']}"
+                 + (f" at {f.location}" if f.location else "") + ": see its what() message")
+    return f
+
+
+def _by_signal(f: RankFailure, sig: int) -> RankFailure:
+    f.category = "signal"
+    if sig in (2, 15):
+        f.victim, f.reason = True, f"stopped by the launcher ({f.signal}) after another rank failed"
+        f.fix = "nothing to fix on this rank: see the root cause"
+    elif sig == 9:
+        f.message = f.message or f"killed by SIGKILL (signal 9){oom_evidence()}"
+        f.fix = ("killed with SIGKILL: usually the kernel OOM killer or the scheduler; check `dmesg | grep -i -e oom "
+                 "-e killed` and the job's memory limit, lower the batch size or the DataLoader workers")
+    else:
+        f.message = f.message or f"killed by {f.signal}"
+        f.fix = f"the process died of {f.signal}: its stderr log above shows the last Python stack (PYTHONFAULTHANDLER)"
+    return f
+
+
+def _by_text(f: RankFailure, text: str) -> RankFailure:
+    for category, pattern, fix in RULES[:4]:  # launcher env, CUDA, OOM: real on whichever rank says them
+        if pattern.search(text):
+            f.category, f.fix = category, fix
+            return _nccl_detail(f, text)
+    if PEER_LOST.search(text):
+        return _peer_lost(f, "its collective broke because a peer process died")
+    for category, pattern, fix in RULES[4:]:
         if pattern.search(text):
             f.category, f.fix = category, fix
             break
-    if f.category == "unknown" and PEER_LOST.search(text):
-        f.category = "peer_lost"
-        f.victim, f.reason = True, "its collective broke because a peer process died"
-        f.fix = "nothing to fix on this rank: see the root cause"
-    elif f.category == "timeout":
+    if f.category == "timeout":
         f.reason = "waited in a collective for a rank that never came"
     elif f.category == "unknown" and (f.message or f.traceback):
         f.category = "exception"
         f.fix = f"fix the exception at {f.location}" if f.location else "fix the exception in the traceback"
+    return _nccl_detail(f, text)
+
+
+def _nccl_detail(f: RankFailure, text: str) -> RankFailure:
     if f.category == "nccl":
-        warn = next((ln.strip() for ln in text.splitlines() if "NCCL WARN" in ln), None)
+        full = "\n".join(x for x in (text, f.log_tail) if x)
+        warn = next((ln.strip() for ln in full.splitlines() if "NCCL WARN" in ln), None)
         if warn:
             f.message = f"{f.message or ''} — first: {warn}".strip(" —")
     return f
@@ -197,8 +283,9 @@ def classify(f: RankFailure) -> RankFailure:
 
 def failure_from(record: dict, attempt: int, rank_dir: Path | None) -> RankFailure:
     err = read_error_file(Path(record["error_file"])) if record.get("error_file") not in (None, "", "<N/A>") else None
-    log = tail(rank_dir / "stderr.log") if rank_dir else ""
-    tb = (err or {}).get("traceback") or last_traceback(log)
+    long = tail(rank_dir / "stderr.log", 400) if rank_dir else ""  # a torch traceback is often 40+ lines
+    log = "\n".join(long.splitlines()[-TAIL_LINES:])
+    tb = (err or {}).get("traceback") or last_traceback(long)
     message = (err or {}).get("message") or (tb.strip().splitlines()[-1] if tb.strip() else None)
     etype, emsg = exception_line(message or "", tb)
     f = RankFailure(rank=record.get("rank"), local_rank=record.get("local_rank"), host=record.get("host"),

@@ -130,3 +130,109 @@ def test_config_validation(tmp_path):
         validate(TrainerConfig(script=str(tmp_path / "nope.py"), run_dir=str(tmp_path)))
     solo = validate(TrainerConfig(run_dir=str(tmp_path)))
     assert solo.endpoint().startswith("127.0.0.1:") and not solo.endpoint().endswith(":0")
+
+
+def test_preflight_args_use_the_preflight_parser():
+    from ddpdoctor.launch.gate import parse_preflight_args
+
+    flags = parse_preflight_args(["--only", "resources", "--gpus-per-node", "8", "--set", "resources.min_nofile=1"])
+    assert flags["only"] == ("resources",) and flags["gpus_per_node"] == 8 and flags["sets"] == ("resources.min_nofile=1",)
+    for args, needle in ((["--nnodes", "2"], "--nnodes"), (["--bogus"], "--bogus"), (["--help"], "--help"),
+                         (["--gpus-per-node", "x"], "gpus-per-node"), (["--timeout", "0"], "timeout")):
+        with pytest.raises(UsageError, match="--preflight-args") as err:
+            parse_preflight_args(args)
+        assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- consequences decided by what a failure says
+GLOO_PEER = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:40121"
+ABORT_TAIL = """[rank0]:[W1122 23:27:34.1 ProcessGroupGloo.cpp:136] Warning: gloo all_reduce failed
+terminate called after throwing an instance of 'gloo::IoException'
+  what():  [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:40121
+Fatal Python error: Aborted
+
+Thread 0x00007f0a (most recent call first):
+  File "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2806 in all_reduce"""
+INJECTED_TB = """Traceback (most recent call last):
+  File "/work/main/reference_trainer/train.py", line 184, in main
+    maybe_fail(step + 1, rank, args)
+  File "/work/main/reference_trainer/faults.py", line 24, in maybe_fail
+    raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
+faults.InjectedFailure: injected failure at step 5 on rank 1"""
+
+
+def with_tail(code, tail, rank, message="", tb="", ts=None):
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=code, timestamp=ts, message=message,
+                    traceback=tb, log_tail=tail, location=postmortem.user_frame(tb))
+    f.error_type, _ = postmortem.exception_line(message, tb or postmortem.last_traceback(tail))
+    return classify(f)
+
+
+@pytest.mark.parametrize("message", [
+    GLOO_PEER,
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer",
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there "
+    "was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a network error",
+    "torch.distributed.DistNetworkError: failed to recv, got 0 bytes",
+    "torch.distributed.DistStoreError: sendBytes failed on SocketImpl(fd=7): Broken pipe",
+])
+def test_peer_transport_errors_are_consequences(message):
+    f = fail(message)
+    assert f.category == "peer_lost" and f.victim and "peer" in f.reason, (f.category, f.reason)
+
+
+def test_sigabrt_after_a_peer_error_is_a_consequence_and_sigterm_after_an_exception_is_the_cause():
+    """The issue's case: rank 0 died of SIGABRT after gloo's "Connection closed by peer", then the launcher
+    SIGTERMed rank 1, whose InjectedFailure was the real cause (and whose error file has no earlier time)."""
+    aborted = with_tail(-6, ABORT_TAIL, rank=0)
+    assert aborted.category == "peer_lost" and aborted.victim and aborted.signal == "SIGABRT"
+    real = with_tail(-15, "[rank1]: " + INJECTED_TB.replace("\n", "\n[rank1]: "), rank=1,
+                     message="InjectedFailure: injected failure at step 5 on rank 1", tb=INJECTED_TB)
+    assert real.category == "exception" and not real.victim and real.signal == "SIGTERM"
+    root, rest = judge([aborted, real])
+    assert root is real and [f.rank for f in rest] == [0]
+    assert root.location == "/work/main/reference_trainer/faults.py:24"
+
+
+def test_a_plain_sigabrt_or_sigterm_stays_what_it_was():
+    assert with_tail(-6, "Fatal Python error: Aborted", rank=0).category == "signal"
+    assert not with_tail(-6, "Fatal Python error: Aborted", rank=0).victim
+    term = with_tail(-15, "", rank=0)
+    assert term.victim and term.category == "signal"
+    kb = with_tail(1, "", rank=0, tb="Traceback (most recent call last):\n  File \"/a.py\", line 1, in <module>\n"
+                                     "KeyboardInterrupt")
+    assert kb.victim and kb.category == "stopped"
+
+
+def test_post_mortem_of_recorded_files(tmp_path):
+    """A torchrun log dir as torch writes it: the agent's table names rank 0 (SIGABRT) first; the records say
+    rank 1's exception caused it."""
+    attempt = tmp_path / "logs" / "rid_abc" / "attempt_0"
+    for r in (0, 1):
+        (attempt / str(r)).mkdir(parents=True)
+    (attempt / "0" / "stderr.log").write_text("\n".join("[rank0]:" + ln for ln in ABORT_TAIL.splitlines()))
+    (attempt / "1" / "stderr.log").write_text("\n".join("[rank1]: " + ln for ln in INJECTED_TB.splitlines()))
+    err = attempt / "1" / "error.json"
+    err.write_text(json.dumps({"message": {"message": "InjectedFailure: injected failure at step 5 on rank 1",
+                                           "extraInfo": {"py_callstack": INJECTED_TB, "timestamp": "1795390055"}}}))
+    summary = f"""
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_23:27:34
+  host      : node7
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 7773)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 7773
+[1]:
+  time      : 2026-11-22_23:27:35
+  host      : node7
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 7774)
+  error_file: {err}
+  traceback : Signal 15 (SIGTERM) received by PID 7774
+"""
+    verdict = postmortem.analyse(tmp_path / "logs", summary, "node7")
+    rc = verdict.root_cause
+    assert rc.rank == 1 and rc.error_type == "InjectedFailure" and rc.category == "exception", rc
+    assert [(c.rank, c.category) for c in verdict.consequences] == [(0, "peer_lost")]
