@@ -26,8 +26,11 @@ def prepare(data_dir: Path) -> Path:
     if not out.exists():
         text = generate_corpus().encode("ascii")
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(text)
-        os.replace(tmp, out)
+        try:
+            tmp.write_bytes(text)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
     return out
 
 

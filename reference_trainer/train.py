@@ -8,6 +8,7 @@ by global rank 0, atomically, and picked up automatically after a restart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import faulthandler
 import hashlib
@@ -32,7 +33,10 @@ from .model import GPT, GPTConfig, param_count
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="ddpdoctor's reference DDP trainer (tiny GPT, generated corpus)")
-    p.add_argument("--run-dir", default="ddpdoctor-run", help="snapshots, metrics, stacks and data go here")
+    p.add_argument("--run-dir", default="ddpdoctor-run", help="snapshots, metrics and stacks go here")
+    p.add_argument("--data-dir", default=None, help="the generated corpus (default: RUN_DIR/data)")
+    p.add_argument("--resume-from", default=None,
+                   help="an earlier run's snapshot to start from (this run's own snapshot, after a restart, wins)")
     p.add_argument("--steps", type=int, default=100, help="optimizer steps in total (across restarts)")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch per rank")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -64,13 +68,18 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def save_snapshot(path: Path, state: dict) -> None:
-    """Atomic: write a temp file, fsync it, rename over the old snapshot, fsync the directory."""
+    """Atomic: write a temp file, fsync it, rename over the old snapshot, fsync the directory. A failed write
+    (a full disk) leaves no temp file behind; a SIGKILL mid-write does, and run-trainer removes it."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -121,7 +130,7 @@ def main(argv=None) -> None:
     metrics = open(run_dir / "metrics" / f"rank{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
 
     # ---- data: prepared once per node by local rank 0
-    data_dir = run_dir / "data"
+    data_dir = Path(args.data_dir) if args.data_dir else run_dir / "data"
     if local_rank == 0:
         prepare(data_dir)
     if ddp:
@@ -141,18 +150,17 @@ def main(argv=None) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 10))
     snapshot = run_dir / "snapshots" / "latest.pt"
     step = 0
-    if snapshot.exists():
-        state = torch.load(snapshot, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step = state["step"]
-        torch.set_rng_state(state["rng"]["cpu"])
+    # This run's own snapshot (a restart inside the job) before the earlier run --resume-from names.
+    source = snapshot if snapshot.exists() else Path(args.resume_from) if args.resume_from else None
+    if source is not None:
+        step = load_snapshot(source, model, optimizer, scheduler, device)
         if rank == 0:
-            print(f"resumed from {snapshot} at step {step} (attempt {attempt})", flush=True)
+            print(f"resumed from {source} at step {step} (attempt {attempt})", flush=True)
+            if source != snapshot and attempt == 0:
+                (run_dir / "resumed.json").write_text(json.dumps({"snapshot": str(source), "step": step}))
     # DDP broadcasts rank 0's parameters at construction (a sync), so every rank starts identical.
     net = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None) if ddp else model
-    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     if rank == 0:
         print(f"training {param_count(model) / 1e6:.2f}M parameters on {world} rank(s), {device.type}, "
               f"{steps_per_epoch} steps/epoch", flush=True)
@@ -180,7 +188,7 @@ def main(argv=None) -> None:
             x, y = (t.to(device, non_blocking=True) for t in next(stream))
             last = micro == args.grad_accum - 1
             # DDP all-reduces gradients during backward; skip that sync on all but the last micro-batch.
-            ctx = net.no_sync() if ddp and not last else _null()
+            ctx = net.no_sync() if ddp and not last else contextlib.nullcontext()
             with ctx:
                 with autocast:
                     _, loss = net(x, y)
@@ -258,16 +266,19 @@ def compare_checksums(model, step, rank, world, ddp, device, run_dir: Path) -> N
 
 
 def _state(model, optimizer, scheduler, step) -> dict:
+    # Only tensors, numbers, strings, lists and dicts: what torch.load(weights_only=True) accepts.
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "step": step, "rng": {"cpu": torch.get_rng_state()}}
+            "step": int(step), "rng": {"cpu": torch.get_rng_state()}}
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+def load_snapshot(path: Path, model, optimizer, scheduler, device) -> int:
+    """weights_only=True: a snapshot is data, never code, even one copied from somewhere else."""
+    state = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["cpu"].cpu())
+    return int(state["step"])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
-
 import click
 
 from ..errors import UsageError
@@ -11,25 +9,29 @@ from . import common
 
 
 @click.command("run-trainer", context_settings={"ignore_unknown_options": False})
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, envvar="DDPDOCTOR_NNODES")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--nnodes", type=click.IntRange(min=1, max=4096), default=1, show_default=True, envvar="DDPDOCTOR_NNODES")
+@click.option("--nproc-per-node", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
               envvar="DDPDOCTOR_NPROC_PER_NODE", help="Processes (ranks) on this node; one per GPU usually.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="c10d rendezvous endpoint, the same on every node (needed with --nnodes > 1).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node's agent advertises (torchrun --local-addr).")
-@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True, envvar="DDPDOCTOR_MAX_RESTARTS")
+@click.option("--max-restarts", type=click.IntRange(min=0, max=1000), default=0, show_default=True, envvar="DDPDOCTOR_MAX_RESTARTS")
 @click.option("--run-dir", default="ddpdoctor-run", show_default=True, envvar="DDPDOCTOR_RUN_DIR",
-              help="Logs, error files, snapshots, metrics and run.json.")
-@click.option("--rdzv-id", help="Rendezvous id (default: derived from --master and --nnodes, identical on every node).")
+              help="Runs go in RUN_DIR/RUN_ID/: logs, error files, snapshots, metrics and run.json.")
+@click.option("--rdzv-id", "--run-id", "rdzv_id", metavar="RUN_ID",
+              help="This run's id, the same on every node: the rendezvous id and the records' directory "
+                   "(default: $SLURM_JOB_ID or $PBS_JOBID; else new on one node, derived from --master on several).")
+@click.option("--resume", metavar="RUN_ID|latest", is_flag=False, flag_value="latest", default=None,
+              help="Start from an earlier run's snapshot (reference trainer; alone: the latest run's).")
 @click.option("--hang-timeout", type=float, envvar="DDPDOCTOR_HANG_TIMEOUT",
               help="No rank progressing for this many seconds: dump stacks, name the rank behind, stop the job.")
-@click.option("--steps", type=click.IntRange(min=1), help="Reference trainer: optimizer steps (same as -- --steps N).")
+@click.option("--steps", type=click.IntRange(min=1, max=10**9), help="Reference trainer: optimizer steps (same as -- --steps N).")
 @click.option("--no-preflight", is_flag=True, help="Launch without running the preflight first.")
 @click.option("--force", is_flag=True, help="Launch even when the preflight fails.")
 @click.option("--preflight-args", default="", help="Extra arguments for the preflight, e.g. \"--skip gpu-perf\".")
 @common.output_options
 @click.argument("script_and_args", nargs=-1, type=click.UNPROCESSED)
-def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, hang_timeout, steps,
+def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout, steps,
                 no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
     """Run the reference DDP trainer (or `-- your_script.py args`) under torchrun, then explain any failure.
 
@@ -40,7 +42,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     """
     from .. import model
     from ..launch.config import TrainerConfig, validate
-    from ..launch.gate import run_preflight
+    from ..launch.gate import parse_preflight_args, run_preflight
     from ..launch.render import render
     from ..launch.run import launch
 
@@ -60,8 +62,10 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
         extra_preflight = shlex.split(preflight_args)
     except ValueError as exc:
         raise UsageError(f"--preflight-args: {exc}") from exc
+    parse_preflight_args(extra_preflight)  # a wrong flag is a usage error now, not after a launch
     cfg = validate(TrainerConfig(nnodes=nnodes, nproc_per_node=nproc_per_node, master=master, local_addr=local_addr,
-                                 max_restarts=max_restarts, run_dir=run_dir, rdzv_id=rdzv_id, hang_timeout=hang_timeout,
+                                 max_restarts=max_restarts, run_dir=run_dir, run_id=rdzv_id, resume=resume,
+                                 hang_timeout=hang_timeout,
                                  preflight="skipped" if no_preflight else "ran", preflight_args=extra_preflight,
                                  script=script, script_args=args))
     pre = None
@@ -72,8 +76,6 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
                 return model.EXIT_FAIL
             cfg.preflight = "forced"
-    doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json)
-    doc["preflight"] = pre
-    model.dump(doc, Path(cfg.run_dir) / "run.json")
+    doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
     return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=render)

@@ -1,11 +1,11 @@
-"""The hang watchdog: no rank makes progress for S seconds -> dump every rank's stack, name the ranks behind,
-stop the job. Progress is the per-rank metrics file the reference trainer appends to each step (a user
-script without one is judged by its log files growing)."""
+"""The hang watchdog: no rank makes progress for longer than the threshold (calibrated, or --hang-timeout) ->
+collect every rank's flight recorder, stacks and process state, judge (collectives.py), stop the job."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -41,9 +41,10 @@ def progress_mark(run_dir: Path, logs: Path) -> float:
 
 
 def workers(agent_pid: int) -> list[psutil.Process]:
-    """The agent's worker processes (its direct children running Python)."""
+    """The agent's worker processes: its direct children (a rank's own children, DataLoader workers, carry
+    the same RANK and must not stand in for it)."""
     try:
-        return [c for c in psutil.Process(agent_pid).children(recursive=True) if "python" in c.name().lower()]
+        return [c for c in psutil.Process(agent_pid).children() if "python" in c.name().lower()]
     except psutil.Error:
         return []
 
@@ -60,11 +61,56 @@ def behind(steps: dict[int, int], stacks: dict[int, str]) -> list[int]:
     return []
 
 
-class Watchdog:
-    """Runs beside torchrun; when it fires it records what it saw in ``self.report`` and stops the agent."""
+class Threshold:
+    """When silence becomes a hang. Fixed (--hang-timeout), or calibrated from what the job has shown: a
+    multiple of the longest gap between progress events after a warm-up, never under a floor, so a slow first
+    step or an evaluation pause is no alarm. Calibrated, it is armed only once the job has made progress."""
 
-    def __init__(self, agent: "psutil.Popen | object", run_dir: Path, logs: Path, timeout: float, poll: float = 1.0):
-        self.agent, self.run_dir, self.logs, self.timeout, self.poll = agent, run_dir, logs, timeout, poll
+    def __init__(self, fixed: float | None, floor: float = 30.0, factor: float = 5.0, warmup: int = 5):
+        self.fixed, self.floor, self.factor, self.warmup = fixed, floor, factor, warmup
+        self.events = 0
+        self.last: float | None = None
+        self.longest_gap = 0.0
+
+    def progressed(self, now: float) -> None:
+        if self.last is not None and self.events > self.warmup:
+            self.longest_gap = max(self.longest_gap, now - self.last)
+        self.events += 1
+        self.last = now
+
+    def value(self) -> float | None:
+        if self.fixed is not None:
+            return self.fixed
+        if self.last is None:
+            return None
+        return max(self.floor, self.factor * self.longest_gap)
+
+    def stalled(self, now: float, started: float) -> float:
+        return now - (self.last if self.last is not None else started)
+
+    def fired(self, now: float, started: float) -> bool:
+        limit = self.value()
+        return limit is not None and self.stalled(now, started) > limit
+
+    def describe(self) -> dict:
+        if self.fixed is not None:
+            return {"seconds": self.fixed, "source": "--hang-timeout", "why": "set by --hang-timeout"}
+        why = (f"{self.factor:g} x the longest gap between progress events after {self.warmup} warm-up events "
+               f"({self.longest_gap:.1f} s), at least {self.floor:g} s")
+        return {"seconds": round(self.value() or self.floor, 1), "source": "calibrated", "why": why}
+
+
+class Watchdog:
+    """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
+    through the bootstrap's worker server) and, for the reference trainer, its metrics; the ranks' logs growing
+    when neither answers. When the threshold fires it collects every rank's evidence, judges, records
+    ``self.report`` and stops the agent."""
+
+    def __init__(self, agent, run_dir: Path, logs: Path, timeout: float | None, poll: float = 1.0,
+                 sockets: str | None = None, host: str | None = None):
+        self.agent, self.run_dir, self.logs, self.poll = agent, run_dir, logs, poll
+        self.threshold = Threshold(timeout)
+        self.sockets, self.host = sockets, host or socket.gethostname()
         self.report: dict | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -79,36 +125,119 @@ class Watchdog:
 
     def _run(self) -> None:
         started = time.time()
+        seen = None
         while not self._stop.wait(self.poll):
             if self.agent.poll() is not None:
                 return
-            mark = max(progress_mark(self.run_dir, self.logs), started)
-            if time.time() - mark > self.timeout:
-                self.report = self.fire(time.time() - mark)
+            mark = self.progress()
+            now = time.time()
+            if mark != seen:
+                if seen is not None or any(mark[0].values()) or mark[1]:
+                    self.threshold.progressed(now)
+                seen = mark
+            if self.threshold.fired(now, started):
+                self.report = self.fire(self.threshold.stalled(now, started))
                 return
 
+    def progress(self) -> tuple:
+        """(rank -> completed collectives, newest metrics/log mtime): any change is progress."""
+        from . import forensics
+
+        done = {}
+        if self.sockets:
+            for rank in ranks_of(workers(self.agent.pid)):
+                fr = forensics.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)
+                done[rank] = forensics.completed(fr)
+        # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
+        logs = self.logs if not any(v is not None for v in done.values()) else Path("/nonexistent")
+        return done, progress_mark(self.run_dir, logs)
+
     def fire(self, stalled_s: float) -> dict:
+        from . import collectives
+
         procs = workers(self.agent.pid)
+        evidence = self.collect(procs)
+        verdict = collectives.judge(evidence) if evidence else None
+        stacks = {r: ev["stacks"] for r, ev in evidence.items() if ev.get("stacks")}
+        steps = last_steps(self.run_dir)
+        stalled = [c["rank"] for c in (verdict or {}).get("culprits", [])] or behind(steps, stacks)
+        report = {"stalled_s": round(stalled_s, 1), "threshold": self.threshold.describe(),
+                  "last_steps": {str(k): v for k, v in sorted(steps.items())}, "stalled_ranks": stalled,
+                  "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
+                  "flight_recorder": {str(r): _thin(ev.get("fr")) for r, ev in sorted(evidence.items())}}
+        for p in procs:  # a SIGSTOPped rank takes the SIGTERM only once it runs again
+            try:
+                p.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
+        stop_agent(self.agent)
+        return report
+
+    def collect(self, procs: list[psutil.Process]) -> dict[int, dict]:
+        """Every rank's evidence at once (threads: a rank that does not answer costs its timeout only once)."""
+        from . import forensics
+
+        by_rank = {rank: p for p, rank in zip(procs, _ranks(procs)) if rank is not None}
+        evidence: dict[int, dict] = {}
+
+        def one(rank: int, proc: psutil.Process) -> None:
+            state = forensics.process_state(proc.pid)
+            ev = {"host": self.host, "pid": proc.pid, "state": state, "fr": None, "stacks": None}
+            if state == "running" and self.sockets:
+                path = self.sockets.replace("{rank}", str(rank))
+                ev["fr"] = forensics.flight_record(path)
+                ev["stacks"] = forensics.ask(path, "dump_traceback")
+            evidence[rank] = ev
+
+        threads = [threading.Thread(target=one, args=(r, p), daemon=True) for r, p in by_rank.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        missing_stacks = [p for r, p in by_rank.items() if r in evidence and not evidence[r]["stacks"]
+                          and evidence[r]["state"] == "running"]
+        if missing_stacks:
+            for rank, text in self.signal_stacks(missing_stacks).items():
+                evidence.setdefault(rank, {})["stacks"] = text
+        return evidence
+
+    def signal_stacks(self, procs: list[psutil.Process]) -> dict[int, str]:
+        """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
         stacks_dir = self.run_dir / "stacks"
         before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}
         for p in procs:
             try:
-                p.send_signal(signal.SIGUSR1)  # faulthandler in the reference trainer dumps all threads
+                p.send_signal(signal.SIGUSR1)
             except psutil.Error:
                 pass
         time.sleep(1.5)
-        stacks = {}
+        out = {}
         for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
             text = path.read_text(errors="replace")[before.get(path, 0):]
             if text.strip():
-                stacks[int(path.stem[4:])] = text
-        if not stacks:
-            stacks = _py_spy(procs)
-        steps = last_steps(self.run_dir)
-        report = {"stalled_s": round(stalled_s, 1), "last_steps": {str(k): v for k, v in sorted(steps.items())},
-                  "stalled_ranks": behind(steps, stacks), "stacks": {str(k): v for k, v in sorted(stacks.items())}}
-        stop_agent(self.agent)
-        return report
+                out[int(path.stem[4:])] = text
+        return out or _py_spy(procs)
+
+
+def _ranks(procs: list[psutil.Process]) -> list[int | None]:
+    out = []
+    for p in procs:
+        try:
+            out.append(int(p.environ().get("RANK", "")))
+        except (psutil.Error, ValueError):
+            out.append(None)
+    return out
+
+
+def ranks_of(procs: list[psutil.Process]) -> list[int]:
+    return sorted(r for r in _ranks(procs) if r is not None)
+
+
+def _thin(fr: dict | None, keep: int = 20) -> dict | None:
+    """The last entries of a flight record: enough to see the collectives around the hang."""
+    if not fr:
+        return None
+    return {"pg_status": fr.get("pg_status"), "entries": (fr.get("entries") or [])[-keep:]}
 
 
 def _py_spy(procs) -> dict[int, str]:
@@ -131,20 +260,43 @@ def _py_spy(procs) -> dict[int, str]:
     return out
 
 
-def stop_agent(agent, grace: float = 10.0) -> None:
-    """SIGTERM the agent (it stops its workers); whatever is left after the grace period gets SIGKILL."""
+def family(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, as they are now (torchrun's workers outlive it if it is killed)."""
     try:
-        family = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
-        return
-    try:
-        os.kill(agent.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    _, alive = psutil.wait_procs(family, timeout=grace)
+        return []
+
+
+def reap(procs: list[psutil.Process], grace: float) -> None:
+    """Wait up to ``grace`` for the processes to end, then SIGKILL what is left."""
+    _, alive = psutil.wait_procs(procs, timeout=grace)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=5)
+
+
+def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
+               known: list[psutil.Process] | None = None) -> None:
+    """Signal the agent (it stops its workers; ``sig=None``: it has the signal already); whatever is left after
+    the grace period gets SIGKILL. The agent itself is waited for through its Popen only: a second waitpid
+    here would reap it and leave the caller's Popen without its exit code."""
+    import subprocess
+
+    deadline = time.monotonic() + grace
+    kids = (known or []) + family(agent.pid)[1:]
+    if sig is not None:
+        try:
+            os.kill(agent.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        agent.wait(grace)
+    except subprocess.TimeoutExpired:
+        kids += family(agent.pid)[1:]
+        agent.kill()
+    reap(kids, max(0.0, deadline - time.monotonic()))

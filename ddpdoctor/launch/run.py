@@ -1,10 +1,13 @@
 """Running a job: torchrun as a child (its output passed through), the hang watchdog beside it, then the
-post-mortem and the run-trainer document (run.json). Ctrl-C stops torchrun, which stops its workers; what
-is left after a grace period is killed, so nothing outlives the command."""
+post-mortem and the run-trainer document (run.json). SIGTERM or Ctrl-C stops torchrun, which stops its
+workers; what is left after a grace period is killed, so nothing outlives the command, and the post-mortem
+still runs."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -13,8 +16,8 @@ import time
 from pathlib import Path
 
 from .. import model
-from . import hang, postmortem, torchrun
-from .config import TrainerConfig, node_label
+from . import hang, postmortem, records, torchrun
+from .config import TrainerConfig, node_label, resumed_run, socket_dir
 
 MAX_POINTS = 500
 
@@ -25,8 +28,10 @@ def _has_cuda() -> bool:
     return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
 
 
-def _pump(src, sinks) -> None:
+def _pump(src, sinks, noticed: threading.Event | None = None) -> None:
     for line in iter(src.readline, ""):
+        if noticed is not None and "death signal" in line:
+            noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
         for sink in sinks:
             try:
                 sink.write(line)
@@ -35,37 +40,113 @@ def _pump(src, sinks) -> None:
                 pass
 
 
-def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = False) -> dict:
+def _die_with_parent() -> None:
+    """In torchrun's child: a SIGKILLed run-trainer still takes torchrun (and through it the workers) along."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class StopOnSignal:
+    """SIGTERM or SIGINT to run-trainer stops the job instead of ending run-trainer: torchrun gets the signal
+    (unless it already has it, from a terminal's Ctrl-C to the whole group: a second one would cut its own
+    orderly shutdown short), whatever is left after the grace period gets SIGKILL, and the post-mortem and
+    run.json still happen. The signal is kept for the exit code (128 + signal)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, grace: float = 40.0):
+        self.grace, self.signum, self.proc = grace, None, None
+        self.agent_noticed = threading.Event()
+        self._old: dict = {}
+        self._stopper: threading.Thread | None = None
+        self._known: list = []
+
+    def __enter__(self) -> "StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def attach(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        if self.signum is not None:
+            self._start_stopping()
+
+    def wait_stopped(self) -> None:
+        if self._stopper is not None:
+            self._stopper.join()
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signum is None:  # a second Ctrl-C changes nothing: the job is being stopped already
+            self.signum = signum
+            if self.proc is not None:
+                self._start_stopping()
+
+    def _start_stopping(self) -> None:
+        self._known = hang.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
+        self._stopper = threading.Thread(target=self._stop, name="ddpdoctor-stop", daemon=True)
+        self._stopper.start()
+
+    def _stop(self) -> None:
+        noticed = self.agent_noticed.wait(2.0)
+        hang.stop_agent(self.proc, self.grace, sig=None if noticed else self.signum, known=self._known)
+
+
+def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = False,
+           preflight: dict | None = None) -> dict:
+    """Run the job to its end (or to a signal), then write and return its run.json document."""
+    records.clean_temps(Path(cfg.run_dir))  # debris of earlier runs that crashed mid-write
     label = node_label(cfg)
     logs = torchrun.log_dir(cfg, label)
     logs.mkdir(parents=True, exist_ok=True)
     agent_log = logs / "agent.stderr.log"
     argv = torchrun.argv(cfg, logs)
-    env = torchrun.environment(cfg, _has_cuda())
+    env = torchrun.environment(cfg, _has_cuda(), label)
+    sockets = socket_dir(cfg, label)
+    sockets.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        return _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight) -> dict:
     started = time.time()
     out_sink = sys.stderr if stdout_to_stderr else sys.stdout
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace")
-    with open(agent_log, "w") as agent_file:
-        pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else []), daemon=True),
-                 threading.Thread(target=_pump, args=(proc.stderr, [agent_file] + ([sys.stderr] if echo else [])),
-                                  daemon=True)]
-        for t in pumps:
-            t.start()
-        dog = hang.Watchdog(proc, Path(cfg.run_dir), logs, cfg.hang_timeout).start() if cfg.hang_timeout else None
-        try:
-            proc.wait()
-        except KeyboardInterrupt:
-            hang.stop_agent(proc, grace=30.0)  # torchrun got the SIGINT too; make sure it and its workers end
-            raise
-        finally:
-            if dog:
-                dog.stop()
+    with StopOnSignal() as stop:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", preexec_fn=_die_with_parent)
+        stop.attach(proc)
+        with open(agent_log, "w") as agent_file:
+            pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else []), daemon=True),
+                     threading.Thread(target=_pump, args=(proc.stderr, [agent_file] + ([sys.stderr] if echo else []),
+                                                          stop.agent_noticed), daemon=True)]
             for t in pumps:
-                t.join(5)
-    wall = time.time() - started
-    return build_document(cfg, proc.returncode, agent_log.read_text(errors="replace"), logs, wall,
-                          dog.report if dog else None)
+                t.start()
+            # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
+            dog = hang.Watchdog(proc, cfg.records(), logs, cfg.hang_timeout,
+                                sockets=env.get("DDPDOCTOR_WORKER_SOCKET")).start()
+            try:
+                proc.wait()
+                stop.wait_stopped()  # torchrun gone; its workers too, or SIGKILLed by now
+            finally:
+                if dog:
+                    dog.stop()
+                for t in pumps:
+                    t.join(5)
+        records.clean_temps(Path(cfg.run_dir), stale_s=0, run=cfg.run_id)  # this job is over: no writer of its temp files is left
+        doc = build_document(cfg, proc.returncode, agent_log.read_text(errors="replace"), logs,
+                             time.time() - started, dog.report if dog else None, interrupted=stop.signum)
+        doc["preflight"] = preflight
+        model.dump(doc, cfg.records() / "run.json")
+    return doc
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
@@ -108,19 +189,29 @@ def checksums(run_dir: Path) -> bool | None:
 
 
 def hang_root_cause(report: dict) -> dict:
-    ranks = report.get("stalled_ranks") or []
-    who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
-    return {"rank": ranks[0] if ranks else None, "local_rank": None, "host": socket.gethostname(), "exit_code": None,
-            "signal": None, "category": "hang", "error_type": "Hang",
-            "message": f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}",
-            "location": _hang_location(report, ranks), "traceback": "\n".join(
-                f"--- rank {r} ---\n{s}" for r, s in report.get("stacks", {}).items()),
-            "fix": "look at the stack of the rank(s) behind: a rank that never reaches the collective the others "
-                   "wait in (a data loader stall, a rank-dependent branch, a deadlock) hangs the whole job",
-            "log_tail": "", "victim": False, "reason": ""}
+    verdict = report.get("verdict") or {}
+    culprits = verdict.get("culprits") or []
+    ranks = [c["rank"] for c in culprits] or report.get("stalled_ranks") or []
+    threshold = report.get("threshold") or {}
+    first = culprits[0] if culprits else {}
+    if verdict:
+        message = f"{verdict['summary']} (no progress for {report['stalled_s']:.0f} s; threshold " \
+                  f"{threshold.get('seconds')} s, {threshold.get('source')})"
+    else:
+        who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
+        message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
+    return postmortem.RankFailure(
+        rank=ranks[0] if ranks else None, local_rank=None, host=first.get("host") or socket.gethostname(),
+        exit_code=None, category="hang", error_type=verdict.get("class", "Hang"), message=message,
+        location=first.get("where") or _hang_location(report, ranks),
+        traceback="\n".join(f"--- rank {r} ---\n{s}" for r, s in report.get("stacks", {}).items()),
+        fix=verdict.get("fix") or "look at the stack of the rank(s) behind: a rank that never reaches the "
+            "collective the others wait in (a data loader stall, a rank-dependent branch, a deadlock) hangs the job",
+    ).to_json()
 
 
 def _hang_location(report: dict, ranks: list[int]) -> str | None:
+    """Without a verdict (no flight recorder answered): the innermost user frame of a stalled rank's stack."""
     for r in ranks:
         frames = postmortem.FRAME.findall(report.get("stacks", {}).get(str(r), ""))
         for file, line, _ in frames:  # faulthandler prints the innermost frame first
@@ -129,9 +220,35 @@ def _hang_location(report: dict, ranks: list[int]) -> str | None:
     return None
 
 
+def hang_consequences(report: dict) -> list[dict]:
+    """The ranks that waited for the culprit, each with where it waited."""
+    verdict = report.get("verdict") or {}
+    coll = verdict.get("collective") or {}
+    waited = f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
+    culprits = ", ".join(str(c["rank"]) for c in verdict.get("culprits", []))
+    return [postmortem.RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"), exit_code=None,
+                                   category="hang", location=c.get("where"), victim=True,
+                                   reason=f"{waited} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
+                                   fix="nothing to fix on this rank: see the root cause").to_json()
+            for c in verdict.get("consequences", [])]
+
+
+def interrupted_root(signum: int) -> dict:
+    name = signal.Signals(signum).name
+    return postmortem.RankFailure(
+        rank=None, local_rank=None, host=socket.gethostname(), exit_code=128 + signum, signal=name,
+        category="interrupted", message=f"run-trainer received {name}: torchrun and every worker were stopped",
+        fix="nothing to fix: the run was stopped on request (continue it with --resume RUN_ID)").to_json()
+
+
+def _said_before(root: dict | None) -> bool:
+    """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
+    return bool(root) and not root["victim"] and root["category"] not in ("unknown", "stopped")
+
+
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
-                   hang_report: dict | None) -> dict:
-    run_dir = Path(cfg.run_dir)
+                   hang_report: dict | None, interrupted: int | None = None) -> dict:
+    run_dir = cfg.records()
     verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None
@@ -140,18 +257,28 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         if root:
             consequences.insert(0, dict(root, victim=True, reason="stopped by the hang watchdog"))
         root = hang_root_cause(hang_report)
-    failed = code != 0 or hang_report is not None
+        consequences = hang_consequences(hang_report) or consequences
+    elif interrupted and not _said_before(root):
+        # Only a real failure that came before the signal stays the root cause; the rest followed the signal.
+        if root:
+            consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
+        root = interrupted_root(interrupted)
+    failed = code != 0 or hang_report is not None or interrupted is not None
     if failed and root is None:
-        root = {"rank": None, "local_rank": None, "host": socket.gethostname(), "exit_code": code, "signal": None,
-                "category": "unknown", "error_type": None,
-                "message": f"torchrun exited with code {code} and no rank left an error record",
-                "location": None, "fix": f"read torchrun's own output in {logs / 'agent.stderr.log'}",
-                "traceback": "", "log_tail": "\n".join(agent_stderr.splitlines()[-30:]), "victim": False, "reason": ""}
+        root = postmortem.RankFailure(
+            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
+            message=f"torchrun exited with code {code} and no rank left an error record",
+            fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
+            log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
+    exit_code = 128 + interrupted if interrupted else model.EXIT_FAIL if failed else model.EXIT_OK
     return model.envelope(
         "run-trainer",
+        run_id=cfg.rendezvous_id(),
         config=cfg.to_json(),
         verdict="fail" if failed else "pass",
-        exit_code=model.EXIT_FAIL if failed else model.EXIT_OK,
+        exit_code=exit_code,
+        interrupted=signal.Signals(interrupted).name if interrupted else None,
+        start=records.start_info(run_dir, resumed_run(cfg)),
         torchrun_exit_code=code,
         restarts=max(0, len(verdict.attempts) - 1),
         attempts=verdict.attempts,

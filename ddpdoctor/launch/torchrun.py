@@ -8,11 +8,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import REFERENCE_MODULE, TrainerConfig, node_label, python
+from .config import REFERENCE_MODULE, TrainerConfig, node_label, python, socket_dir
+
+BOOTSTRAP = "ddpdoctor.launch.bootstrap"
+# Per process: ~330 bytes of JSON each, and the watchdog reads them all every second; a hang is judged from
+# the last few collectives only.
+FR_ENTRIES = "500"
 
 
 def log_dir(cfg: TrainerConfig, label: str | None = None) -> Path:
-    return Path(cfg.run_dir) / "logs" / (label or node_label(cfg))
+    return cfg.records() / "logs" / (label or node_label(cfg))
 
 
 def argv(cfg: TrainerConfig, logs: Path) -> list[str]:
@@ -24,15 +29,26 @@ def argv(cfg: TrainerConfig, logs: Path) -> list[str]:
            "--log-dir", str(logs), "--redirects", "3", "--tee", "3"]
     if cfg.local_addr:
         out += ["--local-addr", cfg.local_addr]
+    # Every worker starts in the bootstrap (error file, stacks on SIGUSR1, the worker server), which then runs
+    # the reference trainer or the user's script exactly as torchrun would have.
+    out += ["-m", BOOTSTRAP]
     if cfg.is_reference:
-        out += ["-m", REFERENCE_MODULE, "--run-dir", cfg.run_dir, *cfg.script_args]
+        out += ["-m", REFERENCE_MODULE, "--run-dir", str(cfg.records()), "--data-dir", str(cfg.data_dir())]
+        if cfg.resume_from:
+            out += ["--resume-from", cfg.resume_from]
+        out += cfg.script_args
     else:
         out += [cfg.script, *cfg.script_args]
     return out
 
 
-def environment(cfg: TrainerConfig, cuda: bool) -> dict:
+def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dict:
     env = dict(os.environ)
+    # Forensics (the bootstrap reads these): torch's flight recorder on every backend, gloo included, stacks
+    # on SIGUSR1 into the run's stacks/, and each rank's worker server on a short socket path (108 bytes max).
+    env.setdefault("TORCH_FR_BUFFER_SIZE", FR_ENTRIES)
+    env["DDPDOCTOR_STACKS_DIR"] = str(cfg.records().resolve() / "stacks")
+    env["DDPDOCTOR_WORKER_SOCKET"] = str(socket_dir(cfg, label or node_label(cfg)) / "{rank}.sock")
     env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal in any rank prints its Python stack into its log
@@ -41,7 +57,7 @@ def environment(cfg: TrainerConfig, cuda: bool) -> dict:
         # PyTorch's NCCL flight recorder: the last collectives of every rank, dumped when the watchdog fires.
         env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
         env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(Path(cfg.run_dir).resolve() / "nccl_trace_rank_"))
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(cfg.records().resolve() / "nccl_trace_rank_"))
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     for key, value in cfg.env.items():
         env.setdefault(key, value)  # the user's own setting wins over the preflight's suggestion

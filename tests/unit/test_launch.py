@@ -50,3 +50,99 @@ def test_environment_omp_flight_recorder_and_user_env_wins(tmp_path, monkeypatch
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in cpu  # the flight recorder only on GPU
     gpu = torchrun.environment(cfg, cuda=True)
     assert gpu["TORCH_NCCL_TRACE_BUFFER_SIZE"] and gpu["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+# ---------------------------------------------------------------- one run id per invocation (issue 12)
+@pytest.fixture
+def no_scheduler(monkeypatch):
+    for var in ("SLURM_JOB_ID", "PBS_JOBID"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_each_invocation_gets_its_own_run_id_and_directory(tmp_path, no_scheduler):
+    a, b = (validate(TrainerConfig(run_dir=str(tmp_path))) for _ in range(2))
+    assert a.run_id != b.run_id and a.records() == tmp_path / a.run_id
+    assert torchrun.argv(a, tmp_path)[torchrun.argv(a, tmp_path).index("--rdzv-id") + 1] == a.run_id
+    assert str(a.records()) in torchrun.argv(a, tmp_path) and torchrun.log_dir(a).parent == a.records() / "logs"
+
+
+def test_scheduler_job_id_is_the_default_and_identical_on_every_node(tmp_path, monkeypatch, no_scheduler):
+    monkeypatch.setenv("PBS_JOBID", "4242.pbs-server")
+    nodes = [validate(TrainerConfig(nnodes=2, master="127.0.0.1:29511", run_dir=str(tmp_path))) for _ in range(2)]
+    assert nodes[0].run_id == nodes[1].run_id == "4242.pbs-server"
+    monkeypatch.setenv("SLURM_JOB_ID", "77/x")
+    assert validate(TrainerConfig(run_dir=str(tmp_path))).run_id == "77-x"
+
+
+@pytest.mark.parametrize("bad", ["a/../b c", "..", "-x", "a" * 65, "", "x y", "é"])
+def test_bad_run_id_is_a_usage_error(tmp_path, bad):
+    with pytest.raises(UsageError, match="--rdzv-id"):
+        validate(TrainerConfig(run_dir=str(tmp_path), run_id=bad or " "))
+
+
+def test_an_earlier_invocations_records_are_refused_not_continued(tmp_path, no_scheduler):
+    (tmp_path / "r1" / "metrics").mkdir(parents=True)
+    with pytest.raises(UsageError, match="already has records.*--resume r1"):
+        validate(TrainerConfig(run_dir=str(tmp_path), run_id="r1"))
+    (tmp_path / "r2" / "logs").mkdir(parents=True)  # another node of this same run got here first: fine
+    assert validate(TrainerConfig(run_dir=str(tmp_path), run_id="r2")).run_id == "r2"
+
+
+def test_resume_is_explicit_and_names_the_snapshot(tmp_path, no_scheduler):
+    import os
+    import time
+
+    with pytest.raises(UsageError, match="no earlier run"):
+        validate(TrainerConfig(run_dir=str(tmp_path), resume="latest"))
+    for name, age in (("old", 100), ("new", 10)):
+        snap = tmp_path / name / "snapshots" / "latest.pt"
+        snap.parent.mkdir(parents=True)
+        snap.write_bytes(b"x")
+        os.utime(snap, (time.time() - age, time.time() - age))
+    cfg = validate(TrainerConfig(run_dir=str(tmp_path), resume="latest"))
+    assert cfg.resume_from == str(tmp_path / "new" / "snapshots" / "latest.pt") and cfg.run_id not in ("old", "new")
+    argv = torchrun.argv(cfg, tmp_path)
+    assert argv[argv.index("--resume-from") + 1] == cfg.resume_from
+    assert validate(TrainerConfig(run_dir=str(tmp_path), resume="old")).resume_from.endswith("old/snapshots/latest.pt")
+    for resume, needle in (("nope", "no snapshot"), ("a/b", "--resume"), ("x", "own run id")):
+        with pytest.raises(UsageError, match=needle):
+            validate(TrainerConfig(run_dir=str(tmp_path), resume=resume, run_id="x" if resume == "x" else None))
+    script = tmp_path / "t.py"
+    script.write_text("")
+    with pytest.raises(UsageError, match="reference trainer"):
+        validate(TrainerConfig(run_dir=str(tmp_path), resume="old", script=str(script)))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 0.0, 1e9])
+def test_hang_timeout_must_be_finite_and_bounded(tmp_path, value):
+    with pytest.raises(UsageError, match="--hang-timeout"):
+        validate(TrainerConfig(run_dir=str(tmp_path), hang_timeout=value))
+
+
+def test_stale_temp_files_are_removed_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ddpdoctor.launch import records
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    snaps = tmp_path / "r1" / "snapshots"
+    snaps.mkdir(parents=True)
+    (tmp_path / ".data").mkdir()
+    stale = [snaps / f".latest.pt.tmp{dead_pid}", tmp_path / ".data" / f"corpus.tmp{dead_pid}"]
+    live = snaps / f".latest.pt.tmp{os.getppid()}"  # a running writer's
+    recent = snaps / f".other.pt.tmp{dead_pid}"  # maybe another node's writer, still being written
+    for p in (*stale, live, recent):
+        p.write_bytes(b"partial")
+    old = time.time() - 600
+    for p in (*stale, live):
+        os.utime(p, (old, old))
+    keep = tmp_path / "r1" / "snapshots" / "latest.pt"
+    keep.write_bytes(b"whole")
+    assert sorted(records.clean_temps(tmp_path)) == sorted(stale)
+    assert live.exists() and recent.exists() and keep.exists()
+    assert records.clean_temps(tmp_path, stale_s=0, run="r2") == []  # another run's: not this one's to judge
+    assert records.clean_temps(tmp_path, stale_s=0, run="r1") == [recent]  # its job is over: no writer is left

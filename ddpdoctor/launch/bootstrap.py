@@ -1,0 +1,149 @@
+"""The worker bootstrap: what run-trainer adds to every process it starts, around an unmodified script.
+
+`python -m ddpdoctor.launch.bootstrap script.py args...` or `... -m package.module args...` runs the
+script as plain `python script.py` would (sys.argv, sys.path[0], `__main__`, exit codes, signals), plus:
+
+- torch's error file for an uncaught exception, exactly as `@record` writes it (the post-mortem reads it);
+- SIGUSR1 -> every thread's Python stack into DDPDOCTOR_STACKS_DIR/rank<R>.txt (faulthandler, not chained:
+  a script without a handler would otherwise die of the signal);
+- torch's worker server on DDPDOCTOR_WORKER_SOCKET ({rank} replaced): its C++ thread answers while the
+  main thread is blocked inside a collective: stacks (`dump_traceback`), the flight recorder
+  (`fr_trace_json`).
+
+Nothing here may end, slow or change the user's process: every addition is best effort and silent.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = "usage: python -m ddpdoctor.launch.bootstrap (SCRIPT.py | -m MODULE) [ARGS...]"
+
+
+def parse(argv: list[str]) -> tuple[str, str, list[str]]:
+    """('path', script, args) or ('module', name, args)."""
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if len(argv) >= 2 and argv[0] == "-m":
+        return "module", argv[1], argv[2:]
+    if argv and not argv[0].startswith("-"):
+        return "path", argv[0], argv[1:]
+    raise SystemExit(USAGE)
+
+
+def rank() -> str:
+    return os.environ.get("RANK", "0")
+
+
+def install_stack_dump() -> None:
+    import faulthandler
+    import signal
+
+    stacks = os.environ.get("DDPDOCTOR_STACKS_DIR")
+    if not stacks:
+        return
+    try:
+        os.makedirs(stacks, exist_ok=True)
+        out = open(os.path.join(stacks, f"rank{rank()}.txt"), "a")  # noqa: SIM115 - for the process lifetime
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+        _KEEP.append(out)
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
+def start_worker_server() -> None:
+    """torch's own worker server, as control_plane.worker_main starts it. Its handlers are C++ only on
+    purpose: a Python handler needs the GIL on the server's thread, and one caught by interpreter shutdown
+    aborts the process ("FATAL: exception not rethrown"), turning a script's exit code 1 into SIGABRT."""
+    template = os.environ.get("DDPDOCTOR_WORKER_SOCKET")
+    if not template:
+        return
+    try:
+        import atexit
+
+        from torch._C._distributed_c10d import _WorkerServer
+
+        path = template.replace("{rank}", rank())
+        if os.path.exists(path):
+            os.unlink(path)  # a previous attempt's, after a restart
+        server = _WorkerServer(path)
+        atexit.register(server.shutdown)  # stopped before the interpreter tears down, as worker_main does
+        _KEEP.append(server)
+    except Exception:  # noqa: BLE001 - forensics must never stop the job
+        pass
+
+
+def run(kind: str, target: str, args: list[str]) -> None:
+    if kind == "path":
+        sys.argv = [target, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python script.py`: its directory first
+        if target.endswith(".py"):
+            run_source(target)
+        else:
+            import runpy
+
+            runpy.run_path(target, run_name="__main__")  # a directory or zip with __main__.py
+    else:
+        import runpy
+
+        sys.argv = [target, *args]  # run_module puts the module's file in argv[0], as `python -m` does
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+def run_source(target: str) -> None:
+    """What the interpreter does for `python script.py`: a fresh `__main__` module, sys.argv[0] as given,
+    `__file__` absolute. (runpy.run_path would rewrite sys.argv[0] and only lend the module while it runs.)"""
+    import types
+
+    path = os.path.abspath(target)
+    with open(path, "rb") as fh:
+        code = compile(fh.read(), path, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=path, __cached__=None, __spec__=None, __loader__=None,
+                           __builtins__=__builtins__)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def record_and_exit(exc: BaseException) -> None:
+    """What `@record` and the interpreter do for an uncaught exception: the error file, the traceback on
+    stderr (through sys.excepthook), exit code 1; both without this module's frames."""
+    tb = exc.__traceback__
+    while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    exc = exc.with_traceback(tb or exc.__traceback__)
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        get_error_handler().record_exception(exc)
+    except Exception:  # noqa: BLE001
+        pass
+    sys.excepthook(type(exc), exc, exc.__traceback__)
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+def _ours(filename: str) -> bool:
+    return filename in (__file__, getattr(sys.modules.get("runpy"), "__file__", "")) or filename.endswith(
+        ("runpy.py", "<frozen runpy>"))
+
+
+_KEEP: list = []  # the stack file and the server live as long as the process
+
+
+def main(argv: list[str] | None = None) -> None:
+    kind, target, args = parse(sys.argv[1:] if argv is None else argv)
+    if kind == "path" and not os.path.isfile(target):
+        print(f"python: can't open file {target!r}: [Errno 2] No such file or directory", file=sys.stderr)
+        raise SystemExit(2)
+    install_stack_dump()
+    start_worker_server()
+    try:
+        run(kind, target, args)
+    except Exception as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt pass as under plain python
+        record_and_exit(exc)
+
+
+if __name__ == "__main__":
+    main()

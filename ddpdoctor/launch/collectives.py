@@ -1,0 +1,209 @@
+"""Judging a job that stopped making progress, from each rank's evidence (flight recorder, stacks, process
+state): match collectives across ranks by process group and sequence id, then name the culprit.
+
+Classes, most specific first:
+- ``process_stopped`` / ``process_gone``: a rank's process is stopped (SIGSTOP, D state) or gone;
+- ``missing_rank``: the others wait in collective N, which these ranks never entered (their stack says where
+  they are instead);
+- ``desync``: ranks inside different collectives at the same sequence id, or the same op with other shapes or
+  dtypes;
+- ``stuck_collective``: every rank inside the same collective and none completes: the communication itself;
+- ``outside_collectives``: no rank waits in a collective: every rank is stuck in its own code.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+# faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "ddpdoctor/launch/bootstrap.py")
+BAD_STATES = {"stopped": "process_stopped", "disk-sleep": "process_stopped", "gone": "process_gone",
+              "zombie": "process_gone"}
+FIX = {
+    "process_stopped": "the process is stopped (SIGSTOP, a debugger, or D state: stuck in the kernel on I/O or a "
+                       "device): look at that host; `cat /proc/PID/stack` shows where a D-state process waits",
+    "process_gone": "the process ended without the launcher noticing: look at that rank's log and the host's "
+                    "`dmesg`",
+    "missing_rank": "the culprit never reached the collective the others wait in: look at its stack (a data "
+                    "loader stall, a rank-dependent branch such as `if rank == 0: dist.barrier()`, a deadlock)",
+    "desync": "the ranks called different collectives (or other shapes or dtypes) at the same point: make every "
+              "rank issue the same collectives in the same order with the same shapes",
+    "stuck_collective": "every rank is inside the same collective and none completes: the communication itself "
+                        "(link, transport, a peer's device); run `ddpdoctor preflight` and `ddpdoctor nccl-bench` "
+                        "across these hosts",
+    "outside_collectives": "no rank waits in a collective: every rank is stuck in its own code (see the stacks)",
+    "unknown": "no flight recorder or stack answered: look at the ranks' logs",
+}
+
+
+# ---------------------------------------------------------------- one rank's view
+def main_thread_frames(stacks: str | None) -> list[tuple[str, int, str]]:
+    """(file, line, function), innermost first, of the thread that runs the script: faulthandler lists the
+    dumping thread first ("Current thread", the worker server's C++ thread: no Python frame)."""
+    if not stacks:
+        return []
+    blocks = re.split(r"\n\s*\n", stacks.strip())
+    best: list[tuple[str, int, str]] = []
+    for block in blocks:
+        frames = [(m["file"], int(m["line"]), m["func"]) for m in FRAME.finditer(block)]
+        if "<module>" in (f for _, _, f in frames) or len(frames) > len(best):
+            best = frames
+            if any(f == "<module>" for _, _, f in frames):
+                break
+    return best
+
+
+def user_site(frames: list[tuple[str, int, str]], innermost_first: bool = True) -> dict | None:
+    """The innermost frame of the user's own code: {"where": "file:line", "function": name}."""
+    ordered = frames if innermost_first else list(reversed(frames))
+    for file, line, func in ordered:
+        if not any(part in file for part in LIBRARY):
+            return {"where": f"{file}:{line}", "function": func}
+    if ordered:
+        file, line, func = ordered[0]
+        return {"where": f"{file}:{line}", "function": func}
+    return None
+
+
+def fr_site(entry: dict | None) -> dict | None:
+    """Where a flight-recorder entry was issued: its frames are outermost last, innermost first."""
+    frames = [(f.get("filename", "?"), int(f.get("line", 0)), f.get("name", "?")) for f in (entry or {}).get("frames") or []]
+    return user_site(frames)
+
+
+def pg_views(fr: dict | None) -> dict[str, dict]:
+    """Per process group: last enqueued and completed sequence ids and the entries by sequence id."""
+    if not fr:
+        return {}
+    out: dict[str, dict] = {}
+    for pg, status in (fr.get("pg_status") or {}).items():
+        out[str(pg)] = {"enqueued": _int(status.get("last_enqueued_collective")),
+                        "completed": _int(status.get("last_completed_collective")), "entries": {}}
+    for e in fr.get("entries") or []:
+        if e.get("is_p2p"):
+            continue
+        pg = str(e.get("pg_id", (e.get("process_group") or ["0"])[0]))
+        view = out.setdefault(pg, {"enqueued": -1, "completed": -1, "entries": {}})
+        seq = _int(e.get("collective_seq_id"))
+        view["entries"][seq] = e
+        view["enqueued"] = max(view["enqueued"], seq)
+    return out
+
+
+def _int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+def op_of(entry: dict | None) -> str:
+    return str((entry or {}).get("profiling_name", "?")).split(":", 1)[-1]
+
+
+def signature(entry: dict | None) -> tuple:
+    e = entry or {}
+    return (op_of(e), str(e.get("input_sizes")), str(e.get("input_dtypes")))
+
+
+# ---------------------------------------------------------------- the job
+def judge(evidence: dict[int, dict]) -> dict:
+    """``evidence``: rank -> {"host", "pid", "state", "fr", "stacks"}. Returns the verdict document."""
+    ranks = sorted(evidence)
+    sites = {r: user_site(main_thread_frames(evidence[r].get("stacks"))) for r in ranks}
+    bad = [r for r in ranks if evidence[r].get("state") in BAD_STATES]
+    if bad:
+        cls = BAD_STATES[evidence[bad[0]]["state"]]
+        return _verdict(cls, bad, evidence, sites, None,
+                        f"rank(s) {_list(bad)} {evidence[bad[0]]['state']}; the others wait for them")
+    views = {r: pg_views(evidence[r].get("fr")) for r in ranks}
+    for pg in sorted({pg for v in views.values() for pg in v}, key=_pg_order):
+        found = _judge_pg(pg, {r: v[pg] for r, v in views.items() if pg in v}, evidence, sites)
+        if found:
+            return found
+    answered = [r for r in ranks if evidence[r].get("fr") is not None]
+    if not answered and not any(evidence[r].get("stacks") for r in ranks):
+        return _verdict("unknown", [], evidence, sites, None, "no rank's flight recorder or stack answered")
+    # The others' collectives all completed: nobody waits in one, every rank is in its own code.
+    return _verdict("outside_collectives", ranks, evidence, sites, None,
+                    "no rank waits inside a collective; every rank is stuck in its own code")
+
+
+def _pg_order(pg: str):
+    return (0, int(pg)) if pg.isdigit() else (1, pg)
+
+
+def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict) -> dict | None:
+    waiting = [r for r, v in views.items() if v["enqueued"] > v["completed"]]
+    if not waiting:
+        return None
+    top = max(views[r]["enqueued"] for r in waiting)
+    in_top = [r for r in views if views[r]["enqueued"] >= top]
+    missing = sorted(r for r in views if views[r]["enqueued"] < top)
+    # Ranks of this group with no flight recorder at all (no answer) are missing evidence, not innocent.
+    silent = sorted(r for r in evidence if r not in views and evidence[r].get("state") == "running")
+    entry = next((views[r]["entries"].get(top) for r in in_top if views[r]["entries"].get(top)), None)
+    # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside).
+    site = fr_site(entry) or next((sites[r] for r in sorted(in_top) if sites.get(r)), None)
+    collective = {"pg": pg, "seq": top, "op": op_of(entry), "input_sizes": (entry or {}).get("input_sizes"),
+                  "waiting_ranks": sorted(in_top), "call_site": site}
+    if missing:
+        return _verdict("missing_rank", missing, evidence, sites, collective,
+                        f"rank(s) {_list(missing)} never entered {collective['op']} #{top} (process group {pg}) "
+                        f"that rank(s) {_list(in_top)} wait in", silent=silent)
+    sigs = {r: signature(views[r]["entries"].get(top)) for r in in_top if views[r]["entries"].get(top)}
+    if len(set(sigs.values())) > 1:
+        counts = Counter(sigs.values())
+        fewest = min(counts.values())
+        odd = sorted(r for r, s in sigs.items() if counts[s] == fewest) if len(counts) > 1 else []
+        if fewest == max(counts.values()):  # a tie (two ranks, two calls): the call new to this job is odd
+            odd = _new_calls(top, sigs, views) or sorted(sigs)
+        calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
+                          **(fr_site(views[r]["entries"].get(top)) or sites.get(r) or {})} for r in sorted(sigs)}
+        collective["calls"] = calls
+        what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} at {c.get('where', '?')}" for r, c in calls.items())
+        return _verdict("desync", odd, evidence, sites, collective,
+                        f"collective #{top} (process group {pg}) differs across ranks: {what}")
+    if silent:
+        return _verdict("missing_rank", silent, evidence, sites, collective,
+                        f"rank(s) {_list(in_top)} wait in {collective['op']} #{top}; rank(s) {_list(silent)} did "
+                        "not answer (no flight recorder)", silent=silent)
+    hosts = sorted({evidence[r].get("host") for r in in_top})
+    return _verdict("stuck_collective", sorted(in_top), evidence, sites, collective,
+                    f"every rank is inside {collective['op']} #{top} (process group {pg}) and none completes; "
+                    f"hosts: {', '.join(map(str, hosts))}")
+
+
+def _new_calls(top: int, sigs: dict[int, tuple], views: dict[int, dict]) -> list[int]:
+    """Ranks whose call at ``top`` (op and call site) appears nowhere earlier in any rank's flight recorder: a
+    rank-guarded `dist.barrier()` is new; the all_reduce the other rank is in ran at every step before."""
+    def key(entry):
+        return op_of(entry), (fr_site(entry) or {}).get("where")
+
+    earlier = {key(e) for v in views.values() for seq, e in v["entries"].items() if seq < top}
+    new = sorted(r for r in sigs if key(views[r]["entries"].get(top)) not in earlier)
+    return new if 0 < len(new) < len(sigs) else []
+
+
+def _verdict(cls: str, culprits: list[int], evidence: dict, sites: dict, collective: dict | None, summary: str,
+             silent: list[int] | None = None) -> dict:
+    out = {"class": cls, "summary": summary, "fix": FIX[cls], "collective": collective,
+           "culprits": [_who(r, evidence, sites) for r in culprits],
+           "consequences": [dict(_who(r, evidence, sites), reason="waited for the culprit(s)")
+                            for r in sorted(evidence) if r not in culprits],
+           "call_sites": {str(r): sites[r] for r in sorted(evidence) if sites.get(r)}}
+    if silent:
+        out["no_evidence"] = silent
+    return out
+
+
+def _who(rank: int, evidence: dict, sites: dict) -> dict:
+    ev = evidence[rank]
+    site = sites.get(rank) or {}
+    return {"rank": rank, "host": ev.get("host"), "pid": ev.get("pid"), "state": ev.get("state"),
+            "where": site.get("where"), "function": site.get("function")}
+
+
+def _list(ranks) -> str:
+    return ", ".join(map(str, ranks))

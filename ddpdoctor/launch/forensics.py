@@ -1,0 +1,77 @@
+"""Collecting evidence from live ranks: torch's worker server in each (started by the bootstrap) answers over
+a unix socket from a C++ thread, so a rank blocked inside a collective still gives its stacks and flight
+recorder; what does not answer is judged from outside (process state, py-spy)."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from pathlib import Path
+
+import psutil
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def ask(path: str | os.PathLike, handler: str, timeout: float = 5.0) -> str | None:
+    """POST /handler/<name> on a worker server's socket (torch.distributed.debug's protocol); None: no answer."""
+    conn = _UnixHTTP(str(path), timeout)
+    try:
+        conn.request("POST", f"/handler/{handler}")
+        resp = conn.getresponse()
+        body = resp.read().decode(errors="replace")
+        return body if resp.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
+    """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status)."""
+    body = ask(path, "fr_trace_json", timeout)
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
+def completed(fr: dict | None) -> int | None:
+    """How many collectives the rank has completed, over all its process groups (its progress)."""
+    if not fr:
+        return None
+    total = 0
+    for status in (fr.get("pg_status") or {}).values():
+        try:
+            total += max(0, int(status.get("last_completed_collective", -1)))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def process_state(pid: int | None) -> str:
+    """'running', 'gone', 'stopped' (SIGSTOP), 'disk-sleep' (D state, stuck in the kernel), 'zombie'."""
+    if pid is None:
+        return "gone"
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+    return {psutil.STATUS_STOPPED: "stopped", psutil.STATUS_TRACING_STOP: "stopped",
+            psutil.STATUS_DISK_SLEEP: "disk-sleep", psutil.STATUS_ZOMBIE: "zombie",
+            psutil.STATUS_DEAD: "gone"}.get(status, "running")
+
+
+def rank_sockets(template: str, ranks: list[int]) -> dict[int, Path]:
+    return {r: Path(template.replace("{rank}", str(r))) for r in ranks}

@@ -1,0 +1,66 @@
+"""What a run leaves on disk besides torch's logs: partial-write temp files to remove, and how the run started
+(fresh, or resumed from an earlier run's snapshot)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import psutil
+
+# `.latest.pt.tmp<pid>` (snapshots), `corpus.tmp<pid>` (data), `.run.json.<pid>.tmp` (documents).
+TEMP = re.compile(r"\.tmp(\d+)$|\.(\d+)\.tmp$")
+# A writer that is alive keeps touching its file; one untouched this long whose pid is gone here is debris.
+STALE_S = 60.0
+
+
+def temp_files(root: Path, run: str = "*") -> list[Path]:
+    """Temp files under a --run-dir: of every run (and the shared corpus), or of one run."""
+    found = []
+    patterns = [f"{run}/snapshots/.*tmp*", f"{run}/.*.tmp"] + ([".data/*.tmp*", ".*.tmp"] if run == "*" else [])
+    for pattern in patterns:
+        found += [p for p in root.glob(pattern) if p.is_file() and TEMP.search(p.name)]
+    return found
+
+
+def clean_temps(root: Path, stale_s: float = STALE_S, run: str = "*") -> list[Path]:
+    """Remove temp files of writers that are gone: a SIGKILLed rank 0 mid-snapshot, a crashed earlier run.
+    On a shared run dir the pid may be another node's, hence the age test as well."""
+    removed = []
+    now = time.time()
+    for path in temp_files(root, run):
+        m = TEMP.search(path.name)
+        pid = int(m.group(1) or m.group(2))
+        try:
+            fresh = stale_s > 0 and now - path.stat().st_mtime < stale_s
+        except OSError:
+            continue
+        if fresh or (pid != os.getpid() and psutil.pid_exists(pid)):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def start_info(records: Path, resumed_run: str | None) -> dict:
+    """{"fresh": True} or where the run started from, as the trainer recorded it when it loaded the snapshot."""
+    try:
+        data = json.loads((records / "resumed.json").read_text())
+    except (OSError, ValueError):
+        data = None
+    if not resumed_run:
+        return {"fresh": True}
+    return {"fresh": False, "from_run": resumed_run, "step": (data or {}).get("step"),
+            "snapshot": (data or {}).get("snapshot")}
+
+
+def describe_start(start: dict | None) -> str:
+    if not start or start.get("fresh", True):
+        return "fresh"
+    step = start.get("step")
+    return f"resumed from run {start.get('from_run')}" + (f" at step {step}" if step is not None else "")

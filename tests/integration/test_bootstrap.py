@@ -1,0 +1,114 @@
+"""The worker bootstrap around an unmodified script, in real processes: it behaves as plain `python script.py`
+(argv, __main__, sys.path[0], exit codes, signals) and adds the error file, stacks on SIGUSR1 and the worker
+server that answers while the script's main thread is blocked."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    mode = sys.argv[1]
+    print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0], "file": __file__}), flush=True)
+
+    def load_batch():
+        raise ValueError("batch 7 has shape (3, 5)")
+
+    if mode == "raise":
+        load_batch()
+    if mode == "exit":
+        sys.exit(3)
+    if mode == "sleep":
+        print("ready", flush=True)
+        time.sleep(60)
+""")
+
+
+def bootstrap(tmp_path: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ddpdoctor.launch.bootstrap", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, **kw)
+
+
+def plain(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def script(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "train.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_script_sees_what_plain_python_gives_it(tmp_path, script):
+    ours = bootstrap(tmp_path, "sub/train.py", "ok", "--lr", "3e-4").communicate(timeout=60)[0]
+    theirs = plain(tmp_path, "sub/train.py", "ok", "--lr", "3e-4").stdout
+    assert json.loads(ours) == json.loads(theirs)
+    assert json.loads(ours)["argv"] == ["sub/train.py", "ok", "--lr", "3e-4"] and json.loads(ours)["name"] == "__main__"
+
+
+def test_module_mode_as_python_dash_m(tmp_path, script):
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    ours = bootstrap(tmp_path, "-m", "sub.train", "ok").communicate(timeout=60)[0]
+    theirs = plain(tmp_path, "-m", "sub.train", "ok").stdout
+    assert json.loads(ours) == json.loads(theirs)
+
+
+def test_exit_codes_are_the_scripts(tmp_path, script):
+    p = bootstrap(tmp_path, str(script), "exit")
+    p.communicate(timeout=60)
+    assert p.returncode == 3
+    p = bootstrap(tmp_path, str(script), "ok")
+    p.communicate(timeout=60)
+    assert p.returncode == 0
+    p = bootstrap(tmp_path, "missing.py")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "can't open file" in err
+
+
+def test_uncaught_exception_writes_torchs_error_file_and_the_plain_traceback(tmp_path, script):
+    err_file = tmp_path / "error.json"
+    p = bootstrap(tmp_path, str(script), "raise", env={"TORCHELASTIC_ERROR_FILE": str(err_file)})
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert err.strip().splitlines()[-1] == "ValueError: batch 7 has shape (3, 5)"
+    assert "bootstrap.py" not in err and "runpy" not in err  # the traceback plain python prints
+    data = json.loads(err_file.read_text())["message"]
+    assert data["message"] == "ValueError: batch 7 has shape (3, 5)"
+    assert f'File "{script}", line 7, in load_batch' in data["extraInfo"]["py_callstack"]
+    assert int(data["extraInfo"]["timestamp"]) > 0
+
+
+@pytest.mark.timeout(90)
+def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_path, script):
+    from ddpdoctor.launch import forensics
+
+    sock = tmp_path / "w{rank}.sock"
+    env = {"DDPDOCTOR_STACKS_DIR": str(tmp_path / "stacks"), "DDPDOCTOR_WORKER_SOCKET": str(sock), "RANK": "3"}
+    p = bootstrap(tmp_path, str(script), "sleep", env=env)
+    try:
+        assert "ready" in p.stdout.readline() + p.stdout.readline()
+        path = str(sock).replace("{rank}", "3")
+        end = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < end:
+            time.sleep(0.1)
+        stacks = forensics.ask(path, "dump_traceback")
+        assert stacks and "in <module>" in stacks and str(script) in stacks
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        assert p.poll() is None  # the signal did not end the script
+        dumped = (tmp_path / "stacks" / "rank3.txt").read_text()
+        assert f'File "{script}", line 15 in <module>' in dumped
+    finally:
+        p.kill()
+        p.communicate(timeout=30)

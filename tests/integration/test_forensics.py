@@ -1,0 +1,196 @@
+"""Run-time forensics on a plain user DDP script under run-trainer (CPU, gloo, real processes): each fault
+named right (class, rank, call site) and the job stopped within the threshold + 10 s; no false alarm on a
+healthy run whose first steps are slow; the self-calibrated default fires well inside a minute."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.test_trainer import run_trainer
+
+# One script, every fault: `python user_ddp.py MODE`. Line numbers matter (the tests check call sites).
+USER_DDP = textwrap.dedent('''\
+    import os, sys, time
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset
+
+    MODE = sys.argv[1]
+    FAULT_STEP = 4
+
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            if MODE == "loader" and dist_rank() == 1 and i >= FAULT_STEP * 4:
+                time.sleep(600)  # stuck in the data loader worker
+            return torch.randn(16)
+
+
+    def dist_rank():
+        return int(os.environ["RANK"])
+
+
+    def get_batch(rank, step):
+        if MODE == "sleep" and rank == 1 and step == FAULT_STEP:
+            time.sleep(600)  # stuck outside any collective
+        return torch.randn(4, 16)
+
+
+    def save_checkpoint(rank):
+        if rank == 0:
+            dist.barrier()  # only rank 0: the others never come
+
+
+    def main():
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = DDP(torch.nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = iter(DataLoader(Slow(), batch_size=4, num_workers=1 if MODE == "loader" else 0))
+        if rank == 0:
+            print("pid", os.getpid(), flush=True)
+        for step in range(int(os.environ.get("STEPS", "100000"))):
+            x = next(loader) if MODE == "loader" else get_batch(rank, step)
+            if MODE == "slowstart" and step < 3:
+                time.sleep(2.0)  # the first steps ten times slower than the rest
+            if MODE == "raise" and rank == 1 and step == FAULT_STEP:
+                raise ValueError("labels out of range at step 4")
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if MODE == "barrier" and step == FAULT_STEP:
+                save_checkpoint(rank)
+            time.sleep(float(os.environ.get("STEP_S", "0.2")))
+        dist.destroy_process_group()
+
+
+    main()
+''')
+LINE = {name: i + 1 for i, text in enumerate(USER_DDP.splitlines()) for name, needle in (
+    ("sleep", "time.sleep(600)  # stuck outside"), ("barrier", "dist.barrier()  # only rank 0"),
+    ("backward", "loss.backward()"), ("loader_next", "x = next(loader)"), ("raise", "raise ValueError"))
+    if needle in text}
+
+
+@pytest.fixture
+def script(tmp_path) -> Path:
+    path = tmp_path / "user_ddp.py"
+    path.write_text(USER_DDP)
+    return path
+
+
+def hang_run(tmp_path, script, mode, *flags, env=None, timeout=150):
+    start = time.monotonic()
+    p, doc = run_trainer("--nproc-per-node", "2", *flags, "--", str(script), mode, run_dir=tmp_path / "run",
+                         timeout=timeout, env=env)
+    return p, doc, time.monotonic() - start
+
+
+@pytest.mark.timeout(150)
+def test_rank_sleeping_outside_any_collective(tmp_path, script):
+    p, doc, elapsed = hang_run(tmp_path, script, "sleep", "--hang-timeout", "5")
+    assert p.returncode == 1, p.stderr[-3000:]
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
+    assert v["culprits"][0]["where"] == f"{script}:{LINE['sleep']}" and v["culprits"][0]["function"] == "get_batch"
+    assert v["collective"]["op"] == "all_reduce" and v["collective"]["waiting_ranks"] == [0]
+    assert v["collective"]["call_site"]["where"] == f"{script}:{LINE['backward']}"  # DDP's bucket, from backward
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["category"] == "hang" and rc["location"] == f"{script}:{LINE['sleep']}"
+    assert [c["rank"] for c in doc["consequences"]] == [0] and doc["hang"]["threshold"]["source"] == "--hang-timeout"
+    assert elapsed < 60, elapsed
+
+
+@pytest.mark.timeout(150)
+def test_rank_stuck_in_a_data_loader_worker(tmp_path, script):
+    p, doc, _ = hang_run(tmp_path, script, "loader", "--hang-timeout", "5")
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
+    assert v["culprits"][0]["where"] == f"{script}:{LINE['loader_next']}"
+
+
+@pytest.mark.timeout(150)
+def test_rank_zero_only_barrier_is_a_desync_naming_both_call_sites(tmp_path, script):
+    p, doc, _ = hang_run(tmp_path, script, "barrier", "--hang-timeout", "5")
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "desync" and [c["rank"] for c in v["culprits"]] == [0], v
+    calls = v["collective"]["calls"]
+    assert calls["0"]["op"] == "barrier" and calls["0"]["where"] == f"{script}:{LINE['barrier']}"
+    assert calls["1"]["op"] == "all_reduce" and calls["1"]["where"] == f"{script}:{LINE['backward']}"
+    assert doc["root_cause"]["rank"] == 0 and doc["root_cause"]["error_type"] == "desync"
+
+
+@pytest.mark.timeout(150)
+def test_sigstopped_rank(tmp_path, script):
+    """SIGSTOP rank 1 once training runs: its process state names it (its worker server cannot answer)."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", "2",
+            "--hang-timeout", "5", "--run-dir", str(run_dir), "--json", "--", str(script), "plain"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        victim = _wait_for_rank(proc.pid, 1)
+        time.sleep(3)
+        victim.suspend()
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    doc = json.loads(out)
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "process_stopped" and v["culprits"][0]["rank"] == 1 and v["culprits"][0]["state"] == "stopped"
+    assert not psutil.pid_exists(victim.pid) or psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
+    assert elapsed < 5 + 10 + 15, elapsed  # threshold + collection + stop
+
+
+def _wait_for_rank(agent_pid: int, rank: int, limit: float = 90) -> psutil.Process:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        for child in psutil.Process(agent_pid).children(recursive=True):
+            try:
+                if child.environ().get("RANK") == str(rank) and "python" in child.name():
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.3)
+    raise AssertionError(f"rank {rank} never started")
+
+
+@pytest.mark.timeout(150)
+def test_exception_and_sigkill_are_named_by_the_post_mortem(tmp_path, script):
+    p, doc, _ = hang_run(tmp_path, script, "raise")
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["error_type"] == "ValueError" and rc["location"] == f"{script}:{LINE['raise']}"
+    assert doc["hang"] is None
+
+
+@pytest.mark.timeout(150)
+def test_healthy_run_with_slow_first_steps_is_no_alarm(tmp_path, script):
+    p, doc, _ = hang_run(tmp_path, script, "slowstart", env={"STEPS": "40", "STEP_S": "0.05"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["verdict"] == "pass" and doc["hang"] is None
+
+
+@pytest.mark.timeout(200)
+def test_default_threshold_calibrates_and_fires_within_a_minute(tmp_path, script):
+    """Collectives complete every ~0.2 s: the calibrated threshold is the floor (30 s), not NCCL's 10-30 min."""
+    p, doc, elapsed = hang_run(tmp_path, script, "sleep", timeout=190)
+    t = doc["hang"]["threshold"]
+    assert t["source"] == "calibrated" and t["seconds"] == 30.0 and "warm-up" in t["why"]
+    assert doc["hang"]["verdict"]["culprits"][0]["rank"] == 1
+    assert elapsed < 60 + 30, elapsed  # startup + threshold + verdict
