@@ -1,0 +1,85 @@
+"""`ddpdoctor postmortem DIR`: run-trainer's root-cause analysis for a job launched without ddpdoctor, from the
+log dir plain torchrun wrote (`--redirects 3 --log-dir DIR`), its error files and, if saved, its stderr."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from . import common
+
+
+@click.command("postmortem")
+@click.argument("log_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--agent-log", type=click.Path(dir_okay=False),
+              help="torchrun's own stderr, if saved (its failure table names hosts and exit codes; default: "
+                   "DIR/agent.stderr.log when present).")
+@common.output_options
+def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
+    """Explain a failed torchrun job from its log dir: the root-cause rank, why, where, and the consequences.
+
+    \b
+    Examples:
+      torchrun --nproc-per-node 8 --redirects 3 --log-dir logs train.py; ddpdoctor postmortem logs
+      ddpdoctor postmortem logs --agent-log torchrun.stderr --json
+    """
+    from .. import model
+    from ..launch import postmortem as pm
+    from ..launch.render import render
+
+    out_dir = common.ensure_writable_dir(output_dir)
+    report_file = common.ensure_writable_file(report_path)
+    logs = log_root(Path(log_dir))
+    agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
+    verdict = pm.analyse(logs, agent_text, socket.gethostname())
+    failed = verdict.root_cause is not None
+    doc = model.envelope(
+        "run-trainer",
+        config={"source": "postmortem", "log_dir": str(logs), "agent_log": agent_log},
+        verdict="fail" if failed else "pass",
+        exit_code=model.EXIT_FAIL if failed else model.EXIT_OK,
+        start=None, interrupted=None, torchrun_exit_code=None,
+        restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
+        metrics_summary={}, checksums_equal=None,
+        root_cause=verdict.root_cause.to_json() if failed else None,
+        consequences=[f.to_json() for f in verdict.consequences] if failed else [],
+        hang=None, logs=str(logs), preflight=None)
+    return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=lambda d, console: _render(d, console, render))
+
+
+def log_root(path: Path) -> Path:
+    """The directory holding torchrun's `<run id>_<suffix>/attempt_<k>/` folders: DIR itself, or DIR's parent
+    when DIR is one run's folder. Anything else is a usage error naming the path."""
+    try:
+        if not path.is_dir():
+            raise UsageError(f"{path}: not a directory")
+        if any(path.glob("attempt_*")):
+            return path.parent
+        if any(p.is_dir() for p in path.glob("*/attempt_*")):
+            return path
+    except PermissionError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
+    raise UsageError(f"{path}: no torchrun log dir (expected <run id>_*/attempt_<k>/<local rank>/ from "
+                     "torchrun --redirects 3 --log-dir)")
+
+
+def read_agent_log(path: Path, required: bool) -> str:
+    from ..launch.postmortem import tail
+
+    if not path.is_file():
+        if required:
+            raise UsageError(f"--agent-log {path}: no such file")
+        return ""
+    return tail(path, lines=2000, max_bytes=4 * 1024 * 1024)
+
+
+def _render(doc: dict, console, render) -> None:
+    if doc["verdict"] == "pass":
+        from rich.text import Text
+
+        console.print(Text(f"postmortem: no failed rank in {doc['logs']}", style="green"))
+        return
+    render(doc, console)
