@@ -23,7 +23,6 @@ COMMANDS = {
     "nccl-bench": "ddpdoctor.cli.bench_cmd:nccl_bench",
     "run-trainer": "ddpdoctor.cli.trainer_cmd:run_trainer",
     "postmortem": "ddpdoctor.cli.postmortem_cmd:postmortem",
-    "postmortem": "ddpdoctor.cli.postmortem_cmd:postmortem",
     "report": "ddpdoctor.cli.report_cmd:report",
 }
 
