@@ -1,0 +1,215 @@
+"""A hostile client on the master's store (real processes, real sockets): junk under the protocol's keys is
+ignored and named as an invalid message by the node that read it, and the run ends as the master decides.
+
+Each case starts the master (rank 0, --token), connects a TCPStore client of its own under the protocol's
+prefix, reads the run nonce from the master's hello (anyone can), writes its junk, then starts the real
+rank 1. "Attacker" frames are unsigned or signed with another token; "insider" frames carry the right
+token and run nonce but break the schema (a buggy or hostile peer that knows the secret).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ddpdoctor.cluster import mailbox
+from tests.cluster_procs import (ESC, assert_clean, budget_s, cluster, cluster_results,  # noqa: F401 - fixture
+                                 identity, sealed)
+
+TOKEN = "s3cret"
+TIMEOUT = 15
+PWNED = f"{ESC}[31mPWNED{ESC}]0;owned{chr(7)}"
+
+
+def raw(key: str, data: bytes):
+    return lambda h, run: h.append_raw(key, data)
+
+
+def frame(key: str, body, sender=(1, 1), token: str | None = TOKEN):
+    """A sealed frame; ``token`` TOKEN is an insider, None unsigned, anything else a wrong token."""
+    return lambda h, run: h.append(key, sealed(body() if callable(body) else body, key=key, sender=sender, run=run,
+                                               token=token))
+
+
+def envelope(key: str, env: dict):
+    return lambda h, run: h.append(key, json.dumps(env).encode())
+
+
+def impostor_first(h, run):
+    """Claims rank 1 before the real node (which then gets claim 2) and posts an unsigned identity there."""
+    assert h.add("claim/1") == 1
+    h.append("ident/1/1", sealed(identity(1, 1, host=f"evil{ESC}[2J"), key="ident/1/1", sender=(1, 1), run=run,
+                                 token=None))
+
+
+def out_of_range_keys(h, run):
+    """Ranks outside 0..N-1: the master never reads these keys, so they cannot matter."""
+    for rank in (99, -1):
+        h.add(f"claim/{rank}")
+        h.append(f"ident/{rank}/1", sealed(identity(rank, 1), key=f"ident/{rank}/1", sender=(rank, 1), run=run,
+                                           token=TOKEN))
+    h.add("assign", 5)
+
+
+FORGED_VERDICT = {"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": [PWNED], "scope": "cluster"}
+
+# (id, key the junk is written to, who reads it and must name it, writer, exit code the master decides)
+CASES = [
+    ("ident-not-json", "ident/1/1", "master", raw("ident/1/1", b"{not json " + PWNED.encode() + b"\n"), 0),
+    ("ident-not-utf8", "ident/1/1", "master", raw("ident/1/1", b"\xff\xfe\x9b[2J\xc3(\x1b]0;t\x07\n"), 0),
+    ("ident-json-list", "ident/1/1", "master", raw("ident/1/1", b"[1, 2, 3]\n"), 0),
+    ("ident-envelope-missing-keys", "ident/1/1", "master", envelope("ident/1/1", {"v": 1, "body": "{}"}), 0),
+    ("ident-envelope-wrong-types", "ident/1/1", "master",
+     envelope("ident/1/1", {"v": 1, "run": 5, "key": "ident/1/1", "from": "one", "body": {}, "sig": None}), 0),
+    ("ident-body-missing-keys", "ident/1/1", "master", frame("ident/1/1", {"rank": 1, "claim": 1}), 0),
+    ("ident-body-wrong-types", "ident/1/1", "master",
+     frame("ident/1/1", lambda: identity(1, 1, probe_port="9", launch=[])), 0),
+    ("ident-oversized", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1, pad="x" * 40_000)), 0),
+    ("ident-rank-99", "ident/1/1", "master", frame("ident/1/1", lambda: identity(99, 1)), 0),
+    ("ident-rank-minus-1", "ident/1/1", "master", frame("ident/1/1", lambda: identity(-1, 1), sender=(-1, 1)), 0),
+    ("ident-hostname-10000", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1, host="h" * 10_000)), 0),
+    ("ident-host-escape", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1, host=PWNED)), 0),
+    ("ident-unsigned", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1), token=None), 0),
+    ("ident-wrong-token", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1), token="wrong"), 0),
+    ("impostor-claims-rank-1-first", "ident/1/1", "master", impostor_first, 0),
+    ("facts-not-json", "facts/1.1", "master", raw("facts/1.1", b"\x00\x1b[31m{{{\n"), 0),
+    ("facts-wrong-types", "facts/1.1", "master", frame("facts/1.1", {"facts": [], "gather": 5}), 0),
+    ("facts-unsigned", "facts/1.1", "master", frame("facts/1.1", {"facts": {}, "gather": {}}, token=None), 0),
+    ("roster-forged-unsigned", "roster", "worker",
+     frame("roster", {"status": "aborted", "message": PWNED}, sender=(0, 1), token=None), 0),
+    ("roster-forged-wrong-token", "roster", "worker",
+     frame("roster", {"status": "aborted", "message": PWNED}, sender=(0, 1), token="wrong"), 0),
+    ("roster-oversized", "roster", "worker",
+     frame("roster", {"status": "aborted", "message": "m", "pad": "x" * 200_000}, sender=(0, 1)), 0),
+    ("roster-from-rank-1", "roster", "worker",
+     frame("roster", {"status": "aborted", "message": PWNED}, sender=(1, 1)), 0),
+    ("verdict-forged-unsigned", "verdict", "worker", frame("verdict", FORGED_VERDICT, sender=(0, 1), token=None), 0),
+    ("verdict-wrong-types", "verdict", "worker",
+     frame("verdict", {"verdict": "pass", "exit_code": "0", "results": {}, "nodes": []}, sender=(0, 1)), 0),
+    ("go-forged-wrong-token", "collective-go", "worker",
+     frame("collective-go", {"go": False, "reason": PWNED}, sender=(0, 1), token="wrong"), 0),
+    ("hello-junk-after-the-real-one", "hello", None, raw("hello", b"\n{junk\n"), 0),
+    ("ranks-out-of-range", "ident/99/1", None, out_of_range_keys, 0),
+]
+
+
+def _named(doc: dict | None, key: str) -> list[dict]:
+    return [r for r in cluster_results(doc) if f"at {key}:" in r["summary"]]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_junk_in_the_store_is_ignored_and_named(cluster, case):
+    _, key, seen_by, write, expected_exit = case
+    c = cluster(2)
+    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    h = c.hostile()
+    write(h, h.run_nonce(TOKEN))
+    worker = c.start(1, token=TOKEN, timeout=TIMEOUT)
+    codes = c.finish(budget_s(TIMEOUT))
+    assert None not in codes.values(), c.report()
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: expected_exit, 1: expected_exit}, c.report()
+    docs = {"master": master.doc(), "worker": worker.doc()}
+    assert docs["master"] and docs["worker"], c.report()
+    # the real verdict: both real nodes, every real check passed, the same results on both nodes
+    assert len(docs["master"]["nodes"]) == 2, docs["master"]["nodes"]
+    real = [r for r in docs["master"]["results"] if r["check"] != "cluster"]
+    assert real and all(r["level"] == "pass" for r in real), real
+    if seen_by is not None:
+        named = _named(docs[seen_by], key)
+        assert named, (key, cluster_results(docs[seen_by]), c.report())
+        assert all("invalid message" in r["summary"] for r in named), named
+    assert TOKEN not in master.stdout + worker.stdout
+
+
+@pytest.mark.timeout(150)
+def test_insider_duplicate_rank_is_named_and_fails(cluster):
+    """A peer with the token claims rank 1 before the real node with a valid identity. The master cannot
+    tell them apart: both are in the roster, and the run fails naming the fake node, which never reports. (Three nodes, so the roster waits for rank 2 until both rank-1 claims are in.)"""
+    c = cluster(3)
+    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    h = c.hostile()
+    run = h.run_nonce(TOKEN)
+    assert h.add("claim/1") == 1
+    h.append("ident/1/1", sealed(identity(1, 1, host="impostor", launch={"nnodes": 3, "endpoint": c.master}),
+                                 key="ident/1/1", sender=(1, 1), run=run, token=TOKEN))
+    real = c.start(1, token=TOKEN, timeout=TIMEOUT)
+    deadline = time.monotonic() + 60
+    while h.add("claim/1", 0) < 2 and time.monotonic() < deadline:  # the real node has claimed rank 1 too
+        time.sleep(0.1)
+    last = c.start(2, token=TOKEN, timeout=TIMEOUT)
+    codes = c.finish(budget_s(TIMEOUT))
+    for node in (master, real, last):
+        assert_clean(node)
+    assert codes == {0: 1, 1: 1, 2: 1}, c.report()
+    doc = master.doc()
+    fails = [r for r in doc["results"] if r["level"] == "fail"]
+    # the fake node is in the roster (rank 1, claim 1) beside the real one, and named as never reporting
+    rank1 = sorted(d["host"] for d in doc["nodes"].values() if d["rank"] == 1)
+    assert len(rank1) == 2 and "impostor" in rank1, doc["nodes"]
+    assert any(r["check"] == "cluster" and "impostor" in r["summary"] and "stopped answering" in r["summary"]
+               for r in fails), [r["summary"] for r in fails]
+    assert real.doc()["verdict"] == "fail"
+
+
+def _record(h, keys: list[str]) -> dict[str, bytes]:
+    """What a run left in its store: each key read as soon as it appears (the verdict last)."""
+    got = {}
+    for key in keys:
+        got[key] = h.wait(key, 60)
+    return got
+
+
+@pytest.mark.timeout(240)
+def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
+    """Record every signed message of a healthy run; replay them into a failing run with the same token.
+    The replayed PASS verdict, roster, identity and facts are refused as another run's; the real verdict
+    (fail: the nodes disagree on --nproc-per-node) is the one every node prints."""
+    first = cluster(2)
+    first.start(0, token=TOKEN, timeout=TIMEOUT)
+    h1 = first.hostile()
+    first.start(1, token=TOKEN, timeout=TIMEOUT)
+    keys = ["hello", "ident/1/1", "roster", "facts/1.1", "collective-go", "cfacts/1.1", "verdict"]
+    recorded = _record(h1, keys)
+    assert first.finish(budget_s(TIMEOUT)) == {0: 0, 1: 0}, first.report()
+    assert b'"run"' in recorded["verdict"]
+
+    second = cluster(2)
+    master = second.start(0, "--nproc-per-node", "1", token=TOKEN, timeout=TIMEOUT)
+    h2 = second.hostile()
+    h2.run_nonce(TOKEN)
+    for key, blob in recorded.items():
+        h2.append_raw(key, blob)  # after the live hello; before anything else of this run
+    worker = second.start(1, "--nproc-per-node", "2", token=TOKEN, timeout=TIMEOUT)
+    codes = second.finish(budget_s(TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: 1, 1: 1}, second.report()
+    mdoc, wdoc = master.doc(), worker.doc()
+    assert mdoc["verdict"] == wdoc["verdict"] == "fail"
+    assert any(r["check"] == "launch-args" and r["level"] == "fail" for r in wdoc["results"]), wdoc["results"]
+    for doc, key in ((mdoc, "ident/1/1"), (mdoc, "facts/1.1"), (wdoc, "roster"), (wdoc, "verdict")):
+        named = _named(doc, key)
+        assert named and "another run" in named[0]["summary"], (key, cluster_results(doc))
+
+
+@pytest.mark.timeout(150)
+def test_forged_roster_without_token_is_shown_escaped(cluster):
+    """Without --token nothing can be authenticated: a forged 'aborted' roster from rank 0 is a valid
+    message. Its text still reaches the terminal escaped, never as a live escape sequence."""
+    c = cluster(2)
+    master = c.start(0, timeout=TIMEOUT)
+    h = c.hostile()
+    run = h.run_nonce(None)
+    h.append("roster", sealed({"status": "aborted", "message": PWNED}, key="roster", sender=(0, 1), run=run,
+                              token=None))
+    worker = c.start(1, timeout=TIMEOUT, json_out=False)
+    codes = c.finish(budget_s(TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes[1] == 3, c.report()
+    assert "\\x1b[31mPWNED" in worker.stderr, worker.stderr
+    assert codes[0] in (1, 3), c.report()  # the master names the node that left
