@@ -36,6 +36,26 @@ def _rdzv_id(value):
     return value
 
 
+def _hosts(value):
+    """--hosts a,b,c or --hosts @FILE (one host per line, like an MPI host file or PBS_NODEFILE)."""
+    if not value:
+        return None
+    from pathlib import Path
+
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text()[:1 << 20]
+        except OSError as exc:
+            raise click.BadParameter(f"{value[1:]}: {exc.strerror or exc}", param_hint="--hosts") from None
+        names = [ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    else:
+        names = [h.strip() for h in value.split(",") if h.strip()]
+    names = list(dict.fromkeys(names))
+    if not names or len(names) > 16384:
+        raise click.BadParameter("expected 1 to 16384 host names", param_hint="--hosts")
+    return names
+
+
 def _worker_argv(params: dict):
     """For --local-nodes: the command line of node i, the user's check options passed through unchanged."""
 
@@ -78,10 +98,13 @@ def _worker_argv(params: dict):
 @click.option("--rdzv-id", callback=lambda ctx, param, v: _rdzv_id(v), help="Rendezvous id the job will use (compared across nodes).")
 @click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")
 @click.option("--shared-dir", type=click.Path(file_okay=False), help="A directory that must be shared by every node.")
+@click.option("--hosts", envvar="DDPDOCTOR_HOSTS", callback=lambda ctx, param, v: _hosts(v), metavar="H1,H2,..|@FILE",
+              help="The job's hosts in node-rank order (for ssh/pdsh loops): this node's rank is its place in the "
+                   "list, the node count its length, and a node that never joins is named by host.")
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
-              token, nproc_per_node, rdzv_id, code_dir, shared_dir, local_nodes, as_json, output_dir, report_path):
+              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, local_nodes, as_json, output_dir, report_path):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
@@ -97,7 +120,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
                  "output_dir": str(out_dir.resolve()) if out_dir else None}
     plan = make_plan(only=only, skip=skip, config_path=config_path, sets=sets, run_flags=run_flags)
 
-    if _cluster_requested(master, nnodes, local_nodes):
+    if _cluster_requested(master, nnodes or (len(hosts) if hosts else None), local_nodes):
         try:
             from ..cluster import join
         except ImportError as exc:  # pragma: no cover - only before the cluster layer exists
@@ -105,7 +128,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
         doc = join.run_from_cli(
             plan, master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
             token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id, code_dir=code_dir,
-            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet,
+            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet, hosts=hosts,
             worker_argv=_worker_argv(click.get_current_context().params),
         )
         if doc is None:

@@ -57,6 +57,7 @@ class JoinConfig:
     external_store: bool = False  # torchrun's agent hosts the store: every node is a client
     launcher: str | None = None
     quiet: bool = False
+    hosts: list[str] | None = None  # the job's hosts, from the launcher or --hosts: names the missing ones
 
     @property
     def allow_loopback(self) -> bool:
@@ -69,12 +70,16 @@ class JoinConfig:
 
 
 def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, nproc_per_node, rdzv_id,
-                      code_dir, shared_dir, quiet, env=None) -> JoinConfig | None:
-    """Returns None when this process should not run a node preflight (a torchrun worker with LOCAL_RANK > 0)."""
+                      code_dir, shared_dir, quiet, env=None, hosts=None) -> JoinConfig | None:
+    """Returns None when this process should not run a node preflight (a second process on this node under
+    torchrun, mpiexec or srun: local rank 0 speaks for the node)."""
     env = os.environ if env is None else env
-    info = launcher_env.from_env(env, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
-    if info.source == "torchrun" and int(env.get("LOCAL_RANK", "0") or 0) != 0:
-        return None  # one preflight per node: local rank 0 speaks for the node
+    if hosts:
+        info = launcher_env.from_hosts(hosts, socket.gethostname(), master)
+    else:
+        info = launcher_env.from_env(env, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
+    if info.local_rank not in (None, 0):
+        return None  # one preflight per node
     master_text = master or info.master
     if not master_text:
         raise UsageError("no master endpoint: pass --master HOST:PORT (or set MASTER_ADDR and MASTER_PORT)")
@@ -98,19 +103,20 @@ def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, 
         master=endpoint, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
         token=token or None, nproc_per_node=nproc_per_node or info.nproc_per_node, rdzv_id=rdzv_id,
         code_dir=code_dir, shared_dir=shared_dir, external_store=info.source == "torchrun",
-        launcher=info.source, quiet=quiet,
+        launcher=info.source, quiet=quiet, hosts=info.hosts,
     )
 
 
 def run_from_cli(plan, *, master, nnodes, node_rank, local_addr, timeout, token, nproc_per_node, rdzv_id,
-                 code_dir, shared_dir, local_nodes, quiet, worker_argv: Callable[[int, int, str], list[str]] | None = None):
+                 code_dir, shared_dir, local_nodes, quiet, worker_argv: Callable[[int, int, str], list[str]] | None = None,
+                 hosts=None):
     if local_nodes:
         from .local import run_local_cluster
 
         return run_local_cluster(local_nodes, timeout=timeout, worker_argv=worker_argv, quiet=quiet)
     cfg = config_from_flags(master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr,
                             timeout=timeout, token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id,
-                            code_dir=code_dir, shared_dir=shared_dir, quiet=quiet)
+                            code_dir=code_dir, shared_dir=shared_dir, quiet=quiet, hosts=hosts)
     if cfg is None:
         return None
     return run_node(cfg, plan)
@@ -420,7 +426,8 @@ class Master(Node):
         missing = [r for r in range(n) if r not in valid and r not in rejected_ranks]
         if missing or 0 not in valid:
             msg = rosters.missing_message(present=sorted(valid), missing=missing, idents=idents,
-                                          endpoint=str(self.cfg.master), nnodes=n, timeout=self.cfg.timeout)
+                                          endpoint=str(self.cfg.master), nnodes=n, timeout=self.cfg.timeout,
+                                          hosts=self.cfg.hosts, launcher=self.cfg.launcher)
             if self.rejected:
                 msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
             self.mb.post("roster", rosters.aborted(msg))

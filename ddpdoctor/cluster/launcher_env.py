@@ -1,7 +1,9 @@
-"""Node rank, node count and master endpoint as the job's launcher gives them (torchrun, SLURM, PBS, MPI).
+"""Node rank, node count, master endpoint and the job's host list as the launcher gives them (torchrun,
+SLURM, PBS, MPI, Kubernetes, an explicit --hosts list), and each launcher's own fix for a node that never
+came.
 
 Pure functions of an environment mapping (and, for PBS, the node file's text), so they are unit-tested
-with dicts. Flags always win over what is derived here.
+with recorded environments. Flags always win over what is derived here.
 """
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ from typing import Callable, Mapping
 
 @dataclass
 class LauncherInfo:
-    source: str | None = None  # "torchrun", "slurm", "pbs", "mpi"
+    source: str | None = None  # "torchrun", "kubernetes", "slurm", "pbs", "mpi", "hosts"
     node_rank: int | None = None
     nnodes: int | None = None
     master: str | None = None  # host or host:port
     nproc_per_node: int | None = None
+    hosts: list[str] | None = None  # the job's hosts in node-rank order, where the launcher lists them
+    local_rank: int | None = None  # several processes per node (torchrun, mpiexec): only local rank 0 speaks
+    job_id: str | None = None
 
 
 def _int(env: Mapping[str, str], *names: str) -> int | None:
@@ -51,19 +56,33 @@ def _expand_host(pattern: str) -> list[str]:
 
 
 def from_env(env: Mapping[str, str], read_file: Callable[[str], str] | None = None, hostname: str = "") -> LauncherInfo:
-    """What the launcher told this process, first match wins: torchrun, SLURM, PBS, OpenMPI/MPICH."""
+    """What the launcher told this process, first match wins: torchrun, Kubernetes, SLURM, PBS, OpenMPI/MPICH.
+    MPI's local rank is read whatever the scheduler: mpiexec inside a PBS or SLURM job may start several
+    processes per node, and one of them speaks for the node."""
+    info = _detect(env, read_file, hostname)
+    mpi_local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
+    if info.source != "torchrun" and mpi_local is not None:
+        info.local_rank = mpi_local
+    return info
+
+
+def _detect(env: Mapping[str, str], read_file, hostname: str) -> LauncherInfo:
     if "GROUP_RANK" in env or ("NODE_RANK" in env and "TORCHELASTIC_RUN_ID" in env):
         return LauncherInfo(
             "torchrun", _int(env, "GROUP_RANK", "NODE_RANK"),
             _int(env, "GROUP_WORLD_SIZE") or nnodes_from_world(env),
-            _endpoint(env), _int(env, "LOCAL_WORLD_SIZE"),
+            _endpoint(env), _int(env, "LOCAL_WORLD_SIZE"), local_rank=_int(env, "LOCAL_RANK"),
+            job_id=env.get("TORCHELASTIC_RUN_ID"),
         )
+    if "KUBERNETES_SERVICE_HOST" in env and any(k in env for k in ("PET_NNODES", "JOB_COMPLETION_INDEX", "RANK")):
+        return _kubernetes(env)
     if "SLURM_NODEID" in env or "SLURM_JOB_NODELIST" in env:
         nodes = expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", "")) if env.get("SLURM_JOB_NODELIST") else []
         return LauncherInfo(
             "slurm", _int(env, "SLURM_NODEID"), _int(env, "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
             env.get("MASTER_ADDR") or (nodes[0] if nodes else None),
-            _int(env, "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE"),
+            _int(env, "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE"), hosts=nodes or None,
+            local_rank=_int(env, "SLURM_LOCALID"), job_id=env.get("SLURM_JOB_ID"),
         )
     if "PBS_NODEFILE" in env and read_file is not None:
         try:
@@ -71,16 +90,74 @@ def from_env(env: Mapping[str, str], read_file: Callable[[str], str] | None = No
         except OSError:
             lines = []
         hosts = list(dict.fromkeys(lines))  # the node file repeats a host once per slot
-        short = hostname.split(".")[0]
-        rank = next((i for i, h in enumerate(hosts) if h == hostname or h.split(".")[0] == short), None)
+        rank = rank_in_hosts(hosts, hostname)
         rank = _int(env, "PBS_TASKNUM", "PBS_NODENUM") if rank is None else rank
-        return LauncherInfo("pbs", rank, len(hosts) or None, env.get("MASTER_ADDR") or (hosts[0] if hosts else None))
+        return LauncherInfo("pbs", rank, len(hosts) or None, env.get("MASTER_ADDR") or (hosts[0] if hosts else None),
+                            hosts=hosts or None, job_id=env.get("PBS_JOBID"))
     if "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
-        return LauncherInfo(
-            "mpi", _int(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
-            _endpoint(env),
-        )
+        size = _int(env, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+        per_node = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+        if per_node and per_node > 1:
+            # several processes per node: nodes = size / processes per node; the node rank is assigned on
+            # arrival (MPI's mapping policy decides which rank lands where, not a rule we can rely on)
+            return LauncherInfo("mpi", None, (size // per_node) if size else None, _endpoint(env))
+        return LauncherInfo("mpi", _int(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK"), size, _endpoint(env))
     return LauncherInfo(None, None, None, _endpoint(env))
+
+
+def _kubernetes(env: Mapping[str, str]) -> LauncherInfo:
+    """Kubeflow PyTorchJob (PET_* for torchrun-style jobs, else one pod per node with RANK/WORLD_SIZE),
+    JobSet and indexed Jobs (JOB_COMPLETION_INDEX is the pod's index: the node rank)."""
+    nnodes_text = env.get("PET_NNODES", "")
+    nnodes = int(nnodes_text.split(":")[-1]) if nnodes_text.split(":")[-1].isdigit() else None
+    if nnodes is None and "JOB_COMPLETION_INDEX" not in env:
+        nnodes = _int(env, "WORLD_SIZE")
+    rank = _int(env, "PET_NODE_RANK", "JOB_COMPLETION_INDEX")
+    if rank is None and "PET_NNODES" not in env:
+        rank = _int(env, "RANK")
+    addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
+    port = env.get("PET_MASTER_PORT") or env.get("MASTER_PORT")
+    master = f"{addr}:{port}" if addr and port else addr
+    return LauncherInfo("kubernetes", rank, nnodes, master, _int(env, "PET_NPROC_PER_NODE"))
+
+
+def from_hosts(hosts: list[str], hostname: str, master: str | None) -> LauncherInfo:
+    """--hosts: the list a user's ssh loop or pdsh uses; this node's rank is its place in the list."""
+    return LauncherInfo("hosts", rank_in_hosts(hosts, hostname), len(hosts), master or hosts[0], hosts=hosts)
+
+
+def rank_in_hosts(hosts: list[str], hostname: str) -> int | None:
+    short = hostname.split(".")[0]
+    return next((i for i, h in enumerate(hosts) if h == hostname or h.split(".")[0] == short), None)
+
+
+def missing_hosts(hosts: list[str] | None, joined: list[str]) -> list[str]:
+    """The launcher's hosts that did not join (compared by short name: node files mix FQDNs and names)."""
+    if not hosts:
+        return []
+    came = {h.split(".")[0] for h in joined}
+    return [h for h in hosts if h.split(".")[0] not in came]
+
+
+def start_everywhere_fix(source: str | None, command: str) -> str:
+    """Each launcher's own way of running one preflight on every node: the fix for a node that never came."""
+    if source == "pbs":
+        return (f"a PBS job script runs on the first node only: start the preflight on every node with "
+                f"`pbsdsh -u -- bash -lc '{command}'` or `mpiexec --map-by ppr:1:node {command}`")
+    if source == "slurm":
+        return (f"an sbatch script runs on the first node only: start one preflight per node with "
+                f"`srun --ntasks-per-node=1 {command}`")
+    if source == "mpi":
+        return (f"start one process per node: `mpiexec --map-by ppr:1:node {command}` (check the host file and -n)")
+    if source == "kubernetes":
+        return ("the pods of the missing ranks are not running or cannot reach the master's service: "
+                "`kubectl get pods -o wide` and check the headless service / MASTER_ADDR")
+    if source == "torchrun":
+        return ("start torchrun on every node with identical --nnodes, --rdzv-endpoint and --rdzv-id (the "
+                "scheduler's job id, never $RANDOM)")
+    if source == "hosts":
+        return f"start it on each missing host, e.g. `ssh HOST {command}`"
+    return f"start `{command}` on the missing node(s), and check they can reach the master's address"
 
 
 def nnodes_from_world(env: Mapping[str, str]) -> int | None:

@@ -54,11 +54,21 @@ def aborted(message: str) -> dict:
 
 
 def missing_message(*, present: list[int], missing: list[int], idents: list[dict], endpoint: str, nnodes: int,
-                    timeout: float) -> str:
-    known = [f"{i['host']} ({i['addr']}) rank {i['rank']}" for i in idents]
-    msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; missing rank(s) "
-           f"{ranks_text(missing)}. Joined: {', '.join(known) or 'none'}. Fix: start ddpdoctor preflight on the "
-           f"missing node(s) with --master {endpoint} --nnodes {nnodes}, and check they can reach this address")
+                    timeout: float, hosts: list[str] | None = None, launcher: str | None = None) -> str:
+    """Who is missing, by host where the launcher lists the job's hosts, and that launcher's own fix."""
+    from ..grouping import compress_hosts
+    from .launcher_env import missing_hosts, start_everywhere_fix
+
+    known = compress_hosts(f"{i['host']}" for i in idents) if len(idents) > 8 else \
+        ", ".join(f"{i['host']} ({i['addr']}) rank {i['rank']}" for i in idents)
+    absent = missing_hosts(hosts, [i["host"] for i in idents])
+    who = f"missing rank(s) {ranks_text(missing[:32])}" + (" ..." if len(missing) > 32 else "")
+    if absent:
+        source = {"pbs": "PBS_NODEFILE", "slurm": "SLURM_JOB_NODELIST", "hosts": "--hosts"}.get(launcher or "", "the job")
+        who += f" = host(s) {compress_hosts(absent)} (listed in {source}, never joined)"
+    command = f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
+    msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; {who}. "
+           f"Joined: {known or 'none'}. Fix: {start_everywhere_fix(launcher, command)}")
     dups = sorted({i["rank"] for i in idents if i["claim"] > 1})
     if dups:
         msg += f"; rank(s) {ranks_text(dups)} were claimed by more than one node (give each node its own --node-rank)"
