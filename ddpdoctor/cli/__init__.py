@@ -44,7 +44,65 @@ class LazyGroup(click.Group):
             if exc.name == module_name:
                 return None  # a command not built yet in this checkout
             raise
-        return getattr(module, attr)
+        return with_global_flags(getattr(module, attr))
+
+
+def _set_verbose(ctx, param, value) -> None:
+    if value:
+        common.STATE.verbose = max(common.STATE.verbose, value)
+
+
+def _set_quiet(ctx, param, value) -> None:
+    if value:
+        common.STATE.quiet = True
+
+
+def with_global_flags(cmd: click.Command) -> click.Command:
+    """-v/-q after the subcommand too (`ddpdoctor preflight -v`), as users type them; hidden in the
+    command's help (the root's help lists them once)."""
+    if not getattr(cmd, "_ddpdoctor_global_flags", False):
+        cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False, hidden=True,
+                                       callback=_set_verbose, help="More detail, tracebacks of errors."))
+        cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, hidden=True,
+                                       callback=_set_quiet, help="Only the verdict and failures."))
+        cmd._ddpdoctor_global_flags = True
+    return cmd
+
+
+def _wrap_keeping_tokens(text: str, width: int = 78, initial_indent: str = "", subsequent_indent: str = "",
+                         preserve_paragraphs: bool = False) -> str:
+    """click's wrap_text, except that a `quoted command` and a hyphenated or dotted name
+    (`--skip gpu-perf`, clock-skew.warn_ms) never break across lines: help is pasted from."""
+    import re
+
+    keep = "\x00"
+    protected = re.sub(r"`[^`]*`", lambda m: m.group().replace(" ", keep), text)
+    wrapped = _click_wrap_text(protected, width, initial_indent, subsequent_indent, preserve_paragraphs)
+    return wrapped.replace(keep, " ")
+
+
+def _no_hyphen_breaks() -> None:
+    """click wraps with textwrap's default break_on_hyphens=True (`clock-` / `skew.warn_ms`); click has no
+    setting for it, so its two module-level helpers are replaced in this process (the CLI's own)."""
+    import click._textwrap as ctw
+    import click.formatting as cf
+
+    if getattr(cf.wrap_text, "__name__", "") == "_wrap_keeping_tokens":
+        return
+    global _click_wrap_text
+    _click_wrap_text = cf.wrap_text
+    original_init = ctw.TextWrapper.__init__
+
+    def init(self, *args, **kwargs):
+        kwargs.setdefault("break_on_hyphens", False)
+        original_init(self, *args, **kwargs)
+
+    ctw.TextWrapper.__init__ = init
+    cf.wrap_text = _wrap_keeping_tokens
+
+
+_click_wrap_text = None
+_no_hyphen_breaks()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -96,7 +154,14 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
+SCRIPT_HINT = ("options for your script go after `--`: ddpdoctor run-trainer [OPTIONS] -- train.py --lr 3e-4")
+
+
 def run(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # `ddpdoctor` alone: the help, as git and torchrun do
+        click.echo(cli.get_help(click.Context(cli, info_name="ddpdoctor")))
+        return 0
     try:
         rv = cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
         return int(rv or 0)
@@ -111,6 +176,10 @@ def run(argv: list[str] | None = None) -> int:
             return 143
         common.error_line("interrupted")
         return 130
+    except click.NoSuchOption as exc:
+        hint = f" ({SCRIPT_HINT})" if exc.ctx is not None and exc.ctx.info_name == "run-trainer" else ""
+        common.error_line(exc.format_message() + hint)
+        return EXIT_USAGE
     except click.ClickException as exc:
         common.error_line(exc.format_message())
         return EXIT_USAGE

@@ -33,16 +33,21 @@ def _has_cuda() -> bool:
 @click.option("-e", "--max-bytes", default="64M", show_default=True, help="Largest message.")
 @click.option("-f", "--step-factor", type=common.FiniteFloat(0, 1024), default=2.0, show_default=True, help="Multiply the size by this each step.")
 @click.option("-d", "--dtype", default="float32", show_default=True, help=f"One of {', '.join(DTYPE_NAMES)}.")
-@click.option("-w", "--warmup", type=click.IntRange(min=0, max=MAX_ITERS), default=5, show_default=True)
-@click.option("-n", "--iters", type=click.IntRange(min=1, max=MAX_ITERS), default=20, show_default=True)
-@click.option("-c", "--check/--no-check", default=True, show_default=True, help="Verify every result (#wrong).")
+@click.option("-w", "--warmup", type=click.IntRange(min=0, max=MAX_ITERS), default=5, show_default=True,
+              help="Untimed iterations per size first (nccl-tests -w).")
+@click.option("-n", "--iters", type=click.IntRange(min=1, max=MAX_ITERS), default=20, show_default=True,
+              help="Timed iterations per size (nccl-tests -n).")
+@click.option("-c", "--check/--no-check", default=True,
+              help="Verify every result and count wrong elements, #wrong (default: on; nccl-tests -c).")
 @click.option("--op", "ops", default="all_reduce", show_default=True,
               help=f"Comma-separated collectives, or 'all': {', '.join(OP_NAMES)}.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL where GPUs are present, gloo on CPU.")
-@click.option("--nproc", type=click.IntRange(min=1, max=MAX_NPROC), help="Local ranks to start (default: one per GPU, 2 on CPU).")
+@click.option("--nproc-per-node", "--nproc", "nproc", type=click.IntRange(min=1, max=MAX_NPROC),
+              help="Ranks to start on this node (default: one per GPU, 2 on CPU).")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER", help="c10d rendezvous endpoint across nodes.")
-@click.option("--nnodes", type=click.IntRange(min=1, max=MAX_NODES), default=1, show_default=True)
+@click.option("--nnodes", type=click.IntRange(min=1, max=MAX_NODES), default=1, show_default=True,
+              help="Nodes taking part; run the same command on each (with --master).")
 @click.option("--node-rank", type=click.IntRange(min=0, max=MAX_NODES - 1), help="This node's rank (default: assigned by the rendezvous).")
 @click.option("--graph", is_flag=True, help="Capture the timed loop in a CUDA graph (NCCL only), like nccl-tests -G.")
 @click.option("--min-busbw", type=common.FiniteFloat(0, 1e6), help="Fail when the average bus bandwidth (GB/s) is below this.")
@@ -56,7 +61,14 @@ def _has_cuda() -> bool:
 @common.output_options
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
                node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path):
-    """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation."""
+    """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation.
+
+    \b
+    Examples:
+      ddpdoctor nccl-bench                                   # all_reduce 8M..64M on this node's GPUs (gloo on CPU)
+      ddpdoctor nccl-bench --op all -b 1K -e 1G --spread     # every collective, a wide sweep, p50/p99
+      ddpdoctor nccl-bench --nnodes 2 --master node0:29600 --localise   # on both nodes: find the slow one
+    """
     from ..bench.harness import BenchConfig
     from ..bench.launch import LaunchPlan, under_launcher
     from ..bench.sizes import parse_size, sweep

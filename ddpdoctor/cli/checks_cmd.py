@@ -9,7 +9,14 @@ from . import common
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def checks(as_json: bool) -> int:
-    """List every check (built-in and plugin): name, phase, source, what it verifies, its options."""
+    """List every check (built-in and plugin): name, phase, source, what it verifies, its options.
+
+    \b
+    Examples:
+      ddpdoctor checks            # one line per check
+      ddpdoctor checks -v         # with every option, its default and what it means
+      ddpdoctor checks --json
+    """
     from ..registry import discover
 
     loaded = discover()
@@ -20,10 +27,15 @@ def checks(as_json: bool) -> int:
     from rich.text import Text
 
     table = Table(header_style="bold", box=None)
-    for col in ("name", "phase", "source", "verifies", "options"):
-        table.add_column(col)
+    for col in ("name", "phase", "verifies"):
+        table.add_column(col, no_wrap=col != "verifies")
     for lc in loaded:
-        opts = ", ".join(f"{k}={o.default!r}" for k, o in lc.check.options.items())
-        table.add_row(Text(lc.name), Text(lc.check.phase), Text(lc.source), Text(lc.check.description), Text(opts))
+        table.add_row(Text(lc.name, style="bold"), Text(lc.check.phase), Text(lc.check.description))
+        if common.STATE.verbose:
+            table.add_row("", "", Text(f"from {lc.source}", style="dim"))
+            for key, opt in lc.check.options.items():
+                table.add_row("", "", Text(f"  --set {lc.name}.{key}={opt.default}  {opt.help}", style="dim"))
     common.console().print(table)
+    if not common.STATE.verbose:
+        print("options: ddpdoctor checks -v", flush=True)
     return 0

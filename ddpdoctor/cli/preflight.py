@@ -93,7 +93,9 @@ def _worker_argv(params: dict):
 @click.option("--node-rank", type=click.IntRange(min=0, max=16383), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node advertises and listens on (like torchrun's --local-addr).")
 @click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
-@click.option("--token", envvar="DDPDOCTOR_TOKEN", help="Shared secret that signs each node's facts (or $DDPDOCTOR_TOKEN).")
+@click.option("--token", envvar="DDPDOCTOR_TOKEN",
+              help="Shared secret that signs every message between nodes (or $DDPDOCTOR_TOKEN): a node with another "
+                   "token, and anything else that writes to the port, is rejected and named.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096), help="Processes per node the job will launch (compared across nodes).")
 @click.option("--rdzv-id", callback=lambda ctx, param, v: _rdzv_id(v), help="Rendezvous id the job will use (compared across nodes).")
 @click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")
@@ -109,6 +111,14 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
     3 the cluster did not assemble.
+
+    \b
+    Examples:
+      ddpdoctor preflight                                        # this machine
+      ddpdoctor preflight --master 10.0.0.1:29500 --nnodes 4     # on each of the 4 nodes
+      srun --ntasks-per-node=1 ddpdoctor preflight --master $(scontrol show hostnames | head -1):29500
+      ddpdoctor preflight --local-nodes 3                        # a 3-node cluster on this machine
+      ddpdoctor preflight --skip gpu-perf --set clock-skew.warn_ms=50 --report preflight.html
     """
     from ..preflight import make_plan, node_name, run_single_node
 

@@ -11,7 +11,13 @@ from . import common
 @click.option("-o", "--output", "output", default="ddpdoctor-report.html", show_default=True,
               type=click.Path(dir_okay=False), help="The HTML file to write.")
 def report(files, output):
-    """Merge preflight, nccl-bench and run-trainer JSON files into one HTML report."""
+    """Merge preflight, nccl-bench and run-trainer JSON files into one HTML report.
+
+    \b
+    Examples:
+      ddpdoctor report out/*.json -o cluster.html
+      ddpdoctor report cluster.json bench.json ddpdoctor-run/RUN_ID/run.json
+    """
     from .. import model
     from ..report.html import write_html
 

@@ -9,13 +9,15 @@ from . import common
 
 
 @click.command("run-trainer", context_settings={"ignore_unknown_options": False})
-@click.option("--nnodes", type=click.IntRange(min=1, max=4096), default=1, show_default=True, envvar="DDPDOCTOR_NNODES")
+@click.option("--nnodes", type=click.IntRange(min=1, max=4096), default=1, show_default=True, envvar="DDPDOCTOR_NNODES",
+              help="Nodes in the job; run the same command on each (torchrun --nnodes).")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
               envvar="DDPDOCTOR_NPROC_PER_NODE", help="Processes (ranks) on this node; one per GPU usually.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="c10d rendezvous endpoint, the same on every node (needed with --nnodes > 1).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node's agent advertises (torchrun --local-addr).")
-@click.option("--max-restarts", type=click.IntRange(min=0, max=1000), default=0, show_default=True, envvar="DDPDOCTOR_MAX_RESTARTS")
+@click.option("--max-restarts", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
+              envvar="DDPDOCTOR_MAX_RESTARTS", help="Restarts of the whole job after a failure (torchrun --max-restarts).")
 @click.option("--run-dir", default="ddpdoctor-run", show_default=True, envvar="DDPDOCTOR_RUN_DIR",
               help="Runs go in RUN_DIR/RUN_ID/: logs, error files, snapshots, metrics and run.json.")
 @click.option("--rdzv-id", "--run-id", "rdzv_id", metavar="RUN_ID",
