@@ -34,7 +34,17 @@ EXIT_NOT_ASSEMBLED = 3
 EXIT_INTERNAL = 4
 
 
+# Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
+# processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of
+# one job then carry the same id, and `report` merges them as one run.
+RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "TORCHELASTIC_RUN_ID")
+
+
 def new_run_id() -> str:
+    for var in RUN_ID_VARS:
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value[:128]
     return uuid.uuid4().hex[:12]
 
 

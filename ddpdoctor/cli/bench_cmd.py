@@ -59,6 +59,7 @@ def _has_cuda() -> bool:
 @click.option("--timeout", type=common.TIMEOUT, default=120.0, show_default=True,
               help="Seconds any collective may take before the run is abandoned.")
 @common.output_options
+@common.run_id_option
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
                node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path):
     """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation.

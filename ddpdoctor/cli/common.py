@@ -94,6 +94,28 @@ class FiniteFloat(click.ParamType):
 TIMEOUT = FiniteFloat(1, MAX_TIMEOUT_S)
 
 
+RUN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+
+
+def _take_run_id(ctx, param, value):
+    import re
+
+    if value is None:
+        return None
+    if not re.fullmatch(RUN_ID_RE, value):
+        raise click.BadParameter(f"{value!r}: 1-128 letters, digits, '.', '_', ':' or '-'", param_hint="--run-id")
+    os.environ["DDPDOCTOR_RUN_ID"] = value  # the child processes (nodes, ranks) carry the same id
+    return value
+
+
+def run_id_option(func: Callable) -> Callable:
+    """--run-id: the id this command's document carries, shared across a workflow (preflight, nccl-bench,
+    run-trainer) so `report` merges them as one run; default $DDPDOCTOR_RUN_ID, else the scheduler's job id."""
+    return click.option("--run-id", envvar="DDPDOCTOR_RUN_ID", callback=_take_run_id, expose_value=False,
+                        help="Id shared by one workflow's documents (default: $DDPDOCTOR_RUN_ID, else "
+                             "$SLURM_JOB_ID / $PBS_JOBID, else new).")(func)
+
+
 def output_options(func: Callable) -> Callable:
     """--json, --output DIR and --report PATH, the same on every command that produces results."""
     func = click.option("--report", "report_path", type=click.Path(dir_okay=False),

@@ -105,6 +105,7 @@ def _worker_argv(params: dict):
                    "list, the node count its length, and a node that never joins is named by host.")
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
+@common.run_id_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
               token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, local_nodes, as_json, output_dir, report_path):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).

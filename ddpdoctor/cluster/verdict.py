@@ -82,7 +82,7 @@ def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings:
 
 def published(doc: dict) -> dict:
     """What the master sends every node: the verdict without the bulky raw facts."""
-    return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope")} | {
+    return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope", "run_id")} | {
         "nodes": {n: {k: v for k, v in d.items() if k not in ("facts", "gather")} for n, d in doc["nodes"].items()}}
 
 
@@ -96,7 +96,8 @@ def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this
         level = "warn"
     from ..grouping import group_results
 
-    return model.envelope("preflight", scope="cluster", run=run_settings, verdict=level, exit_code=exit_code,
+    return model.envelope("preflight", run_id=verdict.get("run_id"), scope="cluster", run=run_settings,
+                          verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
                           groups=group_results(results, len(verdict["nodes"])),
                           advice=verdict.get("advice", []), timings=timings, this_node=this_node)

@@ -1,0 +1,50 @@
+"""One run id across a workflow: --run-id / $DDPDOCTOR_RUN_ID / the scheduler's job id reach every document."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ddpdoctor import model
+
+
+def ddpdoctor(*args, env=None, timeout=120):
+    full = {k: v for k, v in os.environ.items() if k not in model.RUN_ID_VARS}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, env=full,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("var", ["DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID"])
+def test_envelope_takes_the_workflow_or_scheduler_id(monkeypatch, var):
+    for v in model.RUN_ID_VARS:
+        monkeypatch.delenv(v, raising=False)
+    assert len(model.envelope("preflight")["run_id"]) == 12  # nothing set: a new id
+    monkeypatch.setenv(var, "job-42")
+    assert model.envelope("preflight")["run_id"] == "job-42"
+
+
+def test_preflight_and_bench_share_the_run_id_given_on_the_command_line():
+    pre = ddpdoctor("preflight", "--only", "resources", "--run-id", "wf-1", "--json")
+    assert pre.returncode in (0, 1), pre.stderr
+    assert json.loads(pre.stdout)["run_id"] == "wf-1"
+    bench = ddpdoctor("nccl-bench", "--backend", "gloo", "--nproc-per-node", "2", "-b", "1K", "-e", "1K", "-n", "2",
+                      "-w", "1", "--json", env={"DDPDOCTOR_RUN_ID": "wf-1"})
+    assert bench.returncode == 0, bench.stderr
+    assert json.loads(bench.stdout)["run_id"] == "wf-1"
+
+
+def test_a_bad_run_id_is_a_usage_error():
+    out = ddpdoctor("preflight", "--run-id", "a/../b c")
+    assert out.returncode == 2 and "--run-id" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.timeout(120)
+def test_every_node_of_a_cluster_carries_the_masters_run_id(tmp_path):
+    out = ddpdoctor("-q", "preflight", "--local-nodes", "2", "--timeout", "20", "--only", "mesh,launch-args",
+                    "--run-id", "wf-2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["run_id"] == "wf-2"
