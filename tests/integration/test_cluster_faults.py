@@ -1,0 +1,160 @@
+"""Faults with real signals and real processes (issue 11): a worker or the master killed (-9) or frozen
+(SIGSTOP) at each phase; the loopback mistake repeated; SIGTERM/SIGINT to --local-nodes; --local-nodes
+from a directory that holds a `ddpdoctor/` folder; an absurd --nnodes.
+
+Every surviving node ends with exit 1 or 3 within its budget (2 x --timeout + 15 s, budget.py, plus the
+interpreter's start-up), naming the node that died or froze; never exit 4, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddpdoctor.cluster.local import free_port
+from tests.cluster_procs import Node, assert_clean, budget_s, cluster  # noqa: F401 - fixture
+
+TIMEOUT = 15
+ONLY = "mesh,launch-args,collective"
+
+# The stderr line on the victim after which it is in that phase.
+MARKERS = {
+    "before-joining": {"worker": "reachable", "master": "hosting the rendezvous store"},
+    "after-joining": {"worker": "nodes joined as", "master": "nodes joined as"},
+    "during-collective": {"worker": "running the collective smoke test", "master": "running the collective smoke test"},
+}
+VICTIM_RANK = {"worker": 2, "master": 0}
+
+
+def _names(text: str, victim_rank: int) -> bool:
+    addr = f"127.0.0.{victim_rank + 1}"
+    words = (addr, f"rank {victim_rank}", f"rank(s) {victim_rank}")
+    return any(w in text for w in words)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["kill-9", "sigstop"])
+@pytest.mark.parametrize("phase", list(MARKERS))
+@pytest.mark.parametrize("victim", ["worker", "master"])
+def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase, sig):
+    c = cluster(3)
+    nodes = {r: c.start(r, only=ONLY, timeout=TIMEOUT) for r in range(3)}
+    rank = VICTIM_RANK[victim]
+    target = nodes[rank]
+    marker = MARKERS[phase][victim]
+    assert target.wait_for_line(marker, budget_s(TIMEOUT)), target.describe()
+    target.signal(sig)
+    survivors = [n for r, n in nodes.items() if r != rank]
+    for n in survivors:
+        code = n.finish(budget_s(TIMEOUT) - (time.monotonic() - n.started))
+        assert code is not None, f"still running past the budget of {budget_s(TIMEOUT)} s\n{c.report()}"
+    for n in survivors:
+        assert_clean(n)
+        assert n.proc.returncode in (1, 3), c.report()
+        assert n.elapsed <= budget_s(TIMEOUT), c.report()
+        assert _names(n.stdout + n.stderr, rank), c.report()
+    if sig == signal.SIGSTOP:
+        assert target.proc.poll() is None  # it really was frozen all along (the finalizer resumes and kills it)
+
+
+@pytest.mark.timeout(300)
+def test_loopback_master_50_times_never_aborts():
+    port = free_port()
+    argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--master", f"127.0.0.1:{port}", "--nnodes", "2"]
+    for i in range(50):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 3, (i, out.returncode, out.stderr[-2000:])
+        assert "loopback" in out.stderr, (i, out.stderr[-2000:])
+        assert "terminate called" not in out.stderr and "Traceback" not in out.stderr, (i, out.stderr[-2000:])
+        assert len(out.stderr.strip().splitlines()) == 1, (i, out.stderr)
+
+
+def _node_children(parent: psutil.Process, n: int, limit_s: float) -> list[psutil.Process]:
+    """The node processes --local-nodes started (its direct children), once all n are there."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        kids = parent.children(recursive=True)
+        if len([k for k in kids if k.ppid() == parent.pid]) >= n:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError(f"--local-nodes never started {n} nodes: {parent.children(recursive=True)}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_signal_to_local_nodes_leaves_no_process(sig):
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "preflight", "--local-nodes", "3", "--only", ONLY,
+                             "--timeout", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    kids: list[psutil.Process] = []
+    try:
+        parent = psutil.Process(proc.pid)
+        kids = _node_children(parent, 3, 60)
+        time.sleep(2.0)  # the nodes are importing torch / meeting: the worst time to be left behind
+        kids = parent.children(recursive=True)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        gone, alive = psutil.wait_procs(kids, timeout=10)
+        assert not alive, f"left behind: {alive}\n{err.decode(errors='replace')[-2000:]}"
+        assert proc.returncode in (130, 143), err.decode(errors="replace")[-2000:]
+        assert b"Traceback" not in err and b"terminate called" not in err
+    finally:
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _console_script() -> str:
+    """The installed `ddpdoctor` script: unlike `python -m`, it does not put the working directory first
+    on sys.path, so the parent imports the real ddpdoctor and the children are the ones under test."""
+    found = Path(sys.executable).with_name("ddpdoctor")
+    return str(found) if found.exists() else shutil.which("ddpdoctor")
+
+
+@pytest.mark.timeout(150)
+def test_local_nodes_from_a_directory_holding_a_ddpdoctor_folder(tmp_path):
+    fake = tmp_path / "ddpdoctor"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the fake ddpdoctor in the working directory was imported')\n")
+    script = _console_script()
+    assert script, "the ddpdoctor console script is not installed"
+    proc = subprocess.Popen([script, "preflight", "--local-nodes", "2", "--only", "mesh,launch-args", "--timeout", "20",
+                             "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 0, err[-3000:]
+    assert "fake ddpdoctor" not in err
+    doc = json.loads(out)
+    assert len(doc["nodes"]) == 2 and doc["local_nodes"]["exit_codes"] == [0, 0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("extra", [["--master", "10.0.0.1:29500"], ["--master", "10.0.0.1:29500", "--node-rank", "0"],
+                                   ["--local-addr", "127.0.0.1", "--master", "127.0.0.1:1"]],
+                         ids=["master", "node-rank", "local-addr"])
+def test_absurd_nnodes_is_a_one_line_usage_error(extra):
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--nnodes", "1000000000000000", *extra],
+                         capture_output=True, text=True, timeout=50)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "--nnodes" in out.stderr, out.stderr
+    assert out.stdout == ""
+    assert time.monotonic() - start < 20
