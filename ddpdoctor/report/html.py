@@ -28,9 +28,11 @@ def charts(model: dict) -> dict:
     """The SVG markup of every chart, keyed by section (built here so the template stays declarative)."""
     out: dict = {"clock": "", "bench": [], "trainer": []}
     if model["clock"]:
-        out["clock"] = Markup(svg.error_bars("clock offset vs the master",
-                                             [(c["node"], c["offset_ms"], c["bound_ms"]) for c in model["clock"]],
-                                             ylabel="offset (ms)", limit=100.0))
+        out["clock"] = Markup(svg.offsets_chart(
+            "clock offset vs the master", [(c["node"], c["label"], c["offset_ms"], c["bound_ms"], c["bad"])
+                                           for c in model["clock"]],
+            ylabel="offset (ms)", half=model["clock_span"]["half"], step=model["clock_span"]["step"],
+            limit=model["clock_limit_ms"], note=model["labels"]))
     for b in model["bench"]:
         per_op = []
         for op, forms in b["series"].items():

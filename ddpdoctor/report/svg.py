@@ -41,7 +41,7 @@ def _decades(lo: float, hi: float, log: bool) -> tuple[float, float]:
 
 
 def _fmt(v: float) -> str:
-    if v == 0:
+    if abs(v) < 1e-9:
         return "0"
     if abs(v) >= 1 << 30 and abs(v) % (1 << 30) == 0:
         return f"{int(v) >> 30}G"
@@ -55,21 +55,22 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy) -> str:
-    out = [f'<svg viewBox="0 0 {W} {H}" class="chart" role="img" '
+def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy, *, w: int = W, h: int = H,
+           pad_b: int = PAD_B, cls: str = "chart") -> str:
+    out = [f'<svg viewBox="0 0 {w} {h}" class="{cls}" role="img" '
            f'aria-label="{escape(title)}">', f"<title>{escape(title)}</title>",
-           f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" class="plot"/>']
+           f'<rect x="{PAD_L}" y="{PAD_T}" width="{w - PAD_L - PAD_R}" height="{h - PAD_T - pad_b}" class="plot"/>']
     for t in xt:
         x = fx(t)
-        out.append(f'<line x1="{x:.1f}" y1="{PAD_T}" x2="{x:.1f}" y2="{H - PAD_B}" class="grid"/>'
-                   f'<text x="{x:.1f}" y="{H - PAD_B + 14}" class="tick" text-anchor="middle">{escape(_fmt(t))}</text>')
+        out.append(f'<line x1="{x:.1f}" y1="{PAD_T}" x2="{x:.1f}" y2="{h - pad_b}" class="grid"/>'
+                   f'<text x="{x:.1f}" y="{h - pad_b + 14}" class="tick" text-anchor="middle">{escape(_fmt(t))}</text>')
     for t in yt:
         y = fy(t)
-        out.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="grid"/>'
+        out.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{w - PAD_R}" y2="{y:.1f}" class="grid"/>'
                    f'<text x="{PAD_L - 4}" y="{y + 4:.1f}" class="tick" text-anchor="end">{escape(_fmt(t))}</text>')
-    out.append(f'<text x="{(PAD_L + W - PAD_R) / 2}" y="{H - 6}" class="axis" text-anchor="middle">{escape(xlabel)}</text>')
-    out.append(f'<text x="14" y="{(PAD_T + H - PAD_B) / 2}" class="axis" text-anchor="middle" '
-               f'transform="rotate(-90 14 {(PAD_T + H - PAD_B) / 2})">{escape(ylabel)}</text>')
+    out.append(f'<text x="{(PAD_L + w - PAD_R) / 2}" y="{h - 6}" class="axis" text-anchor="middle">{escape(xlabel)}</text>')
+    out.append(f'<text x="14" y="{(PAD_T + h - pad_b) / 2}" class="axis" text-anchor="middle" '
+               f'transform="rotate(-90 14 {(PAD_T + h - pad_b) / 2})">{escape(ylabel)}</text>')
     out.extend(body)
     out.append("</svg>")
     return "".join(out)
@@ -109,29 +110,59 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
     return _frame(title, xlabel, ylabel, body, _ticks(lo_x, hi_x, log_x), _ticks(lo_y, hi_y, log_y), fx, fy)
 
 
-def error_bars(title: str, points: list[tuple[str, float, float]], *, ylabel: str, limit: float | None = None) -> str:
-    """One point per node with ± bound (clock offsets); a dashed band at ±limit."""
+def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]], *, ylabel: str, half: float,
+                  step: float, limit: float | None = None, note: str = "") -> str:
+    """One point per node with its ± bound (clock offsets): (name, label, value, bound, bad).
+
+    The axis is ±half with a tick every ``step`` (view.clock_axis fits it to the offsets, so sub-millisecond
+    offsets are not flattened by the limit); the ±limit band is drawn when it falls on the axis. A point
+    beyond the axis (a bad node far off the others) is a triangle at the edge labelled with its value.
+    Labels are the short ones given (all of them, or every k-th when they would collide; bad nodes always)."""
     if not points:
         return ""
     n = len(points)
-    hi = max([abs(v) + b for _, v, b in points] + [limit or 0.0, 1e-3]) * 1.1
-    fx = _scale(-0.5, n - 0.5, False, PAD_L, W - PAD_R)
-    fy = _scale(-hi, hi, False, H - PAD_B, PAD_T)
-    body = []
-    if limit:
+    wide = n > 24
+    w = 1100 if wide else W
+    plot_w = w - PAD_L - PAD_R
+    slot = plot_w / n
+    longest = max(len(lb) for _, lb, _, _, _ in points)
+    vertical = longest * 6.2 > slot * 0.95
+    every = 1 if not vertical else max(1, math.ceil(11 / slot))
+    pad_b = 34 + (int(min(longest, 12) * 6.2) if vertical else 14)
+    h = H + (pad_b - PAD_B)
+    fx = _scale(-0.5, n - 0.5, False, PAD_L, w - PAD_R)
+    fy = _scale(-half, half, False, h - pad_b, PAD_T)
+    body = [f'<line x1="{PAD_L}" y1="{fy(0):.1f}" x2="{w - PAD_R}" y2="{fy(0):.1f}" class="zero"/>']
+    if limit and limit <= half:
         for v in (limit, -limit):
-            body.append(f'<line x1="{PAD_L}" y1="{fy(v):.1f}" x2="{W - PAD_R}" y2="{fy(v):.1f}" class="ref"/>')
-    for i, (name, v, b) in enumerate(points):
+            body.append(f'<line x1="{PAD_L}" y1="{fy(v):.1f}" x2="{w - PAD_R}" y2="{fy(v):.1f}" class="ref"/>')
+    r = 3 if n <= 64 else 2
+    ticks = []
+    for i, (name, label, v, b, bad) in enumerate(points):
         x = fx(i)
-        bad = limit is not None and abs(v) - b > limit
         cls = "bad" if bad else "ok"
-        body.append(f'<line x1="{x:.1f}" y1="{fy(v - b):.1f}" x2="{x:.1f}" y2="{fy(v + b):.1f}" class="bar-{cls}"/>'
-                    f'<circle cx="{x:.1f}" cy="{fy(v):.1f}" r="3" class="pt-{cls}"><title>{escape(name)}: '
-                    f'{v:+.3f} ± {b:.3f} ms</title></circle>')
-    labels = [(i, name) for i, (name, _, _) in enumerate(points)] if n <= 24 else []
-    ticks = "".join(f'<text x="{fx(i):.1f}" y="{H - PAD_B + 14}" class="tick" text-anchor="middle">'
-                    f'{escape(name[:10])}</text>' for i, name in labels)
-    return _frame(title, "node", ylabel, body + [ticks], [], _ticks(-hi, hi, False), fx, fy)
+        tip = f"<title>{escape(name)}: {v:+.3f} ± {b:.3f} ms</title>"
+        if abs(v) > half:  # beyond the axis: a triangle at the edge with the figure
+            edge = PAD_T + 2 if v > 0 else h - pad_b - 2
+            tip_y = edge + (8 if v > 0 else -8)
+            body.append(f'<path d="M{x:.1f},{edge} l-5,{9 if v > 0 else -9} h10 z" class="pt-{cls}">{tip}</path>'
+                        f'<text x="{x + 7:.1f}" y="{tip_y + 3:.1f}" class="outlier">{escape(label)} {v:+.4g} ms</text>')
+        else:
+            body.append(f'<line x1="{x:.1f}" y1="{fy(max(v - b, -half)):.1f}" x2="{x:.1f}" '
+                        f'y2="{fy(min(v + b, half)):.1f}" class="bar-{cls}"/>'
+                        f'<circle cx="{x:.1f}" cy="{fy(v):.1f}" r="{r}" class="pt-{cls}">{tip}</circle>')
+        if i % every == 0 or bad:
+            y = h - pad_b + 12
+            if vertical:
+                ticks.append(f'<text x="{x + 3:.1f}" y="{y - 8}" class="tick{" tick-bad" if bad else ""}" '
+                             f'text-anchor="end" transform="rotate(-90 {x + 3:.1f} {y - 8})">{escape(label)}</text>')
+            else:
+                ticks.append(f'<text x="{x:.1f}" y="{y}" class="tick{" tick-bad" if bad else ""}" '
+                             f'text-anchor="middle">{escape(label)}</text>')
+    yt = [k * step for k in range(-round(half / step), round(half / step) + 1)]
+    xlabel = "node" + (f" ({note})" if note else "")
+    return _frame(title, xlabel, ylabel, body + ticks, [], yt, fx, fy, w=w, h=h, pad_b=pad_b,
+                  cls="chart wide" if wide else "chart")
 
 
 def bars(title: str, values: list[tuple[str, float, bool]], *, ylabel: str, ref: float | None = None) -> str:

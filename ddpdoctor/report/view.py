@@ -6,11 +6,15 @@ matrix, bench curves and per-node figures, the trainer's curves and root cause, 
 """
 from __future__ import annotations
 
+import heapq
 import json
+import math
+import re
 from collections import Counter
 from typing import Any
 
 from ..api import Level, majority
+from ..grouping import compress_hosts, describe_nodes, group_results
 from ..redact import scrub
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
@@ -27,41 +31,49 @@ def build(docs: list[dict]) -> dict:
     pre = [d for d in docs if d.get("kind") == "preflight"]
     bench = [d for d in docs if d.get("kind") == "nccl-bench"]
     train = [d for d in docs if d.get("kind") == "run-trainer"]
-    run_ids = sorted({d.get("run_id") for d in docs if d.get("run_id")})
-    warnings = []
-    if len(run_ids) > 1 and not (len(pre) == len(docs) and all(d.get("scope") == "node" for d in pre)):
-        warnings.append(f"{len(run_ids)} runs merged ({', '.join(run_ids)}): results may come from different moments")
     nodes = merge_nodes(pre)
+    labels, label_note = short_labels(sorted(nodes))
     results = [r for d in pre for r in d.get("results", [])]
-    findings = [r for r in results if r.get("level") in ("fail", "warn")]
-    findings.sort(key=lambda r: (-SEVERITY[r["level"]], r.get("check", ""), r.get("summary", "")))
+    # The documents carry their own "groups", but several documents are grouped together here, with the
+    # same function (grouping.group_results), over every result.
+    groups = [finding_group(g, results) for g in group_results(results, len(nodes))]
+    findings = [g for g in groups if g["level"] in ("fail", "warn")]
     for d in bench:
         if d.get("verdict") == "fail":
-            findings.insert(0, {"check": "nccl-bench", "level": "fail", "nodes": [s["node"] for s in
-                                (d.get("localisation") or {}).get("suspects", [])],
-                                "summary": bench_failure(d), "fix": "drain the named node(s) and rerun nccl-bench "
-                                "--localise; check its NICs, cables and GPUs (ddpdoctor preflight --perf)",
-                                "actual": (d.get("summary") or {}).get("avg_busbw_gbs"), "expected": None})
+            suspects = [s["node"] for s in (d.get("localisation") or {}).get("suspects", [])]
+            findings.insert(0, single_group({
+                "check": "nccl-bench", "level": "fail", "nodes": suspects, "summary": bench_failure(d),
+                "fix": "drain the named node(s) and rerun nccl-bench --localise; check its NICs, cables and GPUs "
+                       "(ddpdoctor preflight --perf)",
+                "actual": (d.get("summary") or {}).get("avg_busbw_gbs"), "expected": None}))
     for d in train:
         rc = d.get("root_cause")
         if rc:
-            findings.insert(0, {"check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
-                                "summary": f"rank {rc.get('rank')} on {rc.get('host')}: "
-                                           f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}",
-                                "fix": rc.get("fix", ""), "actual": rc.get("location"), "expected": None})
+            findings.insert(0, single_group({
+                "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
+                "summary": f"rank {rc.get('rank')} on {rc.get('host')}: "
+                           f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}",
+                "fix": rc.get("fix", ""), "actual": rc.get("location"), "expected": None}))
     verdicts = [d.get("verdict", "pass") for d in docs]
+    clock, limit = clock_offsets(nodes, results, labels), clock_limit(results)
     return {
         "verdict": worst(verdicts) if verdicts else "pass",
         "counts": dict(Counter(r.get("level") for r in results)),
         "documents": [{"kind": d.get("kind"), "run_id": d.get("run_id"), "created": d.get("created"),
                        "verdict": d.get("verdict"), "scope": d.get("scope"), "tool_version": d.get("tool_version")}
                       for d in docs],
-        "warnings": warnings,
+        "warnings": run_warnings(docs),
         "findings": findings,
+        "passing": [g for g in groups if g["level"] == "pass"],
+        "skipped": [g for g in groups if g["level"] == "skip"],
         "matrix": check_matrix(results, sorted(nodes)),
+        "versions": versions_table(nodes),
         "facts_diff": facts_diff(nodes),
-        "clock": clock_offsets(nodes),
-        "mesh": reachability(nodes),
+        "clock": clock,
+        "clock_limit_ms": limit,
+        "clock_span": clock_axis(clock, limit),
+        "labels": label_note,
+        "mesh": reachability(nodes, labels),
         "bench": [bench_view(d) for d in bench],
         "trainer": [trainer_view(d) for d in train],
         "details": details(nodes, findings),
@@ -69,12 +81,81 @@ def build(docs: list[dict]) -> dict:
     }
 
 
+def run_warnings(docs: list[dict]) -> list[str]:
+    """One warning when the documents come from different runs. A workflow (preflight, nccl-bench,
+    run-trainer) shares one run id and merges silently; node-scope preflights of one cluster have a run id
+    each by nature and merge silently too."""
+    run_ids = sorted({str(d.get("run_id")) for d in docs if d.get("run_id")})
+    pre = [d for d in docs if d.get("kind") == "preflight"]
+    if len(run_ids) > 1 and not (len(pre) == len(docs) and all(d.get("scope") == "node" for d in pre)):
+        return [f"{len(run_ids)} runs merged ({', '.join(run_ids)}): results may come from different moments"]
+    return []
+
+
+MEMBERS_SHOWN = 64  # per-node lines listed under a finding; the rest are counted (every one is in the JSON)
+
+
+def finding_group(g: dict, results: list[dict]) -> dict:
+    """A group from grouping.group_results with its members' own lines (summary, measured, expected)."""
+    members = [results[i] for i in g["members"]]
+    return dict(g, members=[_member(r) for r in members[:MEMBERS_SHOWN]], hidden=max(0, len(members) - MEMBERS_SHOWN),
+                actual=members[0].get("actual") if len(members) == 1 else None,
+                expected=members[0].get("expected") if len(members) == 1 else None)
+
+
+def single_group(r: dict) -> dict:
+    """A finding of nccl-bench or run-trainer, in the shape of a group of one."""
+    nodes = [n for n in r.get("nodes") or [] if n]
+    return dict(r, nodes=nodes, where=compress_hosts(nodes) if nodes else "", count=1, members=[], hidden=0)
+
+
+def _member(r: dict) -> dict:
+    nodes = r.get("nodes") or []
+    return {"where": nodes[0] if len(nodes) == 1 else compress_hosts(nodes) if nodes else "", "summary": r.get("summary", ""),
+            "actual": r.get("actual"), "expected": r.get("expected")}
+
+
+def short_labels(names: list[str], width: int = 10) -> tuple[dict[str, str], str]:
+    """Distinct short labels for charts and grid headers, and a note saying how to read them.
+
+    Names sharing one pattern (``node007``, ``gpu-a017.cluster``) are labelled by their number, other
+    names by themselves when short enough; when that is not distinct, every node by its position."""
+    if not names:
+        return {}, ""
+    pattern: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for n in names:
+        m = re.match(r"^(.*?)(\d+)(\D*)$", n)
+        if m:
+            pattern.setdefault((m.group(1), m.group(3)), []).append((n, m.group(2)))
+    labels: dict[str, str] = {}
+    note = ""
+    if pattern:
+        (prefix, suffix), members = max(pattern.items(), key=lambda kv: len(kv[1]))
+        if len(members) > 1 or len(names) == 1:
+            labels = {n: digits for n, digits in members}
+            note = f"numbers stand for {prefix}N{suffix}" if prefix or suffix else ""
+    for n in names:
+        if n not in labels:
+            labels[n] = n if len(n) <= width else n[: width - 1] + "…"
+    if len(set(labels.values())) == len(labels):
+        return labels, note
+    return {n: f"#{i}" for i, n in enumerate(names)}, "#N: the N-th node in name order (full names in the tooltips)"
+
+
+def _label(members: list[str], total: int = 0, width: int = 90) -> str:
+    text = describe_nodes(members, total)
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + f"… ({len(members)} nodes)"
+
+
 def merge_nodes(pre: list[dict]) -> dict[str, dict]:
     """Every node's facts across the preflight documents; a later document fills what an earlier lacks."""
     nodes: dict[str, dict] = {}
     for d in pre:
         for name, data in (d.get("nodes") or {}).items():
-            entry = nodes.setdefault(name, {"host": data.get("host"), "addr": data.get("addr"), "facts": {}})
+            entry = nodes.setdefault(name, {"host": data.get("host"), "addr": data.get("addr"), "rank": data.get("rank"),
+                                            "facts": {}})
             for check, facts in (data.get("facts") or {}).items():
                 entry["facts"].setdefault(check, facts)
     return nodes
@@ -92,16 +173,10 @@ def check_matrix(results: list[dict], node_names: list[str]) -> dict:
     for n in sorted(cells):
         key = tuple(cells[n].get(c, "") for c in checks)
         groups.setdefault(key, []).append(n)
-    rows = [{"nodes": members, "count": len(members), "label": _label(members), "levels": list(key),
+    rows = [{"nodes": members, "count": len(members), "label": _label(members, len(node_names)), "levels": list(key),
              "worst": worst([lv for lv in key if lv])} for key, members in groups.items()]
     rows.sort(key=lambda r: (-SEVERITY.get(r["worst"], 0), r["count"], r["label"]))
     return {"checks": checks, "rows": rows}
-
-
-def _label(members: list[str]) -> str:
-    if len(members) <= 3:
-        return ", ".join(members)
-    return f"{members[0]}, {members[1]} … {members[-1]} ({len(members)} nodes)"
 
 
 def _flatten(nodes: dict[str, dict]) -> dict[str, dict[str, Any]]:
@@ -146,28 +221,184 @@ def facts_diff(nodes: dict[str, dict], limit: int = 200) -> list[dict]:
     return out
 
 
-def clock_offsets(nodes: dict[str, dict]) -> list[dict]:
+# ------------------------------------------------------------------------------------------ per-node table
+VERSION_COLUMNS = [("python", "Python"), ("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"),
+                   ("driver", "driver"), ("gpus", "GPUs"), ("iface", "interface to master")]
+
+
+def node_versions(facts: dict) -> dict[str, str]:
+    """A node's versions, GPUs and interface to the master, read from the facts of the checks that gather
+    them (torch-build, gpu, names). The only place that knows those checks' fact shapes: move it behind a
+    check contract (a "summary" a check publishes) when there is one. Missing facts are empty strings."""
+    def get(obj, *path):
+        for key in path:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+        return "" if obj is None or isinstance(obj, (dict, list)) else str(obj)
+
+    tb, gpu, names = facts.get("torch-build"), facts.get("gpu"), facts.get("names")
+    cuda = get(tb, "cuda_runtime") or (f"ROCm {get(tb, 'hip_runtime')}" if get(tb, "hip_runtime") else "")
+    if isinstance(tb, dict) and not cuda and tb.get("torch_build") == "cpu":
+        cuda = "none (cpu build)"
+    gpus = ""
+    if isinstance(gpu, dict):
+        listed = [g for g in gpu.get("gpus") or [] if isinstance(g, dict) and not g.get("lost")]
+        models = Counter(str(g.get("name") or "unknown") for g in listed)
+        gpus = ", ".join(f"{n} × {m}" for m, n in sorted(models.items())) or ("none" if gpu.get("no_driver") or
+                                                                               "gpus" in gpu else "")
+        lost = sum(1 for g in gpu.get("gpus") or [] if isinstance(g, dict) and g.get("lost"))
+        if lost:
+            gpus += f" (+{lost} lost)"
+    iface = get(names, "route_to_master", "iface")
+    mtu = get(names, "route_to_master", "mtu")
+    return {"python": get(tb, "python_version"), "torch": get(tb, "torch_version"), "cuda": cuda,
+            "nccl": get(tb, "nccl_version"), "driver": get(gpu, "driver_version"), "gpus": gpus,
+            "iface": f"{iface} (mtu {mtu})" if iface and mtu else iface}
+
+
+def versions_table(nodes: dict[str, dict], limit: int = 64) -> dict:
+    """Every node's versions, GPUs and interface; nodes with identical values share a row, the rows with
+    the most values that differ from the majority first, and each such value marked odd."""
+    per_node = {n: node_versions(data.get("facts") or {}) for n, data in nodes.items()}
+    cols = [(k, title) for k, title in VERSION_COLUMNS if any(v[k] for v in per_node.values())]
+    if not per_node or not cols:
+        return {"columns": [], "rows": [], "hidden": 0}
+    common = {k: majority({n: v[k] for n, v in per_node.items()})[0] for k, _ in cols}
+    same: dict[tuple, list[str]] = {}
+    for n in sorted(per_node, key=_natural):
+        same.setdefault(tuple(per_node[n][k] for k, _ in cols), []).append(n)
+    rows = []
+    for values, members in same.items():
+        cells = [{"value": v, "odd": len(per_node) > 1 and v != common[k]} for (k, _), v in zip(cols, values)]
+        rows.append({"where": _label(members, len(per_node)), "nodes": members, "count": len(members),
+                     "cells": cells, "odd": sum(c["odd"] for c in cells)})
+    rows.sort(key=lambda r: (-r["odd"], r["count"], r["where"]))
+    return {"columns": [title for _, title in cols], "rows": rows[:limit], "hidden": max(0, len(rows) - limit),
+            "majority": [common[k] for k, _ in cols]}
+
+
+def _natural(text: str) -> list:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
+
+
+# ------------------------------------------------------------------------------------------------- clocks
+def clock_offsets(nodes: dict[str, dict], results: list[dict] | None = None,
+                  labels: dict[str, str] | None = None) -> list[dict]:
+    """Each node's offset from the master with its error bound; ``bad``: its clock-skew result warned or failed."""
+    level: dict[str, str] = {}
+    for r in results or []:
+        if r.get("check") == "clock-skew" and r.get("level") in ("warn", "fail"):
+            for n in r.get("nodes") or []:
+                level[n] = r["level"]
     out = []
-    for name in sorted(nodes):
+    for name in sorted(nodes, key=_natural):
         f = (nodes[name].get("facts") or {}).get("clock-skew") or {}
-        if f.get("offset_ms") is not None:
-            out.append({"node": name, "offset_ms": f["offset_ms"], "bound_ms": f.get("bound_ms") or 0.0})
+        off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0
+        if _finite(off):
+            out.append({"node": name, "label": (labels or {}).get(name, name), "offset_ms": off,
+                        "bound_ms": bound if _finite(bound) else 0.0, "bad": name in level})
     return out
 
 
-def reachability(nodes: dict[str, dict]) -> dict:
-    names = sorted(nodes)
-    links = {}
+CLOCK_MIN_HALF_SPAN_MS = 0.5  # the axis never shows less than ±0.5 ms: a healthy NTP cluster reads as such
+
+
+def nice_step(span: float, count: int = 4) -> float:
+    """A step of 1, 2, 2.5 or 5 x 10^k giving about ``count`` intervals over ``span``."""
+    raw = max(span, 1e-12) / count
+    base = 10.0 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5):
+        if m * base >= raw * (1 - 1e-9):
+            return m * base
+    return 10 * base
+
+
+def clock_axis(points: list[dict], limit: float | None, min_half: float = CLOCK_MIN_HALF_SPAN_MS) -> dict:
+    """The clock chart's axis, ±half in ms, fitted to the offsets and their bounds (not to the limit, which
+    would flatten sub-millisecond offsets). When a few bad nodes lie more than 10 x beyond the rest, the
+    axis fits the rest and those are drawn at its edge with their figure (``clipped``)."""
+    if not points:
+        return {"half": min_half, "step": nice_step(2 * min_half), "clipped": False, "limit_shown": False, "worst": ""}
+    extent = [abs(p["offset_ms"]) + p["bound_ms"] for p in points]
+    good = [e for e, p in zip(extent, points) if not p["bad"]]
+    hi_good, hi = max(good + [min_half]), max(extent + [min_half])
+    clipped = hi > 10 * hi_good and len(good) >= len(points) / 2
+    half = hi_good if clipped else hi
+    step = nice_step(2 * half)
+    half = math.ceil(half / step - 1e-9) * step
+    far = max(points, key=lambda p: abs(p["offset_ms"]))
+    return {"half": half, "step": step, "clipped": clipped, "limit_shown": bool(limit and limit <= half),
+            "worst": f"{far['node']} {far['offset_ms']:+.3f} ms ± {far['bound_ms']:.3f}"}
+
+
+def clock_limit(results: list[dict], default: float = 100.0) -> float:
+    """The clock-skew warning limit the run used (its results say ``|offset| <= 100 ms``)."""
+    for r in results:
+        if r.get("check") == "clock-skew":
+            m = re.search(r"<=\s*([\d.]+)\s*ms", str(r.get("expected") or ""))
+            if m:
+                try:
+                    return float(m.group(1))
+                except ValueError:
+                    break
+    return default
+
+
+def _finite(v) -> bool:
+    t = type(v)
+    return t is int or (t is float and math.isfinite(v))
+
+
+# ---------------------------------------------------------------------------------------------- reachability
+def rtt_text(ms: float) -> str:
+    """A round trip in a narrow cell: .21 (ms), 1.3, 12, 340, 2.1k."""
+    if ms < 1:
+        return f"{ms:.2f}".lstrip("0") if ms >= 0.01 else "<.01"
+    if ms < 10:
+        return f"{ms:.1f}"
+    if ms < 1000:
+        return f"{ms:.0f}"
+    return f"{ms / 1000:.1f}k"
+
+
+def reachability(nodes: dict[str, dict], labels: dict[str, str] | None = None) -> dict:
+    """Probed links with their round trip; a grid up to MATRIX_FULL nodes (cells: ok with the round trip in
+    ms, slow, failed, not probed, self), the failed and the slowest links at any size."""
+    names = sorted(nodes, key=_natural)
+    links: dict[tuple[str, Any], tuple[str, float | None]] = {}
     for src in names:
         for p in ((nodes[src].get("facts") or {}).get("mesh") or {}).get("probes") or []:
-            links[(src, p.get("peer"))] = "ok" if p.get("ok") else (p.get("error_class") or "failed")
-    failed = [{"src": s, "dst": d, "class": c} for (s, d), c in sorted(links.items()) if c != "ok"]
+            rtt = p.get("rtt_ms") if _finite(p.get("rtt_ms")) else None
+            links[(src, p.get("peer"))] = ("ok" if p.get("ok") is True else str(p.get("error_class") or "failed"), rtt)
     if not links:
-        return {"nodes": [], "grid": [], "failed": [], "probed": 0}
+        return {"nodes": [], "grid": [], "failed": [], "probed": 0, "slowest": [], "median_ms": None}
+    rtts = sorted(r for c, r in links.values() if c == "ok" and r is not None)
+    median = rtts[len(rtts) // 2] if rtts else None
+    slow_ms = max(3 * median, median + 1.0) if median is not None else None
+    failed = [{"src": s, "dst": d, "class": c} for (s, d), c in
+              sorted(((k, c) for k, (c, _) in links.items() if c != "ok"), key=lambda kv: kv[0])]
+    slowest = heapq.nlargest(8, ((r, s, d) for (s, d), (c, r) in links.items() if c == "ok" and r is not None),
+                             key=lambda t: t[0])
     grid = []
     if len(names) <= MATRIX_FULL:
-        grid = [[links.get((s, d), "self" if s == d else "") for d in names] for s in names]
-    return {"nodes": names if grid else [], "grid": grid, "failed": failed, "probed": len(links)}
+        for s in names:
+            row = []
+            for d in names:
+                state, rtt = links.get((s, d), ("self" if s == d else "none", None))
+                if state == "ok":
+                    slow = slow_ms is not None and rtt is not None and rtt > slow_ms
+                    row.append({"state": "slow" if slow else "ok", "text": rtt_text(rtt) if rtt is not None else "ok",
+                                "title": f"{s} → {d}: " + (f"{rtt:.3g} ms" if rtt is not None else "reachable")})
+                elif state == "self":
+                    row.append({"state": "self", "text": "", "title": f"{s} (itself)"})
+                elif state == "none":
+                    row.append({"state": "none", "text": "", "title": f"{s} → {d}: not probed"})
+                else:
+                    row.append({"state": "bad", "text": state if len(names) <= 12 else "✕",
+                                "title": f"{s} → {d}: {state}"})
+            grid.append(row)
+    return {"nodes": names if grid else [], "labels": [(labels or {}).get(n, n) for n in names] if grid else [],
+            "grid": grid, "failed": failed, "probed": len(links), "median_ms": median, "slow_ms": slow_ms,
+            "slowest": [{"src": s, "dst": d, "rtt_ms": r} for r, s, d in slowest]}
 
 
 def bench_failure(d: dict) -> str:
@@ -184,6 +415,72 @@ def bench_failure(d: dict) -> str:
     if d.get("error"):
         parts.append(str((d["error"] or {}).get("message")))
     return "nccl-bench failed: " + ("; ".join(parts) or "see the table")
+
+
+BENCH_SETTINGS = [("backend", "backend"), ("world_size", "world size"), ("nnodes", "nodes"),
+                  ("nproc_per_node", "ranks per node"), ("dtype", "dtype"), ("ops", "ops"), ("sizes", "sizes"),
+                  ("warmup", "warmup iters"), ("iters", "iters"), ("graph", "CUDA graph"), ("check", "data check"),
+                  ("min_busbw", "--min-busbw (GB/s)"), ("wall_s", "wall time (s)")]
+
+
+def _bytes(n) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if _finite(n) and n >= size and n % size == 0:
+            return f"{int(n) // size} {unit}"
+    return f"{n} B"
+
+
+def bench_settings(run: dict) -> list[tuple[str, str]]:
+    """The run's settings as (label, text), only those the document has."""
+    out = []
+    for key, label in BENCH_SETTINGS:
+        v = run.get(key)
+        if v is None or v == "" or v == []:
+            continue
+        if key == "sizes" and isinstance(v, list) and v and all(_finite(x) for x in v):
+            text = f"{_bytes(min(v))} … {_bytes(max(v))} ({len(v)} sizes)" if len(v) > 1 else _bytes(v[0])
+        elif isinstance(v, list):
+            text = ", ".join(str(x) for x in v)
+        elif isinstance(v, bool):
+            text = "yes" if v else "no"
+        else:
+            text = str(v)
+        out.append((label, text))
+    if not run.get("sizes") and _finite(run.get("min_bytes")) and _finite(run.get("max_bytes")):
+        out.append(("sizes", f"{_bytes(run['min_bytes'])} … {_bytes(run['max_bytes'])}"))
+    return out
+
+
+def _ranges(ints: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3, 8"."""
+    out: list[str] = []
+    for v in sorted(set(ints)):
+        if out and v == last + 1:  # noqa: F821 - set on the first pass
+            start = out.pop().split("-")[0]
+            out.append(f"{start}-{v}")
+        else:
+            out.append(str(v))
+        last = v
+    return ", ".join(out)
+
+
+def bench_hosts(hosts) -> dict:
+    """Which ranks ran on which host, the hosts in rank order; a short line naming them all."""
+    by_host: dict[str, list[int]] = {}
+    for rank, host in (hosts or {}).items() if isinstance(hosts, dict) else ():
+        try:
+            r = int(rank)
+        except (TypeError, ValueError):
+            continue
+        by_host.setdefault(str(host), []).append(r)
+    rows = [{"host": h, "ranks": _ranges(rs), "count": len(rs)} for h, rs in
+            sorted(by_host.items(), key=lambda kv: min(kv[1]))]
+    per = sorted({r["count"] for r in rows})
+    line = ""
+    if rows:
+        line = f"{len(rows)} host(s)" + (f", {per[0]} rank(s) each" if len(per) == 1 else "") + \
+               f": {_label([r['host'] for r in rows], 0, 160)}"
+    return {"rows": rows, "line": line}
 
 
 def bench_view(d: dict) -> dict:
@@ -203,21 +500,80 @@ def bench_view(d: dict) -> dict:
         for n in p.get("nodes", []):
             per_node[n] = min(per_node.get(n, float("inf")), p.get("busbw_gbs") or 0.0)
     suspects = {s.get("node") for s in loc.get("suspects") or []}
-    return {"run": d.get("run") or {}, "summary": d.get("summary") or {}, "verdict": d.get("verdict"),
+    run = d.get("run") or {}
+    return {"run": run, "summary": d.get("summary") or {}, "verdict": d.get("verdict"),
+            "settings": bench_settings(run), "hosts": bench_hosts(d.get("hosts")),
             "series": series, "expected": d.get("expected") or {}, "localisation": loc,
             "per_node": [(n, v, n in suspects) for n, v in sorted(per_node.items())],
             "median": loc.get("median_gbs"), "rows": [r for r in d.get("rows", []) if r.get("group", "all") != "all"]}
 
 
+def rank_table(metrics: dict) -> dict:
+    """Per rank: steps, mean and worst step time, throughput, peak memory, from the metrics the run wrote
+    (only the columns some rank has); a rank well off the median (slower, more memory) is marked odd."""
+    def nums(rows, key):
+        return [r.get(key) for r in rows if isinstance(r, dict) and _finite(r.get(key))]
+
+    def order(rank):
+        return (0, int(rank), "") if str(rank).isdigit() else (1, 0, str(rank))
+
+    ranks = []
+    for rank in sorted(metrics, key=order):
+        rows = metrics[rank] if isinstance(metrics[rank], list) else []
+        st, tps, mem, steps = nums(rows, "step_time_s"), nums(rows, "tokens_per_s"), nums(rows, "peak_mem_bytes"), \
+            nums(rows, "step")
+        ranks.append({"rank": rank, "steps": int(max(steps)) if steps else None,
+                      "step_ms": 1000 * sum(st) / len(st) if st else None,
+                      "step_ms_max": 1000 * max(st) if st else None,
+                      "tokens_per_s": sum(tps) / len(tps) if tps else None,
+                      "mem_gib": max(mem) / 2**30 if mem else None})
+    cols = [k for k in ("steps", "step_ms", "step_ms_max", "tokens_per_s", "mem_gib") if any(r[k] is not None
+                                                                                         for r in ranks)]
+    for key, factor in (("step_ms", 1.15), ("step_ms_max", 1.5), ("mem_gib", 1.10)):
+        vals = sorted(r[key] for r in ranks if r[key] is not None)
+        med = vals[len(vals) // 2] if vals else None
+        for r in ranks:
+            r[f"{key}_odd"] = bool(len(vals) > 2 and med and r[key] is not None and r[key] > med * factor)
+    tps = sorted(r["tokens_per_s"] for r in ranks if r["tokens_per_s"] is not None)
+    for r in ranks:
+        r["tokens_per_s_odd"] = bool(len(tps) > 2 and r["tokens_per_s"] is not None and
+                                     r["tokens_per_s"] < tps[len(tps) // 2] / 1.15)
+    return {"columns": cols, "ranks": ranks if cols else []}
+
+
 def trainer_view(d: dict) -> dict:
     metrics = d.get("metrics") or {}
+    summary = d.get("metrics_summary") or {}
     return {"config": d.get("config") or {}, "verdict": d.get("verdict"), "restarts": d.get("restarts", 0),
-            "summary": d.get("metrics_summary") or {}, "root_cause": d.get("root_cause"),
+            "summary": summary, "line": trainer_line(summary, d), "root_cause": d.get("root_cause"),
             "consequences": d.get("consequences") or [], "checksums_equal": d.get("checksums_equal"),
             "loss": {f"rank {r}": [(m["step"], m.get("loss")) for m in rows] for r, rows in sorted(metrics.items())},
             "throughput": {f"rank {r}": [(m["step"], m.get("tokens_per_s")) for m in rows]
                            for r, rows in sorted(metrics.items())},
+            "ranks": rank_table(metrics), "run_id": d.get("run_id"),
             "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight")}
+
+
+def trainer_line(s: dict, d: dict) -> list[str]:
+    """The run in a few phrases, only what the document holds (a user script may write no metrics)."""
+    out = []
+    if _finite(s.get("steps")) and s.get("steps"):
+        out.append(f"{s['steps']:g} steps on {s.get('ranks')} rank(s)" if s.get("ranks") else f"{s['steps']:g} steps")
+    if _finite(s.get("first_loss")) and _finite(s.get("final_loss")):
+        out.append(f"loss {s['first_loss']:.4g} → {s['final_loss']:.4g}")
+    if _finite(s.get("tokens_per_s_mean")) and s.get("tokens_per_s_mean"):
+        out.append(f"{s['tokens_per_s_mean']:,.0f} tokens/s")
+    if _finite(s.get("step_time_s_mean")):
+        out.append(f"step {1000 * s['step_time_s_mean']:.1f} ms (mean)")
+    if _finite(s.get("peak_mem_bytes")) and s.get("peak_mem_bytes"):
+        out.append(f"peak memory {s['peak_mem_bytes'] / 2**30:.2f} GiB")
+    if not out:
+        out.append("no training metrics recorded")
+    restarts = d.get("restarts")
+    out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
+    ce = d.get("checksums_equal")
+    out.append("checksums " + ("not compared" if ce is None else "equal" if ce is True else "DIFFER"))
+    return out
 
 
 def details(nodes: dict[str, dict], findings: list[dict]) -> list[dict]:
