@@ -131,6 +131,9 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     if cfg.nnodes > 1 and ep.is_loopback(master_addrs[0]) and not cfg.allow_loopback:
         raise ClusterNotAssembled(f"master {cfg.master} resolves to {master_addrs[0]} (loopback) but {cfg.nnodes} "
                                   f"nodes are expected; fix: {ep.FIXES[ep.LOOPBACK]}")
+    # c10d reads its log level when torch loads: set here, before the import, or its socket warnings
+    # ("waitForInput ... timed out") reach the terminal whatever Node.run sets later
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     import torch.distributed  # noqa: F401 - see the docstring
 
     role = Master if is_master else Worker
@@ -205,7 +208,6 @@ class Node:
 
     # -- the protocol, top to bottom --------------------------------------------------------------------
     def run(self) -> dict:
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's socket warnings are noise here
         local: dict = {}
         local_thread = threading.Thread(target=self._gather_local, args=(local,), name="gather-local", daemon=True)
         local_thread.start()
@@ -263,7 +265,17 @@ class Node:
         run_id = cfg.rdzv_id or os.environ.get("TORCHELASTIC_RUN_ID", "run")
         prefix = PREFIX if not cfg.external_store else f"{PREFIX}/{run_id}"
         store = dist.PrefixStore(prefix, raw)
-        self.mb = Mailbox(store, token=cfg.token, nnodes=cfg.nnodes, max_nodes=MAX_NODES)
+
+        def pg_connection():
+            """The collective's own client: a TCPStore client serialises its calls, so a process group
+            blocked in its rendezvous (a peer frozen or killed mid-collective) would hold up this node's
+            heartbeat and the master's liveness reads on a shared one."""
+            own = dist.TCPStore(cfg.master.host, cfg.master.port, None, False,
+                                datetime.timedelta(seconds=max(1.0, self.budget.left())))
+            self._stores.append(own)
+            return dist.PrefixStore(prefix, own)
+
+        self.mb = Mailbox(store, token=cfg.token, nnodes=cfg.nnodes, max_nodes=MAX_NODES, pg_connect=pg_connection)
 
     def open_probe(self) -> None:
         addr = self.cfg.local_addr or ep.source_addr_towards(self.cfg.master.host) or "0.0.0.0"

@@ -297,8 +297,10 @@ def bounded(fn: Callable[[], Any], limit_s: float, what: str) -> Any:
 class Mailbox:
     """Sealed, validated, bounded messages for one run over one store (a PrefixStore)."""
 
-    def __init__(self, store, *, token: str | None, nnodes: int, max_nodes: int):
+    def __init__(self, store, *, token: str | None, nnodes: int, max_nodes: int,
+                 pg_connect: Callable[[], Any] | None = None):
         self.store = store
+        self._pg_connect = pg_connect  # a second connection to the same store (see pg_store)
         self.token = token
         self.nnodes = nnodes
         self.max_nodes = max_nodes
@@ -370,10 +372,14 @@ class Mailbox:
 
     def pg_store(self, backend: str):
         """The store a process group meets in: torch's own c10d code uses it directly (it cannot go
-        through sealed messages), under a prefix of this run so a stale group never mixes in."""
+        through sealed messages), under a prefix of this run so a stale group never mixes in. Over its own
+        connection where one can be made: a TCPStore client runs one call at a time, and a group waiting in
+        its rendezvous for a frozen peer would otherwise block the heartbeat and liveness reads for as long
+        as the group's timeout (seen: the master calling itself silent)."""
         import torch.distributed as dist
 
-        return dist.PrefixStore(f"pg/{self.run}/{backend}", self.store)
+        base = self._pg_connect() if self._pg_connect is not None else self.store
+        return dist.PrefixStore(f"pg/{self.run}/{backend}", base)
 
 
 def _claimed(frame: bytes) -> str:
