@@ -23,7 +23,7 @@ from ddpdoctor.cluster.budget import SLACK_S
 from ddpdoctor.cluster.local import free_port
 
 ESC = "\x1b"
-STARTUP_SLACK_S = 10.0  # interpreter + torch import on a loaded 2-core box, before the node's budget starts
+STARTUP_SLACK_S = 8.0  # interpreter + torch import on a loaded 2-core box, before the node's budget starts
 
 
 def budget_s(timeout: float) -> float:

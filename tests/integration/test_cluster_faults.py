@@ -56,6 +56,9 @@ def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase
     for n in survivors:
         code = n.finish(budget_s(TIMEOUT) - (time.monotonic() - n.started))
         assert code is not None, f"still running past the budget of {budget_s(TIMEOUT)} s\n{c.report()}"
+    for n in survivors:  # shown with -rP: how close each survivor came to its budget
+        print(f"{victim} {phase} {sig.name}: rank {n.rank} exit {n.proc.returncode} after {n.elapsed:.1f} s "
+              f"(budget {budget_s(TIMEOUT):.0f} s): {n.stderr.strip().splitlines()[-1][:300] if n.stderr.strip() else ''}")
     for n in survivors:
         assert_clean(n)
         assert n.proc.returncode in (1, 3), c.report()
