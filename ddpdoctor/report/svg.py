@@ -137,7 +137,8 @@ def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]],
         for v in (limit, -limit):
             body.append(f'<line x1="{PAD_L}" y1="{fy(v):.1f}" x2="{w - PAD_R}" y2="{fy(v):.1f}" class="ref"/>')
     r = 3 if n <= 64 else 2
-    ticks = []
+    ticks: list[str] = []
+    bars: dict[str, list[str]] = {}
     for i, (name, label, v, b, bad) in enumerate(points):
         x = fx(i)
         cls = "bad" if bad else "ok"
@@ -148,9 +149,9 @@ def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]],
             body.append(f'<path d="M{x:.1f},{edge} l-5,{9 if v > 0 else -9} h10 z" class="pt-{cls}">{tip}</path>'
                         f'<text x="{x + 7:.1f}" y="{tip_y + 3:.1f}" class="outlier">{escape(label)} {v:+.4g} ms</text>')
         else:
-            body.append(f'<line x1="{x:.1f}" y1="{fy(max(v - b, -half)):.1f}" x2="{x:.1f}" '
-                        f'y2="{fy(min(v + b, half)):.1f}" class="bar-{cls}"/>'
-                        f'<circle cx="{x:.1f}" cy="{fy(v):.1f}" r="{r}" class="pt-{cls}">{tip}</circle>')
+            # the error bars of all nodes as one path per class: at 512 nodes, 512 fewer elements to lay out
+            bars.setdefault(cls, []).append(f"M{x:.1f},{fy(max(v - b, -half)):.1f}V{fy(min(v + b, half)):.1f}")
+            body.append(f'<circle cx="{x:.1f}" cy="{fy(v):.1f}" r="{r}" class="pt-{cls}">{tip}</circle>')
         if i % every == 0 or bad:
             y = h - pad_b + 12
             if vertical:
@@ -159,6 +160,7 @@ def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]],
             else:
                 ticks.append(f'<text x="{x:.1f}" y="{y}" class="tick{" tick-bad" if bad else ""}" '
                              f'text-anchor="middle">{escape(label)}</text>')
+    body[1:1] = [f'<path d="{"".join(d)}" class="bar-{cls}"/>' for cls, d in bars.items()]
     yt = [k * step for k in range(-round(half / step), round(half / step) + 1)]
     xlabel = "node" + (f" ({note})" if note else "")
     return _frame(title, xlabel, ylabel, body + ticks, [], yt, fx, fy, w=w, h=h, pad_b=pad_b,

@@ -93,12 +93,14 @@ def run_warnings(docs: list[dict]) -> list[str]:
 
 
 MEMBERS_SHOWN = 64  # per-node lines listed under a finding; the rest are counted (every one is in the JSON)
+PASS_MEMBERS_SHOWN = 16  # under a passing check (the matrix below has every node's level)
 
 
 def finding_group(g: dict, results: list[dict]) -> dict:
     """A group from grouping.group_results with its members' own lines (summary, measured, expected)."""
     members = [results[i] for i in g["members"]]
-    return dict(g, members=[_member(r) for r in members[:MEMBERS_SHOWN]], hidden=max(0, len(members) - MEMBERS_SHOWN),
+    shown = PASS_MEMBERS_SHOWN if g["level"] == "pass" else MEMBERS_SHOWN
+    return dict(g, members=[_member(r) for r in members[:shown]], hidden=max(0, len(members) - shown),
                 actual=members[0].get("actual") if len(members) == 1 else None,
                 expected=members[0].get("expected") if len(members) == 1 else None)
 
@@ -480,7 +482,13 @@ def bench_hosts(hosts) -> dict:
     if rows:
         line = f"{len(rows)} host(s)" + (f", {per[0]} rank(s) each" if len(per) == 1 else "") + \
                f": {_label([r['host'] for r in rows], 0, 160)}"
-    return {"rows": rows, "line": line}
+    # The usual layout (host i runs ranks k*i .. k*i+k-1) is said in words; any other is listed host by host.
+    k = per[0] if len(per) == 1 else 0
+    regular = bool(k) and all(r["ranks"] == (f"{i * k}-{i * k + k - 1}" if k > 1 else str(i))
+                              for i, r in enumerate(rows))
+    if regular and len(rows) > 1:
+        line += f"; the i-th host runs ranks {k}i … {k}i+{k - 1}" if k > 1 else "; host i runs rank i"
+    return {"rows": [] if regular and len(rows) > 16 else rows, "line": line}
 
 
 def bench_view(d: dict) -> dict:

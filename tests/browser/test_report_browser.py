@@ -77,12 +77,101 @@ def test_no_network_request_is_made(report, tmp_path):
     assert "Refused to" not in p.stderr and "net::ERR_NAME_NOT_RESOLVED" not in p.stderr
 
 
-@pytest.mark.timeout(180)
-def test_512_node_report_opens_quickly(tmp_path):
-    out = tmp_path / "big.html"
-    html.write_html([fx.preflight(512), fx.bench(4096), fx.trainer(8, 2000)], out)
+# Today's figures (README "Performance", bench_report.py) before the at-a-glance sections were added: built in
+# 0.29 s, loaded by headless chromium in 1.38 s against 1.01 s for an empty page (0.37 s for the page itself).
+BUILD_S_TODAY = 0.29
+LOAD_ABOVE_EMPTY_S_TODAY = 0.37
+
+
+def load_time(url: str) -> float:
     start = time.monotonic()
+    chromium("--dump-dom", url, timeout=120)
+    return time.monotonic() - start
+
+
+def page_time(path: Path, tmp: Path) -> float:
+    """Seconds from navigation to the page parsed and laid out, measured inside chromium (its own start-up,
+    which a loaded machine stretches by seconds, left out)."""
+    probe = tmp / f"timed-{path.name}"
+    probe.write_text(path.read_text().replace(
+        "</body>", "<script>document.body.offsetHeight;"
+        "document.documentElement.dataset.ms=Math.round(performance.now())</script></body>"))
+    dom = chromium("--dump-dom", probe.as_uri(), timeout=120).stdout
+    return int(re.search(r'data-ms="(\d+)"', dom).group(1)) / 1000
+
+
+def shoot(path: Path, name: str, height: int) -> Path:
+    shot = path.parent / name
+    p = chromium(f"--screenshot={shot}", f"--window-size=1200,{height}", path.as_uri(), timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000, p.stderr[-1500:]
+    keep(shot)
+    return shot
+
+
+def cluster_docs(n: int) -> list[dict]:
+    """The README's workflow on one job: preflight, nccl-bench and run-trainer sharing a run id."""
+    return [fx.preflight(n, run_id="job-4242"), fx.bench(n * 8, run_id="job-4242"), fx.trainer(8, 2000, run_id="job-4242")]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n", [64, 512])
+def test_cluster_report_at_a_glance(n, tmp_path):
+    out = tmp_path / f"report-{n}.html"
+    html.write_html(cluster_docs(n), out)
     p = chromium("--dump-dom", out.as_uri(), timeout=120)
-    elapsed = time.monotonic() - start
-    assert 'id="matrix"' in p.stdout and 'data-js="ready"' in p.stdout
-    assert elapsed < 30  # generous for a loaded CI box; the benchmark measures the real figure
+    dom = p.stdout
+    assert not console_errors(p.stderr), console_errors(p.stderr)
+    assert 'data-js="ready"' in dom and "runs merged" not in dom  # one run id: no warning
+    findings = dom[dom.index('id="findings"'):dom.index('id="passing"')]
+    assert findings.count('class="finding ') == 7  # 5 preflight groups + bench + trainer, not one per node
+    assert "node[010-013]" in findings and "each node (4)" in findings
+    assert findings.index("FAIL") < findings.index("WARN")
+    assert dom.count('<span class="lv lv-pass">PASS</span>') == 9  # one row per passing check
+    assert f"all {n} nodes" in dom
+    versions = dom[dom.index('id="versions"'):]
+    versions = versions[:versions.index("</table>")]
+    assert '<td class="odd">2.4.0</td>' in versions and '<td class="odd">eth0 (mtu 1500)</td>' in versions
+    assert "numbers stand for nodeN" in dom and re.search(r"002 \+1[45]\d\d ms", dom)  # clock labels, the far node
+    assert "1 KiB … 1 GiB (21 sizes)" in dom and f"{n} host(s), 8 rank(s) each" in dom
+    assert "the i-th host runs ranks 8i … 8i+7" in dom
+    assert 'id="ranks"' in dom and 'class="n odd">13.10<' in dom
+    if n <= 64:
+        assert 'id="mesh"' in dom and dom.count('class="g-none"') == 0 and dom.count('class="g-self"') == n
+        assert 'class="key g-none"' in dom
+    assert "&lt;img src=x onerror=alert(1)&gt;" in dom and "<img" not in dom
+    shot = shoot(out, f"report-{n}.png", 3600)
+    from struct import unpack
+
+    assert unpack(">II", shot.read_bytes()[16:24]) == (1200, 3600)
+
+
+@pytest.mark.timeout(240)
+def test_mesh_grid_fits_the_page_at_64_nodes(tmp_path):
+    """64 columns of round trips fit a 1200-pixel window: the last column is on screen, not scrolled away."""
+    out = tmp_path / "mesh.html"
+    html.write_html([fx.preflight(64, run_id="j")], out)
+    probe = tmp_path / "probe.html"
+    page = out.read_text().replace(
+        "</body>", "<script>var t=document.getElementById('mesh');var s=t.parentElement;"
+        "document.documentElement.dataset.meshFits=String(s.scrollWidth<=s.clientWidth+1);</script></body>")
+    probe.write_text(page)
+    dom = chromium("--window-size=1200,900", "--dump-dom", probe.as_uri()).stdout
+    assert 'data-mesh-fits="true"' in dom, re.findall(r"data-mesh-fits=\"\w+\"", dom)
+
+
+@pytest.mark.timeout(300)
+def test_512_node_report_stays_under_todays_build_and_load_times(tmp_path):
+    out = tmp_path / "big.html"
+    docs = [fx.preflight(512), fx.bench(4096), fx.trainer(8, 2000)]
+    builds = []
+    for _ in range(5):  # CPU time: others' processes on this shared 2-core box stretch wall time, not this
+        start = time.process_time()
+        html.write_html(docs, out)
+        builds.append(time.process_time() - start)
+    page = min(page_time(out, tmp_path) for _ in range(3))
+    p = chromium("--dump-dom", out.as_uri(), timeout=120)
+    assert 'id="matrix"' in p.stdout and 'data-js="ready"' in p.stdout and 'id="versions"' in p.stdout
+    assert out.stat().st_size < 5 * 2**20
+    assert min(builds) < BUILD_S_TODAY, builds
+    assert page < LOAD_ABOVE_EMPTY_S_TODAY, page  # the page's own share of today's load time
+    assert load_time(out.as_uri()) < 30  # the whole open, chromium's start-up included, even on a busy box

@@ -217,7 +217,7 @@ def test_bench_settings_and_hosts_are_shown():
     assert settings["sizes"] == "1 KiB … 1 GiB (21 sizes)" and settings["world size"] == "32"
     assert settings["dtype"] == "float32" and settings["backend"] == "nccl"
     assert b["hosts"]["rows"][1] == {"host": "node001", "ranks": "8-15", "count": 8}
-    assert b["hosts"]["line"] == "4 host(s), 8 rank(s) each: node[000-003]"
+    assert b["hosts"]["line"] == "4 host(s), 8 rank(s) each: node[000-003]; the i-th host runs ranks 8i … 8i+7"
     page = html.build_html([fx.bench(32)])
     assert "1 KiB … 1 GiB (21 sizes)" in page and "<td>node003</td><td>24-31</td>" in page
 
