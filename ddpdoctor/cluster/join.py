@@ -358,13 +358,46 @@ class Node:
         checks = self.plan.phase("collective")
         if go["go"] and checks:
             self.progress.say("links passed; running the collective smoke test")
-            facts, gather = gather_phase(self.plan, "collective", self.me["name"], rank=self.rank,
-                                         nnodes=self.cfg.nnodes, cluster=view, deadline=self.budget.verdict_by)
+            box: dict = {}
+            work = threading.Thread(target=lambda: box.update(result=gather_phase(
+                self.plan, "collective", self.me["name"], rank=self.rank, nnodes=self.cfg.nnodes, cluster=view,
+                deadline=self.budget.verdict_by)), name="collective", daemon=True)
+            work.start()
+            stalled = self._watch_peers(view, work)
+            if "result" in box:
+                facts, gather = box["result"]
+            else:  # a peer froze inside the collective: its process group would wait out its whole timeout
+                facts, gather = {}, {lc.name: {"status": runner.TIMEOUT, "message": f"collective abandoned: node "
+                                               f"{stalled} stopped answering during it"} for lc in checks}
         else:
             reason = go.get("reason") or "no collective checks selected"
             facts, gather = {}, {lc.name: {"status": runner.SKIPPED, "message": f"collective test not run: {reason}"}
                                  for lc in checks}
         self.mb.post("cfacts", {"facts": facts, "gather": gather})
+
+    def _watch_peers(self, view: ClusterView, work: threading.Thread) -> str | None:
+        """Wait for the collective while watching every peer's heartbeat: a node that freezes inside it is
+        named after SILENT_S instead of after the process group's timeout. Returns that node's name."""
+        seen: dict[str, tuple[int, float]] = {}
+        slots = {n["name"]: Slot(n["rank"], n["claim"]) for n in view.nodes if n["name"] != self.me["name"]}
+        while work.is_alive() and time.monotonic() < self.budget.verdict_by:
+            work.join(1.0)
+            if not work.is_alive():
+                break
+            beats = self.mb.beats(list(slots.values()))
+            now = time.monotonic()
+            for nm, slot in slots.items():
+                value, since = seen.get(nm, (-1, now))
+                if beats.get(slot, 0) != value:
+                    seen[nm] = (beats.get(slot, 0), now)
+                elif now - since >= SILENT_S:
+                    self.note_silent(nm, f"stopped answering during the collective: no heartbeat for {now - since:.0f} s "
+                                         f"(process frozen, stopped or stuck)")
+                    return nm
+        return None
+
+    def note_silent(self, name: str, why: str) -> None:
+        """Only the master keeps a record of silent nodes (for its verdict)."""
 
     def run_settings(self) -> dict:
         run = {k: v for k, v in self.plan.run.items() if v is not None}
@@ -374,7 +407,8 @@ class Node:
         return {k: v for k, v in run.items() if v is not None}
 
     def _master_hint(self) -> str:
-        return "the master was killed, stopped or overloaded: look at node rank 0; every node exits 3"
+        return (f"fix: look at node rank 0 ({self.cfg.master.host}): was its preflight killed, stopped (Ctrl-Z, "
+                f"SIGSTOP) or starved? rerun it there first; every node exits 3")
 
     def close(self) -> None:
         self._beating.clear()
@@ -536,6 +570,9 @@ class Master(Node):
                 self.progress.say(f"waiting for {kind} from {', '.join(sorted(waiting)[:10]) or '-'}", dedupe=True)
             time.sleep(POLL_S)
         return got
+
+    def note_silent(self, name: str, why: str) -> None:
+        self.silent.setdefault(name, why)
 
     def _check_liveness(self, view: ClusterView, only: set[str] | None = None) -> None:
         """Dead: its probe listener refuses (the process is gone). Silent: its heartbeat stopped moving."""

@@ -45,6 +45,43 @@ def _rank_of(key: str) -> int | None:
         return None
 
 
+def consequences_of_silence(results: list[Result], silent: dict[str, str],
+                            collective_checks: set[str] = frozenset()) -> list[Result]:
+    """A failure that names a live node together with a node that died or froze (a link into it), or a live
+    node's collective while a node went silent (the collective needs every node), is that node's doing: it is
+    kept as a skip saying so, and the live node is not blamed. Failures naming the silent node alone stay."""
+    out = []
+    for r in results:
+        dead = [n for n in r.nodes if n in silent]
+        if r.level is Level.FAIL and silent and r.check in collective_checks and not dead:
+            dead = sorted(silent)
+        if r.level is Level.FAIL and dead and (len(dead) < len(r.nodes) or r.check in collective_checks):
+            r = Result(check=r.check, level=Level.SKIP, nodes=list(r.nodes), actual=r.actual, expected=r.expected,
+                       summary=f"{r.summary} (a consequence: {', '.join(dead)} stopped answering)",
+                       fix=f"see node {dead[0]}", details=r.details)
+        out.append(r)
+    return out
+
+
+def collective_explained(results: list[Result], collective_checks: set[str]) -> list[Result]:
+    """The collective is a smoke test: when it fails everywhere while another check already fails on some
+    nodes (an interface that does not exist, a firewall), those nodes are the cause, and the collective's
+    failure on the other nodes is kept as a skip that says so rather than blaming them too."""
+    causes = [r for r in results if r.level is Level.FAIL and r.check not in collective_checks and r.nodes]
+    blamed = {n for r in causes for n in r.nodes}
+    if not causes:
+        return results
+    out = []
+    for r in results:
+        if r.level is Level.FAIL and r.check in collective_checks and r.nodes and not set(r.nodes) & blamed:
+            first = causes[0]
+            r = Result(check=r.check, level=Level.SKIP, nodes=list(r.nodes), actual=r.actual, expected=r.expected,
+                       summary=f"{r.summary} (a consequence of: {first.check} on {', '.join(first.nodes)})",
+                       fix=first.fix, details=r.details)
+        out.append(r)
+    return out
+
+
 def finding_results(findings: list[Finding], where: str, joined_ranks: frozenset[int] = frozenset()) -> list[Result]:
     """Invalid messages: a node with another token is a failure; anything else in the store is a warning.
     An identity with another token for a rank that a valid node holds (``joined_ranks``) rejected no node:
@@ -72,7 +109,10 @@ def finding_results(findings: list[Finding], where: str, joined_ranks: frozenset
 
 def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings: list[Finding], timings: dict,
            advice_fn) -> dict:
-    results = runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings)
+    collective = {lc.name for lc in plan.phase("collective")}
+    results = consequences_of_silence(runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings),
+                                      silent, collective)
+    results = collective_explained(results, collective)
     results += silent_results(silent)
     results += finding_results(findings, "the master", frozenset(n["rank"] for n in view.nodes))
     advice = advice_fn(results)
