@@ -3,11 +3,15 @@
     python tests/benchmarks/bench_report.py [--nodes 512] [--out report.html]
 
 Targets (issue 6): build under 3 s, headless Chromium loads it (DOM dumped) under 3 s, file under 5 MB.
-Chromium's own start-up is measured on an empty page and reported separately. Exit 0 when met.
+Chromium's own start-up is measured on an empty page and reported separately; the page's own parse and
+layout time is also measured inside chromium (performance.now() once laid out), which a busy machine
+disturbs far less. Issue 15 (the at-a-glance sections) keeps the build and the page under the figures
+before it: 0.29 s and 0.37 s above an empty page. Exit 0 when met.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +32,17 @@ def load_time(chromium: str, url: str) -> float:
     return time.perf_counter() - start
 
 
+def page_time(chromium: str, path: Path) -> float:
+    probe = path.with_name("timed-" + path.name)
+    probe.write_text(path.read_text().replace(
+        "</body>", "<script>document.body.offsetHeight;"
+        "document.documentElement.dataset.ms=Math.round(performance.now())</script></body>"))
+    out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'data-ms="(\d+)"', out)
+    return int(m.group(1)) / 1000 if m else float("inf")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=512)
@@ -35,11 +50,12 @@ def main() -> int:
     args = ap.parse_args()
     docs = [fx.preflight(args.nodes), fx.bench(args.nodes * 8), fx.trainer(8, 2000)]
     out = Path(args.out or tempfile.mkdtemp() + "/report.html")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     html.write_html(docs, out)
-    build = time.perf_counter() - start
+    build, build_cpu = time.perf_counter() - start, time.process_time() - cpu
     size_mb = out.stat().st_size / 2**20
-    print(f"build: {build:.2f} s for {args.nodes} nodes + a {len(docs[1]['rows'])}-row sweep; {size_mb:.2f} MB")
+    print(f"build: {build:.2f} s ({build_cpu:.2f} s CPU) for {args.nodes} nodes + a {len(docs[1]['rows'])}-row sweep; "
+          f"{size_mb:.2f} MB")
     ok = build < 3.0 and size_mb < 5.0
     chromium = shutil.which("chromium")
     if chromium:
@@ -47,7 +63,9 @@ def main() -> int:
         empty.write_text("<!DOCTYPE html><title>x</title>")
         base = min(load_time(chromium, empty.as_uri()) for _ in range(2))
         full = min(load_time(chromium, out.as_uri()) for _ in range(2))
-        print(f"chromium: {full:.2f} s to load and dump the report ({base:.2f} s for an empty page)")
+        page = min(page_time(chromium, out) for _ in range(3))
+        print(f"chromium: {full:.2f} s to load and dump the report ({base:.2f} s for an empty page); "
+              f"{page:.2f} s in the page to parse and lay it out")
         ok = ok and full < 3.0
     else:
         print("chromium not installed: load time not measured")
