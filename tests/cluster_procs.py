@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,10 @@ class Node:
         return None if self.ended is None else self.ended - self.started
 
     def doc(self) -> dict | None:
+        """The node's JSON document: from --output's dir when it was given, else from stdout (--json)."""
+        if "--output" in self.argv:
+            found = sorted(Path(self.argv[self.argv.index("--output") + 1]).glob("*.json"))
+            return json.loads(found[0].read_text()) if found else None
         try:
             return json.loads(self.stdout) if self.stdout.strip() else None
         except json.JSONDecodeError:
@@ -145,10 +150,13 @@ class Cluster:
         return f"127.0.0.1:{self.port}"
 
     def start(self, rank: int, *extra: str, only: str = "mesh,launch-args", timeout: float = 15,
-              token: str | None = None, json_out: bool = True, env: dict | None = None) -> Node:
+              token: str | None = None, json_out: bool = True, env: dict | None = None,
+              output: str | None = None) -> Node:
+        """``json_out`` False: the terminal output (the view a person reads); ``output`` a dir for the JSON."""
         argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--master", self.master, "--nnodes", str(self.nnodes),
                 "--node-rank", str(rank), "--local-addr", f"127.0.0.{rank + 1}", "--timeout", str(timeout),
-                "--only", only, *(["--json"] if json_out else []), *(["--token", token] if token else []), *extra]
+                "--only", only, *(["--json"] if json_out else []), *(["--token", token] if token else []),
+                *(["--output", output] if output else []), *extra]
         node = Node(rank, argv, dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
         self.nodes[rank] = node
         self._registry.append(node)

@@ -94,19 +94,37 @@ CASES = [
 ]
 
 
+# The same junk where the cluster runs without --token: nothing is authenticated, everything is validated.
+NO_TOKEN_CASES = [
+    ("ident-not-json", "ident/1/1", "master", raw("ident/1/1", b"not json at all " + PWNED.encode() + b"\n"), 0),
+    ("ident-wrong-types", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1, probe_port="9"), token=None), 0),
+    ("ident-rank-99", "ident/1/1", "master", frame("ident/1/1", lambda: identity(99, 1), token=None), 0),
+    ("ident-hostname-10000", "ident/1/1", "master",
+     frame("ident/1/1", lambda: identity(1, 1, host="h" * 10_000), token=None), 0),
+    ("ident-signed-with-a-token", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1), token="other"), 0),
+    ("roster-from-rank-1", "roster", "worker",
+     frame("roster", {"status": "aborted", "message": PWNED}, sender=(1, 1), token=None), 0),
+    ("verdict-wrong-types", "verdict", "worker",
+     frame("verdict", {"verdict": "pass", "exit_code": 9, "results": [], "nodes": {}}, sender=(0, 1), token=None), 0),
+]
+PARAMS = [pytest.param(c, TOKEN, id=f"token-{c[0]}") for c in CASES] + \
+    [pytest.param(c, None, id=f"no-token-{c[0]}") for c in NO_TOKEN_CASES]
+
+
 def _named(doc: dict | None, key: str) -> list[dict]:
     return [r for r in cluster_results(doc) if f"at {key}:" in r["summary"]]
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_junk_in_the_store_is_ignored_and_named(cluster, case):
+@pytest.mark.parametrize("case,token", PARAMS)
+def test_junk_in_the_store_is_ignored_and_named(cluster, tmp_path, case, token):
+    """Nodes print to the terminal (where an escape sequence would act) and write their JSON to --output."""
     _, key, seen_by, write, expected_exit = case
     c = cluster(2)
-    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    master = c.start(0, token=token, timeout=TIMEOUT, json_out=False, output=str(tmp_path / "master"))
     h = c.hostile()
-    write(h, h.run_nonce(TOKEN))
-    worker = c.start(1, token=TOKEN, timeout=TIMEOUT)
+    write(h, h.run_nonce(token))
+    worker = c.start(1, token=token, timeout=TIMEOUT, json_out=False, output=str(tmp_path / "worker"))
     codes = c.finish(budget_s(TIMEOUT))
     assert None not in codes.values(), c.report()
     for node in (master, worker):
@@ -122,7 +140,9 @@ def test_junk_in_the_store_is_ignored_and_named(cluster, case):
         named = _named(docs[seen_by], key)
         assert named, (key, cluster_results(docs[seen_by]), c.report())
         assert all("invalid message" in r["summary"] for r in named), named
-    assert TOKEN not in master.stdout + worker.stdout
+    assert TOKEN not in master.stdout + worker.stdout + json.dumps(docs)
+    if seen_by is not None:  # the terminal names it too, escaped
+        assert key in {"master": master, "worker": worker}[seen_by].stdout
 
 
 @pytest.mark.timeout(150)
