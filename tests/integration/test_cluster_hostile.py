@@ -215,6 +215,22 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
         named = _named(doc, key)
         assert named and "another run" in named[0]["summary"], (key, cluster_results(doc))
 
+    # A writer that can also *replace* a key puts the old run's hello before the live one: the worker can
+    # only take the first hello that verifies, so it joins the old run. Nothing of the old run is accepted
+    # then either: its identity is refused by the live master as another run's, and both nodes end with
+    # exit 3 naming that (a denial of service, as deleting the key would be; never a forged verdict).
+    third = cluster(2)
+    master = third.start(0, token=TOKEN, timeout=TIMEOUT)
+    h3 = third.hostile()
+    h3.run_nonce(TOKEN)
+    h3.store.set("hello", recorded["hello"] + h3.store.get("hello"))
+    worker = third.start(1, token=TOKEN, timeout=TIMEOUT)
+    codes = third.finish(budget_s(TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: 3, 1: 3}, third.report()
+    assert "another run" in master.stderr and "rank 1" in master.stderr, third.report()
+
 
 @pytest.mark.timeout(150)
 def test_forged_roster_without_token_is_shown_escaped(cluster):
