@@ -224,9 +224,18 @@ class Node:
             return self.verdict(view)
         except (StoreGone, StoreSilent) as exc:
             raise ClusterNotAssembled(f"the master {self.cfg.master} stopped answering ({exc}); "
-                                      f"{self._master_hint()}") from None
+                                      f"{self._master_hint()}{self._refused_note()}") from None
         finally:
             self.close()
+
+    def _refused_note(self) -> str:
+        """What this node refused before the master went quiet: a replayed or forged message in its way
+        explains more than the silence (the master may have given up on this node because of it)."""
+        findings = self.mb.findings if self.mb is not None else []
+        if not findings:
+            return ""
+        last = findings[-1]
+        return f"; before that this node ignored {len(findings)} invalid message(s), the last at {last.key}: {last.why}"
 
     def connect(self) -> None:
         raise NotImplementedError

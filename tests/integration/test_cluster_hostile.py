@@ -230,6 +230,7 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
         assert_clean(node)
     assert codes == {0: 3, 1: 3}, third.report()
     assert "another run" in master.stderr and "rank 1" in master.stderr, third.report()
+    assert "another run" in worker.stderr and "at roster" in worker.stderr, third.report()
 
 
 @pytest.mark.timeout(150)
