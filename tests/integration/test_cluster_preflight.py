@@ -275,4 +275,4 @@ def test_runs_as_torchrun_worker_in_the_agents_store(tmp_path):
     docs = [json.loads(out) for out, _ in outs]
     assert all(d["scope"] == "cluster" and d["verdict"] == "pass" for d in docs)
     launch = [r for r in docs[0]["results"] if r["check"] == "launch-args"]
-    assert "nnodes=2" in launch[0]["summary"] and "nproc_per_node=1" in launch[0]["summary"]
+    assert "--nnodes 2" in launch[0]["summary"] and "--nproc-per-node 1" in launch[0]["summary"]
