@@ -19,7 +19,7 @@ def compress_hosts(names: Iterable[str]) -> str:
     """``node01,node02,node03,node07`` -> ``node[01-03,07]``; names without a trailing number stay as they
     are. The SLURM hostlist form, so a user can paste it into ``scontrol show hostnames``."""
     names = sorted(set(names), key=_natural)
-    groups: dict[tuple[str, str, int], list[str]] = {}
+    families: dict[tuple[str, str], list[str]] = {}
     plain: list[str] = []
     for name in names:
         m = re.match(r"^(.*?)(\d+)(\D*)$", name)
@@ -27,8 +27,13 @@ def compress_hosts(names: Iterable[str]) -> str:
             plain.append(name)
             continue
         prefix, digits, suffix = m.groups()
-        width = len(digits) if digits.startswith("0") else 0
-        groups.setdefault((prefix, suffix, width), []).append(digits)
+        families.setdefault((prefix, suffix), []).append(digits)
+    groups: dict[tuple[str, str, int], list[str]] = {}
+    for (prefix, suffix), all_digits in families.items():
+        # zero-padded names (node007 ... node511) are one family of one width; unpadded ones (n9, n10) too
+        padded = any(d.startswith("0") and len(d) > 1 for d in all_digits)
+        for d in all_digits:
+            groups.setdefault((prefix, suffix, len(d) if padded else 0), []).append(d)
     parts = list(plain)
     for (prefix, suffix, _), nums in groups.items():
         if len(nums) == 1:

@@ -83,3 +83,7 @@ def test_peer_text_cannot_steer_the_terminal():
     doc["results"].insert(0, result("cluster", "warn", "node0001", "evil \x1b[2J\x1b]0;title\x07 text"))
     out = "\n".join(render(doc))
     assert "\x1b" not in out and "\\x1b[2J" in out
+
+
+def test_zero_padded_families_cross_a_power_of_ten():
+    assert compress_hosts([f"node{i:03d}" for i in range(512)]) == "node[000-511]"
