@@ -13,15 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from . import faults
 from .ops import DTYPES, OPS, Buffers, algbw_gbs, busbw_gbs
 
-# Test-only hooks (documented in README's testing notes): corrupt one rank's result, or kill one rank at a
-# given size, to prove that #wrong counting and a dying rank are handled. Never set in normal use.
-CORRUPT_RANK = "DDPDOCTOR_BENCH_TEST_CORRUPT_RANK"
-DIE_RANK = "DDPDOCTOR_BENCH_TEST_DIE_RANK"
-DIE_AT_BYTES = "DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES"
-SLOW_RANK = "DDPDOCTOR_BENCH_TEST_SLOW_RANK"  # sleeps 50 ms before each op: a slow node, for localisation
-HANG_RANK = "DDPDOCTOR_BENCH_TEST_HANG_RANK"  # stops answering (sleeps) at DIE_AT_BYTES: a hung rank
 PROGRESS_ENV = "DDPDOCTOR_BENCH_PROGRESS_DIR"  # each rank notes the collective it enters, to name a hung one
 
 
@@ -80,6 +74,7 @@ class Context:
         import torch.distributed as dist
 
         self.group = group
+        self.global_rank = dist.get_rank()
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self.device = device
@@ -106,15 +101,6 @@ def _torch_dtype(name: str):
         name, getattr(torch, name))
 
 
-def _maybe_die(rank: int, size: int) -> None:
-    at = size >= int(os.environ.get(DIE_AT_BYTES, "0"))
-    if os.environ.get(DIE_RANK) == str(rank) and at:
-        os.kill(os.getpid(), 9)
-    if os.environ.get(HANG_RANK) == str(rank) and at:
-        while True:
-            time.sleep(1.0)
-
-
 _ENTERED = [0]
 
 
@@ -137,20 +123,15 @@ def note_progress(op: str, size: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _slow() -> None:
-    import torch.distributed as dist
-
-    if SLOW_RANK in os.environ and os.environ[SLOW_RANK] == str(dist.get_rank()):  # global rank: a node is slow in every group
-        time.sleep(0.05)
-
-
 def time_loop(bufs: Buffers, inplace: bool, ctx: Context, cfg: BenchConfig) -> tuple[float, list[float] | None]:
     """Seconds per op on this rank; with cfg.spread also every op's own time (each synchronised)."""
     import torch
     import torch.distributed as dist
 
+    hook = faults.FAULTS.before_op
+
     def one():
-        _slow()
+        hook(ctx.global_rank)
         return bufs.launch(inplace, ctx.group)
 
     for _ in range(cfg.warmup):
@@ -218,7 +199,7 @@ def measure(op_name: str, size: int, ctx: Context, cfg: BenchConfig, group_label
     nbytes = op.bytes_moved(count, elsize, n)
     bufs = Buffers(op, count, ctx.rank, n, ctx.device, _torch_dtype(cfg.dtype))
     row = Row(op=op_name, size=nbytes, count=count, dtype=cfg.dtype, redop=op.redop, root=op.root, group=group_label)
-    _maybe_die(ctx.rank, size)
+    faults.FAULTS.before_size(ctx.rank, size)
     note_progress(op_name, nbytes)
     for form in op.forms:
         inplace = form == "in_place"
@@ -227,8 +208,7 @@ def measure(op_name: str, size: int, ctx: Context, cfg: BenchConfig, group_label
             bufs.fill()
             bufs.launch(inplace, ctx.group).wait()
             ctx.sync()
-            if os.environ.get(CORRUPT_RANK) == str(ctx.rank):
-                bufs.result(inplace).view(-1)[0] = 12345  # test hook: one wrong element on this rank
+            faults.FAULTS.after_check(ctx.rank, bufs.result(inplace))
             wrong = bufs.wrong(inplace)
         per_op, samples = time_loop(bufs, inplace, ctx, cfg)
         total_t, wrong_sum = ctx.reduce([per_op, float(wrong or 0)], "sum")

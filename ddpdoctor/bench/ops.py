@@ -30,6 +30,9 @@ def one(n: int) -> float:
 
 @dataclass(frozen=True)
 class Op:
+    """One collective, like one nccl-tests source file (testColl): its bytes, bus factor, buffers, data,
+    expected result and the call itself. Each collective below overrides what differs."""
+
     name: str
     bus_factor: Callable[[int], float]
     whole_buffer: bool  # S counts every rank's chunk (all_gather, reduce_scatter, all_to_all)
@@ -45,17 +48,141 @@ class Op:
     def bytes_moved(self, count: int, elsize: int, n: int) -> int:
         return count * elsize * (n if self.whole_buffer else 1)
 
+    # -- torch from here on: called with a Buffers (count c, rank r, size n, device, dtype) --------------
+    def shapes(self, c: int, n: int) -> tuple[int, int]:
+        """Element counts of the input and output buffers."""
+        return c, c
+
+    def fill(self, b: "Buffers") -> None:
+        b.inp.copy_(_pattern(b.count, b.rank + 1, b.device, b.dtype))
+
+    def expected(self, b: "Buffers"):
+        raise NotImplementedError
+
+    def result(self, b: "Buffers", inplace: bool):
+        return b.out
+
+    def launch(self, b: "Buffers", inplace: bool, group):
+        raise NotImplementedError
+
+
+class AllReduce(Op):
+    def expected(self, b):
+        import torch
+
+        n = b.n
+        return (torch.arange(b.count, device=b.device, dtype=torch.int64) % 7 * n + n * (n + 1) // 2).to(b.dtype)
+
+    def result(self, b, inplace):
+        return b.inp
+
+    def launch(self, b, inplace, group):
+        import torch.distributed as dist
+
+        return dist.all_reduce(b.inp, group=group, async_op=True)
+
+
+class AllGather(Op):
+    def shapes(self, c, n):
+        return c, c * n
+
+    def fill(self, b):
+        super().fill(b)
+        b.out[b.mine].copy_(b.inp)  # the in-place form's input is this rank's slice of the output
+
+    def expected(self, b):
+        import torch
+
+        return torch.cat([_pattern(b.count, j + 1, b.device, b.dtype) for j in range(b.n)])
+
+    def launch(self, b, inplace, group):
+        return _all_gather(b.out, b.out[b.mine] if inplace else b.inp, group=group, async_op=True)
+
+
+class ReduceScatter(Op):
+    def shapes(self, c, n):
+        return c * n, c
+
+    def fill(self, b):
+        b.inp.copy_(_pattern(b.count * b.n, b.rank + 1, b.device, b.dtype))
+
+    def expected(self, b):
+        import torch
+
+        idx = torch.arange(b.rank * b.count, (b.rank + 1) * b.count, device=b.device, dtype=torch.int64)
+        return (idx % 7 * b.n + b.n * (b.n + 1) // 2).to(b.dtype)
+
+    def result(self, b, inplace):
+        return b.inp[b.mine] if inplace else b.out
+
+    def launch(self, b, inplace, group):
+        return _reduce_scatter(b.inp[b.mine] if inplace else b.out, b.inp, group=group, async_op=True)
+
+
+class Broadcast(Op):
+    def fill(self, b):
+        import torch
+
+        b.inp.copy_(_pattern(b.count, 1, b.device, b.dtype) if b.rank == self.root else
+                    torch.full((b.count,), -1, device=b.device, dtype=b.dtype))
+
+    def expected(self, b):
+        return _pattern(b.count, 1, b.device, b.dtype)
+
+    def result(self, b, inplace):
+        return b.inp
+
+    def launch(self, b, inplace, group):
+        import torch.distributed as dist
+
+        return dist.broadcast(b.inp, src=_global(self.root, group), group=group, async_op=True)
+
+
+class AllToAll(Op):
+    def shapes(self, c, n):
+        return c * n, c * n
+
+    def fill(self, b):
+        import torch
+
+        # chunk j goes to rank j: its values encode (source, destination), so a misrouted chunk is wrong
+        b.inp.copy_(torch.cat([_pattern(b.count, (b.rank * b.n + j) % 64, b.device, b.dtype, 3) for j in range(b.n)]))
+
+    def expected(self, b):
+        import torch
+
+        return torch.cat([_pattern(b.count, (j * b.n + b.rank) % 64, b.device, b.dtype, 3) for j in range(b.n)])
+
+    def launch(self, b, inplace, group):
+        import torch.distributed as dist
+
+        return dist.all_to_all_single(b.out, b.inp, group=group, async_op=True)
+
+
+class SendRecv(Op):
+    """A ring of paired isend/irecv: each rank sends to the next and receives from the previous."""
+
+    def expected(self, b):
+        return _pattern(b.count, (b.rank - 1) % b.n + 1, b.device, b.dtype)
+
+    def launch(self, b, inplace, group):
+        import torch.distributed as dist
+
+        to, frm = _global((b.rank + 1) % b.n, group), _global((b.rank - 1) % b.n, group)
+        return _All(dist.batch_isend_irecv([dist.P2POp(dist.isend, b.inp, to, group),
+                                            dist.P2POp(dist.irecv, b.out, frm, group)]))
+
 
 BOTH = ("out_of_place", "in_place")
 # torch.distributed's all_reduce and broadcast exist only in place (an "out-of-place" form would be a copy
 # plus the op, which measures the copy too); all_to_all_single and send/recv only out of place.
 OPS: dict[str, Op] = {
-    "all_reduce": Op("all_reduce", allreduce_factor, False, ("in_place",), redop="sum"),
-    "all_gather": Op("all_gather", gather_factor, True, BOTH),
-    "reduce_scatter": Op("reduce_scatter", gather_factor, True, BOTH, redop="sum"),
-    "broadcast": Op("broadcast", one, False, ("in_place",), root=0),
-    "all_to_all": Op("all_to_all", gather_factor, True, ("out_of_place",)),
-    "sendrecv": Op("sendrecv", one, False, ("out_of_place",), min_ranks=2),
+    "all_reduce": AllReduce("all_reduce", allreduce_factor, False, ("in_place",), redop="sum"),
+    "all_gather": AllGather("all_gather", gather_factor, True, BOTH),
+    "reduce_scatter": ReduceScatter("reduce_scatter", gather_factor, True, BOTH, redop="sum"),
+    "broadcast": Broadcast("broadcast", one, False, ("in_place",), root=0),
+    "all_to_all": AllToAll("all_to_all", gather_factor, True, ("out_of_place",)),
+    "sendrecv": SendRecv("sendrecv", one, False, ("out_of_place",), min_ranks=2),
 }
 
 
@@ -76,103 +203,39 @@ def _pattern(count: int, offset: int, device, dtype, modulus: int = 7):
 
 
 class Buffers:
-    """Input/output tensors of one op at one size, with the fill and the expected result for a check."""
+    """Input/output tensors of one op at one size; the op itself says how to fill, check and run them."""
 
     def __init__(self, op: Op, count: int, rank: int, n: int, device, dtype):
         import torch
 
         self.op, self.count, self.rank, self.n, self.device, self.dtype = op, count, rank, n, device, dtype
-        c = count
-        if op.name == "all_gather":
-            self.inp, self.out = torch.empty(c, device=device, dtype=dtype), torch.empty(c * n, device=device, dtype=dtype)
-        elif op.name == "reduce_scatter":
-            self.inp, self.out = torch.empty(c * n, device=device, dtype=dtype), torch.empty(c, device=device, dtype=dtype)
-        elif op.name == "all_to_all":
-            self.inp, self.out = torch.empty(c * n, device=device, dtype=dtype), torch.empty(c * n, device=device, dtype=dtype)
-        else:
-            self.inp, self.out = torch.empty(c, device=device, dtype=dtype), torch.empty(c, device=device, dtype=dtype)
+        self.mine = slice(rank * count, (rank + 1) * count)
+        n_in, n_out = op.shapes(count, n)
+        self.inp = torch.empty(n_in, device=device, dtype=dtype)
+        self.out = torch.empty(n_out, device=device, dtype=dtype)
 
     def fill(self) -> None:
-        import torch
-
-        op, c, r, n = self.op.name, self.count, self.rank, self.n
-        if op == "all_to_all":
-            # chunk j goes to rank j: value encodes (source, destination) so a misrouted chunk is wrong
-            self.inp.copy_(torch.cat([_pattern(c, (r * n + j) % 64, self.device, self.dtype, 3) for j in range(n)]))
-        elif op == "broadcast":
-            self.inp.copy_(_pattern(c, 1, self.device, self.dtype) if r == self.op.root else
-                           torch.full((c,), -1, device=self.device, dtype=self.dtype))
-        elif op == "reduce_scatter":
-            self.inp.copy_(_pattern(c * n, r + 1, self.device, self.dtype))
-        else:
-            self.inp.copy_(_pattern(c, r + 1, self.device, self.dtype))
         self.out.fill_(-1)
-        if op == "all_gather":  # the in-place form's input is this rank's slice of the output
-            self.out[r * c:(r + 1) * c].copy_(self.inp)
+        self.op.fill(self)
 
     def expected(self):
-        import torch
-
-        op, c, r, n = self.op.name, self.count, self.rank, self.n
-        if op == "all_reduce":
-            return (torch.arange(c, device=self.device, dtype=torch.int64) % 7 * n + n * (n + 1) // 2).to(self.dtype)
-        if op == "reduce_scatter":
-            idx = torch.arange(r * c, (r + 1) * c, device=self.device, dtype=torch.int64)
-            return (idx % 7 * n + n * (n + 1) // 2).to(self.dtype)
-        if op == "all_gather":
-            return torch.cat([_pattern(c, j + 1, self.device, self.dtype) for j in range(n)])
-        if op == "broadcast":
-            return _pattern(c, 1, self.device, self.dtype)
-        if op == "all_to_all":
-            return torch.cat([_pattern(c, (j * n + r) % 64, self.device, self.dtype, 3) for j in range(n)])
-        if op == "sendrecv":
-            return _pattern(c, (r - 1) % n + 1, self.device, self.dtype)
-        raise KeyError(op)
+        return self.op.expected(self)
 
     def result(self, inplace: bool):
-        if self.op.name in ("all_reduce", "broadcast"):
-            return self.inp
-        if inplace and self.op.name == "reduce_scatter":
-            return self.inp[self.rank * self.count:(self.rank + 1) * self.count]
-        return self.out
+        return self.op.result(self, inplace)
 
     def wrong(self, inplace: bool) -> int:
-        got = self.result(inplace)
-        return int((got != self.expected()).sum().item())
+        return int((self.result(inplace) != self.expected()).sum().item())
 
     def launch(self, inplace: bool, group=None):
         """One op; returns without waiting (the harness synchronises)."""
-        import torch.distributed as dist
+        return self.op.launch(self, inplace, group)
 
-        op = self.op.name
-        mine = slice(self.rank * self.count, (self.rank + 1) * self.count)
-        if op == "all_reduce":
-            return dist.all_reduce(self.inp, group=group, async_op=True)
-        if op == "broadcast":
-            return dist.broadcast(self.inp, src=self._global(self.op.root, group), group=group, async_op=True)
-        if op == "all_gather":
-            src = self.out[mine] if inplace else self.inp
-            return _all_gather(self.out, src, group=group, async_op=True)
-        if op == "reduce_scatter":
-            dst = self.inp[mine] if inplace else self.out
-            return _reduce_scatter(dst, self.inp, group=group, async_op=True)
-        if op == "all_to_all":
-            return dist.all_to_all_single(self.out, self.inp, group=group, async_op=True)
-        if op == "sendrecv":
-            peer_to = (self.rank + 1) % self.n
-            peer_from = (self.rank - 1) % self.n
-            reqs = dist.batch_isend_irecv([
-                dist.P2POp(dist.isend, self.inp, self._global(peer_to, group), group),
-                dist.P2POp(dist.irecv, self.out, self._global(peer_from, group), group),
-            ])
-            return _All(reqs)
-        raise KeyError(op)
 
-    @staticmethod
-    def _global(group_rank: int, group) -> int:
-        import torch.distributed as dist
+def _global(group_rank: int, group) -> int:
+    import torch.distributed as dist
 
-        return group_rank if group is None else dist.get_global_rank(group, group_rank)
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
 def _all_gather(out, inp, **kw):
