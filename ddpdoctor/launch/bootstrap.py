@@ -69,7 +69,27 @@ def start_worker_server() -> None:
         server = _WorkerServer(path)
         atexit.register(server.shutdown)  # stopped before the interpreter tears down, as worker_main does
         _KEEP.append(server)
+        atexit.register(dump_flight_record)  # runs first (atexit is last-in, first-out)
     except Exception:  # noqa: BLE001 - forensics must never stop the job
+        pass
+
+
+def dump_flight_record() -> None:
+    """At a normal exit: the whole flight record into DDPDOCTOR_FR_DIR/rank<R>.json, so the job's summary
+    counts every collective (the watchdog's last poll is up to a second old, and the server is gone)."""
+    out_dir = os.environ.get("DDPDOCTOR_FR_DIR")
+    if not out_dir:
+        return
+    try:
+        import torch._C._distributed_c10d as c10d
+
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, f"rank{rank()}.json")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(c10d._dump_fr_trace_json())
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001
         pass
 
 

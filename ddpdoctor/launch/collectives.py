@@ -201,9 +201,57 @@ def _verdict(cls: str, culprits: list[int], evidence: dict, sites: dict, collect
 def _who(rank: int, evidence: dict, sites: dict) -> dict:
     ev = evidence[rank]
     site = sites.get(rank) or {}
-    return {"rank": rank, "host": ev.get("host"), "pid": ev.get("pid"), "state": ev.get("state"),
+    return {"rank": rank, "host": ev.get("host"), "node": ev.get("node"), "pid": ev.get("pid"), "state": ev.get("state"),
             "where": site.get("where"), "function": site.get("function")}
 
 
 def _list(ranks) -> str:
     return ", ".join(map(str, ranks))
+
+
+# ---------------------------------------------------------------- progress of a healthy job
+def summarise(frs: dict[int, dict], min_late_s: float = 0.02) -> dict:
+    """Per rank, from its last flight record: collectives completed and the median time between them; and
+    the straggler, a rank that enters the collectives consistently later than the others (its median
+    lateness behind the first rank to enter, over the collectives every rank recorded)."""
+    ranks: dict[str, dict] = {}
+    created: dict[tuple, dict[int, int]] = {}
+    for rank, fr in sorted(frs.items()):
+        entries = [e for e in (fr or {}).get("entries") or [] if not e.get("is_p2p")]
+        times = sorted(int(e.get("time_created_ns", 0)) for e in entries if e.get("time_created_ns"))
+        gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:])]
+        ranks[str(rank)] = {"completed": _completed(fr), "interval_s_median": round(_median(gaps), 4) if gaps else None}
+        for e in entries:
+            key = (str(e.get("pg_id")), _int(e.get("collective_seq_id")))
+            created.setdefault(key, {})[rank] = int(e.get("time_created_ns", 0))
+    common = [by_rank for by_rank in created.values() if len(by_rank) == len(frs) > 1]
+    late: dict[int, list[float]] = {r: [] for r in frs}
+    for by_rank in common:
+        first = min(by_rank.values())
+        for r, t in by_rank.items():
+            late[r].append((t - first) / 1e9)
+    for r, values in late.items():
+        if values:
+            ranks[str(r)]["late_s_median"] = round(_median(values), 4)
+    straggler = None
+    medians = {r: _median(v) for r, v in late.items() if v}
+    if len(medians) > 1:
+        worst = max(medians, key=medians.get)
+        others = _median([m for r, m in medians.items() if r != worst])
+        if medians[worst] >= max(min_late_s, 3 * others):
+            straggler = {"rank": worst, "late_s_median": round(medians[worst], 4), "others_s_median": round(others, 4),
+                         "collectives": len(common)}
+    return {"ranks": ranks, "straggler": straggler, "matched_collectives": len(common)}
+
+
+def _completed(fr: dict | None) -> int | None:
+    if not fr:
+        return None
+    vals = [_int(s.get("last_completed_collective")) for s in (fr.get("pg_status") or {}).values()]
+    return sum(max(0, v) for v in vals) if vals else None
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return 0.0 if not n else s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

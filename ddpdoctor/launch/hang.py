@@ -107,11 +107,14 @@ class Watchdog:
     ``self.report`` and stops the agent."""
 
     def __init__(self, agent, run_dir: Path, logs: Path, timeout: float | None, poll: float = 1.0,
-                 sockets: str | None = None, host: str | None = None):
+                 sockets: str | None = None, host: str | None = None, node: str = "node", nnodes: int = 1):
         self.agent, self.run_dir, self.logs, self.poll = agent, run_dir, logs, poll
         self.threshold = Threshold(timeout)
         self.sockets, self.host = sockets, host or socket.gethostname()
+        # Several nodes: each sees only its own ranks; they swap evidence through the shared run dir.
+        self.node, self.nnodes, self.exchange = node, nnodes, run_dir / "hang"
         self.report: dict | None = None
+        self.last_fr: dict[int, dict] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
@@ -124,20 +127,51 @@ class Watchdog:
         self._thread.join(5)
 
     def _run(self) -> None:
-        started = time.time()
+        launched = time.time()
+        started = None
         seen = None
         while not self._stop.wait(self.poll):
             if self.agent.poll() is not None:
                 return
             mark = self.progress()
             now = time.time()
+            if started is None:
+                started = self.armed_at(mark[0], launched, now)
             if mark != seen:
                 if seen is not None or any(mark[0].values()) or mark[1]:
                     self.threshold.progressed(now)
                 seen = mark
-            if self.threshold.fired(now, started):
-                self.report = self.fire(self.threshold.stalled(now, started))
+            fired = started is not None and self.threshold.fired(now, started)
+            if fired or self.peer_fired():
+                self.report = self.fire(self.threshold.stalled(now, started or launched))
                 return
+
+    def armed_at(self, done: dict, launched: float, now: float) -> float | None:
+        """When silence starts to count: once every rank's worker server answers (start-up, `import torch`
+        on a loaded node, is no hang), or at the latest a minute (or two thresholds) after the launch."""
+        if done and all(v is not None for v in done.values()):
+            return now
+        if not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
+            return launched
+        return None
+
+    def collectives(self) -> dict | None:
+        """Per-rank progress of the job from its collectives (any script), with the straggler if there is one."""
+        from . import collectives
+
+        frs = dict(self.last_fr)
+        for path in (self.run_dir / "flight_recorder").glob("rank*.json"):  # written at the ranks' exit: complete
+            try:
+                frs[int(path.stem[4:])] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+        return collectives.summarise(frs) if frs else None
+
+    def peer_fired(self) -> bool:
+        """Another node's watchdog has judged this job hung: collect here now too, while the ranks still wait."""
+        from . import forensics
+
+        return self.nnodes > 1 and bool(forensics.published(self.exchange, exclude=self.node))
 
     def progress(self) -> tuple:
         """(rank -> completed collectives, newest metrics/log mtime): any change is progress."""
@@ -148,6 +182,8 @@ class Watchdog:
             for rank in ranks_of(workers(self.agent.pid)):
                 fr = forensics.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)
                 done[rank] = forensics.completed(fr)
+                if fr is not None:
+                    self.last_fr[rank] = fr  # the progress summary at the end reads the last one
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
         logs = self.logs if not any(v is not None for v in done.values()) else Path("/nonexistent")
         return done, progress_mark(self.run_dir, logs)
@@ -155,9 +191,24 @@ class Watchdog:
     def fire(self, stalled_s: float) -> dict:
         from . import collectives
 
+        from . import forensics
+
         procs = workers(self.agent.pid)
         evidence = self.collect(procs)
+        nodes = {self.node: sorted(evidence)}
+        if self.nnodes > 1:
+            forensics.publish(self.exchange, self.node, evidence)
+            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0)
+            for node, theirs in others.items():
+                nodes[node] = sorted(theirs)
+                evidence = {**theirs, **evidence}
         verdict = collectives.judge(evidence) if evidence else None
+        if verdict is not None and self.nnodes > 1:
+            verdict["nodes"] = {n: r for n, r in sorted(nodes.items())}
+            verdict["missing_nodes"] = self.nnodes - len(nodes)
+            if verdict["missing_nodes"]:
+                verdict["summary"] += (f" (records of {verdict['missing_nodes']} of {self.nnodes} nodes missing: "
+                                       "judged from the others)")
         stacks = {r: ev["stacks"] for r, ev in evidence.items() if ev.get("stacks")}
         steps = last_steps(self.run_dir)
         stalled = [c["rank"] for c in (verdict or {}).get("culprits", [])] or behind(steps, stacks)
@@ -182,7 +233,7 @@ class Watchdog:
 
         def one(rank: int, proc: psutil.Process) -> None:
             state = forensics.process_state(proc.pid)
-            ev = {"host": self.host, "pid": proc.pid, "state": state, "fr": None, "stacks": None}
+            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None}
             if state == "running" and self.sockets:
                 path = self.sockets.replace("{rank}", str(rank))
                 ev["fr"] = forensics.flight_record(path)

@@ -13,6 +13,10 @@ def render(doc: dict, console: Console) -> None:
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
              else f"records in {doc.get('logs')}")
+    if doc.get("verdict") == "pass" and "collectives" in s and doc.get("collectives"):
+        console.print(Text(f"run-trainer: PASS · {start} · {collectives_line(doc['collectives'])} · "
+                           f"restarts {doc.get('restarts', 0)}", style="green"))
+        return
     if doc.get("verdict") == "pass":
         line = (f"run-trainer: PASS · {start} · {s.get('steps', 0)} steps on {s.get('ranks', 0)} rank(s) · loss "
                 f"{s.get('first_loss')} -> {s.get('final_loss')} · {s.get('tokens_per_s_mean')} tokens/s · "
@@ -64,3 +68,18 @@ def hang_rows(hang: dict) -> list[Text]:
     rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                      style="dim"))
     return rows
+
+
+def collectives_line(summary: dict) -> str:
+    """A user script's progress: collectives completed per rank, how often, and the straggler if any."""
+    ranks = summary.get("ranks") or {}
+    done = [r["completed"] for r in ranks.values() if r.get("completed") is not None]
+    gaps = [r["interval_s_median"] for r in ranks.values() if r.get("interval_s_median") is not None]
+    line = f"{max(done) if done else 0} collectives on {len(ranks)} rank(s)"
+    if gaps:
+        line += f", one every {sorted(gaps)[len(gaps) // 2]:.3g} s"
+    st = summary.get("straggler")
+    if st:
+        line += (f" · straggler: rank {st['rank']} enters collectives {st['late_s_median']:.3g} s after the first "
+                 f"(median of {st['collectives']}; the others {st['others_s_median']:.3g} s)")
+    return line

@@ -131,8 +131,11 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             for t in pumps:
                 t.start()
             # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
-            dog = hang.Watchdog(proc, cfg.records(), logs, cfg.hang_timeout,
-                                sockets=env.get("DDPDOCTOR_WORKER_SOCKET")).start()
+            # Each poll makes every rank serialise its flight record: every 2 s, unless a short fixed threshold.
+            poll = 1.0 if cfg.hang_timeout is not None and cfg.hang_timeout < 20 else 2.0
+            dog = hang.Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
+                                sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name,
+                                nnodes=cfg.nnodes).start()
             try:
                 proc.wait()
                 stop.wait_stopped()  # torchrun gone; its workers too, or SIGKILLed by now
@@ -145,6 +148,9 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
         doc = build_document(cfg, proc.returncode, agent_log.read_text(errors="replace"), logs,
                              time.time() - started, dog.report if dog else None, interrupted=stop.signum)
         doc["preflight"] = preflight
+        doc["collectives"] = dog.collectives()
+        if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps
+            doc["metrics_summary"] = collectives_summary(doc["collectives"])
         model.dump(doc, cfg.records() / "run.json")
     return doc
 
@@ -178,6 +184,16 @@ def metrics_summary(metrics: dict[str, list[dict]]) -> dict:
         "peak_mem_bytes": max((r.get("peak_mem_bytes") or 0 for rows in metrics.values() for r in rows), default=0),
         "ranks": len(metrics),
     }
+
+
+def collectives_summary(summary: dict) -> dict:
+    ranks = summary.get("ranks") or {}
+    done = [r["completed"] for r in ranks.values() if r.get("completed") is not None]
+    gaps = sorted(r["interval_s_median"] for r in ranks.values() if r.get("interval_s_median") is not None)
+    straggler = summary.get("straggler") or {}
+    return {"collectives": max(done) if done else 0, "collective_interval_s": gaps[len(gaps) // 2] if gaps else None,
+            "ranks": len(ranks), "straggler_rank": straggler.get("rank"),
+            "straggler_late_s": straggler.get("late_s_median")}
 
 
 def checksums(run_dir: Path) -> bool | None:

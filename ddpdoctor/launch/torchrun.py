@@ -11,9 +11,9 @@ from pathlib import Path
 from .config import REFERENCE_MODULE, TrainerConfig, node_label, python, socket_dir
 
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
-# Per process: ~330 bytes of JSON each, and the watchdog reads them all every second; a hang is judged from
-# the last few collectives only.
-FR_ENTRIES = "500"
+# Per process: ~480 bytes of JSON each, serialised by the rank's server thread at every watchdog poll; a
+# hang is judged from the last few collectives only, and the exit dump covers the summary.
+FR_ENTRIES = "200"
 
 
 def log_dir(cfg: TrainerConfig, label: str | None = None) -> Path:
@@ -48,6 +48,7 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     # on SIGUSR1 into the run's stacks/, and each rank's worker server on a short socket path (108 bytes max).
     env.setdefault("TORCH_FR_BUFFER_SIZE", FR_ENTRIES)
     env["DDPDOCTOR_STACKS_DIR"] = str(cfg.records().resolve() / "stacks")
+    env["DDPDOCTOR_FR_DIR"] = str(cfg.records().resolve() / "flight_recorder")  # each rank's at its exit
     env["DDPDOCTOR_WORKER_SOCKET"] = str(socket_dir(cfg, label or node_label(cfg)) / "{rank}.sock")
     env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
     env["PYTHONUNBUFFERED"] = "1"

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.test_trainer import run_trainer
+from tests.integration.test_trainer import run_bounded, run_trainer, two_nodes
 
 # One script, every fault: `python user_ddp.py MODE`. Line numbers matter (the tests check call sites).
 USER_DDP = textwrap.dedent('''\
@@ -43,7 +43,7 @@ USER_DDP = textwrap.dedent('''\
 
 
     def get_batch(rank, step):
-        if MODE == "sleep" and rank == 1 and step == FAULT_STEP:
+        if MODE == "sleep" and rank == int(os.environ.get("FAULT_RANK", "1")) and step == FAULT_STEP:
             time.sleep(600)  # stuck outside any collective
         return torch.randn(4, 16)
 
@@ -67,6 +67,8 @@ USER_DDP = textwrap.dedent('''\
                 time.sleep(2.0)  # the first steps ten times slower than the rest
             if MODE == "raise" and rank == 1 and step == FAULT_STEP:
                 raise ValueError("labels out of range at step 4")
+            if MODE == "kill" and rank == 1 and step == FAULT_STEP:
+                os.kill(os.getpid(), 9)
             loss = model(x).sum()
             loss.backward()
             opt.step()
@@ -172,11 +174,33 @@ def _wait_for_rank(agent_pid: int, rank: int, limit: float = 90) -> psutil.Proce
 
 
 @pytest.mark.timeout(150)
-def test_exception_and_sigkill_are_named_by_the_post_mortem(tmp_path, script):
+def test_exception_is_named_by_the_post_mortem(tmp_path, script):
     p, doc, _ = hang_run(tmp_path, script, "raise")
     rc = doc["root_cause"]
     assert rc["rank"] == 1 and rc["error_type"] == "ValueError" and rc["location"] == f"{script}:{LINE['raise']}"
     assert doc["hang"] is None
+
+
+@pytest.mark.timeout(150)
+def test_sigkilled_rank_is_named_by_the_post_mortem(tmp_path, script):
+    p, doc, _ = hang_run(tmp_path, script, "kill")
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["signal"] == "SIGKILL" and doc["hang"] is None, rc
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_name_the_same_culprit(tmp_path, script, monkeypatch):
+    """Rank 3 (node 1) sleeps outside any collective: node 0 sees only its ranks waiting, yet both nodes name
+    rank 3, having swapped evidence through the shared run dir."""
+    monkeypatch.setenv("FAULT_RANK", "3")
+    res = two_nodes(tmp_path / "run", str(script), "sleep", preflight=("--no-preflight", "--hang-timeout", "5"))
+    docs = [json.loads(out) for _, out, _ in res]
+    for doc in docs:
+        v = doc["hang"]["verdict"]
+        assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], v
+        assert v["culprits"][0]["where"] == f"{script}:{LINE['sleep']}" and v["missing_nodes"] == 0
+        assert sorted(r for ranks in v["nodes"].values() for r in ranks) == [0, 1, 2, 3]
+        assert doc["root_cause"]["rank"] == 3
 
 
 @pytest.mark.timeout(150)
@@ -194,3 +218,21 @@ def test_default_threshold_calibrates_and_fires_within_a_minute(tmp_path, script
     assert t["source"] == "calibrated" and t["seconds"] == 30.0 and "warm-up" in t["why"]
     assert doc["hang"]["verdict"]["culprits"][0]["rank"] == 1
     assert elapsed < 60 + 30, elapsed  # startup + threshold + verdict
+
+
+@pytest.mark.timeout(150)
+def test_user_script_progress_and_straggler_from_the_flight_recorder(tmp_path, script):
+    """Rank 1 enters every collective ~0.3 s after rank 0: the summary shows collectives instead of '0 steps'
+    and names rank 1 with its figure."""
+    line = '        x = next(loader) if MODE == "loader" else get_batch(rank, step)\n'
+    assert line in USER_DDP
+    script.write_text(USER_DDP.replace(line, line + '        if MODE == "straggle" and rank == 1:\n'
+                                                    '            time.sleep(0.3)\n'))
+    p, doc, _ = hang_run(tmp_path, script, "straggle", env={"STEPS": "25", "STEP_S": "0.05"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = doc["metrics_summary"]
+    assert s["collectives"] >= 25 and s["ranks"] == 2 and s["collective_interval_s"] > 0.2, s
+    st = doc["collectives"]["straggler"]
+    assert st and st["rank"] == 1 and st["late_s_median"] > 0.2 and s["straggler_rank"] == 1, doc["collectives"]
+    human = run_bounded([sys.executable, "-m", "ddpdoctor", "report", "--help"], 30)
+    assert human.returncode == 0

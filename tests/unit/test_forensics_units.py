@@ -38,7 +38,7 @@ def test_rank_that_never_entered_the_collective_is_the_culprit():
           1: rank(fr(5, 5, [entry(i) for i in range(1, 6)]), stack(9, "get_batch"), host="n1")}
     v = collectives.judge(ev)
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1]
-    assert v["culprits"][0] == {"rank": 1, "host": "n1", "pid": 100, "state": "running",
+    assert v["culprits"][0] == {"rank": 1, "host": "n1", "node": None, "pid": 100, "state": "running",
                                 "where": f"{USER}:9", "function": "get_batch"}
     assert v["collective"]["seq"] == 6 and v["collective"]["waiting_ranks"] == [0]
     assert v["collective"]["call_site"] == {"where": f"{USER}:20", "function": "main"}
