@@ -86,7 +86,7 @@ class Threshold:
         return max(self.floor, self.factor * self.longest_gap)
 
     def stalled(self, now: float, started: float) -> float:
-        return now - (self.last if self.last is not None else started)
+        return now - max(self.last if self.last is not None else started, started)
 
     def fired(self, now: float, started: float) -> bool:
         limit = self.value()
@@ -130,9 +130,13 @@ class Watchdog:
         launched = time.time()
         started = None
         seen = None
+        pids: set[int] = set()
         while not self._stop.wait(self.poll):
             if self.agent.poll() is not None:
                 return
+            current = {p.pid for p in workers(self.agent.pid)}
+            if current != pids:  # a (re)start of the workers: their start-up is no hang either
+                pids, started, launched = current, None, time.time()
             mark = self.progress()
             now = time.time()
             if started is None:

@@ -236,3 +236,16 @@ def test_user_script_progress_and_straggler_from_the_flight_recorder(tmp_path, s
     assert st and st["rank"] == 1 and st["late_s_median"] > 0.2 and s["straggler_rank"] == 1, doc["collectives"]
     human = run_bounded([sys.executable, "-m", "ddpdoctor", "report", "--help"], 30)
     assert human.returncode == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_restart_is_no_hang_under_a_short_fixed_threshold(tmp_path):
+    """torchrun restarts the workers (start-up again: seconds of `import torch`); a 6 s threshold must count
+    from when the new workers answer, not from the last collective of the failed attempt."""
+    from tests.integration.test_trainer import FAST
+
+    p, doc = run_trainer("--nproc-per-node", "2", "--max-restarts", "1", "--hang-timeout", "6", "--", "--steps",
+                         "20", "--snapshot-every", "5", "--fail-at-step", "8", "--fail-rank", "1", *FAST,
+                         run_dir=tmp_path / "run", timeout=220)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["restarts"] == 1 and doc["hang"] is None and doc["verdict"] == "pass"
