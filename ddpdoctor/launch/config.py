@@ -19,7 +19,7 @@ REFERENCE_MODULE = "ddpdoctor_trainer.train"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a directory name and a torchrun id: nothing else
 SCHEDULER_IDS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")
 # Files that only the workers or the end of a run write: an earlier invocation left them, never this one.
-RECORDS = ("run.json", "metrics", "snapshots", "checksums.jsonl", "DONE")
+RECORDS = ("run.json", "metrics", "snapshots", "checksums.jsonl", "DONE", "stacks", "flight_recorder", "hang")
 HANG_TIMEOUT_MAX = 7 * 86400.0
 
 

@@ -84,6 +84,9 @@ def test_an_earlier_invocations_records_are_refused_not_continued(tmp_path, no_s
     (tmp_path / "r1" / "metrics").mkdir(parents=True)
     with pytest.raises(UsageError, match="already has records.*--resume r1"):
         validate(TrainerConfig(run_dir=str(tmp_path), run_id="r1"))
+    (tmp_path / "r3" / "flight_recorder").mkdir(parents=True)  # a user script's run, killed before run.json
+    with pytest.raises(UsageError, match="already has records"):
+        validate(TrainerConfig(run_dir=str(tmp_path), run_id="r3"))
     (tmp_path / "r2" / "logs").mkdir(parents=True)  # another node of this same run got here first: fine
     assert validate(TrainerConfig(run_dir=str(tmp_path), run_id="r2")).run_id == "r2"
 
