@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from . import model, registry, runner
@@ -20,13 +20,9 @@ class Plan:
     checks: list[registry.LoadedCheck]
     opts_by_check: dict[str, dict[str, Any]]
     run: dict[str, Any]
-    all_checks: list[registry.LoadedCheck] = field(default_factory=list)
 
     def phase(self, name: str) -> list[registry.LoadedCheck]:
         return [lc for lc in self.checks if lc.check.phase == name]
-
-    def describe_checks(self) -> list[dict]:
-        return [lc.describe() for lc in self.checks]
 
 
 def split_names(values: Iterable[str]) -> list[str]:
@@ -48,7 +44,7 @@ def make_plan(
     chosen = registry.select(loaded, split_names(only), split_names(skip))
     opts = resolve_check_options(loaded, file_cfg, parse_set(sets), source=config_path or "")
     run = resolve_run(file_cfg, dict(run_flags or {}), source=config_path or "")
-    return Plan(checks=chosen, opts_by_check=opts, run=run, all_checks=loaded)
+    return Plan(checks=chosen, opts_by_check=opts, run=run)
 
 
 def node_name() -> str:

@@ -132,7 +132,7 @@ def time_loop(bufs: Buffers, inplace: bool, ctx: Context, cfg: BenchConfig) -> t
 
     def one():
         hook(ctx.global_rank)
-        return bufs.launch(inplace, ctx.group)
+        return bufs.start(inplace, ctx.group)
 
     for _ in range(cfg.warmup):
         one().wait()
@@ -146,7 +146,7 @@ def time_loop(bufs: Buffers, inplace: bool, ctx: Context, cfg: BenchConfig) -> t
             with torch.cuda.stream(stream):
                 with torch.cuda.graph(graph, stream=stream):
                     for _ in range(cfg.iters):
-                        bufs.launch(inplace, ctx.group)  # captured: the work objects are not waited on
+                        bufs.start(inplace, ctx.group)  # captured: the work objects are not waited on
             torch.cuda.synchronize()
             dist.barrier(group=ctx.group)
             start.record()
@@ -206,7 +206,7 @@ def measure(op_name: str, size: int, ctx: Context, cfg: BenchConfig, group_label
         wrong = None
         if cfg.check:
             bufs.fill()
-            bufs.launch(inplace, ctx.group).wait()
+            bufs.start(inplace, ctx.group).wait()
             ctx.sync()
             faults.FAULTS.after_check(ctx.rank, bufs.result(inplace))
             wrong = bufs.wrong(inplace)

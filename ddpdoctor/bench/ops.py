@@ -62,7 +62,8 @@ class Op:
     def result(self, b: "Buffers", inplace: bool):
         return b.out
 
-    def launch(self, b: "Buffers", inplace: bool, group):
+    def call(self, b: "Buffers", inplace: bool, group):
+        """Start the op; returns a work object (not waited on)."""
         raise NotImplementedError
 
 
@@ -76,7 +77,7 @@ class AllReduce(Op):
     def result(self, b, inplace):
         return b.inp
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         import torch.distributed as dist
 
         return dist.all_reduce(b.inp, group=group, async_op=True)
@@ -95,7 +96,7 @@ class AllGather(Op):
 
         return torch.cat([_pattern(b.count, j + 1, b.device, b.dtype) for j in range(b.n)])
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         return _all_gather(b.out, b.out[b.mine] if inplace else b.inp, group=group, async_op=True)
 
 
@@ -115,7 +116,7 @@ class ReduceScatter(Op):
     def result(self, b, inplace):
         return b.inp[b.mine] if inplace else b.out
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         return _reduce_scatter(b.inp[b.mine] if inplace else b.out, b.inp, group=group, async_op=True)
 
 
@@ -132,7 +133,7 @@ class Broadcast(Op):
     def result(self, b, inplace):
         return b.inp
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         import torch.distributed as dist
 
         return dist.broadcast(b.inp, src=_global(self.root, group), group=group, async_op=True)
@@ -153,7 +154,7 @@ class AllToAll(Op):
 
         return torch.cat([_pattern(b.count, (j * b.n + b.rank) % 64, b.device, b.dtype, 3) for j in range(b.n)])
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         import torch.distributed as dist
 
         return dist.all_to_all_single(b.out, b.inp, group=group, async_op=True)
@@ -165,7 +166,7 @@ class SendRecv(Op):
     def expected(self, b):
         return _pattern(b.count, (b.rank - 1) % b.n + 1, b.device, b.dtype)
 
-    def launch(self, b, inplace, group):
+    def call(self, b, inplace, group):
         import torch.distributed as dist
 
         to, frm = _global((b.rank + 1) % b.n, group), _global((b.rank - 1) % b.n, group)
@@ -227,9 +228,9 @@ class Buffers:
     def wrong(self, inplace: bool) -> int:
         return int((self.result(inplace) != self.expected()).sum().item())
 
-    def launch(self, inplace: bool, group=None):
+    def start(self, inplace: bool, group=None):
         """One op; returns without waiting (the harness synchronises)."""
-        return self.op.launch(self, inplace, group)
+        return self.op.call(self, inplace, group)
 
 
 def _global(group_rank: int, group) -> int:

@@ -71,7 +71,7 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
       ddpdoctor nccl-bench --nnodes 2 --master node0:29600 --localise   # on both nodes: find the slow one
     """
     from ..bench.harness import BenchConfig
-    from ..bench.launch import LaunchPlan, under_launcher
+    from ..bench.spawn import LaunchPlan, under_launcher
     from ..bench.sizes import parse_size, sweep
 
     out_dir = common.ensure_writable_dir(output_dir)
@@ -118,14 +118,14 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
 def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> int:
     """Run the ranks (here under a launcher, else through torch's launcher), then show rank 0's document."""
     from .. import model
-    from ..bench.launch import launch, run_in_this_process
+    from ..bench.spawn import run_in_this_process, start_ranks
 
     if launched:
         run_in_this_process(cfg.to_json())
         if int(os.environ.get("RANK", "0")) != 0:
             return 0  # rank 0 speaks for the job
     else:
-        launch(cfg.to_json(), plan)
+        start_ranks(cfg.to_json(), plan)
     if not os.path.exists(cfg.result_path):
         return 0  # a node other than the one holding global rank 0
     from ..bench.render import render

@@ -42,7 +42,7 @@ def run_in_this_process(cfg: dict) -> None:
     worker_main(cfg)
 
 
-def launch(cfg: dict, plan: LaunchPlan) -> None:
+def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
     """Start the ranks through torch's launcher; the config travels as a JSON file named in the env."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
