@@ -33,7 +33,7 @@ from . import launcher_env
 from . import roster as rosters
 from . import verdict as verdicts
 from .budget import GRACE_S, SILENT_S, Budget
-from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, bounded
+from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, bounded, key_of
 from .probe import ProbeServer
 from .view import ClusterView
 
@@ -549,8 +549,8 @@ class Master(Node):
         doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
                               self.timings, advice)
         self.mb.post("verdict", verdicts.published(doc))
-        self.mb.count("done")
-        self._linger(min(time.monotonic() + 5.0, self.budget.end), want=len(view.nodes) - len(self.silent))
+        readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
+        self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)
         self._remove_shared_file()
         return doc
 
@@ -604,12 +604,19 @@ class Master(Node):
             if not res.ok and res.error_class == ep.REFUSED:
                 self.silent[nm] = "stopped answering mid-preflight (its probe listener is gone: process killed?)"
 
-    def _linger(self, until: float, want: int | None = None) -> None:
-        """The master hosts the store: stay until the other nodes have read the last word (bounded)."""
+    def _linger(self, until: float, readers: list[dict] | None = None) -> None:
+        """The master hosts the store: stay until each reader's sealed "done" says it has the last word
+        (bounded; without readers, the whole time)."""
+        pending = {key_of("done", Slot(n["rank"], n["claim"])): Slot(n["rank"], n["claim"]) for n in readers or []}
         while time.monotonic() < until:
             try:
-                if want is not None and self.mb.count("done", 0) >= want:
-                    return
+                if readers is not None:
+                    present = self.mb.present(list(pending))  # one call for all; read only what is there
+                    for key in [k for k, there in present.items() if there]:
+                        if self.mb.read("done", pending[key]) is not None:
+                            del pending[key]
+                    if not pending:
+                        return
             except (StoreGone, StoreSilent):
                 return
             time.sleep(POLL_S)
@@ -704,7 +711,7 @@ class Worker(Node):
     def verdict(self, view: ClusterView) -> dict:
         body = self.wait_for("verdict", self.budget.end, "the verdict")
         try:
-            self.mb.count("done")
+            self.mb.post("done", {"done": True})
         except (StoreGone, StoreSilent):
             pass  # the master may already be gone; the verdict is what mattered
         self.timings["verdict_s"] = round(self.budget.elapsed(), 3)

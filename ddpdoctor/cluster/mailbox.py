@@ -171,6 +171,10 @@ def check_verdict(body: dict, ctx: dict) -> None:
     _need(isinstance(body.get("advice", []), list), "advice is not a list")
 
 
+def check_done(body: dict, ctx: dict) -> None:
+    _need(body.get("done") is True, "done is not true")
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of message: where it lives, who may send it, how big it may be, what it must contain."""
@@ -191,8 +195,11 @@ KINDS: dict[str, Kind] = {
     "go": Kind("collective-go", True, lambda n: 8 * KIB, check_go),
     "cfacts": Kind("cfacts/{slot}", False, lambda n: 4 * MIB, check_facts),
     "verdict": Kind("verdict", True, lambda n: 16 * MIB + n * 64 * KIB, check_verdict),
+    # "I have the verdict": sealed, not a counter, or one stray add would end the master's wait for the
+    # readers and a node still polling would find the store gone
+    "done": Kind("done/{slot}", False, lambda n: 1 * KIB, check_done),
 }
-COUNTERS = {"assign": "assign", "claim": "claim/{rank}", "beat": "beat/{slot}", "done": "done"}
+COUNTERS = {"assign": "assign", "claim": "claim/{rank}", "beat": "beat/{slot}"}
 PER_NODE_CAP = 32 * MIB  # all of one sender's messages together
 
 

@@ -250,3 +250,24 @@ def test_forged_roster_without_token_is_shown_escaped(cluster):
     assert codes[1] == 3, c.report()
     assert "\\x1b[31mPWNED" in worker.stderr, worker.stderr
     assert codes[0] in (1, 3), c.report()  # the master names the node that left
+
+
+@pytest.mark.timeout(150)
+def test_stray_done_signals_do_not_end_the_master_before_the_nodes_read_the_verdict(cluster):
+    """The master hosts the store and stays until every node has the verdict. A stranger adding to the
+    old shared "done" counter, or posting unsigned "done" messages for the nodes, must not make it leave
+    early: a node still polling for the verdict would find the store gone (exit 3 on a passing cluster)."""
+    c = cluster(3)
+    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    h = c.hostile()
+    run = h.run_nonce(TOKEN)
+    h.add("done", 1000)
+    for rank in (1, 2):
+        key = f"done/{rank}.1"
+        h.append(key, sealed({"done": True}, key=key, sender=(rank, 1), run=run, token=None))
+    workers = [c.start(r, token=TOKEN, timeout=TIMEOUT) for r in (1, 2)]
+    codes = c.finish(budget_s(TIMEOUT))
+    for node in (master, *workers):
+        assert_clean(node)
+    assert codes == {0: 0, 1: 0, 2: 0}, c.report()
+    assert all(w.doc()["verdict"] in ("pass", "warn") for w in workers)
