@@ -29,8 +29,8 @@ class ClockSkewCheck(Check):
         if view.me["name"] == view.master["name"]:
             return {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0, "samples": 0, "reference": True}
         try:
-            samples = time_exchange(view.master["addr"], view.master["probe_port"], int(ctx.opts.get("samples", 8)),
-                                    timeout=float(ctx.opts.get("reply_timeout_s", 5.0)))
+            samples = time_exchange(view.master["addr"], view.master["probe_port"], ctx.opts["samples"],
+                                    timeout=ctx.opts["reply_timeout_s"])
         except OSError as exc:
             # The mesh check judges reachability; here it only means no clock measurement.
             return {"offset_ms": None, "error": f"{type(exc).__name__}: {exc}", "samples": 0, "reference": False}
@@ -39,8 +39,13 @@ class ClockSkewCheck(Check):
         return {"offset_ms": round(-best.offset_ms, 3), "bound_ms": round(best.rtt_ms / 2, 3),
                 "rtt_ms": round(best.rtt_ms, 3), "samples": len(samples), "reference": False}
 
+    def exports(self, facts: dict) -> dict:
+        if "offset_ms" not in facts:
+            return {}
+        return {"clock": {"offset_ms": facts.get("offset_ms"), "bound_ms": facts.get("bound_ms")}}
+
     def compare(self, facts_by_node, opts):
-        warn_ms, fail_ms = float(opts.get("warn_ms", 100.0)), float(opts.get("fail_ms", 1000.0))
+        warn_ms, fail_ms = opts["warn_ms"], opts["fail_ms"]
 
         def judge(node, f):
             off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0

@@ -102,7 +102,7 @@ class ClockSyncCheck(Check):
         src = f.get("source") or {}
         if f.get("synced"):
             return [self.passed(f"clock synchronised ({src.get('tool')}: {src.get('detail')})", [node], actual=True)]
-        make = self.fail if str(opts.get("unsynced_level", "warn")) == "fail" else self.warn
+        make = self.fail if opts["unsynced_level"] == "fail" else self.warn
         return [make(f"clock not synchronised ({src.get('tool')}: {src.get('detail')}): logs and timeouts across "
                      "nodes disagree, certificates and Kerberos may fail", [node], actual=False, expected=True,
                      fix="enable NTP: timedatectl set-ntp true (or: systemctl enable --now chronyd)")]

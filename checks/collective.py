@@ -13,6 +13,8 @@ import time
 from ddpdoctor.api import Check, Option, Skip, per_node
 from ddpdoctor.nccl_log import parse_nccl_transport
 
+from .support.cuda import has_cuda
+
 BW_BYTES = 4 << 20
 
 
@@ -101,14 +103,14 @@ class CollectiveCheck(Check):
         view = ctx.cluster
         if view is None:
             raise Skip("needs a cluster run")
-        timeout = float(ctx.opts.get("timeout_s", 30.0))
+        timeout = ctx.opts["timeout_s"]
         if view.budget is not None:  # the whole run has one deadline: the collective gets what is left of it
             timeout = view.budget.collective_limit(timeout)
             if timeout < 2.0:
                 raise Skip("no time left in the run's budget for the collective (raise --timeout)")
         runs = [_bounded(lambda: _run_backend("gloo", view, timeout, BW_BYTES), timeout)]
         runs[0].setdefault("backend", "gloo")
-        if _has_cuda():
+        if has_cuda():
             os.environ.setdefault("NCCL_DEBUG", "INFO")
             with _CaptureStderr() as cap:
                 nccl = _bounded(lambda: _run_backend("nccl", view, timeout, 64 << 20), timeout)
@@ -121,7 +123,7 @@ class CollectiveCheck(Check):
                 "world_size": view.world_size}
 
     def compare(self, facts_by_node, opts):
-        floor = float(opts.get("min_busbw_gbps", 0.0))
+        floor = opts["min_busbw_gbps"]
 
         def judge(node, f):
             for run in f.get("runs", []):
@@ -153,11 +155,3 @@ class CollectiveCheck(Check):
 
         return per_node(facts_by_node, judge)
 
-
-def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ddpdoctor.api import Check, per_node
+from ddpdoctor.api import Check, passed_if_quiet, per_node
 from ddpdoctor.cluster.launcher_env import nnodes_from_world
 from ddpdoctor.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from ddpdoctor.redact import REDACTED, redact_env
@@ -14,6 +14,15 @@ PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_
             "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
 NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
          "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+# Variables that legitimately differ per node (identities, hostnames, per-node device lists, interface names:
+# the names check judges those): not comparable across nodes; every other variable must agree.
+NODE_SPECIFIC = {
+    "RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "ROLE_RANK", "HOSTNAME", "SLURM_NODEID", "SLURM_PROCID",
+    "SLURM_LOCALID", "SLURMD_NODENAME", "SLURM_TOPOLOGY_ADDR", "SLURM_STEP_NODELIST", "SLURM_TASK_PID",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PBS_TASKNUM", "PBS_NODENUM",
+    "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_ERROR_FILE", "SLURM_CPU_BIND", "SLURM_JOB_CPUS_PER_NODE",
+}
+PER_NODE_SUFFIXES = ("_SOCKET_IFNAME",)
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
 # Settings that make a job slow but still working: fine for a debugging session, wrong for a real run.
 SLOW_SETTINGS = {
@@ -47,6 +56,10 @@ class EnvVarsCheck(Check):
             "redacted": sorted(k for k, v in safe.items() if v == REDACTED or REDACTED in v),
             "ifaces": interface_names(),
         }
+
+    def comparable(self, facts: dict) -> dict:
+        return {k: v for k, v in (facts.get("vars") or {}).items()
+                if k not in NODE_SPECIFIC and not k.endswith(PER_NODE_SUFFIXES)}
 
     def compare(self, facts_by_node, opts):
         return per_node(facts_by_node, lambda node, f: judge_env(self, node, f.get("vars") or {},
@@ -109,9 +122,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts) -> li
         if env.get(var, "").upper() == value:
             out.append(check.warn(f"{var}={env[var]}: {why}", [node], actual=env[var], expected="unset",
                                   fix=f"unset {var}  # unless you are debugging on purpose"))
-    if not any(r.level.value in ("fail", "warn") for r in out):
-        shown = [k for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if k in env]
-        out.append(check.passed(f"{len(env)} relevant variable{'' if len(env) == 1 else 's'}, no conflicts"
-                                + (f" ({', '.join(f'{k}={env[k]}' for k in shown)})" if shown else ""), [node],
-                                actual=len(env)))
-    return out
+    shown = [k for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if k in env]
+    return passed_if_quiet(out, check, [node], f"{len(env)} relevant variable{'' if len(env) == 1 else 's'}, no "
+                           "conflicts" + (f" ({', '.join(f'{k}={env[k]}' for k in shown)})" if shown else ""),
+                           actual=len(env))

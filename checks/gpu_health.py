@@ -6,205 +6,41 @@ pre-Ampere), Xid events (NVML event set during a short wait, plus `NVRM: Xid` li
 readable), clock slowdowns (HW/thermal/power brake), PCIe link below its max generation or width,
 temperature, power cap below default, persistence mode off, NVLink links down.
 
+The per-GPU snapshot (ECC counters, row remaps, clocks, PCIe link, temperature) is the gpu check's: this
+check declares ``uses = ("gpu",)`` and reads it in compare; its own gather reads only what the snapshot
+lacks (support/nvml.py ``health_fields``), the NVML Xid events and the kernel log (support/kernel_log.py).
+
 Not here (gpu owns them): driver presence, GPU counts and visibility, compute mode, MIG, busy GPUs, lost
 GPUs; model/count differences across nodes are the parity check's. A node without the driver is a Skip.
 """
 from __future__ import annotations
 
-import re
-import subprocess
-import time
 from typing import Any, Iterable
 
-from ddpdoctor.api import Check, Option, Skip, per_node
+from ddpdoctor.api import Check, Option, Skip, passed_if_quiet, per_node
 
-from .gpu import NvmlUnavailable, Reader, gpu_details, gpu_label, nvml_session, snapshot, text
+from .support.kernel_log import bus_key, parse_kernel_xids, read_kernel_log
+from .support.kernel_log import uptime as _uptime
+from .support.nvml import NvmlUnavailable, gpu_details, gpu_label, health_fields, nvml_session, watch_xids
 
 HW_SLOW = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
-
-# Xid meanings (NVIDIA "Xid Errors" table). kind "hw": the GPU/driver needs attention; "app": usually the
-# program's own fault (bad memory access, killed); anything unknown is treated as "hw" to be safe.
-XIDS: dict[int, tuple[str, str]] = {
-    13: ("graphics engine exception (often the application)", "app"),
-    31: ("GPU memory page fault (often the application)", "app"),
-    43: ("GPU stopped processing (often the application)", "app"),
-    45: ("preemptive cleanup: a process was killed", "app"),
-    48: ("double-bit ECC error", "hw"),
-    61: ("internal micro-controller breakpoint/warning", "hw"),
-    62: ("internal micro-controller halt", "hw"),
-    63: ("ECC page retirement or row remap recorded", "hw"),
-    64: ("ECC page retirement or row remap failed", "hw"),
-    74: ("NVLink error", "hw"),
-    79: ("GPU has fallen off the bus", "hw"),
-    92: ("high single-bit ECC error rate", "hw"),
-    94: ("contained ECC error", "hw"),
-    95: ("uncontained ECC error", "hw"),
-    119: ("GSP RPC timeout", "hw"),
-    120: ("GSP error", "hw"),
-    140: ("unrecovered ECC error", "hw"),
-    154: ("GPU recovery action changed (reset or reboot required)", "hw"),
-}
-
-# "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." (dmesg, and journalctl -k
-# -o short-monotonic, both print seconds since boot first).
-XID_LINE = re.compile(r"\[\s*(?P<t>\d+\.\d+)\].*?NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\):\s*(?P<xid>\d+)(?P<rest>.*)$")
+__all__ = ["GpuHealthCheck", "bus_key", "parse_kernel_xids", "read_kernel_log"]
 
 
-def xid_info(xid: int) -> tuple[str, str]:
-    return XIDS.get(int(xid), ("unlisted Xid", "hw"))
-
-
-def bus_key(bus_id: str | None) -> tuple[int, int, int] | None:
-    """NVML "00000000:3B:00.0" and the kernel's "0000:3b:00" name the same GPU: compare (domain, bus, device)."""
-    if not bus_id:
-        return None
-    parts = str(bus_id).split(".")[0].split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    try:
-        return int(parts[-3], 16), int(parts[-2], 16), int(parts[-1], 16)
-    except (ValueError, IndexError):
-        return None
-
-
-def parse_kernel_xids(log: str, uptime_s: float | None, limit: int = 200) -> list[dict]:
-    """Xid lines of a kernel log -> [{"pci", "xid", "age_s", "meaning", "kind", "line"}] (age None if unknown);
-    the last ``limit`` only: a flapping GPU logs thousands and facts travel between nodes."""
-    out = []
-    for line in log.splitlines():
-        m = XID_LINE.search(line)
-        if not m:
-            continue
-        xid = int(m.group("xid"))
-        meaning, kind = xid_info(xid)
-        t = float(m.group("t"))
-        out.append({"pci": m.group("pci"), "xid": xid, "meaning": meaning, "kind": kind,
-                    "age_s": round(uptime_s - t, 1) if uptime_s is not None and uptime_s >= t else None,
-                    "line": line.strip()[:300]})
-    return out[-limit:]
-
-
-def read_kernel_log(timeout_s: float = 5.0) -> dict:
-    """The kernel ring buffer via dmesg, else journalctl -k; unreadable (no CAP_SYSLOG, no binary) is recorded."""
-    errors = []
-    for cmd in (["dmesg"], ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"]):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, errors="replace")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            errors.append(f"{cmd[0]}: {exc}")
-            continue
-        if p.returncode == 0 and p.stdout.strip():
-            return {"readable": True, "source": cmd[0], "text": p.stdout, "error": None}
-        errors.append(f"{cmd[0]}: {(p.stderr or '').strip().splitlines()[-1] if p.stderr.strip() else f'exit {p.returncode}'}")
-    return {"readable": False, "source": None, "text": "", "error": "; ".join(errors)}
-
-
-def _uptime() -> float | None:
-    try:
-        with open("/proc/uptime") as fh:
-            return float(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _health_extras(nv, g: dict) -> dict:
-    """What gpu-health reads beyond the shared snapshot."""
-    h = nv.nvmlDeviceGetHandleByIndex(g["index"])
-    r = Reader(nv)
-    ecc_on = g.get("ecc_enabled") is not None
-    extra: dict[str, Any] = {
-        "ecc_uncorrected_aggregate": r.get("ecc_uncorrected_aggregate", "nvmlDeviceGetTotalEccErrors", h,
-                                           nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC) if ecc_on else None,
-        "temperature_slowdown_c": r.get("temperature_slowdown_c", "nvmlDeviceGetTemperatureThreshold", h,
-                                        getattr(nv, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)),
-        "power_limit_w": _watts(r.get("power_limit", "nvmlDeviceGetPowerManagementLimit", h)),
-        "power_default_limit_w": _watts(r.get("power_default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", h)),
-        "power_enforced_limit_w": _watts(r.get("power_enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", h)),
-        "persistence_mode": _flag(r.get("persistence_mode", "nvmlDeviceGetPersistenceMode", h)),
-    }
-    sbe = r.get("retired_pages_sbe", "nvmlDeviceGetRetiredPages", h,
-                nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    dbe = r.get("retired_pages_dbe", "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-    pending = r.get("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", h)
-    extra["retired_pages"] = (None if sbe is None and dbe is None and pending is None else
-                              {"sbe": len(sbe or []), "dbe": len(dbe or []), "pending": _flag(pending)})
-    extra["nvlink"] = _nvlink(nv, h)
-    extra["unsupported"] = sorted(set(g.get("unsupported", [])) | set(r.unsupported))
-    if r.errors:
-        extra["errors"] = {**g.get("errors", {}), **r.errors}
-    return extra
-
-
-def _watts(mw):
-    return round(mw / 1000.0, 1) if mw is not None else None
-
-
-def _flag(v):
-    return bool(v) if v is not None else None
-
-
-def _nvlink(nv, h) -> dict | None:
-    """{"links": n, "active": [..], "inactive": [..]}; None when the GPU has no NVLink (NotSupported on link 0)."""
-    active, inactive = [], []
-    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
-        try:
-            state = nv.nvmlDeviceGetNvLinkState(h, link)
-        except nv.NVMLError:
-            if link == 0:
-                return None
-            continue  # links beyond this GPU's count answer InvalidArgument/NotSupported
-        (active if state else inactive).append(link)
-    return {"links": len(active) + len(inactive), "active": active, "inactive": inactive}
-
-
-def watch_xids(nv, gpus: list[dict], wait_ms: int) -> dict:
-    """Register every GPU for critical Xid events and wait ``wait_ms``; returns {"events", "unwatched", "error"}."""
-    out: dict[str, Any] = {"events": [], "unwatched": [], "error": None, "wait_ms": wait_ms}
-    if wait_ms <= 0:
-        return out
-    by_uuid = {g.get("uuid"): g for g in gpus}
-    try:
-        es = nv.nvmlEventSetCreate()
-    except nv.NVMLError as exc:
-        out["error"] = f"nvmlEventSetCreate: {exc}"
-        return out
-    try:
-        watched = 0
-        for g in gpus:
-            try:
-                nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(g["index"]), nv.nvmlEventTypeXidCriticalError, es)
-                watched += 1
-            except nv.NVMLError:
-                out["unwatched"].append(g["index"])
-        deadline = time.monotonic() + wait_ms / 1000.0
-        while watched:
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                break
-            try:
-                ev = nv.nvmlEventSetWait(es, left)
-            except nv.NVMLError:
-                break  # Timeout: nothing happened (any other error: stop watching)
-            try:
-                uuid = text(nv.nvmlDeviceGetUUID(ev.device))
-            except nv.NVMLError:
-                uuid = None
-            g = by_uuid.get(uuid, {})
-            xid = int(ev.eventData)
-            meaning, kind = xid_info(xid)
-            out["events"].append({"gpu": g.get("index"), "uuid": uuid, "xid": xid, "meaning": meaning, "kind": kind})
-    finally:
-        try:
-            nv.nvmlEventSetFree(es)
-        except nv.NVMLError:
-            pass
-    return out
+def with_snapshots(f: dict) -> list[dict]:
+    """This check's GPUs, each merged over the gpu check's snapshot of the same GPU (by UUID, else index)."""
+    snaps = [g for g in (((f.get("uses") or {}).get("gpu") or {}).get("gpus") or []) if isinstance(g, dict)]
+    by_uuid = {g.get("uuid"): g for g in snaps if g.get("uuid")}
+    by_index = {g.get("index"): g for g in snaps}
+    return [{**(by_uuid.get(g.get("uuid")) or by_index.get(g.get("index")) or {}), **g}
+            for g in f.get("gpus") or [] if isinstance(g, dict)]
 
 
 class GpuHealthCheck(Check):
     name = "gpu-health"
     description = "Per-GPU hardware faults: ECC, row remaps, retired pages, Xid, clock slowdowns, PCIe link, temperature, power, NVLink"
     phase = "local"
+    uses = ("gpu",)  # the per-GPU snapshot: ECC counters, row remaps, clocks, PCIe link, temperature
     timeout_s = 60.0
     options = {
         "xid_wait_ms": Option(500, "how long to listen for NVML Xid events during the check (0: don't)"),
@@ -217,19 +53,15 @@ class GpuHealthCheck(Check):
     }
 
     def gather(self, ctx) -> dict:
-        opts = ctx.opts or {}
+        opts = ctx.opts
         try:
             with nvml_session() as nv:
-                gpus = [snapshot(nv, i) for i in range(nv.nvmlDeviceGetCount())]
-                for g in gpus:
-                    if not g.get("lost"):
-                        g.update(_health_extras(nv, g))
-                ok = [g for g in gpus if not g.get("lost")]
-                xid = watch_xids(nv, ok, int(opts.get("xid_wait_ms", 500)))
+                gpus = [health_fields(nv, i) for i in range(nv.nvmlDeviceGetCount())]
+                xid = watch_xids(nv, [g for g in gpus if not g.get("lost")], int(opts["xid_wait_ms"]))
         except NvmlUnavailable as exc:
             raise Skip(f"no usable NVIDIA driver ({exc}); the gpu check reports it") from None
         facts: dict[str, Any] = {"gpus": gpus, "xid_watch": xid}
-        if opts.get("kernel_log", True):
+        if opts["kernel_log"]:
             log = read_kernel_log()
             facts["kernel_log"] = {"readable": log["readable"], "source": log["source"], "error": log["error"],
                                    "xids": parse_kernel_xids(log["text"], _uptime()) if log["readable"] else []}
@@ -240,17 +72,15 @@ class GpuHealthCheck(Check):
 
     # ---- judgement ---------------------------------------------------------------------------------------
     def _judge(self, node: str, f: dict, opts) -> Iterable:
-        gpus = [g for g in f.get("gpus") or [] if not g.get("lost")]  # lost GPUs: the gpu check's finding
+        gpus = [g for g in with_snapshots(f) if not g.get("lost")]  # lost GPUs: the gpu check's finding
         found = []
         for g in gpus:
             found += self._memory(node, g, opts)
             found += self._clocks_and_link(node, g, opts)
             found += self._power_and_links(node, g, gpus, opts)
         found += self._xids(node, f, gpus, opts)
-        yield from found
-        if not any(r.level.value in ("warn", "fail") for r in found):
-            yield self.passed(f"{node}: {len(gpus)} GPU(s) healthy (ECC, row remaps, Xid, clocks, PCIe link, "
-                              "temperature, power)", [node], actual=len(gpus))
+        yield from passed_if_quiet(found, self, [node], f"{node}: {len(gpus)} GPU(s) healthy (ECC, row remaps, Xid, "
+                                   "clocks, PCIe link, temperature, power)", actual=len(gpus))
 
     def _mk(self, level, node, g, what, fix, actual=None, expected=None, **details):
         make = {"fail": self.fail, "warn": self.warn, "skip": self.skip}[level]
@@ -287,10 +117,10 @@ class GpuHealthCheck(Check):
         if rp.get("pending"):
             out.append(self._mk("fail", node, g, "a page retirement is pending until the GPU is reset", reset,
                                 actual="pending", expected="none"))
-        if total >= int(opts.get("retired_pages_max", 60)):
+        if total >= opts["retired_pages_max"]:
             out.append(self._mk("fail", node, g, f"{total} retired pages ({rp.get('dbe')} from double-bit errors)",
                                 f"drain {node} and replace GPU {i} (RMA)", actual=total,
-                                expected=f"< {opts.get('retired_pages_max', 60)}"))
+                                expected=f"< {opts['retired_pages_max']}"))
         return out
 
     def _clocks_and_link(self, node, g, opts):
@@ -318,7 +148,7 @@ class GpuHealthCheck(Check):
             out.append(self._mk("warn", node, g, f"PCIe link runs at gen{gen} while busy, below its gen{mgen}", reseat,
                                 actual=f"gen{gen} x{w}", expected=f"gen{mgen} x{mw}"))
         temp, slow_at = g.get("temperature_c"), g.get("temperature_slowdown_c")
-        warn_at = float(opts.get("temp_warn_c", 85.0))
+        warn_at = opts["temp_warn_c"]
         if slow_at:
             warn_at = min(warn_at, float(slow_at) - 5)
         if temp is not None and temp >= warn_at:
@@ -331,12 +161,12 @@ class GpuHealthCheck(Check):
         i = g["index"]
         out = []
         lim, dflt = g.get("power_enforced_limit_w") or g.get("power_limit_w"), g.get("power_default_limit_w")
-        ratio = float(opts.get("power_cap_ratio", 0.9))
+        ratio = opts["power_cap_ratio"]
         if lim and dflt and lim < ratio * dflt:
             out.append(self._mk("warn", node, g, f"power limit {lim:g} W is below the default {dflt:g} W: the GPU is "
                                 "capped and runs slower", f"sudo nvidia-smi -i {i} -pl {dflt:g}",
                                 actual=f"{lim:g} W", expected=f"{dflt:g} W"))
-        if opts.get("require_persistence", True) and g.get("persistence_mode") is False:
+        if opts["require_persistence"] and g.get("persistence_mode") is False:
             out.append(self._mk("warn", node, g, "persistence mode is off: the driver state is torn down between jobs "
                                 "(slow start, lost settings)", "sudo nvidia-smi -pm 1  # or enable nvidia-persistenced",
                                 actual="off", expected="on"))
@@ -373,7 +203,7 @@ class GpuHealthCheck(Check):
                                  fix="run as root or grant CAP_SYSLOG (or sysctl kernel.dmesg_restrict=0) to scan "
                                      "for NVRM Xid errors"))
             return out
-        recent = float(opts.get("xid_recent_s", 86400.0))
+        recent = opts["xid_recent_s"]
         worst: dict[tuple, dict] = {}
         for x in klog.get("xids") or []:
             if x.get("kind") != "hw":

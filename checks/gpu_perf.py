@@ -12,9 +12,10 @@ import statistics
 import time
 from typing import Iterable
 
-from ddpdoctor.api import Check, Option, Skip
+from ddpdoctor.api import Check, Option, Skip, passed_if_quiet
 
-from .gpu import gpu_details, gpu_label
+from .support.cuda import has_cuda
+from .support.nvml import gpu_details, gpu_label
 
 METRICS = {"gemm_tflops": ("bf16 GEMM", "TFLOP/s"), "copy_gbps": ("device memory copy", "GB/s"),
            "h2d_gbps": ("pinned host->device", "GB/s")}
@@ -69,21 +70,21 @@ class GpuPerfCheck(Check):
     }
 
     def gather(self, ctx) -> dict:
-        opts = ctx.opts or {}
-        if not opts.get("enabled", False):
+        opts = ctx.opts
+        if not opts["enabled"]:
             raise Skip("opt-in: measure GPUs with `ddpdoctor preflight --perf` (or --set gpu-perf.enabled=true)")
         try:
             import torch
         except Exception as exc:  # noqa: BLE001
             raise Skip(f"torch cannot be imported: {exc}") from None
-        if not torch.cuda.is_available():
+        if not has_cuda():
             raise Skip(f"no CUDA device for torch {torch.__version__} on this node")
         from ddpdoctor.gpuperf import PerfConfig, measure_node
 
-        cfg = PerfConfig(gemm_n=int(opts.get("gemm_n", 8192)), copy_bytes=int(opts.get("copy_mib", 1024)) << 20,
-                         h2d_bytes=int(opts.get("h2d_mib", 256)) << 20, iters=int(opts.get("iters", 20)))
+        cfg = PerfConfig(gemm_n=opts["gemm_n"], copy_bytes=opts["copy_mib"] << 20, h2d_bytes=opts["h2d_mib"] << 20,
+                         iters=opts["iters"])
         t0 = time.perf_counter()
-        gpus = measure_node(list(range(torch.cuda.device_count())), cfg, float(opts.get("worker_timeout_s", 90.0)))
+        gpus = measure_node(list(range(torch.cuda.device_count())), cfg, opts["worker_timeout_s"])
         return {"gpus": gpus, "config": {"gemm_n": cfg.gemm_n, "copy_bytes": cfg.copy_bytes,
                                          "h2d_bytes": cfg.h2d_bytes, "iters": cfg.iters},
                 "seconds": round(time.perf_counter() - t0, 2)}
@@ -103,16 +104,16 @@ class GpuPerfCheck(Check):
                                                "nvidia-smi"))
                     continue
                 found += list(self._judge_gpu(node, g, medians.get(g.get("name"), {}), opts))
+            if gpus:
+                passed_if_quiet(found, self, [node], lambda: f"{node}: {len(gpus)} GPU(s) perform as expected: "
+                                + _ranges(gpus), actual={m: [g.get(m) for g in gpus] for m in METRICS})
             out += found
-            if gpus and not any(r.level.value in ("warn", "fail") for r in found):
-                out.append(self.passed(f"{node}: {len(gpus)} GPU(s) perform as expected: " + _ranges(gpus), [node],
-                                       actual={m: [g.get(m) for g in gpus] for m in METRICS}))
         return out
 
     def _judge_gpu(self, node, g, med: dict, opts) -> Iterable:
         ref = reference_for(g.get("name"))
-        pw, pf = float(opts.get("peer_warn_ratio", 0.9)), float(opts.get("peer_fail_ratio", 0.7))
-        tw, tf = float(opts.get("table_warn_ratio", 0.8)), float(opts.get("table_fail_ratio", 0.5))
+        pw, pf = opts["peer_warn_ratio"], opts["peer_fail_ratio"]
+        tw, tf = opts["table_warn_ratio"], opts["table_fail_ratio"]
         for metric, (what, unit) in METRICS.items():
             value = g.get(metric)
             if value is None:

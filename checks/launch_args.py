@@ -2,7 +2,7 @@
 and no two nodes claim one node rank. Differences hang a job until the rendezvous times out."""
 from __future__ import annotations
 
-from ddpdoctor.api import Check, majority
+from ddpdoctor.api import Check, odd_ones
 
 FIELDS = {
     "nnodes": "--nnodes",
@@ -25,14 +25,11 @@ class LaunchArgsCheck(Check):
         out = []
         for key, flag in FIELDS.items():
             values = {n: (f.get("launch") or {}).get(key) for n, f in facts_by_node.items()}
-            common, odd = majority(values)
-            for node in odd:
-                out.append(self.fail(
-                    f"{node} intends {flag} {_shown(values[node])}, the other nodes {_shown(common)}", [node],
-                    actual=values[node], expected=common,
-                    fix=f"launch every node with the same {flag} {_shown(common)} (use the scheduler's job id as the "
-                        f"rendezvous id, never $RANDOM per node)",
-                ))
+            out += odd_ones(values, lambda node, value, common, flag=flag: self.fail(
+                f"{node} intends {flag} {_shown(value)}, the other nodes {_shown(common)}", [node],
+                actual=value, expected=common,
+                fix=f"launch every node with the same {flag} {_shown(common)} (use the scheduler's job id as the "
+                    f"rendezvous id, never $RANDOM per node)"), ignore_missing=False)
         by_rank: dict[int, list[str]] = {}
         for node, f in facts_by_node.items():
             by_rank.setdefault(f.get("rank"), []).append(node)

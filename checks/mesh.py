@@ -25,14 +25,14 @@ class MeshCheck(Check):
 
     def gather(self, ctx) -> dict:
         view = ctx.cluster
-        timeout = float(ctx.opts.get("connect_timeout_s", 3.0))
+        timeout = ctx.opts["connect_timeout_s"]
         peers = view.peers_to_probe()
 
         def probe(peer: dict) -> dict:
             # A slow first round trip gets two more tries, best kept: one busy moment on either host must not
             # read as a slow link. A fast one is final, so a large mesh costs one connect per link.
             res = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
-            slow = float(ctx.opts.get("warn_rtt_ms", 50.0)) / 2
+            slow = ctx.opts["warn_rtt_ms"] / 2
             for _ in range(2 if res.ok and (res.rtt_ms or 0.0) > slow else 0):
                 again = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
                 if again.ok and again.rtt_ms < res.rtt_ms:
@@ -46,6 +46,12 @@ class MeshCheck(Check):
         to_master = ping(master["addr"], master["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
         return {"probes": probes, "peers_total": len(view.nodes) - 1,
                 "master": {"ok": to_master.ok, "rtt_ms": to_master.rtt_ms, "error_class": to_master.error_class}}
+
+    def exports(self, facts: dict) -> dict:
+        if not isinstance(facts.get("probes"), list):
+            return {}
+        return {"links": [{k: p.get(k) for k in ("peer", "ok", "rtt_ms", "error_class")}
+                          for p in facts["probes"] if isinstance(p, dict)]}
 
     def compare(self, facts_by_node, opts):
         def judge(node, facts):
@@ -61,10 +67,10 @@ class MeshCheck(Check):
                     details={"src": node, "dst": p["peer"], "class": cls, "message": p.get("message")},
                 )
             rtts = [p["rtt_ms"] for p in probes if p.get("ok") and p.get("rtt_ms") is not None]
-            slow = [p for p in probes if p.get("ok") and (p.get("rtt_ms") or 0) > opts.get("warn_rtt_ms", 50.0)]
+            slow = [p for p in probes if p.get("ok") and (p.get("rtt_ms") or 0) > opts["warn_rtt_ms"]]
             for p in slow:
                 yield self.warn(f"link {node} -> {p['peer']} slow: {p['rtt_ms']:.1f} ms round trip", [node, p["peer"]],
-                                actual=p["rtt_ms"], expected=f"<= {opts.get('warn_rtt_ms', 50.0)} ms",
+                                actual=p["rtt_ms"], expected=f"<= {opts['warn_rtt_ms']} ms",
                                 fix="check the route between these nodes (`ip route get <addr>`; a VPN or a "
                                     "different fabric?) and that both use the same interface")
             if not bad and probes:

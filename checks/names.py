@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 
-from ddpdoctor.api import Check, Option, majority, per_node
+from ddpdoctor.api import Check, Option, odd_ones, per_node
 from ddpdoctor.cluster.endpoint import LOOKUP_CAP_S, is_loopback, lookup, source_addr_towards
 from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
 
@@ -65,20 +65,19 @@ class NamesCheck(Check):
             "peer_addrs": {n["name"]: n["addr"] for n in view.nodes},
         }
 
+    def exports(self, facts: dict) -> dict:
+        route = facts.get("route_to_master")
+        if not isinstance(route, dict) or not route.get("iface"):
+            return {}
+        return {"interface": {"name": route.get("iface"), "addr": route.get("addr"), "mtu": route.get("mtu")}}
+
     def compare(self, facts_by_node, opts):
-        slow = float(opts.get("slow_lookup_s", 1.0))
-        out = per_node(facts_by_node, lambda n, f: self._judge_node(n, f, slow))
-        mtus = {n: (f.get("route_to_master") or {}).get("mtu") for n, f in facts_by_node.items()}
-        mtus = {n: m for n, m in mtus.items() if m is not None}
-        common, odd = majority(mtus)
-        for node in odd:
-            out.append(self.fail(
-                f"MTU {mtus[node]} on {node}'s interface differs from {common} on the others", [node],
-                actual=mtus[node], expected=common,
-                fix=f"make the MTU identical end to end, e.g. on {node}: "
-                    f"ip link set dev {(facts_by_node[node].get('route_to_master') or {}).get('iface')} mtu {common}",
-            ))
-        return out
+        out = per_node(facts_by_node, lambda n, f: self._judge_node(n, f, opts["slow_lookup_s"]))
+        routes = {n: f.get("route_to_master") or {} for n, f in facts_by_node.items()}
+        return out + odd_ones({n: r.get("mtu") for n, r in routes.items()}, lambda node, mtu, common: self.fail(
+            f"MTU {mtu} on {node}'s interface differs from {common} on the others", [node], actual=mtu,
+            expected=common, fix=f"make the MTU identical end to end, e.g. on {node}: "
+                                 f"ip link set dev {routes[node].get('iface')} mtu {common}"))
 
     def _judge_node(self, node, f, slow):
         route = f.get("route_to_master") or {}

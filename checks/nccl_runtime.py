@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from ddpdoctor.api import Check, Option, Skip, majority, per_node
+from ddpdoctor.api import Check, Option, Skip, odd_ones, passed_if_quiet, per_node
 from ddpdoctor.nccl_log import judge_transport
 
 SYS_IB = "/sys/class/infiniband"
@@ -156,15 +156,13 @@ class NcclRuntimeCheck(Check):
         out = per_node(facts_by_node, lambda node, f: list(self._judge(node, f)))
         versions = {n: f.get("loaded_version") or f.get("torch_nccl_version") for n, f in facts_by_node.items()}
         versions = {n: v for n, v in versions.items() if v}
-        common, odd = majority(versions)
-        if opts.get("require_same_version", True):
-            for n in odd:
-                out.append(self.fail(
-                    f"{n} runs NCCL {versions[n]} ({facts_by_node[n].get('libnccl_path') or 'built into torch'}) while "
-                    f"the other nodes run {common}: mixed NCCL versions hang or fail in the first collective", [n],
-                    actual=versions[n], expected=common,
-                    fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install nvidia-nccl-cu12=={common}"
-                        " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"))
+        if opts["require_same_version"]:
+            out += odd_ones(versions, lambda n, v, common: self.fail(
+                f"{n} runs NCCL {v} ({facts_by_node[n].get('libnccl_path') or 'built into torch'}) while "
+                f"the other nodes run {common}: mixed NCCL versions hang or fail in the first collective", [n],
+                actual=v, expected=common,
+                fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install nvidia-nccl-cu12=={common}"
+                    " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"))
         return out
 
     def _judge(self, node: str, f: dict):
@@ -207,14 +205,12 @@ class NcclRuntimeCheck(Check):
             if verdict["level"] == "warn":
                 found.append(self.warn(f"{node}: {verdict['summary']}", [node], actual=transport,
                                        expected="NET/IB or NET/OFI", fix=verdict["fix"]))
-        yield from found
-        if not any(r.level.value in ("warn", "fail") for r in found):
-            fabric = (f"{len(f.get('ib_devices') or [])} IB/RoCE device(s)" + (", EFA" if f.get("efa") else "")
-                      if devs else "no IB/EFA devices")
-            yield self.passed(f"{node}: NCCL {loaded or built} " + (f"loaded from {path}" if f.get("loaded")
-                                                                    else "(as torch was built)")
-                              + f"; {fabric}" + (f"; transport {transport}" if transport else ""), [node],
-                              actual=loaded or built, expected=built)
+        fabric = (f"{len(f.get('ib_devices') or [])} IB/RoCE device(s)" + (", EFA" if f.get("efa") else "")
+                  if devs else "no IB/EFA devices")
+        yield from passed_if_quiet(found, self, [node], f"{node}: NCCL {loaded or built} "
+                                   + (f"loaded from {path}" if f.get("loaded") else "(as torch was built)")
+                                   + f"; {fabric}" + (f"; transport {transport}" if transport else ""),
+                                   actual=loaded or built, expected=built)
 
 
 def _collective_transport(f: dict) -> str | None:

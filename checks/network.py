@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 from ddpdoctor.cluster.endpoint import is_loopback, lookup
 
 def resolve_name(host: str) -> dict:
@@ -104,12 +104,11 @@ class NetworkCheck(Check):
                             actual=[i["name"] for i in ifaces], expected="an up, addressed interface",
                             fix="bring the cluster interface up (ip link set <iface> up) and give it an address"))
         for i in routable:
-            if i.get("mtu") and i["mtu"] < int(opts.get("min_mtu", 1280)):
+            if i.get("mtu") and i["mtu"] < opts["min_mtu"]:
                 out.append(self.warn(f"interface {i['name']} has MTU {i['mtu']}", [node], actual=i["mtu"],
-                                     expected=f">= {opts.get('min_mtu', 1280)}",
+                                     expected=f">= {opts['min_mtu']}",
                                      fix=f"ip link set {i['name']} mtu 1500  # or the fabric's MTU, same on every node"))
-        if not any(r.level.value in ("fail", "warn") for r in out):
-            names = ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})" for i in routable[:4])
-            out.append(self.passed(f"{host} resolves to a routable address; default route via {default or 'none'}; "
-                                   f"interfaces: {names}", [node], actual=default))
-        return out
+        names = lambda: ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})"  # noqa: E731
+                                  for i in routable[:4])
+        return passed_if_quiet(out, self, [node], lambda: f"{host} resolves to a routable address; default route "
+                               f"via {default or 'none'}; interfaces: {names()}", actual=default)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 
 
 def normalise(name: str) -> str:
@@ -66,8 +66,16 @@ class PackagesCheck(Check):
         pins = sorted(f"{n}=={v}" for n, v in seen.items())
         return {"packages": pins, "count": len(pins), "fingerprint": fingerprint(pins), "shadowed": shadowed}
 
+    def comparable(self, facts: dict) -> dict:
+        """Each distribution's version, by normalised name (the pins, without the fingerprint that sums them)."""
+        out = {}
+        for pin in facts.get("packages") or []:
+            name, _, version = str(pin).partition("==")
+            out[name.lower()] = version
+        return out
+
     def compare(self, facts_by_node, opts):
-        required = [normalise(x.strip()) for x in str(opts.get("required") or "").split(",") if x.strip()]
+        required = [normalise(x.strip()) for x in opts["required"].split(",") if x.strip()]
         return per_node(facts_by_node, lambda node, f: self.judge(node, f, required))
 
     def judge(self, node: str, f: dict, required: list[str]) -> list:
@@ -83,7 +91,5 @@ class PackagesCheck(Check):
                     f"{s['name']} is installed twice: {s['used']} is imported, {s['shadowed']} in {s['location']} "
                     "is shadowed", [node], actual=[s["used"], s["shadowed"]], expected="one copy",
                     fix=f"pip uninstall {s['name']} until none is left, then pip install {s['name']}=={s['used']}"))
-        if not out:
-            out.append(self.passed(f"{f.get('count', 0)} distributions, fingerprint {f.get('fingerprint')}", [node],
-                                   actual=f.get("fingerprint")))
-        return out
+        return passed_if_quiet(out, self, [node], f"{f.get('count', 0)} distributions, fingerprint "
+                               f"{f.get('fingerprint')}", actual=f.get("fingerprint"))

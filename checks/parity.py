@@ -1,6 +1,10 @@
 """parity: the nodes run the same software: Python, torch/CUDA/NCCL build, driver, packages, communication
 env vars, GPU model and count, the set of checks, ddpdoctor itself and (with --code) the training code.
-Each difference names the node that differs from the majority, with both values."""
+Each difference names the node that differs from the majority, with both values.
+
+What must agree is not decided here: every check declares it (``Check.comparable``, ddpdoctor.api), plugins
+included, and this check compares the union of every node's comparables. It knows only how to word a
+difference of a built-in check's keys (``WORDING``); a plugin's keys read "CHECK KEY on NODE differs"."""
 from __future__ import annotations
 
 import hashlib
@@ -8,17 +12,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from ddpdoctor.api import Check, majority
+from typing import Any
 
-# Env vars that legitimately differ per node: identities, hostnames, per-node device lists.
-NODE_SPECIFIC = {
-    "RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "ROLE_RANK", "HOSTNAME", "SLURM_NODEID", "SLURM_PROCID",
-    "SLURM_LOCALID", "SLURMD_NODENAME", "SLURM_TOPOLOGY_ADDR", "SLURM_STEP_NODELIST", "SLURM_TASK_PID",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PBS_TASKNUM", "PBS_NODENUM",
-    "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_ERROR_FILE", "SLURM_CPU_BIND", "SLURM_JOB_CPUS_PER_NODE",
-}
-PER_NODE_OK = ("_SOCKET_IFNAME",)  # interface names may differ per node: the names check judges them
-HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")
+from ddpdoctor.api import Check, majority, odd_ones, passed_if_quiet
+
+HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")  # env variables whose difference fails (others warn)
 CODE_HASH_LIMIT = 20000  # files hashed outside git; beyond that the fingerprint says it is partial
 
 
@@ -51,25 +49,56 @@ def code_fingerprint(path: str) -> dict:
     return {"kind": "content", "files": count, "partial": count >= CODE_HASH_LIMIT, "fingerprint": h.hexdigest()[:16]}
 
 
-def _scalar_items(facts: dict | None) -> dict:
-    skip = ("path", "file", "executable", "prefix", "dir", "seconds", "error")
-    return {k: v for k, v in (facts or {}).items()
-            if isinstance(v, (str, int, float, bool)) and not any(s in k.lower() for s in skip)}
+BUILD_FIX = ("all nodes must run the identical environment/image: same Python, torch, CUDA and NCCL "
+             "(pip install torch==<version> on the odd node, or use one container image)")
 
 
-def _packages(facts: dict | None) -> dict[str, str]:
-    out = {}
-    for item in (facts or {}).get("packages", []) or []:
-        name, _, version = str(item).partition("==")
-        out[name.lower()] = version
-    return out
+def _env_wording(key: str) -> tuple[str, str, str]:
+    return (f"env {key}", "fail" if key.startswith(HARD_PREFIXES) else "warn",
+            f"set {key} identically on every node (propagate it through the launcher, e.g. srun --export=ALL, or "
+            f"put it in the job script rather than ~/.bashrc)")
+
+
+# (check, key) -> (what, level, fix); key None: any key of that check (a function of the key).
+WORDING: dict[tuple[str, str | None], Any] = {
+    ("parity", "ddpdoctor"): ("ddpdoctor version", "fail", "install the same ddpdoctor version on every node"),
+    ("parity", "checks"): ("set of checks", "fail",
+                           "install the same ddpdoctor plugins on every node (pip list | grep ddpdoctor)"),
+    ("parity", "code"): ("training code", "fail", "sync the code to every node (same git commit, no local edits), "
+                                                  "or run from a shared filesystem"),
+    ("torch-build", None): lambda key: (f"torch-build {key}", "fail", BUILD_FIX),
+    ("gpu", "driver_version"): ("NVIDIA driver", "fail", "install the same NVIDIA driver on every node"),
+    ("gpu", "models"): ("GPU model", "warn", "use nodes with the same GPU model in one job (NCCL tunes per topology)"),
+    ("gpu", "count"): ("GPU count", "fail", "give every node the same number of GPUs, or set --nproc-per-node "
+                                            "to the smallest count"),
+    ("env-vars", None): _env_wording,
+}
+# The value a node lacking a key is compared with; checks not listed: such nodes take no part for that key.
+MISSING = {"env-vars": "(unset)", "packages": "(missing)"}
+# The order findings come in: the build before the packages, the environment, then the GPUs and the rest.
+ORDER = [("parity", None), ("torch-build", None), ("gpu", "driver_version"), ("packages", None),
+         ("env-vars", None), ("gpu", None)]
+
+
+def _rank(check: str, key: str) -> tuple:
+    for i, (c, k) in enumerate(ORDER):
+        if c == check and k in (None, key):
+            return (i, check, key)
+    return (len(ORDER), check, key)
+
+
+def wording(check: str, key: str) -> tuple[str, str, str]:
+    rule = WORDING.get((check, key)) or WORDING.get((check, None))
+    if callable(rule):
+        return rule(key)
+    return rule or (f"{check} {key}", "fail", f"make {check} {key} the same on every node (see the {check} check)")
 
 
 class ParityCheck(Check):
     name = "parity"
     description = "Same Python, torch/CUDA/NCCL, driver, packages, env vars, GPUs, checks and code on every node"
     phase = "cluster"
-    uses = ("packages", "torch-build", "env-vars", "gpu")
+    reads_comparables = True  # every check's comparables arrive in compare as facts["comparable"]
 
     def gather(self, ctx) -> dict:
         from ddpdoctor import __version__
@@ -80,55 +109,38 @@ class ParityCheck(Check):
             facts["code"] = {"dir": view.code_dir, **code_fingerprint(view.code_dir)}
         return facts
 
+    def comparable(self, facts: dict) -> dict:
+        out = {k: facts.get(k) for k in ("ddpdoctor", "checks")}
+        if isinstance(facts.get("code"), dict):
+            out["code"] = facts["code"].get("fingerprint")
+        return out
+
     def compare(self, facts_by_node, opts):
-        out = []
         if len(facts_by_node) < 2:
             return [self.skip("one node: nothing to compare", sorted(facts_by_node))]
-        out += self._field("ddpdoctor version", {n: f.get("ddpdoctor") for n, f in facts_by_node.items()},
-                           "install the same ddpdoctor version on every node")
-        out += self._field("set of checks", {n: f.get("checks") for n, f in facts_by_node.items()},
-                           "install the same ddpdoctor plugins on every node (pip list | grep ddpdoctor)")
-        codes = {n: (f.get("code") or {}).get("fingerprint") for n, f in facts_by_node.items() if f.get("code")}
-        out += self._field("training code", codes,
-                           "sync the code to every node (same git commit, no local edits), or run from a shared filesystem")
-        uses = {n: f.get("uses") or {} for n, f in facts_by_node.items()}
-        out += self._build(uses)
-        out += self._package_diff(uses)
-        out += self._env_diff(uses)
-        out += self._gpu_diff(uses)
-        if not any(r.level.value == "fail" or r.level.value == "warn" for r in out):
-            out.append(self.passed(f"{len(facts_by_node)} nodes run the same software", sorted(facts_by_node)))
-        return out
+        by_node = {n: f.get("comparable") or {} for n, f in facts_by_node.items()}
+        keys = sorted({(c, k) for comp in by_node.values() for c, kv in comp.items() if isinstance(kv, dict)
+                       for k in kv}, key=lambda ck: _rank(*ck))
+        out, packages = [], {}
+        for check, key in keys:
+            having = {n: comp[check] for n, comp in by_node.items() if isinstance(comp.get(check), dict)}
+            values = {n: kv.get(key, MISSING.get(check)) for n, kv in having.items()}
+            if check == "packages":
+                common, odd = majority(values)
+                for n in odd:
+                    packages.setdefault(n, []).append(f"{key} {values[n]} (others: {common})")
+                continue
+            if packages and _rank(check, key) > _rank("packages", ""):
+                out += self._package_results(packages)
+                packages = {}
+            what, level, fix = wording(check, key)
+            make = self.fail if level == "fail" else self.warn
+            out += odd_ones(values, lambda n, v, common: make(
+                f"{what} on {n} differs: {v!r} vs {common!r} on the others", [n], actual=v, expected=common, fix=fix))
+        out += self._package_results(packages)
+        return passed_if_quiet(out, self, sorted(facts_by_node), f"{len(facts_by_node)} nodes run the same software")
 
-    def _field(self, what, values, fix, level="fail"):
-        values = {n: v for n, v in values.items() if v is not None}
-        common, odd = majority(values)
-        make = self.fail if level == "fail" else self.warn
-        return [make(f"{what} on {n} differs: {values[n]!r} vs {common!r} on the others", [n],
-                     actual=values[n], expected=common, fix=fix) for n in odd]
-
-    def _build(self, uses):
-        out = []
-        builds = {n: _scalar_items(u.get("torch-build")) for n, u in uses.items() if u.get("torch-build")}
-        keys = sorted({k for b in builds.values() for k in b})
-        for key in keys:
-            out += self._field(f"torch-build {key}", {n: b.get(key) for n, b in builds.items()},
-                               "all nodes must run the identical environment/image: same Python, torch, CUDA and NCCL "
-                               "(pip install torch==<version> on the odd node, or use one container image)")
-        drivers = {n: (u.get("gpu") or {}).get("driver_version") for n, u in uses.items() if u.get("gpu")}
-        out += self._field("NVIDIA driver", drivers, "install the same NVIDIA driver on every node")
-        return out
-
-    def _package_diff(self, uses):
-        pkgs = {n: _packages(u.get("packages")) for n, u in uses.items() if u.get("packages")}
-        if len(pkgs) < 2:
-            return []
-        by_node_diffs: dict[str, list[str]] = {}
-        for name in sorted({p for d in pkgs.values() for p in d}):
-            values = {n: d.get(name, "(missing)") for n, d in pkgs.items()}
-            common, odd = majority(values)
-            for n in odd:
-                by_node_diffs.setdefault(n, []).append(f"{name} {values[n]} (others: {common})")
+    def _package_results(self, by_node_diffs: dict[str, list[str]]) -> list:
         out = []
         for n, diffs in sorted(by_node_diffs.items()):
             pins = " ".join(f"'{d.split()[0]}=={d.split('others: ')[1].rstrip(')')}'" for d in diffs
@@ -140,28 +152,3 @@ class ParityCheck(Check):
                 fix=f"on {n}: pip install {pins}" if pins else f"on {n}: install the same packages as the other nodes",
             ))
         return out
-
-    def _env_diff(self, uses):
-        envs = {n: (u.get("env-vars") or {}).get("vars") or {} for n, u in uses.items() if u.get("env-vars")}
-        if len(envs) < 2:
-            return []
-        out = []
-        for var in sorted({v for e in envs.values() for v in e}):
-            if var in NODE_SPECIFIC or any(var.endswith(s) for s in PER_NODE_OK):
-                continue
-            values = {n: e.get(var, "(unset)") for n, e in envs.items()}
-            level = "fail" if var.startswith(HARD_PREFIXES) else "warn"
-            out += self._field(f"env {var}", values,
-                               f"set {var} identically on every node (propagate it through the launcher, e.g. "
-                               f"srun --export=ALL, or put it in the job script rather than ~/.bashrc)", level)
-        return out
-
-    def _gpu_diff(self, uses):
-        gpus = {n: (u.get("gpu") or {}).get("gpus") for n, u in uses.items() if u.get("gpu")}
-        gpus = {n: g for n, g in gpus.items() if g is not None}
-        models = {n: sorted({g.get("name") for g in gs}) for n, gs in gpus.items()}
-        counts = {n: len(gs) for n, gs in gpus.items()}
-        return (self._field("GPU model", models, "use nodes with the same GPU model in one job (NCCL tunes per topology)",
-                            "warn")
-                + self._field("GPU count", counts, "give every node the same number of GPUs, or set --nproc-per-node "
-                                                   "to the smallest count"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import resource
 
-from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -70,17 +70,17 @@ class ResourcesCheck(Check):
             size_mib = shm["total_bytes"] / MIB
             fix = ("docker run --shm-size=16g ... (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory "
                    "at /dev/shm; bare metal: mount -o remount,size=16g /dev/shm")
-            if size_mib < float(opts.get("fail_shm_mib", 256)):
+            if size_mib < opts["fail_shm_mib"]:
                 out.append(self.fail(f"/dev/shm is {size_mib:.0f} MiB: NCCL and DataLoader workers fail with "
                                      "'unhandled system error' / bus errors", [node], actual=f"{size_mib:.0f} MiB",
-                                     expected=f">= {opts.get('min_shm_mib', 1024)} MiB", fix=fix))
-            elif size_mib < float(opts.get("min_shm_mib", 1024)):
+                                     expected=f">= {opts['min_shm_mib']} MiB", fix=fix))
+            elif size_mib < opts["min_shm_mib"]:
                 out.append(self.warn(f"/dev/shm is {size_mib:.0f} MiB", [node], actual=f"{size_mib:.0f} MiB",
-                                     expected=f">= {opts.get('min_shm_mib', 1024)} MiB", fix=fix))
+                                     expected=f">= {opts['min_shm_mib']} MiB", fix=fix))
         nofile = (f.get("nofile") or {}).get("soft")
-        if nofile is not None and nofile < int(opts.get("min_nofile", 4096)):
+        if nofile is not None and nofile < opts["min_nofile"]:
             out.append(self.warn(f"open-files limit is {nofile}: every rank holds sockets to its peers", [node],
-                                 actual=nofile, expected=f">= {opts.get('min_nofile', 4096)}",
+                                 actual=nofile, expected=f">= {opts['min_nofile']}",
                                  fix="ulimit -n 65536  (persist in /etc/security/limits.conf or the job script)"))
         memlock = (f.get("memlock") or {}).get("soft")
         if f.get("infiniband") and memlock is not None:
@@ -93,20 +93,18 @@ class ResourcesCheck(Check):
         if disk.get("error"):
             out.append(self.warn(f"cannot stat {disk.get('path')}: {disk['error']}", [node], actual=disk["error"],
                                  expected="a writable results directory", fix="pass --output to a writable directory"))
-        elif disk.get("free_bytes") is not None and disk["free_bytes"] / GIB < float(opts.get("min_free_disk_gib", 1.0)):
+        elif disk.get("free_bytes") is not None and disk["free_bytes"] / GIB < opts["min_free_disk_gib"]:
             out.append(self.warn(f"{disk['free_bytes'] / GIB:.2f} GiB free in {disk.get('path')}", [node],
                                  actual=f"{disk['free_bytes'] / GIB:.2f} GiB",
-                                 expected=f">= {opts.get('min_free_disk_gib', 1.0)} GiB",
+                                 expected=f">= {opts['min_free_disk_gib']} GiB",
                                  fix="free space there, or write results elsewhere (--output DIR)"))
         avail = (f.get("memory") or {}).get("available_bytes")
-        if avail is not None and avail / GIB < float(opts.get("min_available_memory_gib", 2.0)):
+        if avail is not None and avail / GIB < opts["min_available_memory_gib"]:
             out.append(self.warn(f"only {avail / GIB:.1f} GiB of memory available", [node],
                                  actual=f"{avail / GIB:.1f} GiB",
-                                 expected=f">= {opts.get('min_available_memory_gib', 2.0)} GiB",
+                                 expected=f">= {opts['min_available_memory_gib']} GiB",
                                  fix="stop other processes on this node, or use a node with more memory"))
-        if not any(r.level.value in ("fail", "warn") for r in out):
-            mem = (f.get("memory") or {}).get("total_bytes") or 0
-            out.append(self.passed(
-                f"/dev/shm {(shm.get('total_bytes') or 0) / GIB:.1f} GiB, nofile {nofile if nofile is not None else 'unlimited'}, "
-                f"memory {mem / GIB:.1f} GiB, CPUs {f.get('cpu_affinity') or f.get('cpu_count')}", [node]))
-        return out
+        mem = (f.get("memory") or {}).get("total_bytes") or 0
+        return passed_if_quiet(out, self, [node], f"/dev/shm {(shm.get('total_bytes') or 0) / GIB:.1f} GiB, nofile "
+                               f"{nofile if nofile is not None else 'unlimited'}, memory {mem / GIB:.1f} GiB, CPUs "
+                               f"{f.get('cpu_affinity') or f.get('cpu_count')}")

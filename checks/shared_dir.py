@@ -40,7 +40,7 @@ class SharedDirCheck(Check):
             return facts
         target = Path(view.shared_dir) / f".ddpdoctor-shared-{nonce[:8]}"
         start = time.monotonic()
-        limit = float(ctx.opts.get("visible_within_s", 10.0))
+        limit = ctx.opts["visible_within_s"]
         while True:  # NFS attribute caches can delay a new file: poll, bounded by the option
             try:
                 if target.read_text() == nonce:
@@ -66,7 +66,7 @@ class SharedDirCheck(Check):
             else:
                 yield self.fail(
                     f"{node} cannot see the master's file in {where}: the path is node-local there", [node],
-                    actual=f"not visible after {opts.get('visible_within_s', 10.0)} s", expected="visible on every node",
+                    actual=f"not visible after {opts['visible_within_s']} s", expected="visible on every node",
                     fix=f"mount shared storage (NFS, Lustre, ...) at {f.get('path')} on {node}, or save "
                         f"checkpoints per node / on global rank 0 only and gate downloads on LOCAL_RANK == 0",
                 )

@@ -7,10 +7,12 @@ import os
 import platform
 import sys
 
-from ddpdoctor.api import Check, Option, per_node
+from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 
 # An NVIDIA driver leaves these behind; a cheap way to know GPUs exist without asking NVML (the gpu check does).
 NVIDIA_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidia0")
+# Facts that differ per node by nature (where things are installed, how long gathering took): not compared.
+NOT_COMPARED = ("path", "file", "executable", "prefix", "dir", "seconds", "error")
 CPU_WHEEL_FIX = ("pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126 "
                  "(pick the CUDA version your driver supports: nvidia-smi shows it)")
 
@@ -77,14 +79,27 @@ class TorchBuildCheck(Check):
             facts["torch_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return facts
 
+    def exports(self, facts: dict) -> dict:
+        if not facts:
+            return {}
+        cuda = facts.get("cuda_runtime") or (f"ROCm {facts['hip_runtime']}" if facts.get("hip_runtime") else None)
+        if not cuda and facts.get("torch_build") == "cpu":
+            cuda = "none (cpu build)"
+        return {"versions": {"python": facts.get("python_version"), "torch": facts.get("torch_version"),
+                             "cuda": cuda, "nccl": facts.get("nccl_version")}}
+
+    def comparable(self, facts: dict) -> dict:
+        return {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool))
+                and not any(s in k.lower() for s in NOT_COMPARED)}
+
     def compare(self, facts_by_node, opts):
         return per_node(facts_by_node, lambda node, f: self.judge(node, f, opts))
 
     def judge(self, node: str, f: dict, opts) -> list:
         out = []
-        if _version_tuple(f.get("python_version")) < _version_tuple(str(opts.get("min_python", "3.9"))):
-            out.append(self.fail(f"Python {f.get('python_version')} is older than {opts.get('min_python')}", [node],
-                                 actual=f.get("python_version"), expected=f">= {opts.get('min_python')}",
+        if _version_tuple(f.get("python_version")) < _version_tuple(opts["min_python"]):
+            out.append(self.fail(f"Python {f.get('python_version')} is older than {opts['min_python']}", [node],
+                                 actual=f.get("python_version"), expected=f">= {opts['min_python']}",
                                  fix="use a newer Python (a venv or conda env) for the job"))
         if f.get("torch_error"):
             out.append(self.fail(f"torch does not import: {f['torch_error']}", [node], actual=f["torch_error"],
@@ -92,7 +107,7 @@ class TorchBuildCheck(Check):
                                  fix=f"{f.get('python_executable') or 'python3'} -m pip install torch "
                                      "(in the environment the job runs in)"))
             return out
-        want = str(opts.get("torch_version") or "")
+        want = opts["torch_version"]
         have = str(f.get("torch_version"))
         if want and have.split("+")[0] != want.split("+")[0]:
             out.append(self.fail(f"torch {have} installed, {want} required", [node], actual=have, expected=want,
@@ -111,15 +126,13 @@ class TorchBuildCheck(Check):
             out.append(self.fail(f"torch {have} is a {build} build without NCCL/RCCL", [node],
                                  actual="nccl missing", expected="nccl available",
                                  fix="install the official torch wheel for your CUDA/ROCm version"))
-        if not any(r.level.value == "fail" for r in out):
-            parts = [f"torch {have} ({build}"
-                     + (f", CUDA {f['cuda_runtime']}" if f.get("cuda_runtime") else "")
-                     + (f", ROCm {f['hip_runtime']}" if f.get("hip_runtime") else "")
-                     + (f", NCCL {f['nccl_version']}" if f.get("nccl_version") else "") + ")",
-                     f"Python {f.get('python_version')}",
-                     "backends: " + ",".join(b for b in ("gloo", "nccl", "mpi") if f.get(f"{b}_available"))]
-            out.append(self.passed("; ".join(parts), [node], actual=have))
-        return out
+        parts = [f"torch {have} ({build}"
+                 + (f", CUDA {f['cuda_runtime']}" if f.get("cuda_runtime") else "")
+                 + (f", ROCm {f['hip_runtime']}" if f.get("hip_runtime") else "")
+                 + (f", NCCL {f['nccl_version']}" if f.get("nccl_version") else "") + ")",
+                 f"Python {f.get('python_version')}",
+                 "backends: " + ",".join(b for b in ("gloo", "nccl", "mpi") if f.get(f"{b}_available"))]
+        return passed_if_quiet(out, self, [node], "; ".join(parts), actual=have)
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:

@@ -4,6 +4,31 @@ A check is two functions. ``gather(ctx)`` runs on every node and returns JSON-se
 that node. ``compare(facts_by_node, opts)`` is pure: it turns the facts of one or many nodes (a dict
 ``{node_name: facts}``) into results, so it is tested with plain dicts and no hardware.
 
+The contract: what the rest of the tool may know about a check
+--------------------------------------------------------------
+Facts are the check's own business: their shape may change with the check. What the report, the advice,
+the run-trainer gate, the cluster protocol and the parity check read is declared by two more pure methods,
+computed by the runner on the node right after ``gather`` (so every saved document carries them, as
+``nodes[NODE]["exports"][CHECK]`` and ``nodes[NODE]["comparable"][CHECK]``):
+
+``exports(facts) -> dict``
+    What this node's facts mean for the rest of the tool, in the vocabulary of ``EXPORTS`` below (the
+    interface to the master, the links probed, the clock offset, versions, GPUs, cells for the report's
+    per-node table). A key outside the vocabulary is kept and shown with the node's details.
+``comparable(facts) -> dict[str, Any]``
+    Flat ``key -> value`` pairs that must be equal on every node (values: JSON scalars or lists). The
+    parity check compares the union over all checks and names the node that differs from the majority;
+    what may legitimately differ per node (ranks, hostnames, interface names) is simply left out here.
+    A plugin takes part in the parity diff by returning its keys here.
+
+Both receive the check's facts after redaction and must never raise on odd facts (a document written by
+another version); missing facts give ``{}``. Readers tolerate their absence (documents written before
+them): ``ddpdoctor.runner.node_exports`` derives them from the facts with the checks installed.
+
+Options arrive typed and complete: the runner fills every declared ``Option``'s default and converts what
+the config file and ``--set`` gave, so a check reads ``opts["warn_ms"]``, never restating a default. In a
+test, ``check.with_defaults({"warn_ms": 5})`` builds the same mapping.
+
 This module must stay light: no torch, no rich, no network.
 """
 from __future__ import annotations
@@ -157,6 +182,20 @@ class NodeContext:
     deadline: float | None = None  # time.monotonic() value by which gather should return
 
 
+# The vocabulary of ``Check.exports``: key -> the shape of its value and who provides it among the built-ins.
+# A reader merges one key across checks: dicts key by key (the first non-empty value in check-name order),
+# lists concatenated, anything else the first check's. Every field may be missing or None.
+EXPORTS: dict[str, str] = {
+    "interface": '{"name", "addr", "mtu"}: the interface this node reaches the master through (names)',
+    "links": '[{"peer", "ok", "rtt_ms", "error_class"}]: TCP links probed from this node to peers (mesh)',
+    "clock": '{"offset_ms", "bound_ms"}: this node\'s clock minus the master\'s and its error bound; '
+             'offset_ms None: no sample (clock-skew)',
+    "versions": '{"python", "torch", "cuda", "nccl", "driver"}: version strings (torch-build, gpu)',
+    "gpus": '{"count", "models": {model: n}, "lost"}: GPUs NVML lists, working ones by model (gpu)',
+    "summary": '{column: text}: short per-node cells for the report\'s per-node table (any check, plugins too)',
+}
+
+
 class Check:
     """Base class for checks. Subclass, set ``name``/``description``, implement ``gather``/``compare``.
 
@@ -171,9 +210,13 @@ class Check:
     phase: str = "local"
     options: Mapping[str, Option] = {}
     timeout_s: float = 30.0
-    # Other checks whose facts this check's compare reads (e.g. parity reads "packages"): they arrive in
-    # compare as facts_by_node[node]["uses"][name]; a check never gathers the same facts twice.
+    # Other checks whose facts this check's compare reads (gpu-health reads "gpu"): they arrive in compare as
+    # facts_by_node[node]["uses"][name] (where that check gathered on the node); a check never gathers the
+    # same facts twice. A used check of the same phase is selected with this one unless --skip names it.
     uses: tuple[str, ...] = ()
+    # True: compare also receives facts_by_node[node]["comparable"] = {check: {key: value}}, every check's
+    # comparables on that node (the parity check).
+    reads_comparables: bool = False
     # Heavy modules gather imports (e.g. "torch"): the runner imports them first on its own thread, because
     # two gather threads importing torch at once can see a half-initialised module or abort the process.
     imports: tuple[str, ...] = ()
@@ -183,6 +226,23 @@ class Check:
 
     def compare(self, facts_by_node: Mapping[str, dict], opts: Mapping[str, Any]) -> list[Result]:  # pragma: no cover
         raise NotImplementedError
+
+    # ---- the contract (see the module docstring) --------------------------------------------------------
+    def exports(self, facts: dict) -> dict:
+        """What this node's facts mean for the rest of the tool, keys from ``EXPORTS``. Pure; never raises."""
+        return {}
+
+    def comparable(self, facts: dict) -> dict[str, Any]:
+        """Flat key -> value pairs that must agree across nodes (the parity check compares them). Pure."""
+        return {}
+
+    def with_defaults(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``given`` (options and run settings) completed with every declared option's default, the declared
+        options converted to their type: what ``gather`` (ctx.opts) and ``compare`` (opts) receive."""
+        out = dict(given or {})
+        for key, option in self.options.items():
+            out[key] = option.convert(out[key]) if key in out else option.default
+        return out
 
     # Helpers for the common shapes of results, so every check reads the same.
     def result(self, level: Level, summary: str, nodes: Iterable[str] = (), **kw: Any) -> Result:
@@ -224,3 +284,26 @@ def majority(values_by_node: Mapping[str, Any]) -> tuple[Any, list[str]]:
     best = counts[best_key][1]
     odd = sorted(n for n, v in values_by_node.items() if repr(v) != best_key)
     return best, odd
+
+
+def is_quiet(results: Iterable[Result]) -> bool:
+    """No warning and no failure among these results."""
+    return not any(r.level in (Level.WARN, Level.FAIL) for r in results)
+
+
+def passed_if_quiet(results: list[Result], check: Check, nodes: Iterable[str],
+                    summary: str | Callable[[], str], **kw: Any) -> list[Result]:
+    """``results`` plus one pass result when none of them warned or failed: the usual end of a judgement.
+    ``summary`` may be a function, called only for the pass (its figures may not exist otherwise)."""
+    if is_quiet(results):
+        results.append(check.passed(summary() if callable(summary) else summary, nodes, **kw))
+    return results
+
+
+def odd_ones(values_by_node: Mapping[str, Any], judge: Callable[[str, Any, Any], Result],
+             ignore_missing: bool = True) -> list[Result]:
+    """Nodes whose value differs from the majority, one result each: ``judge(node, value, majority_value)``.
+    ``ignore_missing``: nodes whose value is None take no part (they did not measure it)."""
+    values = {n: v for n, v in values_by_node.items() if v is not None or not ignore_missing}
+    common, odd = majority(values)
+    return [judge(n, values[n], common) for n in odd]

@@ -117,7 +117,9 @@ def discover() -> list[LoadedCheck]:
 def select(
     loaded: list[LoadedCheck], only: Iterable[str] = (), skip: Iterable[str] = ()
 ) -> list[LoadedCheck]:
-    """Apply --only / --skip. An unknown name is a usage error listing the known ones."""
+    """Apply --only / --skip. An unknown name is a usage error listing the known ones. A check chosen by
+    --only brings the checks of its own phase it ``uses`` (gpu-health reads the gpu check's facts), unless
+    --skip names them."""
     only, skip = list(only), list(skip)
     known = {lc.name for lc in loaded}
     unknown = sorted({n for n in only + skip if n not in known})
@@ -125,7 +127,12 @@ def select(
         raise UsageError(
             f"unknown check(s): {', '.join(unknown)} (known: {', '.join(sorted(known))}; see `ddpdoctor checks`)"
         )
-    chosen = [lc for lc in loaded if (not only or lc.name in only) and lc.name not in skip]
+    wanted = set(only)
+    named = by_name(loaded)
+    for name in list(wanted):
+        lc = named[name]
+        wanted.update(u for u in lc.check.uses if u in named and named[u].check.phase == lc.check.phase)
+    chosen = [lc for lc in loaded if (not only or lc.name in wanted) and lc.name not in skip]
     return chosen
 
 

@@ -3,15 +3,21 @@
 Both steps contain failures: a gather that raises or overruns its deadline becomes a fail result for that
 node, a compare that raises becomes a fail result naming the check and its source. Nothing here talks
 to other nodes; the cluster layer moves facts between nodes and calls ``compare_all`` on the master.
+
+The check contract (ddpdoctor.api): right after a gather, on the node, the check's ``exports`` and
+``comparable`` of those facts are computed and travel in the gather outcome; ``compare_all`` lifts them into
+the node's entry (``nodes[NODE]["exports"][CHECK]``, ``["comparable"][CHECK]``), where documents keep them.
+``node_exports``/``node_comparable``/``exported`` are how every other module reads them.
 """
 from __future__ import annotations
 
 import threading
 import time
 import traceback
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-from .api import Level, NodeContext, Result, Skip
+from .api import Check, Level, NodeContext, Result, Skip
 from .redact import scrub
 from .registry import LoadedCheck
 
@@ -36,7 +42,9 @@ def _gather_one(lc: LoadedCheck, ctx: NodeContext, box: dict) -> None:
         facts = lc.check.gather(ctx)
         if not isinstance(facts, dict):
             raise TypeError(f"gather() returned {type(facts).__name__}, not a dict")
-        box.update(status=OK, facts=scrub(_json_safe(facts)))
+        facts = scrub(_json_safe(facts))
+        box.update(status=OK, facts=facts)
+        box.update(contract(lc.check, facts))
     except Skip as exc:
         box.update(status=SKIPPED, message=str(exc) or "not applicable here", facts={})
     except BaseException as exc:  # noqa: BLE001 - a plugin must never take the run down
@@ -72,7 +80,7 @@ def gather_all(
         deadline_of_check = own if deadline is None else min(own, deadline)
         ctx = NodeContext(
             node=node, rank=rank, nnodes=nnodes, run=run,
-            opts=dict(opts_by_check.get(lc.name, {})), cluster=cluster, deadline=deadline_of_check,
+            opts=lc.check.with_defaults(opts_by_check.get(lc.name)), cluster=cluster, deadline=deadline_of_check,
         )
         box: dict = {}
         t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
@@ -115,6 +123,7 @@ def compare_all(
     gpus_per_node, ...), so a pure compare sees everything it may judge against.
     """
     opts_by_check = opts_by_check or {}
+    lift_contract(nodes)
     results: list[Result] = []
     for lc in checks:
         name = lc.name
@@ -130,7 +139,15 @@ def compare_all(
                 if lc.check.uses:
                     own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
                                    if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
+                if lc.check.reads_comparables:
+                    own["comparable"] = node_comparable(data)
                 ok_facts[node] = own
+                if data.get("contract_errors", {}).get(name):
+                    results.append(Result(
+                        check=name, level=Level.FAIL, nodes=[node],
+                        summary=f"check {name!r} raised in exports() or comparable(): {data['contract_errors'][name]}",
+                        actual=data["contract_errors"][name], expected="pure functions of the facts",
+                        fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile"))
             elif status == SKIPPED:
                 skipped.setdefault(outcome.get("message", ""), []).append(node)
             else:
@@ -147,6 +164,7 @@ def compare_all(
             continue
         opts = dict(run or {})
         opts.update(opts_by_check.get(name, {}))
+        opts = lc.check.with_defaults(opts)
         try:
             produced = lc.check.compare(ok_facts, opts)
             for r in produced:
@@ -163,3 +181,88 @@ def compare_all(
                 details={"traceback": traceback.format_exc()},
             ))
     return results
+
+
+# ------------------------------------------------------------------------------------------ the contract
+def contract(check: Check, facts: dict) -> dict:
+    """{"exports", "comparable"} of one check's facts on its node (JSON-safe, redacted), or {"contract_error"}
+    when the check's methods raise (a plugin's bug must not lose its facts)."""
+    try:
+        exports, comparable = check.exports(facts), check.comparable(facts)
+        if not isinstance(exports, dict) or not isinstance(comparable, dict):
+            raise TypeError("exports() and comparable() return dicts")
+    except Exception as exc:  # noqa: BLE001
+        return {"contract_error": f"{type(exc).__name__}: {exc}"}
+    return {"exports": scrub(_json_safe(exports)), "comparable": scrub(_json_safe(comparable))}
+
+
+def lift_contract(nodes: Mapping[str, dict]) -> None:
+    """Move each node's exports and comparables out of its gather outcomes into the node's entry, where
+    documents keep them (nodes[NODE]["exports"][CHECK]); a contract error is kept beside them for
+    ``compare_all`` to report. Entries that already carry them are left alone."""
+    for data in nodes.values():
+        if not isinstance(data, dict):
+            continue
+        for name, outcome in (data.get("gather") or {}).items():
+            if not isinstance(outcome, dict):
+                continue
+            for key, where in (("exports", "exports"), ("comparable", "comparable"),
+                               ("contract_error", "contract_errors")):
+                if key in outcome:
+                    data.setdefault(where, {})[name] = outcome.pop(key)
+
+
+@lru_cache(maxsize=1)
+def _installed_checks() -> dict[str, Check]:
+    from .registry import discover
+
+    return {lc.name: lc.check for lc in discover()}
+
+
+def _derived(data: Mapping, key: str) -> dict[str, Any]:
+    """A node's exports or comparables, by check: the entry's own, else its gather outcomes', else derived
+    from its facts by the installed checks (a document written before the contract existed)."""
+    if not isinstance(data, Mapping):
+        return {}
+    if isinstance(data.get(key), Mapping):
+        return dict(data[key])
+    out: dict[str, Any] = {}
+    outcomes = data.get("gather") if isinstance(data.get("gather"), Mapping) else {}
+    facts = data.get("facts") if isinstance(data.get("facts"), Mapping) else {}
+    for name in sorted(set(outcomes) | set(facts)):
+        outcome = outcomes.get(name)
+        if isinstance(outcome, Mapping) and key in outcome:
+            out[name] = outcome[key]
+        elif isinstance(facts.get(name), dict) and name in _installed_checks():
+            out[name] = contract(_installed_checks()[name], facts[name]).get(key, {})
+    return out
+
+
+def node_exports(data: Mapping) -> dict[str, dict]:
+    """{check: exports} of one node's entry in a document (or on the wire)."""
+    return _derived(data, "exports")
+
+
+def node_comparable(data: Mapping) -> dict[str, dict]:
+    """{check: {key: value}} of one node's entry in a document (or on the wire)."""
+    return _derived(data, "comparable")
+
+
+def exported(data: Mapping, kind: str) -> Any:
+    """One kind of export (api.EXPORTS) of a node, merged across its checks in name order: dicts key by key
+    (the first non-empty value wins), lists concatenated, anything else the first. None when no check has it."""
+    found = [e[kind] for _, e in sorted(node_exports(data).items())
+             if isinstance(e, Mapping) and e.get(kind) is not None]
+    if not found:
+        return None
+    if all(isinstance(v, Mapping) for v in found):
+        merged: dict[str, Any] = {}
+        for v in found:
+            for k, x in v.items():
+                if merged.get(k) in (None, "") and x not in (None, ""):
+                    merged[k] = x
+                merged.setdefault(k, x)
+        return merged
+    if all(isinstance(v, list) for v in found):
+        return [x for v in found for x in v]
+    return found[0]

@@ -4,15 +4,16 @@ from __future__ import annotations
 import shlex
 
 from ..api import Level
+from ..runner import exported
 
 
 def chosen_interfaces(nodes: dict) -> dict[str, str]:
-    """Node name -> the interface that routes to the master (from the names check's facts)."""
+    """Node name -> the interface that routes to the master (the "interface" a check exports: names)."""
     out = {}
     for name, data in nodes.items():
-        iface = ((((data.get("facts") or {}).get("names") or {}).get("route_to_master")) or {}).get("iface")
-        if iface:
-            out[name] = iface
+        iface = exported(data or {}, "interface")
+        if isinstance(iface, dict) and iface.get("name"):
+            out[name] = str(iface["name"])
     return out
 
 
@@ -64,7 +65,7 @@ def _rdzv_id(cfg) -> str:
 def _gpus(nodes: dict) -> int | None:
     counts = []
     for data in nodes.values():
-        gpus = ((data.get("facts") or {}).get("gpu") or {}).get("gpus")
-        if gpus:
-            counts.append(len(gpus))
+        gpus = exported(data or {}, "gpus")
+        if isinstance(gpus, dict) and isinstance(gpus.get("count"), int) and gpus["count"]:
+            counts.append(gpus["count"])
     return min(counts) if counts else None

@@ -3,6 +3,10 @@
 Sections: verdict, findings (failures first, with their fix), a check x node matrix whose identical nodes
 are grouped (usable at 512 nodes), facts that differ from the majority, clock offsets, the reachability
 matrix, bench curves and per-node figures, the trainer's curves and root cause, and collapsed details.
+
+Nodes are read through the check contract only (ddpdoctor.api: each check's exports and comparables, as the
+documents carry them; ``runner.node_exports`` derives them for documents written before they existed), never
+through a check's own facts: a plugin's exports and comparables show here like a built-in check's.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any
 from ..api import Level, majority
 from ..grouping import compress_hosts, describe_nodes, group_results
 from ..redact import scrub
+from ..runner import exported, node_comparable
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
@@ -152,7 +157,8 @@ def _label(members: list[str], total: int = 0, width: int = 90) -> str:
 
 
 def merge_nodes(pre: list[dict]) -> dict[str, dict]:
-    """Every node's facts across the preflight documents; a later document fills what an earlier lacks."""
+    """Every node's facts, exports and comparables across the preflight documents; a later document fills what
+    an earlier lacks (exports and comparables only where a document has them: readers derive the others)."""
     nodes: dict[str, dict] = {}
     for d in pre:
         for name, data in (d.get("nodes") or {}).items():
@@ -160,6 +166,10 @@ def merge_nodes(pre: list[dict]) -> dict[str, dict]:
                                             "facts": {}})
             for check, facts in (data.get("facts") or {}).items():
                 entry["facts"].setdefault(check, facts)
+            for key in ("exports", "comparable"):
+                if isinstance(data.get(key), dict):
+                    for check, value in data[key].items():
+                        entry.setdefault(key, {}).setdefault(check, value)
     return nodes
 
 
@@ -182,25 +192,14 @@ def check_matrix(results: list[dict], node_names: list[str]) -> dict:
 
 
 def _flatten(nodes: dict[str, dict]) -> dict[str, dict[str, Any]]:
-    """The facts worth comparing, as flat key -> value per node."""
+    """What must agree across nodes, as flat CHECK.KEY -> value per node: the checks' comparables, the same
+    union the parity check compares (lists shown joined)."""
     out: dict[str, dict[str, Any]] = {}
     for name, data in nodes.items():
-        f = data.get("facts") or {}
         flat: dict[str, Any] = {}
-        for k, v in (f.get("torch-build") or {}).items():
-            if isinstance(v, (str, int, float, bool)) and not any(s in k for s in ("path", "executable")):
-                flat[f"torch-build.{k}"] = v
-        for k, v in ((f.get("env-vars") or {}).get("vars") or {}).items():
-            if k not in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "HOSTNAME", "CUDA_VISIBLE_DEVICES"):
-                flat[f"env.{k}"] = v
-        for pin in (f.get("packages") or {}).get("packages") or []:
-            pkg, _, ver = str(pin).partition("==")
-            flat[f"package.{pkg}"] = ver
-        gpu = f.get("gpu") or {}
-        if gpu:
-            flat["gpu.driver_version"] = gpu.get("driver_version")
-            flat["gpu.count"] = len(gpu.get("gpus") or [])
-            flat["gpu.models"] = ", ".join(sorted({str(g.get("name")) for g in gpu.get("gpus") or []}))
+        for check, values in node_comparable(data).items():
+            for key, value in (values or {}).items() if isinstance(values, dict) else ():
+                flat[f"{check}.{key}"] = ", ".join(map(str, value)) if isinstance(value, list) else value
         out[name] = flat
     return out
 
@@ -229,39 +228,46 @@ VERSION_COLUMNS = [("python", "Python"), ("torch", "torch"), ("cuda", "CUDA"), (
 
 
 def node_versions(facts: dict) -> dict[str, str]:
-    """A node's versions, GPUs and interface to the master, read from the facts of the checks that gather
-    them (torch-build, gpu, names). The only place that knows those checks' fact shapes: move it behind a
-    check contract (a "summary" a check publishes) when there is one. Missing facts are empty strings."""
-    def get(obj, *path):
-        for key in path:
-            obj = obj.get(key) if isinstance(obj, dict) else None
-        return "" if obj is None or isinstance(obj, (dict, list)) else str(obj)
+    """A node's row of the per-node table from its facts alone (a document without exports)."""
+    return versions_row({"facts": facts})
 
-    tb, gpu, names = facts.get("torch-build"), facts.get("gpu"), facts.get("names")
-    cuda = get(tb, "cuda_runtime") or (f"ROCm {get(tb, 'hip_runtime')}" if get(tb, "hip_runtime") else "")
-    if isinstance(tb, dict) and not cuda and tb.get("torch_build") == "cpu":
-        cuda = "none (cpu build)"
-    gpus = ""
-    if isinstance(gpu, dict):
-        listed = [g for g in gpu.get("gpus") or [] if isinstance(g, dict) and not g.get("lost")]
-        models = Counter(str(g.get("name") or "unknown") for g in listed)
-        gpus = ", ".join(f"{n} × {m}" for m, n in sorted(models.items())) or ("none" if gpu.get("no_driver") or
-                                                                               "gpus" in gpu else "")
-        lost = sum(1 for g in gpu.get("gpus") or [] if isinstance(g, dict) and g.get("lost"))
-        if lost:
-            gpus += f" (+{lost} lost)"
-    iface = get(names, "route_to_master", "iface")
-    mtu = get(names, "route_to_master", "mtu")
-    return {"python": get(tb, "python_version"), "torch": get(tb, "torch_version"), "cuda": cuda,
-            "nccl": get(tb, "nccl_version"), "driver": get(gpu, "driver_version"), "gpus": gpus,
-            "iface": f"{iface} (mtu {mtu})" if iface and mtu else iface}
+
+def versions_row(data: dict) -> dict[str, str]:
+    """A node's versions, GPUs, interface to the master and the cells checks add ("summary"), from its
+    exports. Missing values are empty strings; a check's cell is keyed "summary.COLUMN"."""
+    def text(value) -> str:
+        return "" if value is None or isinstance(value, (dict, list)) else str(value)
+
+    versions = exported(data, "versions") or {}
+    versions = versions if isinstance(versions, dict) else {}
+    gpus, iface = exported(data, "gpus"), exported(data, "interface")
+    gpu_text = ""
+    if isinstance(gpus, dict):
+        models = gpus.get("models") if isinstance(gpus.get("models"), dict) else {}
+        gpu_text = ", ".join(f"{n} × {m}" for m, n in sorted(models.items())) or "none"
+        if _finite(gpus.get("lost")) and gpus["lost"]:
+            gpu_text += f" (+{gpus['lost']} lost)"
+    name, mtu = (text(iface.get("name")), text(iface.get("mtu"))) if isinstance(iface, dict) else ("", "")
+    row = {"python": text(versions.get("python")), "torch": text(versions.get("torch")),
+           "cuda": text(versions.get("cuda")), "nccl": text(versions.get("nccl")),
+           "driver": text(versions.get("driver")), "gpus": gpu_text,
+           "iface": f"{name} (mtu {mtu})" if name and mtu else name}
+    summary = exported(data, "summary")
+    for column, value in sorted(summary.items()) if isinstance(summary, dict) else ():
+        row[f"summary.{column}"] = text(value)
+    return row
 
 
 def versions_table(nodes: dict[str, dict], limit: int = 64) -> dict:
     """Every node's versions, GPUs and interface; nodes with identical values share a row, the rows with
     the most values that differ from the majority first, and each such value marked odd."""
-    per_node = {n: node_versions(data.get("facts") or {}) for n, data in nodes.items()}
-    cols = [(k, title) for k, title in VERSION_COLUMNS if any(v[k] for v in per_node.values())]
+    per_node = {n: versions_row(data) for n, data in nodes.items()}
+    extra = sorted({k for v in per_node.values() for k in v if k.startswith("summary.")})
+    for v in per_node.values():
+        for k in extra:
+            v.setdefault(k, "")
+    cols = [(k, title) for k, title in VERSION_COLUMNS + [(k, k[len("summary."):]) for k in extra]
+            if any(v[k] for v in per_node.values())]
     if not per_node or not cols:
         return {"columns": [], "rows": [], "hidden": 0}
     common = {k: majority({n: v[k] for n, v in per_node.items()})[0] for k, _ in cols}
@@ -293,7 +299,8 @@ def clock_offsets(nodes: dict[str, dict], results: list[dict] | None = None,
                 level[n] = r["level"]
     out = []
     for name in sorted(nodes, key=_natural):
-        f = (nodes[name].get("facts") or {}).get("clock-skew") or {}
+        f = exported(nodes[name], "clock")
+        f = f if isinstance(f, dict) else {}
         off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0
         if _finite(off):
             out.append({"node": name, "label": (labels or {}).get(name, name), "offset_ms": off,
@@ -368,7 +375,9 @@ def reachability(nodes: dict[str, dict], labels: dict[str, str] | None = None) -
     names = sorted(nodes, key=_natural)
     links: dict[tuple[str, Any], tuple[str, float | None]] = {}
     for src in names:
-        for p in ((nodes[src].get("facts") or {}).get("mesh") or {}).get("probes") or []:
+        for p in exported(nodes[src], "links") or []:
+            if not isinstance(p, dict):
+                continue
             rtt = p.get("rtt_ms") if _finite(p.get("rtt_ms")) else None
             links[(src, p.get("peer"))] = ("ok" if p.get("ok") is True else str(p.get("error_class") or "failed"), rtt)
     if not links:

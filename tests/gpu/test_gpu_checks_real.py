@@ -35,7 +35,7 @@ def test_gpu_check_agrees_with_torch():
     for g in f["gpus"]:
         assert g["uuid"].startswith(("GPU-", "MIG-")) and g["pci_bus_id"] and g["memory_total_bytes"] > 0
         assert g["compute_mode"] in ("default", "exclusive_process", "prohibited")
-    results = GpuCheck().compare({"gpu-node": f}, {"gpus_per_node": n})
+    results = GpuCheck().compare({"gpu-node": f}, GpuCheck().with_defaults({"gpus_per_node": n}))
     assert not any("usable GPU" in r.summary for r in results), [r.summary for r in results]
 
 
@@ -44,11 +44,16 @@ def test_gpu_health_reads_every_gpu_and_listens_for_xids():
     from ddpdoctor_checks.gpu_health import GpuHealthCheck
 
     t0 = time.monotonic()
-    f = GpuHealthCheck().gather(NodeContext(node="gpu-node", opts={"xid_wait_ms": 200}))
+    f = GpuHealthCheck().gather(NodeContext(node="gpu-node", opts=GpuHealthCheck().with_defaults({"xid_wait_ms": 200})))
     assert time.monotonic() - t0 < 30
-    assert f["gpus"] and all(g.get("temperature_c") is not None for g in f["gpus"] if not g.get("lost"))
+    from ddpdoctor_checks.gpu import GpuCheck
+
+    snap = GpuCheck().gather(NodeContext(node="gpu-node"))  # the per-GPU snapshot gpu-health judges (uses)
+    assert f["gpus"] and all(g.get("uuid") for g in f["gpus"] if not g.get("lost"))
+    assert all(g.get("temperature_c") is not None for g in snap["gpus"] if not g.get("lost"))
+    f["uses"] = {"gpu": snap}
     assert f["xid_watch"]["error"] is None and f["xid_watch"]["events"] == []
-    results = GpuHealthCheck().compare({"gpu-node": f}, {})
+    results = GpuHealthCheck().compare({"gpu-node": f}, GpuHealthCheck().with_defaults({}))
     assert results and all(r.nodes == ["gpu-node"] for r in results)
 
 
@@ -88,7 +93,7 @@ def test_gpu_perf_check_measures_every_gpu_within_15_s():
         assert "error" not in g, g
         assert {"index", "uuid", "name", "gemm_tflops", "copy_gbps", "h2d_gbps"} <= set(g)
     assert took < 15, f"gpu-perf took {took:.1f} s"
-    results = GpuPerfCheck().compare({"gpu-node": f}, opts)
+    results = GpuPerfCheck().compare({"gpu-node": f}, GpuPerfCheck().with_defaults(opts))
     assert not any(r.level is Level.FAIL for r in results), [r.summary for r in results]
 
 

@@ -30,7 +30,7 @@ def gather(monkeypatch, fake, run=None, torch=CUDA_TORCH):
 
 
 def judge(facts, **opts):
-    return GpuCheck().compare({"n1": facts}, opts)
+    return GpuCheck().compare({"n1": facts}, GpuCheck().with_defaults(opts))
 
 
 def levels(results):

@@ -6,7 +6,10 @@ import sys
 import pytest
 
 from ddpdoctor.api import Level, NodeContext, Skip
+from ddpdoctor_checks import gpu as gpu_mod
 from ddpdoctor_checks import gpu_health as gh
+from ddpdoctor_checks.gpu import GpuCheck
+from ddpdoctor_checks.support.nvml import nvml_session, snapshot
 from ddpdoctor_checks.gpu_health import GpuHealthCheck, bus_key, parse_kernel_xids
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import healthy_gpu
@@ -15,15 +18,25 @@ NO_LOG = {"readable": False, "source": None, "text": "", "error": "dmesg: read k
 
 
 def gather(monkeypatch, fake, log=None, **opts):
+    """gpu-health's facts on the fake, with the gpu check's facts beside them under "uses" (as the runner hands
+    them to compare). The gpu check reads a twin of the fake, so the fake counts gpu-health's NVML calls only."""
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(gh, "read_kernel_log", lambda: dict(log or {"readable": True, "source": "dmesg", "text": "",
                                                                      "error": None}))
     monkeypatch.setattr(gh, "_uptime", lambda: 10_000.0)
-    return GpuHealthCheck().gather(NodeContext(node="n1", opts={"xid_wait_ms": 50, **opts}))
+    check = GpuHealthCheck()
+    facts = check.gather(NodeContext(node="n1", opts=check.with_defaults({"xid_wait_ms": 50, **opts})))
+    state = fake.state
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "pynvml", fake_nvml.make(state.gpus, state.driver_version, state.cuda_driver_version))
+        m.setattr(gpu_mod, "torch_view", lambda: {"torch_version": "2.5.1+cu124", "torch_cuda_version": "12.4",
+                                                  "torch_device_count": len(state.gpus), "torch_error": None})
+        facts["uses"] = {"gpu": GpuCheck().gather(NodeContext(node="n1"))}
+    return facts
 
 
 def judge(facts, node="n1", **opts):
-    return GpuHealthCheck().compare({node: facts}, opts)
+    return GpuHealthCheck().compare({node: facts}, GpuHealthCheck().with_defaults(opts))
 
 
 def bad(results):
@@ -103,8 +116,10 @@ def test_sw_power_cap_alone_is_normal(monkeypatch):
 def test_throttle_reasons_fallback_for_older_bindings(monkeypatch):
     fake = fake_nvml.make([healthy_gpu(0, clock_reasons=fake_nvml.HW_SLOWDOWN)])
     del fake.nvmlDeviceGetCurrentClocksEventReasons
-    f = gather(monkeypatch, fake)
-    assert f["gpus"][0]["clock_reasons"] == ["hw_slowdown"]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with nvml_session() as nv:  # the snapshot gpu-health judges is the gpu check's (support/nvml.py)
+        g = snapshot(nv, 0)
+    assert g["clock_reasons"] == ["hw_slowdown"]
 
 
 def test_pcie_gen_below_max_only_matters_when_busy(monkeypatch):
@@ -227,7 +242,7 @@ def test_lost_gpu_is_left_to_the_gpu_check(monkeypatch):
 def test_compare_over_many_nodes_names_each_node():
     ok = {"gpus": [{"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:18:00.0", "ecc_uncorrected_volatile": 0}]}
     sick = {"gpus": [{"index": 3, "uuid": "GPU-b", "pci_bus_id": "00000000:9A:00.0", "ecc_uncorrected_volatile": 1}]}
-    results = GpuHealthCheck().compare({"a": ok, "b": sick, "c": ok}, {})
+    results = GpuHealthCheck().compare({"a": ok, "b": sick, "c": ok}, GpuHealthCheck().with_defaults({}))
     [f] = [r for r in results if r.level is Level.FAIL]
     assert f.nodes == ["b"] and f.summary.startswith("b GPU 3 (GPU-b, 00000000:9A:00.0)")
     assert sorted(r.nodes[0] for r in results if r.level is Level.PASS) == ["a", "c"]

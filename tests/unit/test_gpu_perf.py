@@ -40,7 +40,7 @@ OPTS = {k: o.default for k, o in GpuPerfCheck.options.items()}
 
 @pytest.mark.parametrize("nodes,per_node", [(1, 8), (64, 8)])  # 8 GPUs and 512 GPUs
 def test_all_equal_gpus_flag_nothing(nodes, per_node):
-    results = GpuPerfCheck().compare(cluster(nodes, per_node), OPTS)
+    results = GpuPerfCheck().compare(cluster(nodes, per_node), GpuPerfCheck().with_defaults(OPTS))
     assert bad(results) == [] and len(results) == nodes
     assert all(r.level is Level.PASS and f"{per_node} GPU(s) perform as expected" in r.summary for r in results)
 
@@ -48,7 +48,7 @@ def test_all_equal_gpus_flag_nothing(nodes, per_node):
 @pytest.mark.parametrize("nodes,per_node,where", [(1, 8, ("node000", 5)), (64, 8, ("node041", 3))])
 def test_one_slow_gpu_is_named_among_8_and_512(nodes, per_node, where):
     node, index = where
-    results = GpuPerfCheck().compare(cluster(nodes, per_node, slow=(node, index, "gemm_tflops", 600.0)), OPTS)
+    results = GpuPerfCheck().compare(cluster(nodes, per_node, slow=(node, index, "gemm_tflops", 600.0)), GpuPerfCheck().with_defaults(OPTS))
     [r] = bad(results)
     assert r.level is Level.WARN and r.nodes == [node]  # 600/780 = 77%: under 0.9 x median, over 0.7 x
     assert r.summary.startswith(f"{node} GPU {index} (GPU-{index:04d}, 00000000:{index:02X}:00.0): bf16 GEMM 600 TFLOP/s")
@@ -60,21 +60,21 @@ def test_one_slow_gpu_is_named_among_8_and_512(nodes, per_node, where):
 
 
 def test_very_slow_gpu_fails_and_h2d_fix_points_at_pcie():
-    results = GpuPerfCheck().compare(cluster(1, 8, slow=("node000", 2, "h2d_gbps", 13.0)), OPTS)
+    results = GpuPerfCheck().compare(cluster(1, 8, slow=("node000", 2, "h2d_gbps", 13.0)), GpuPerfCheck().with_defaults(OPTS))
     [r] = bad(results)
     assert r.level is Level.FAIL and "pinned host->device 13 GB/s" in r.summary and "PCIe" in r.fix
 
 
 def test_peer_thresholds_are_options():
     facts = cluster(1, 8, slow=("node000", 0, "copy_gbps", 2800.0))  # 94% of the median
-    assert bad(GpuPerfCheck().compare(facts, OPTS)) == []
-    [r] = bad(GpuPerfCheck().compare(facts, {**OPTS, "peer_warn_ratio": 0.95}))
+    assert bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults(OPTS))) == []
+    [r] = bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults({**OPTS, "peer_warn_ratio": 0.95})))
     assert r.level is Level.WARN and "device memory copy" in r.summary
 
 
 def test_whole_node_below_the_sku_table_warns_even_when_peers_agree():
     facts = {"n1": {"gpus": [gpu(i, gemm_tflops=560.0) for i in range(8)]}}  # 72% of 783
-    found = bad(GpuPerfCheck().compare(facts, OPTS))
+    found = bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults(OPTS)))
     assert len(found) == 8 and all(r.level is Level.WARN and "achievable on H100 SXM" in r.summary for r in found)
     assert all("median" not in r.summary for r in found)
 
@@ -82,12 +82,12 @@ def test_whole_node_below_the_sku_table_warns_even_when_peers_agree():
 def test_unknown_sku_is_judged_against_peers_only_and_models_are_not_mixed():
     facts = {"a": {"gpus": [gpu(i, name="NVIDIA Mystery X", gemm_tflops=10.0) for i in range(4)]},
              "b": {"gpus": [gpu(i) for i in range(4)]}}
-    assert bad(GpuPerfCheck().compare(facts, OPTS)) == []
+    assert bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults(OPTS))) == []
 
 
 def test_measurement_error_fails_for_that_gpu():
     facts = {"n1": {"gpus": [gpu(0), {"index": 1, "error": "did not finish within 90 s"}]}}
-    [r] = bad(GpuPerfCheck().compare(facts, OPTS))
+    [r] = bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults(OPTS)))
     assert r.level is Level.FAIL and "GPU 1" in r.summary and "did not finish" in r.summary
     assert "python -m ddpdoctor.gpuperf --device 1" in r.fix
 

@@ -33,7 +33,7 @@ TORCH_OK = {"python_version": "3.11.7", "python_executable": "/usr/bin/python3",
 
 
 def judge_torch(facts, **opts):
-    return torch_build.TorchBuildCheck().compare({"n1": facts}, {"min_python": "3.9", "torch_version": "", **opts})
+    return torch_build.TorchBuildCheck().compare({"n1": facts}, torch_build.TorchBuildCheck().with_defaults({"min_python": "3.9", "torch_version": "", **opts}))
 
 
 def test_torch_build_gathers_real_torch():
@@ -106,11 +106,11 @@ def test_dist_info_names_agree_with_metadata():
 def test_packages_missing_required_and_shadowed_copy():
     facts = {"packages": ["click==8.1.7", "torch==2.13.0"], "count": 2, "fingerprint": "x",
              "shadowed": [{"name": "numpy", "used": "2.1.0", "shadowed": "1.26.4", "location": "/home/u/.local"}]}
-    res = packages.PackagesCheck().compare({"n1": facts}, {"required": "torch, NumPy_x"})
+    res = packages.PackagesCheck().compare({"n1": facts}, packages.PackagesCheck().with_defaults({"required": "torch, NumPy_x"}))
     assert only(res, Level.FAIL)[0].fix == "pip install numpy-x"
     (w,) = only(res, Level.WARN)
     assert "numpy" in w.summary and "1.26.4" in w.summary
-    ok = packages.PackagesCheck().compare({"n1": dict(facts, shadowed=[])}, {"required": "torch"})
+    ok = packages.PackagesCheck().compare({"n1": dict(facts, shadowed=[])}, packages.PackagesCheck().with_defaults({"required": "torch"}))
     assert levels(ok) == [Level.PASS]
 
 
@@ -176,7 +176,7 @@ def net_facts(**kw):
 
 
 def judge_net(facts, **opts):
-    return network.NetworkCheck().compare({"n1": facts}, {"min_mtu": 1280, **opts})
+    return network.NetworkCheck().compare({"n1": facts}, network.NetworkCheck().with_defaults({"min_mtu": 1280, **opts}))
 
 
 def test_network_gather_on_this_machine():
@@ -280,9 +280,9 @@ def test_chronyc_parser():
 def test_clock_sync_uses_first_source_that_answers(monkeypatch):
     monkeypatch.setattr(clock_sync, "SOURCES", (lambda: None, lambda: {"tool": "chronyc", "synced": False, "detail": "x"}))
     facts = clock_sync.ClockSyncCheck().gather(ctx())
-    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, {"unsynced_level": "warn"})
+    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, clock_sync.ClockSyncCheck().with_defaults({"unsynced_level": "warn"}))
     assert r.level is Level.WARN and "set-ntp" in r.fix
-    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, {"unsynced_level": "fail"})
+    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, clock_sync.ClockSyncCheck().with_defaults({"unsynced_level": "fail"}))
     assert r.level is Level.FAIL
 
 

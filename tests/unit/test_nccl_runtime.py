@@ -99,7 +99,7 @@ def test_gather_with_a_cuda_torch_reads_the_loaded_library(monkeypatch, fake_lib
     monkeypatch.setattr(nr, "mapped_libnccl", lambda: fake_libnccl)
     f = NcclRuntimeCheck().gather(NodeContext(node="n1"))
     assert f["torch_nccl_version"] == "2.21.5" and f["loaded_version"] == "2.28.9" and f["loaded"] is True
-    [r] = NcclRuntimeCheck().compare({"n1": f}, {})
+    [r] = NcclRuntimeCheck().compare({"n1": f}, NcclRuntimeCheck().with_defaults({}))
     assert r.level is Level.WARN and "loads NCCL 2.28.9 from" in r.summary and "built with 2.21.5" in r.summary
     assert "nvidia-nccl-cu12==2.21.5" in r.fix
 
@@ -121,37 +121,37 @@ EFA_DEV = [{"name": "rdmap0s31", "driver": "efa", "efa": True, "ports": [{"port"
 
 
 def test_matching_versions_pass():
-    [r] = NcclRuntimeCheck().compare({"n1": facts()}, {})
+    [r] = NcclRuntimeCheck().compare({"n1": facts()}, NcclRuntimeCheck().with_defaults({}))
     assert r.level is Level.PASS and "NCCL 2.21.5 loaded from /v/nvidia" in r.summary and "no IB/EFA" in r.summary
 
 
 def test_version_mismatch_across_nodes_fails_the_odd_node():
     fs = {"a": facts(), "b": facts(), "c": facts(loaded_version="2.18.3", torch_nccl_version="2.18.3")}
-    [r] = bad(NcclRuntimeCheck().compare(fs, {}))
+    [r] = bad(NcclRuntimeCheck().compare(fs, NcclRuntimeCheck().with_defaults({})))
     assert r.level is Level.FAIL and r.nodes == ["c"] and r.actual == "2.18.3" and r.expected == "2.21.5"
-    assert bad(NcclRuntimeCheck().compare(fs, {"require_same_version": False})) == []
+    assert bad(NcclRuntimeCheck().compare(fs, NcclRuntimeCheck().with_defaults({"require_same_version": False}))) == []
 
 
 def test_rdma_without_dev_infiniband_and_down_ports_warn():
     down = [{"name": "mlx5_1", "driver": "mlx5_core", "efa": False, "ports": [{"port": "1", "state": "1: DOWN"}]}]
-    found = bad(NcclRuntimeCheck().compare({"n1": facts(rdma_devices=IB_DEV + down, ib_devices=["mlx5_0", "mlx5_1"])}, {}))
+    found = bad(NcclRuntimeCheck().compare({"n1": facts(rdma_devices=IB_DEV + down, ib_devices=["mlx5_0", "mlx5_1"])}, NcclRuntimeCheck().with_defaults({})))
     assert len(found) == 2
     assert "no /dev/infiniband" in found[0].summary and "--device /dev/infiniband" in found[0].fix
     assert "no ACTIVE port: mlx5_1" in found[1].summary and "NCCL_IB_HCA=^mlx5_1" in found[1].fix
 
 
 def test_efa_without_plugin_warns():
-    [r] = bad(NcclRuntimeCheck().compare({"n1": facts(rdma_devices=EFA_DEV, efa=True, dev_infiniband=True)}, {}))
+    [r] = bad(NcclRuntimeCheck().compare({"n1": facts(rdma_devices=EFA_DEV, efa=True, dev_infiniband=True)}, NcclRuntimeCheck().with_defaults({})))
     assert "EFA devices but no NCCL net plugin" in r.summary and "ofi-nccl" in r.fix
     ok = facts(rdma_devices=EFA_DEV, efa=True, dev_infiniband=True, net_plugins=["/opt/amazon/ofi-nccl/lib/libnccl-net.so"])
-    assert bad(NcclRuntimeCheck().compare({"n1": ok}, {})) == []
+    assert bad(NcclRuntimeCheck().compare({"n1": ok}, NcclRuntimeCheck().with_defaults({}))) == []
 
 
 def test_socket_transport_from_the_collective_check_with_ib_warns():
     coll = {"runs": [{"backend": "gloo", "ok": True}, {"backend": "nccl", "ok": True, "transport": "NET/Socket"}]}
     f = facts(rdma_devices=IB_DEV, ib_devices=["mlx5_0"], dev_infiniband=True, uses={"collective": coll})
-    [r] = bad(NcclRuntimeCheck().compare({"n1": f}, {}))
+    [r] = bad(NcclRuntimeCheck().compare({"n1": f}, NcclRuntimeCheck().with_defaults({})))
     assert r.level is Level.WARN and "TCP sockets" in r.summary and "NCCL_IB_HCA=mlx5_0" in r.fix
     coll["runs"][1]["transport"] = "NET/IB"
-    [r] = NcclRuntimeCheck().compare({"n1": f}, {})
+    [r] = NcclRuntimeCheck().compare({"n1": f}, NcclRuntimeCheck().with_defaults({}))
     assert r.level is Level.PASS and "transport NET/IB" in r.summary
