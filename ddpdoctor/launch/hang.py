@@ -148,7 +148,8 @@ class Watchdog:
             fired = started is not None and self.threshold.fired(now, started)
             if fired or self.peer_fired():
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
-                return
+                if self.report is not None:
+                    return
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:
         """When silence starts to count: once every rank's worker server answers (start-up, `import torch`
@@ -199,6 +200,8 @@ class Watchdog:
 
         procs = workers(self.agent.pid)
         evidence = self.collect(procs)
+        if not evidence and self.agent.poll() is None and self.nnodes == 1:
+            return None  # the workers ended meanwhile: a failure torchrun reports, not a hang
         nodes = {self.node: sorted(evidence)}
         if self.nnodes > 1:
             forensics.publish(self.exchange, self.node, evidence)

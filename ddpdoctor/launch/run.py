@@ -269,7 +269,11 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     consequences = [f.to_json() for f in verdict.consequences]
-    if hang_report:
+    # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) is
+    # the cause; not so a signal (the watchdog's own SIGKILL after the grace) or a collective timeout.
+    if hang_report and root and not root["victim"] and root["category"] not in ("unknown", "signal", "timeout"):
+        pass
+    elif hang_report:
         if root:
             consequences.insert(0, dict(root, victim=True, reason="stopped by the hang watchdog"))
         root = hang_root_cause(hang_report)

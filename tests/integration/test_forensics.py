@@ -69,6 +69,8 @@ USER_DDP = textwrap.dedent('''\
                 raise ValueError("labels out of range at step 4")
             if MODE == "kill" and rank == 1 and step == FAULT_STEP:
                 os.kill(os.getpid(), 9)
+            if MODE == "shape" and step == FAULT_STEP:
+                dist.all_reduce(torch.ones(8 if rank == 1 else 16))  # rank 1: another shape
             loss = model(x).sum()
             loss.backward()
             opt.step()
@@ -83,7 +85,8 @@ USER_DDP = textwrap.dedent('''\
 ''')
 LINE = {name: i + 1 for i, text in enumerate(USER_DDP.splitlines()) for name, needle in (
     ("sleep", "time.sleep(600)  # stuck outside"), ("barrier", "dist.barrier()  # only rank 0"),
-    ("backward", "loss.backward()"), ("loader_next", "x = next(loader)"), ("raise", "raise ValueError"))
+    ("backward", "loss.backward()"), ("loader_next", "x = next(loader)"), ("raise", "raise ValueError"),
+    ("shape", "dist.all_reduce(torch.ones(8 if rank == 1"))
     if needle in text}
 
 
@@ -249,3 +252,14 @@ def test_a_restart_is_no_hang_under_a_short_fixed_threshold(tmp_path):
                          run_dir=tmp_path / "run", timeout=220)
     assert p.returncode == 0, p.stderr[-3000:]
     assert doc["restarts"] == 1 and doc["hang"] is None and doc["verdict"] == "pass"
+
+
+@pytest.mark.timeout(150)
+def test_other_shape_on_one_rank(tmp_path, script):
+    """gloo does not hang on it: the rank that receives more than its tensor holds aborts in C++ ("collective
+    mismatch"); the post-mortem names it as a desync at its all_reduce, the other rank as a consequence."""
+    p, doc, _ = hang_run(tmp_path, script, "shape", "--hang-timeout", "5")
+    rc = doc["root_cause"]
+    assert rc["rank"] == 1 and rc["category"] == "desync" and rc["error_type"] == "EnforceNotMet", rc
+    assert rc["location"] == f"{script}:{LINE['shape']}" and "mismatch" in rc["message"]
+    assert [c["rank"] for c in doc["consequences"]] == [0] and doc["consequences"][0]["category"] == "peer_lost"
