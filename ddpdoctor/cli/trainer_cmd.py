@@ -35,7 +35,8 @@ from . import common
 @click.argument("script_and_args", nargs=-1, type=click.UNPROCESSED)
 def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout, steps,
                 no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
-    """Run the reference DDP trainer (or `-- your_script.py args`) under torchrun, then explain any failure.
+    """Run the reference DDP trainer (or `-- your_script.py args`, `-- -m package.module args`) under torchrun,
+    then explain any failure.
 
     \b
     Examples:
@@ -51,13 +52,17 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
     args = list(script_and_args)
-    script = None
+    script = module = None
     if args and args[0].endswith(".py"):
         script, args = args[0], args[1:]
+    elif args and args[0] == "-m":
+        if len(args) < 2:
+            raise UsageError("-m: expected a module name after it, e.g. -- -m package.train")
+        module, args = args[1], args[2:]
     elif args and not args[0].startswith("-"):
-        raise UsageError(f"{args[0]!r}: expected a Python script (.py) or trainer options after --")
+        raise UsageError(f"{args[0]!r}: expected a Python script (.py), -m MODULE, or trainer options after --")
     if steps is not None:
-        if script:
+        if script or module:
             raise UsageError("--steps is the reference trainer's; pass your script's own options after it")
         args = ["--steps", str(steps), *args]
     try:
@@ -69,7 +74,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                                  max_restarts=max_restarts, run_dir=run_dir, run_id=rdzv_id, resume=resume,
                                  hang_timeout=hang_timeout,
                                  preflight="skipped" if no_preflight else "ran", preflight_args=extra_preflight,
-                                 script=script, script_args=args))
+                                 script=script, module=module, script_args=args))
     pre = None
     if not no_preflight:
         pre = run_preflight(cfg, quiet=as_json or common.STATE.quiet)

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import UsageError
 
 REFERENCE_MODULE = "ddpdoctor_trainer.train"
+MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a directory name and a torchrun id: nothing else
 SCHEDULER_IDS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")
 # Files that only the workers or the end of a run write: an earlier invocation left them, never this one.
@@ -37,15 +38,16 @@ class TrainerConfig:
     hang_timeout: float | None = None
     preflight: str = "ran"  # ran | skipped | forced
     preflight_args: list[str] = field(default_factory=list)
-    script: str | None = None  # None: the reference trainer (python -m ddpdoctor_trainer.train)
+    script: str | None = None  # None (and no module): the reference trainer (python -m ddpdoctor_trainer.train)
     script_args: list[str] = field(default_factory=list)
+    module: str | None = None  # `-- -m package.module args`: the user's code as a module
     omp_threads: int | None = None
     env: dict = field(default_factory=dict)  # extra env for the workers (interfaces found by preflight)
     standalone_endpoint: str | None = None  # one node, no --master: a free local port, chosen once
 
     @property
     def is_reference(self) -> bool:
-        return self.script is None
+        return self.script is None and self.module is None
 
     def endpoint(self) -> str:
         return self.master or self.standalone_endpoint or "127.0.0.1:29500"
@@ -76,6 +78,8 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         host, sep, port = cfg.master.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise UsageError(f"--master {cfg.master!r}: expected HOST:PORT, e.g. node0:29500")
+    if cfg.module is not None and not MODULE.match(cfg.module):
+        raise UsageError(f"-m {cfg.module!r}: expected a module name such as package.train")
     if cfg.script is not None:
         path = Path(cfg.script)
         if not path.is_file():

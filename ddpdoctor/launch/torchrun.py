@@ -37,6 +37,8 @@ def argv(cfg: TrainerConfig, logs: Path) -> list[str]:
         if cfg.resume_from:
             out += ["--resume-from", cfg.resume_from]
         out += cfg.script_args
+    elif cfg.module:
+        out += ["-m", cfg.module, *cfg.script_args]
     else:
         out += [cfg.script, *cfg.script_args]
     return out

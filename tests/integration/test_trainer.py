@@ -170,6 +170,34 @@ def test_user_script_that_raises(tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_user_module_that_raises(tmp_path):
+    """`-- -m package.module`, as `torchrun -m` would run it (sys.path[0] is the working directory)."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(textwrap.dedent("""
+        import sys
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            raise ValueError(f"bad config {sys.argv[1:]} in {__name__}")
+        dist.barrier()
+    """))
+    argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", "2", "--run-dir",
+            str(tmp_path / "run"), "--json", "--", "-m", "mypkg.train", "--lr", "3"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=tmp_path)
+    try:
+        out, err = proc.communicate(timeout=200)
+    finally:
+        kill_sessions([proc])
+    rc = json.loads(out)["root_cause"]
+    assert rc["rank"] == 1 and rc["error_type"] == "ValueError", err[-2000:]
+    assert rc["message"] == "bad config ['--lr', '3'] in __main__" and rc["location"] == f"{pkg / 'train.py'}:7"
+
+
+@pytest.mark.timeout(240)
 def test_preflight_gate_blocks_and_force_launches(tmp_path):
     base = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--run-dir", str(tmp_path), "--preflight-args",
             "--only resources --set resources.fail_shm_mib=100000000"]
@@ -187,6 +215,8 @@ def test_preflight_gate_blocks_and_force_launches(tmp_path):
     (["--master", "nohostport"], "HOST:PORT"),
     (["--nproc-per-node", "0"], "nproc-per-node"),
     (["--", "notascript"], "expected a Python script"),
+    (["--", "-m"], "module name after it"),
+    (["--", "-m", "a/b.py"], "module name"),
     (["--hang-timeout", "-1"], "positive"),
     (["--hang-timeout", "inf"], "finite"),
     (["--hang-timeout", "nan"], "finite"),

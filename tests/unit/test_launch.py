@@ -149,3 +149,12 @@ def test_stale_temp_files_are_removed_live_ones_kept(tmp_path):
     assert live.exists() and recent.exists() and keep.exists()
     assert records.clean_temps(tmp_path, stale_s=0, run="r2") == []  # another run's: not this one's to judge
     assert records.clean_temps(tmp_path, stale_s=0, run="r1") == [recent]  # its job is over: no writer is left
+
+
+def test_user_module_runs_under_the_bootstrap_as_python_dash_m(tmp_path):
+    cfg = validate(TrainerConfig(run_dir=str(tmp_path), module="pkg.train", script_args=["--lr", "1"]))
+    argv = torchrun.argv(cfg, tmp_path)
+    i = argv.index("ddpdoctor.launch.bootstrap")
+    assert argv[i - 1] == "-m" and argv[i + 1:] == ["-m", "pkg.train", "--lr", "1"] and not cfg.is_reference
+    with pytest.raises(UsageError, match="module name"):
+        validate(TrainerConfig(run_dir=str(tmp_path), module="pkg/train.py"))
