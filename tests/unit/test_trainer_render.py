@@ -1,0 +1,68 @@
+"""run-trainer's terminal view on documents of every shape: a reference run, a user script's collectives, a
+hang verdict with a desync, an interrupted run, a `postmortem` document."""
+from __future__ import annotations
+
+from rich.console import Console
+
+from ddpdoctor.launch.records import describe_start
+from ddpdoctor.launch.render import render
+
+
+def shown(doc: dict) -> str:
+    console = Console(record=True, width=200, force_terminal=False)
+    render(doc, console)
+    return console.export_text()
+
+
+def test_pass_of_the_reference_trainer_says_fresh_or_resumed():
+    doc = {"verdict": "pass", "run_id": "r2", "start": {"fresh": False, "from_run": "r1", "step": 10},
+           "metrics_summary": {"steps": 14, "ranks": 2, "first_loss": 3.1, "final_loss": 2.9, "tokens_per_s_mean": 9.0},
+           "restarts": 0, "checksums_equal": True}
+    text = shown(doc)
+    assert "PASS · run r2, resumed from run r1 at step 10 · 14 steps on 2 rank(s)" in text
+    assert describe_start({"fresh": True}) == "fresh" and describe_start(None) == "fresh"
+
+
+def test_pass_of_a_user_script_shows_collectives_and_the_straggler():
+    doc = {"verdict": "pass", "run_id": "r", "start": {"fresh": True}, "restarts": 0,
+           "metrics_summary": {"collectives": 30, "ranks": 2, "collective_interval_s": 0.35},
+           "collectives": {"ranks": {"0": {"completed": 30, "interval_s_median": 0.35},
+                                     "1": {"completed": 30, "interval_s_median": 0.35}},
+                           "straggler": {"rank": 1, "late_s_median": 0.3, "others_s_median": 0.0, "collectives": 30}}}
+    text = shown(doc)
+    assert "30 collectives on 2 rank(s), one every 0.35 s" in text and "straggler: rank 1" in text
+    assert "loss" not in text
+
+
+def test_hang_panel_names_class_culprit_collective_calls_and_threshold():
+    verdict = {"class": "desync", "culprits": [{"rank": 0, "host": "n0", "where": "/u/t.py:31", "function": "save"}],
+               "collective": {"pg": "0", "seq": 7, "op": "barrier", "waiting_ranks": [0, 1],
+                              "call_site": {"where": "/u/t.py:31", "function": "save"},
+                              "calls": {"0": {"op": "barrier", "input_sizes": "[]", "input_dtypes": "[]",
+                                              "where": "/u/t.py:31"},
+                                        "1": {"op": "all_reduce", "input_sizes": "[[16]]", "input_dtypes": "['Float']",
+                                              "where": "/u/t.py:17"}}},
+               "no_evidence": [3]}
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True},
+           "root_cause": {"rank": 0, "local_rank": None, "host": "n0", "exit_code": None, "category": "hang",
+                          "error_type": "desync", "message": "collective #7 differs", "location": "/u/t.py:31",
+                          "fix": "make every rank issue the same collectives"},
+           "consequences": [{"rank": 1, "host": "n1", "reason": "waited in barrier #7 for rank(s) 0",
+                             "category": "hang"}],
+           "hang": {"stalled_s": 5.0, "verdict": verdict, "stacks": {"0": "x", "1": "y"},
+                    "threshold": {"seconds": 30.0, "source": "calibrated", "why": "5 x the longest gap"}}}
+    text = shown(doc)
+    for needle in ("where: /u/t.py:31 in save", "collective: barrier #7 (process group 0) called at /u/t.py:31",
+                   "rank 1 called all_reduce [[16]] ['Float'] at /u/t.py:17", "no flight recorder from rank(s) 3",
+                   "threshold: 30.0 s (calibrated: 5 x the longest gap)", "consequence: rank 1 on n1: waited"):
+        assert needle in text, (needle, text)
+
+
+def test_interrupted_and_postmortem_documents_render():
+    interrupted = {"verdict": "fail", "run_id": "r", "start": {"fresh": True}, "consequences": [],
+                   "root_cause": {"category": "interrupted", "signal": "SIGTERM", "exit_code": 143,
+                                  "message": "run-trainer received SIGTERM", "fix": "nothing to fix"}}
+    assert "SIGTERM" in shown(interrupted)
+    post = {"verdict": "fail", "run_id": "x", "start": None, "logs": "/l", "consequences": [],
+            "root_cause": {"rank": 1, "category": "exception", "error_type": "KeyError", "message": "'labels'"}}
+    assert "records in /l" in shown(post) and "KeyError: 'labels'" in shown(post)
