@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from ddpdoctor.cluster.local import free_port
-from tests.cluster_procs import Node, assert_clean, budget_s, cluster  # noqa: F401 - fixture
+from tests.cluster_procs import assert_clean, budget_s, cluster  # noqa: F401 - fixture
 
 TIMEOUT = 15
 ONLY = "mesh,launch-args,collective"
@@ -62,8 +62,9 @@ def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase
         code = n.finish(budget_s(TIMEOUT) - (time.monotonic() - n.started))
         assert code is not None, f"still running past the budget of {budget_s(TIMEOUT)} s\n{c.report()}"
     for n in survivors:  # shown with -rP: how close each survivor came to its budget
+        last = n.stderr.strip().splitlines()[-1][:300] if n.stderr.strip() else ""
         print(f"{victim} {phase} {sig.name}: rank {n.rank} exit {n.proc.returncode} after {n.elapsed:.1f} s "
-              f"(budget {budget_s(TIMEOUT):.0f} s): {n.stderr.strip().splitlines()[-1][:300] if n.stderr.strip() else ''}")
+              f"(budget {budget_s(TIMEOUT):.0f} s): {last}")
     for n in survivors:
         assert_clean(n)
         assert n.proc.returncode in (1, 3), c.report()

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from ddpdoctor.cluster import mailbox
 from tests.cluster_procs import (ESC, assert_clean, budget_s, cluster, cluster_results,  # noqa: F401 - fixture
                                  identity, sealed)
 
@@ -97,7 +96,8 @@ CASES = [
 # The same junk where the cluster runs without --token: nothing is authenticated, everything is validated.
 NO_TOKEN_CASES = [
     ("ident-not-json", "ident/1/1", "master", raw("ident/1/1", b"not json at all " + PWNED.encode() + b"\n"), 0),
-    ("ident-wrong-types", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1, probe_port="9"), token=None), 0),
+    ("ident-wrong-types", "ident/1/1", "master",
+     frame("ident/1/1", lambda: identity(1, 1, probe_port="9"), token=None), 0),
     ("ident-rank-99", "ident/1/1", "master", frame("ident/1/1", lambda: identity(99, 1), token=None), 0),
     ("ident-hostname-10000", "ident/1/1", "master",
      frame("ident/1/1", lambda: identity(1, 1, host="h" * 10_000), token=None), 0),
@@ -148,7 +148,8 @@ def test_junk_in_the_store_is_ignored_and_named(cluster, tmp_path, case, token):
 @pytest.mark.timeout(150)
 def test_insider_duplicate_rank_is_named_and_fails(cluster):
     """A peer with the token claims rank 1 before the real node with a valid identity. The master cannot
-    tell them apart: both are in the roster, and the run fails naming the fake node, which never reports. (Three nodes, so the roster waits for rank 2 until both rank-1 claims are in.)"""
+    tell them apart: both are in the roster, and the run fails naming the fake node, which never reports.
+    (Three nodes, so the roster waits for rank 2 until both rank-1 claims are in.)"""
     c = cluster(3)
     master = c.start(0, token=TOKEN, timeout=TIMEOUT)
     h = c.hostile()
