@@ -135,3 +135,52 @@ def test_built_wheel_installs_checks_and_trainer_under_their_own_names(tmp_path)
     p = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--only", "packages,env-vars", "--json"],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and json.loads(p.stdout)["verdict"] == "pass", p.stderr
+
+
+CONTRACT_PROBE = r"""
+import json
+from ddpdoctor import model, registry, runner
+from ddpdoctor.report import view
+
+checks = {lc.name: lc for lc in registry.discover()}
+chosen = [checks["hugepages"], checks["parity"]]
+nodes = {}
+for rank, (name, mode) in enumerate((("node0", "madvise"), ("node1", "madvise"), ("node2", "always"))):
+    facts = {"hugepages": {"mode": mode}, "parity": {"ddpdoctor": "0.1.0", "checks": ["hugepages", "parity"]}}
+    # What a node's runner sends: each gather's outcome with the check's contract computed from its facts.
+    gather = {c: {"status": "ok", **runner.contract(checks[c].check, f)} for c, f in facts.items()}
+    nodes[name] = {"rank": rank, "host": name, "addr": None, "facts": facts, "gather": gather}
+results = runner.compare_all(chosen, nodes, {}, run={"nnodes": 3})
+doc = model.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": 3})
+merged = view.merge_nodes([doc])
+print(json.dumps({"doc": doc, "table": view.versions_table(merged), "diff": view.facts_diff(merged)}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_readme_plugin_takes_part_in_parity_and_the_report_through_its_contract(plugins):
+    # A real run on this node: the document carries the plugin's exports and comparables beside its facts.
+    p = ddpdoctor(plugins, "preflight", "--only", "hugepages", "--json")
+    doc = json.loads(p.stdout)
+    (node,) = doc["nodes"].values()
+    mode = node["facts"]["hugepages"]["mode"]
+    assert node["exports"]["hugepages"] == {"summary": {"THP": mode}}
+    assert node["comparable"]["hugepages"] == {"mode": mode}
+    # Three nodes, one with another mode: parity (which knows nothing of the plugin) names the odd node.
+    env = {**os.environ, "PYTHONPATH": f"{plugins}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.run([sys.executable, "-c", CONTRACT_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    parity = [r for r in out["doc"]["results"] if r["check"] == "parity" and r["level"] == "fail"]
+    assert [r["nodes"] for r in parity] == [["node2"]]
+    assert parity[0]["summary"] == "hugepages mode on node2 differs: 'always' vs 'madvise' on the others"
+    assert out["doc"]["nodes"]["node2"]["exports"]["hugepages"] == {"summary": {"THP": "always"}}
+    # The report: the plugin's cell in the per-node table (odd on node2) and its key in the facts that differ.
+    table = out["table"]
+    assert "THP" in table["columns"]
+    col = table["columns"].index("THP")
+    odd = [r for r in table["rows"] if r["nodes"] == ["node2"]]
+    assert odd and odd[0]["cells"][col] == {"value": "always", "odd": True}
+    diff = {d["fact"]: d for d in out["diff"]}
+    assert diff["hugepages.mode"]["majority"] == "madvise" and diff["hugepages.mode"]["odd"] == [
+        {"node": "node2", "value": "always"}]
