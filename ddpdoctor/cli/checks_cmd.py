@@ -27,14 +27,13 @@ def checks(as_json: bool) -> int:
     from rich.text import Text
 
     table = Table(header_style="bold", box=None)
-    for col in ("name", "phase", "verifies"):
+    for col in ("name", "phase", "from", "verifies"):
         table.add_column(col, no_wrap=col != "verifies")
     for lc in loaded:
-        table.add_row(Text(lc.name, style="bold"), Text(lc.check.phase), Text(lc.check.description))
+        table.add_row(Text(lc.name, style="bold"), Text(lc.check.phase), Text(lc.source), Text(lc.check.description))
         if common.STATE.verbose:
-            table.add_row("", "", Text(f"from {lc.source}", style="dim"))
             for key, opt in lc.check.options.items():
-                table.add_row("", "", Text(f"  --set {lc.name}.{key}={opt.default}  {opt.help}", style="dim"))
+                table.add_row("", "", "", Text(f"  --set {lc.name}.{key}={opt.default}  {opt.help}", style="dim"))
     common.console().print(table)
     if not common.STATE.verbose:
         print("options: ddpdoctor checks -v", flush=True)

@@ -153,7 +153,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
 
     # The master's document holds every node's facts; the others write their own view beside it.
     if doc.get("scope") == "cluster":
-        name = f"node-{doc['this_node']}.json" if doc.get("this_node") else "cluster.json"
+        name = "cluster.json" if doc.get("role") != "worker" else f"node-{doc['this_node']}.json"
     else:
         name = f"node-{node_name()}.json"
     from ..report.console import render_preflight

@@ -531,9 +531,9 @@ class Master(Node):
         if self.silent:
             return False, f"node(s) {', '.join(sorted(self.silent))} stopped answering"
         for nm, data in self.facts.items():
-            for probe in (data["facts"].get("mesh") or {}).get("probes", []):
-                if not probe.get("ok"):
-                    return False, f"link {nm} -> {probe.get('peer')} failed ({probe.get('error_class')})"
+            for link in runner.exported(data, "links") or []:  # the links any check probed (mesh's, a plugin's)
+                if isinstance(link, dict) and link.get("ok") is False:
+                    return False, f"link {nm} -> {link.get('peer')} failed ({link.get('error_class')})"
         return True, ""
 
     def verdict(self, view: ClusterView) -> dict:
@@ -548,6 +548,7 @@ class Master(Node):
 
         doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
                               self.timings, advice)
+        doc.update(this_node=self.me["name"], role="master")
         self.mb.post("verdict", verdicts.published(doc))
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)

@@ -121,9 +121,11 @@ def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings:
 
 
 def published(doc: dict) -> dict:
-    """What the master sends every node: the verdict without the bulky raw facts."""
+    """What the master sends every node: the verdict and each node's exports (the gate reads its interface),
+    without the bulky raw facts and comparables (packages, env: ~10 KB a node)."""
+    bulky = ("facts", "gather", "comparable", "contract_errors")
     return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope", "run_id")} | {
-        "nodes": {n: {k: v for k, v in d.items() if k not in ("facts", "gather")} for n, d in doc["nodes"].items()}}
+        "nodes": {n: {k: v for k, v in d.items() if k not in bulky} for n, d in doc["nodes"].items()}}
 
 
 def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this_node: str,
@@ -140,4 +142,4 @@ def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this
                           verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
                           groups=group_results(results, len(verdict["nodes"])),
-                          advice=verdict.get("advice", []), timings=timings, this_node=this_node)
+                          advice=verdict.get("advice", []), timings=timings, this_node=this_node, role="worker")

@@ -62,9 +62,10 @@ def interfaces_from(doc: dict | None) -> dict:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: the interface this node reaches the master through."""
     if not doc:
         return {}
+    from ..runner import exported
+
     me = doc.get("this_node")
-    facts = ((doc.get("nodes") or {}).get(me) or {}).get("facts") or {}
-    iface = ((facts.get("names") or {}).get("route_to_master") or {}).get("iface")
+    iface = (exported((doc.get("nodes") or {}).get(me) or {}, "interface") or {}).get("name")
     if not iface or iface == "lo":
         return {}
     return {"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface}
