@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterable, Mapping
 
 from . import model, registry, runner
 from .api import Result
 from .config import parse_set, read_toml, resolve_check_options, resolve_run
+from .errors import UsageError
 
 
 @dataclass
@@ -77,3 +78,81 @@ def run_single_node(plan: Plan) -> dict:
         run={k: v for k, v in plan.run.items() if v is not None},
         timings={"gather_s": round(gathered - started, 3), "compare_s": round(finished - gathered, 3)},
     )
+
+
+@dataclass
+class PreflightRequest:
+    """Everything one preflight is asked to do, typed: built by `ddpdoctor preflight` from its flags and by
+    run-trainer's gate from --preflight-args parsed with the same parser, then run by ``run``."""
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    config_path: str | None = None
+    sets: tuple[str, ...] = ()
+    perf: bool = False
+    gpus_per_node: int | None = None
+    timeout: float = 60.0
+    output_dir: str | None = None
+    # the cluster: any of these (or a launcher that started several nodes) makes it a cluster run
+    master: str | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    local_addr: str | None = None
+    token: str | None = None
+    nproc_per_node: int | None = None
+    rdzv_id: str | None = None
+    code_dir: str | None = None
+    shared_dir: str | None = None
+    hosts: list[str] | None = None
+    local_nodes: int | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "PreflightRequest":
+        """From click's parameters of the preflight command (names match; others are ignored)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in params.items() if k in known})
+
+    def plan(self) -> Plan:
+        sets = (*self.sets, "gpu-perf.enabled=true") if self.perf else tuple(self.sets)
+        run_flags = {"gpus_per_node": self.gpus_per_node, "nnodes": self.nnodes, "timeout": self.timeout,
+                     "output_dir": self.output_dir}
+        return make_plan(only=self.only, skip=self.skip, config_path=self.config_path, sets=sets,
+                         run_flags=run_flags)
+
+    def is_cluster(self, env: Mapping[str, str] | None = None) -> bool:
+        """Flags decide; without them, a launcher that started this on several nodes (srun, torchrun...) does."""
+        if self.master or self.local_nodes or self.hosts:
+            return True
+        if self.nnodes is not None:
+            return self.nnodes > 1
+        import os
+
+        from .cluster.launcher_env import from_env
+
+        env = os.environ if env is None else env
+        info = from_env(env, read_file=lambda p: open(p).read(), hostname=socket.gethostname())
+        return info.source is not None and (info.nnodes or 1) > 1
+
+    def single_node_only_flags(self) -> None:
+        for flag, value in (("--node-rank", self.node_rank), ("--local-addr", self.local_addr),
+                            ("--token", self.token), ("--shared-dir", self.shared_dir), ("--code", self.code_dir)):
+            if value is not None:
+                raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
+
+
+def run(request: PreflightRequest, *, quiet: bool = False,
+        worker_argv: Callable[[int, int, str], list[str]] | None = None) -> dict | None:
+    """The one entry: a typed request in, the preflight document out (None: this process is a second one on
+    its node, under torchrun/mpiexec/srun, and local rank 0 speaks for the node)."""
+    plan = request.plan()
+    if not request.is_cluster():
+        request.single_node_only_flags()
+        return run_single_node(plan)
+    from .cluster import join
+
+    return join.run_from_cli(
+        plan, master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
+        local_addr=request.local_addr, timeout=request.timeout, token=request.token,
+        nproc_per_node=request.nproc_per_node, rdzv_id=request.rdzv_id, code_dir=request.code_dir,
+        shared_dir=request.shared_dir, local_nodes=request.local_nodes, quiet=quiet, hosts=request.hosts,
+        worker_argv=worker_argv)

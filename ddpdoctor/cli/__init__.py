@@ -105,7 +105,10 @@ _click_wrap_text = None
 _no_hyphen_breaks()
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# auto_envvar_prefix: every option of every command is mirrored once as DDPDOCTOR_<COMMAND>_<OPTION>
+# (DDPDOCTOR_PREFLIGHT_TIMEOUT=30), beside the few shared names options declare (DDPDOCTOR_MASTER, _TOKEN...).
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100,
+                                              "auto_envvar_prefix": "DDPDOCTOR"})
 @click.version_option(__version__, "--version", prog_name="ddpdoctor")
 @click.option("-v", "--verbose", count=True, help="More detail; -v also shows tracebacks of errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and failures.")

@@ -7,24 +7,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import UsageError
 from . import common
-
-
-def _cluster_requested(master, nnodes, local_nodes) -> bool:
-    """Flags decide; without them, a launcher that started this on several nodes (srun, torchrun...) does."""
-    if master or local_nodes:
-        return True
-    if nnodes is not None:
-        return nnodes > 1
-    import os
-    import socket
-    from pathlib import Path
-
-    from ..cluster.launcher_env import from_env
-
-    info = from_env(os.environ, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
-    return info.source is not None and (info.nnodes or 1) > 1
 
 
 def _rdzv_id(value):
@@ -103,7 +86,8 @@ def _worker_argv(params: dict):
 @click.option("--hosts", envvar="DDPDOCTOR_HOSTS", callback=lambda ctx, param, v: _hosts(v), metavar="H1,H2,..|@FILE",
               help="The job's hosts in node-rank order (for ssh/pdsh loops): this node's rank is its place in the "
                    "list, the node count its length, and a node that never joins is named by host.")
-@click.option("--local-nodes", type=click.IntRange(min=1, max=64), help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
+@click.option("--local-nodes", type=click.IntRange(min=1, max=64), allow_from_autoenv=False,  # children inherit env
+              help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
 @common.run_id_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
@@ -121,43 +105,48 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
       ddpdoctor preflight --local-nodes 3                        # a 3-node cluster on this machine
       ddpdoctor preflight --skip gpu-perf --set clock-skew.warn_ms=50 --report preflight.html
     """
-    from ..preflight import make_plan, node_name, run_single_node
+    from .. import preflight as engine
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
-    if perf:
-        sets = (*sets, "gpu-perf.enabled=true")
-    run_flags = {"gpus_per_node": gpus_per_node, "nnodes": nnodes, "timeout": timeout,
-                 "output_dir": str(out_dir.resolve()) if out_dir else None}
-    plan = make_plan(only=only, skip=skip, config_path=config_path, sets=sets, run_flags=run_flags)
-
-    if _cluster_requested(master, nnodes or (len(hosts) if hosts else None), local_nodes):
-        try:
-            from ..cluster import join
-        except ImportError as exc:  # pragma: no cover - only before the cluster layer exists
-            raise UsageError(f"multi-node preflight is not available in this build ({exc})") from exc
-        doc = join.run_from_cli(
-            plan, master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
-            token=token, nproc_per_node=nproc_per_node, rdzv_id=rdzv_id, code_dir=code_dir,
-            shared_dir=shared_dir, local_nodes=local_nodes, quiet=common.STATE.quiet, hosts=hosts,
-            worker_argv=_worker_argv(click.get_current_context().params),
-        )
-        if doc is None:
-            return 0  # a torchrun worker with LOCAL_RANK > 0: local rank 0 speaks for this node
-    else:
-        for flag, value in (("--node-rank", node_rank), ("--local-addr", local_addr), ("--token", token),
-                            ("--shared-dir", shared_dir), ("--code", code_dir)):
-            if value is not None:
-                raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
-        doc = run_single_node(plan)
+    params = click.get_current_context().params
+    request = engine.PreflightRequest.from_params(dict(params, output_dir=str(out_dir.resolve()) if out_dir else None))
+    doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(params))
+    if doc is None:
+        return 0  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 
     # The master's document holds every node's facts; the others write their own view beside it.
     if doc.get("scope") == "cluster":
         name = "cluster.json" if doc.get("role") != "worker" else f"node-{doc['this_node']}.json"
     else:
-        name = f"node-{node_name()}.json"
+        name = f"node-{engine.node_name()}.json"
     from ..report.console import render_preflight
 
     return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, con: render_preflight(d, con, verbose=common.STATE.verbose,
                                                               quiet=common.STATE.quiet))
+
+
+OWNED_BY_RUN_TRAINER = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")
+
+
+def request_from_args(args: list[str], flag: str = "--preflight-args"):
+    """Preflight flags given inside another command (run-trainer's --preflight-args), through this command's
+    own parser: every preflight flag works, a wrong one is a usage error (exit 2, one line), and the flags
+    run-trainer decides itself are refused, not ignored. Returns the typed PreflightRequest."""
+    from click.core import ParameterSource
+
+    from ..errors import UsageError
+    from ..preflight import PreflightRequest
+
+    if {"--help", "-h"} & set(args):  # click would print preflight's help and end run-trainer with exit 0
+        raise UsageError(f"{flag}: --help is not a preflight option to pass on")
+    try:
+        ctx = preflight.make_context("preflight", list(args))
+    except click.ClickException as exc:
+        raise UsageError(f"{flag}: {exc.format_message()}") from exc
+    given = [name for name in OWNED_BY_RUN_TRAINER if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"{flag}: {', '.join('--' + g.replace('_', '-') for g in given)} "
+                         "come from run-trainer's own flags")
+    return PreflightRequest.from_params(ctx.params)

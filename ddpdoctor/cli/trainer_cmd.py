@@ -45,7 +45,8 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     """
     from .. import model
     from ..launch.config import TrainerConfig, validate
-    from ..launch.gate import parse_preflight_args, run_preflight
+    from ..launch.gate import run_preflight
+    from .preflight import request_from_args
     from ..launch.render import render
     from ..launch.run import launch
 
@@ -69,7 +70,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
         extra_preflight = shlex.split(preflight_args)
     except ValueError as exc:
         raise UsageError(f"--preflight-args: {exc}") from exc
-    parse_preflight_args(extra_preflight)  # a wrong flag is a usage error now, not after a launch
+    request = request_from_args(extra_preflight)  # a wrong flag is a usage error now, not after a launch
     cfg = validate(TrainerConfig(nnodes=nnodes, nproc_per_node=nproc_per_node, master=master, local_addr=local_addr,
                                  max_restarts=max_restarts, run_dir=run_dir, run_id=rdzv_id, resume=resume,
                                  hang_timeout=hang_timeout,
@@ -77,7 +78,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                                  script=script, module=module, script_args=args))
     pre = None
     if not no_preflight:
-        pre = run_preflight(cfg, quiet=as_json or common.STATE.quiet)
+        pre = run_preflight(cfg, request, quiet=as_json or common.STATE.quiet)
         if pre["verdict"] == "fail":
             if not force:
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")

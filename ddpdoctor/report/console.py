@@ -30,6 +30,10 @@ def safe_text(value: Any) -> str:
                        text)
 
 
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
 def T(value: Any = "", style: str = "") -> Text:
     """A rich Text of a safe string (never markup, never a control sequence)."""
     return Text(safe_text(value), style=style)

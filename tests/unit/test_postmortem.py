@@ -133,10 +133,10 @@ def test_config_validation(tmp_path):
 
 
 def test_preflight_args_use_the_preflight_parser():
-    from ddpdoctor.launch.gate import parse_preflight_args
+    from ddpdoctor.cli.preflight import request_from_args as parse_preflight_args
 
-    flags = parse_preflight_args(["--only", "resources", "--gpus-per-node", "8", "--set", "resources.min_nofile=1"])
-    assert flags["only"] == ("resources",) and flags["gpus_per_node"] == 8 and flags["sets"] == ("resources.min_nofile=1",)
+    req = parse_preflight_args(["--only", "resources", "--gpus-per-node", "8", "--set", "resources.min_nofile=1"])
+    assert req.only == ("resources",) and req.gpus_per_node == 8 and req.sets == ("resources.min_nofile=1",)
     for args, needle in ((["--nnodes", "2"], "--nnodes"), (["--bogus"], "--bogus"), (["--help"], "--help"),
                          (["--gpus-per-node", "x"], "gpus-per-node"), (["--timeout", "0"], "timeout")):
         with pytest.raises(UsageError, match="--preflight-args") as err:
