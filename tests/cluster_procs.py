@@ -162,6 +162,19 @@ class Cluster:
         self._registry.append(node)
         return node
 
+    def start_master(self, *extra: str, tries: int = 3, **kw) -> Node:
+        """Rank 0, once it hosts its store. A port from free_port() can be taken by someone's outgoing
+        connection before the master binds it (EADDRINUSE, seen with many tests at once): then a new one."""
+        for _ in range(tries):
+            node = self.start(0, *extra, **kw)
+            if node.wait_for_line("hosting the rendezvous store", 60):
+                return node
+            if node.finish(10) is not None and "address already in use" in node.stderr:
+                self.port = free_port()
+                continue
+            break
+        raise AssertionError(f"the master never hosted its store\n{self.report()}")
+
     def hostile(self) -> "Hostile":
         h = Hostile(self.port)
         self._hostiles.append(h)

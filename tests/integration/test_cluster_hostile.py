@@ -121,7 +121,7 @@ def test_junk_in_the_store_is_ignored_and_named(cluster, tmp_path, case, token):
     """Nodes print to the terminal (where an escape sequence would act) and write their JSON to --output."""
     _, key, seen_by, write, expected_exit = case
     c = cluster(2)
-    master = c.start(0, token=token, timeout=TIMEOUT, json_out=False, output=str(tmp_path / "master"))
+    master = c.start_master(token=token, timeout=TIMEOUT, json_out=False, output=str(tmp_path / "master"))
     h = c.hostile()
     write(h, h.run_nonce(token))
     worker = c.start(1, token=token, timeout=TIMEOUT, json_out=False, output=str(tmp_path / "worker"))
@@ -151,7 +151,7 @@ def test_insider_duplicate_rank_is_named_and_fails(cluster):
     tell them apart: both are in the roster, and the run fails naming the fake node, which never reports.
     (Three nodes, so the roster waits for rank 2 until both rank-1 claims are in.)"""
     c = cluster(3)
-    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    master = c.start_master(token=TOKEN, timeout=TIMEOUT)
     h = c.hostile()
     run = h.run_nonce(TOKEN)
     assert h.add("claim/1") == 1
@@ -190,7 +190,7 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     The replayed PASS verdict, roster, identity and facts are refused as another run's; the real verdict
     (fail: the nodes disagree on --nproc-per-node) is the one every node prints."""
     first = cluster(2)
-    first.start(0, token=TOKEN, timeout=TIMEOUT)
+    first.start_master(token=TOKEN, timeout=TIMEOUT)
     h1 = first.hostile()
     first.start(1, token=TOKEN, timeout=TIMEOUT)
     keys = ["hello", "ident/1/1", "roster", "facts/1.1", "collective-go", "cfacts/1.1", "verdict"]
@@ -199,7 +199,7 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     assert b'"run"' in recorded["verdict"]
 
     second = cluster(2)
-    master = second.start(0, "--nproc-per-node", "1", token=TOKEN, timeout=TIMEOUT)
+    master = second.start_master("--nproc-per-node", "1", token=TOKEN, timeout=TIMEOUT)
     h2 = second.hostile()
     h2.run_nonce(TOKEN)
     for key, blob in recorded.items():
@@ -221,7 +221,7 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     # then either: its identity is refused by the live master as another run's, and both nodes end with
     # exit 3 naming that (a denial of service, as deleting the key would be; never a forged verdict).
     third = cluster(2)
-    master = third.start(0, token=TOKEN, timeout=TIMEOUT)
+    master = third.start_master(token=TOKEN, timeout=TIMEOUT)
     h3 = third.hostile()
     h3.run_nonce(TOKEN)
     h3.store.set("hello", recorded["hello"] + h3.store.get("hello"))
@@ -239,7 +239,7 @@ def test_forged_roster_without_token_is_shown_escaped(cluster):
     """Without --token nothing can be authenticated: a forged 'aborted' roster from rank 0 is a valid
     message. Its text still reaches the terminal escaped, never as a live escape sequence."""
     c = cluster(2)
-    master = c.start(0, timeout=TIMEOUT)
+    master = c.start_master(timeout=TIMEOUT)
     h = c.hostile()
     run = h.run_nonce(None)
     h.append("roster", sealed({"status": "aborted", "message": PWNED}, key="roster", sender=(0, 1), run=run,
@@ -259,7 +259,7 @@ def test_stray_done_signals_do_not_end_the_master_before_the_nodes_read_the_verd
     old shared "done" counter, or posting unsigned "done" messages for the nodes, must not make it leave
     early: a node still polling for the verdict would find the store gone (exit 3 on a passing cluster)."""
     c = cluster(3)
-    master = c.start(0, token=TOKEN, timeout=TIMEOUT)
+    master = c.start_master(token=TOKEN, timeout=TIMEOUT)
     h = c.hostile()
     run = h.run_nonce(TOKEN)
     h.add("done", 1000)
