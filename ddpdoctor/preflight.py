@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping
 
-from . import model, registry, runner
+from . import documents, registry, runner
 from .api import Result
-from .config import parse_set, read_toml, resolve_check_options, resolve_run
+from .settings import parse_set, read_toml, resolve_check_options, resolve_run
 from .errors import UsageError
 
 
@@ -70,7 +70,7 @@ def run_single_node(plan: Plan) -> dict:
     local_checks = plan.phase("local")
     results: list[Result] = runner.compare_all(local_checks, nodes, plan.opts_by_check, run=dict(plan.run, nnodes=plan.run.get("nnodes") or 1))
     finished = time.perf_counter()
-    return model.preflight_doc(
+    return documents.preflight_doc(
         scope="node",
         nodes=nodes,
         checks=[lc.describe() for lc in local_checks],

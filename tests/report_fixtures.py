@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from ddpdoctor import model
+from ddpdoctor import documents
 from ddpdoctor.api import Level, Result
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -65,7 +65,7 @@ def preflight(n: int = 8, evil: bool = True, seed: int = 0, run_id: str | None =
                           [odd], actual="2.4.0", expected="2.13.0", fix=f"on {odd}: pip install torch==2.13.0"))
     results.append(Result("mesh", Level.FAIL, f"link {names[0]} -> {odd} timed out", [names[0], odd],
                           actual="timed out", fix="iptables -I INPUT -s <addr> -p tcp -j ACCEPT"))
-    return model.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": n},
+    return documents.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": n},
                                run_id=run_id)
 
 
@@ -87,7 +87,7 @@ def bench(world: int = 16, sizes=None, suspects=True, run_id: str | None = None)
     loc = {"threshold": 0.8, "median_gbs": 40.0, "pairs": pairs, "retests": [],
            "suspects": [{"node": nodes[1], "busbw_gbs": 14.0, "median_gbs": 40.0}] if suspects else []}
     ops = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"]
-    return model.envelope("nccl-bench", run_id=run_id,
+    return documents.envelope("nccl-bench", run_id=run_id,
                           run={"backend": "nccl", "world_size": world, "nnodes": len(nodes),
                                "nproc_per_node": world // len(nodes), "dtype": "float32", "ops": ops,
                                "min_bytes": min(sizes), "max_bytes": max(sizes), "sizes": sizes, "warmup": 5,
@@ -109,7 +109,7 @@ def trainer(ranks: int = 4, steps: int = 200, run_id: str | None = None) -> dict
           "error_type": "ValueError", "message": "shape <b>bold</b> mismatch", "location": "/w/train.py:12",
           "fix": "fix it", "traceback": "Traceback (most recent call last):\n  File \"/w/train.py\", line 12\n"
                                       "ValueError: </pre><script>alert(3)</script>", "log_tail": ""}
-    return model.envelope("run-trainer", run_id=run_id, config={"nnodes": 1, "nproc_per_node": ranks}, verdict="fail",
+    return documents.envelope("run-trainer", run_id=run_id, config={"nnodes": 1, "nproc_per_node": ranks}, verdict="fail",
                           exit_code=1,
                           restarts=0, metrics=metrics,
                           metrics_summary={"steps": steps, "ranks": ranks, "first_loss": 4.0, "final_loss": 0.5,

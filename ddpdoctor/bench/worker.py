@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from .. import model
+from .. import documents
 from . import localise
 from .harness import BenchConfig, Context, measure, summary, sweep
 
@@ -166,7 +166,7 @@ def main(cfg_dict: dict | None = None) -> int:
         loc_rows, found = run_localisation(cfg, device, node_of_ranks(hosts)) if cfg.localise else ([], None)
         if rank == 0 and cfg.result_path:
             doc = document(cfg, rows + loc_rows, found, hosts, world, time.perf_counter() - started)
-            model.dump(doc, cfg.result_path)
+            documents.dump(doc, cfg.result_path)
     finally:
         dist.destroy_process_group()
     return 0
@@ -178,7 +178,7 @@ def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list
     failed = (summ["wrong"] > 0 or (cfg.min_busbw is not None and summ["avg_busbw_gbs"] < cfg.min_busbw)
               or bool(found and found.get("suspects")))
     verdict = "fail" if failed else "pass"
-    return model.envelope(
+    return documents.envelope(
         "nccl-bench",
         run={"backend": cfg.backend, "world_size": world, "nnodes": len(nodes),
              "nproc_per_node": world // max(1, len(nodes)), "dtype": cfg.dtype, "ops": cfg.ops,
@@ -187,5 +187,5 @@ def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list
              "wall_s": round(wall, 3)},
         hosts={str(r): h for r, h in enumerate(hosts)},
         rows=rows, summary=summ, expected={}, localisation=found,
-        verdict=verdict, exit_code=model.EXIT_FAIL if failed else model.EXIT_OK, error=None,
+        verdict=verdict, exit_code=documents.EXIT_FAIL if failed else documents.EXIT_OK, error=None,
     )

@@ -13,7 +13,7 @@ import click
 
 from .. import __version__
 from ..errors import DdpdoctorError
-from ..model import EXIT_INTERNAL, EXIT_USAGE
+from ..documents import EXIT_INTERNAL, EXIT_USAGE
 from . import common
 
 COMMANDS = {

@@ -117,7 +117,7 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
 
 def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> int:
     """Run the ranks (here under a launcher, else through torch's launcher), then show rank 0's document."""
-    from .. import model
+    from .. import documents
     from ..bench.spawn import run_in_this_process, start_ranks
 
     if launched:
@@ -130,7 +130,7 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> i
         return 0  # a node other than the one holding global rank 0
     from ..bench.render import render
 
-    return common.emit(model.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
+    return common.emit(documents.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
                        report_file=report_file, as_json=as_json, render=render)
 
 

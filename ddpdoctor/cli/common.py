@@ -186,12 +186,12 @@ def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: 
 
 def _write_files(doc: dict, filename: str | None, out_dir: Path | None, report_file: Path | None) -> list[str]:
     """Every file asked for, each tried even when another failed; the failures' messages."""
-    from .. import model
+    from .. import documents
 
     problems = []
     if out_dir is not None and filename:
         try:
-            say_wrote("result", model.dump(doc, out_dir / filename))
+            say_wrote("result", documents.dump(doc, out_dir / filename))
         except UsageError as exc:
             problems.append(str(exc))
     try:

@@ -25,7 +25,7 @@ def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
       torchrun --nproc-per-node 8 --redirects 3 --log-dir logs train.py; ddpdoctor postmortem logs
       ddpdoctor postmortem logs --agent-log torchrun.stderr --json
     """
-    from .. import model
+    from .. import documents
     from ..launch import postmortem as pm
     from ..launch.render import render
 
@@ -35,11 +35,11 @@ def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
     agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
     verdict = pm.analyse(logs, agent_text, socket.gethostname())
     failed = verdict.root_cause is not None
-    doc = model.envelope(
+    doc = documents.envelope(
         "run-trainer",
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": agent_log},
         verdict="fail" if failed else "pass",
-        exit_code=model.EXIT_FAIL if failed else model.EXIT_OK,
+        exit_code=documents.EXIT_FAIL if failed else documents.EXIT_OK,
         start=None, interrupted=None, torchrun_exit_code=None,
         restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
         metrics_summary={}, checksums_equal=None,

@@ -18,11 +18,11 @@ def report(files, output):
       ddpdoctor report out/*.json -o cluster.html
       ddpdoctor report cluster.json bench.json ddpdoctor-run/RUN_ID/run.json
     """
-    from .. import model
+    from .. import documents
     from ..report.html import write_html
 
     target = common.ensure_writable_file(output, "-o/--output")
-    docs = [model.load(f) for f in files]  # a malformed or unknown file is a one-line usage error naming it
+    docs = [documents.load(f) for f in files]  # a malformed or unknown file is a one-line usage error naming it
     run_ids = {d.get("run_id") for d in docs}
     if len(run_ids) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node" for d in docs):
         common.warn_line(f"merging {len(run_ids)} different runs; the report says so at the top")

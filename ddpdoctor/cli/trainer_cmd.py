@@ -43,7 +43,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
       ddpdoctor run-trainer --nproc-per-node 2 --steps 50
       ddpdoctor run-trainer --nnodes 2 --nproc-per-node 8 --master node0:29500 -- train.py --lr 3e-4
     """
-    from .. import model
+    from .. import documents
     from ..launch.config import TrainerConfig, validate
     from ..launch.gate import run_preflight
     from .preflight import request_from_args
@@ -82,7 +82,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
         if pre["verdict"] == "fail":
             if not force:
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
-                return model.EXIT_FAIL
+                return documents.EXIT_FAIL
             cfg.preflight = "forced"
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
     return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,

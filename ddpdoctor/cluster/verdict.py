@@ -3,7 +3,7 @@ messages turned into findings; plus the document each node prints (the master's 
 """
 from __future__ import annotations
 
-from .. import model, runner
+from .. import documents, runner
 from ..api import Level, Result
 from .mailbox import Finding
 
@@ -116,7 +116,7 @@ def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings:
     results += silent_results(silent)
     results += finding_results(findings, "the master", frozenset(n["rank"] for n in view.nodes))
     advice = advice_fn(results)
-    return model.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
+    return documents.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
                                results=results, run=run_settings, timings=timings) | {"advice": advice}
 
 
@@ -138,7 +138,7 @@ def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this
         level = "warn"
     from ..grouping import group_results
 
-    return model.envelope("preflight", run_id=verdict.get("run_id"), scope="cluster", run=run_settings,
+    return documents.envelope("preflight", run_id=verdict.get("run_id"), scope="cluster", run=run_settings,
                           verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
                           groups=group_results(results, len(verdict["nodes"])),

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import model
+from .. import documents
 from . import hang, postmortem, records, torchrun
 from .config import TrainerConfig, node_label, resumed_run, socket_dir
 
@@ -151,7 +151,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
         doc["collectives"] = dog.collectives()
         if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps
             doc["metrics_summary"] = collectives_summary(doc["collectives"])
-        model.dump(doc, cfg.records() / "run.json")
+        documents.dump(doc, cfg.records() / "run.json")
     return doc
 
 
@@ -290,8 +290,8 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
             message=f"torchrun exited with code {code} and no rank left an error record",
             fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
             log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
-    exit_code = 128 + interrupted if interrupted else model.EXIT_FAIL if failed else model.EXIT_OK
-    return model.envelope(
+    exit_code = 128 + interrupted if interrupted else documents.EXIT_FAIL if failed else documents.EXIT_OK
+    return documents.envelope(
         "run-trainer",
         run_id=cfg.rendezvous_id(),
         config=cfg.to_json(),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from . import svg, view
+from . import svg, viewmodel
 
 TEMPLATES = Path(__file__).parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -57,7 +57,7 @@ def charts(model: dict) -> dict:
 
 
 def build_html(docs: list[dict]) -> str:
-    model = view.build(docs)
+    model = viewmodel.build(docs)
     env = _env()
     css = (TEMPLATES / "report.css").read_text()
     js = (TEMPLATES / "report.js").read_text()
@@ -67,6 +67,6 @@ def build_html(docs: list[dict]) -> str:
 
 def write_html(docs: list[dict], path) -> Path:
     """Write atomically, so a half-written report is never opened."""
-    from ..model import write_atomic
+    from ..documents import write_atomic
 
     return write_atomic(path, build_html(docs))

@@ -139,8 +139,8 @@ def test_built_wheel_installs_checks_and_trainer_under_their_own_names(tmp_path)
 
 CONTRACT_PROBE = r"""
 import json
-from ddpdoctor import model, registry, runner
-from ddpdoctor.report import view
+from ddpdoctor import documents, registry, runner
+from ddpdoctor.report import viewmodel as view
 
 checks = {lc.name: lc for lc in registry.discover()}
 chosen = [checks["hugepages"], checks["parity"]]
@@ -151,7 +151,7 @@ for rank, (name, mode) in enumerate((("node0", "madvise"), ("node1", "madvise"),
     gather = {c: {"status": "ok", **runner.contract(checks[c].check, f)} for c, f in facts.items()}
     nodes[name] = {"rank": rank, "host": name, "addr": None, "facts": facts, "gather": gather}
 results = runner.compare_all(chosen, nodes, {}, run={"nnodes": 3})
-doc = model.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": 3})
+doc = documents.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": 3})
 merged = view.merge_nodes([doc])
 print(json.dumps({"doc": doc, "table": view.versions_table(merged), "diff": view.facts_diff(merged)}))
 """

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ddpdoctor import model
+from ddpdoctor import documents
 from ddpdoctor.cli import COMMANDS, run
 
 LOCAL_CHEAP = "env-vars,resources,network,packages"
@@ -101,7 +101,7 @@ def test_single_node_preflight_json_and_output(tmp_path):
     p = cli("preflight", "--only", LOCAL_CHEAP, "--json", "--output", str(tmp_path))
     assert p.returncode in (0, 1), p.stderr
     doc = json.loads(p.stdout)
-    model.validate(doc)
+    documents.validate(doc)
     assert doc["kind"] == "preflight" and doc["scope"] == "node"
     assert p.returncode == doc["exit_code"]
     assert {r["check"] for r in doc["results"]} == set(LOCAL_CHEAP.split(","))
@@ -110,7 +110,7 @@ def test_single_node_preflight_json_and_output(tmp_path):
         if r["level"] in ("warn", "fail"):
             assert r["fix"], r
     (written,) = tmp_path.glob("node-*.json")
-    assert model.load(written)["results"] == doc["results"]
+    assert documents.load(written)["results"] == doc["results"]
     assert doc["run"]["output_dir"] == str(tmp_path.resolve())
 
 

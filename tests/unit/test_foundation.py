@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ddpdoctor import config, model, redact, registry
+from ddpdoctor import settings, documents, redact, registry
 from ddpdoctor.api import Level, Option, Result, majority
 from ddpdoctor.errors import UsageError
 
@@ -15,8 +15,8 @@ def test_worst_level_and_verdict():
     assert Level.worst([Level.PASS, Level.SKIP, Level.WARN]) is Level.WARN
     assert Level.worst([]) is Level.PASS
     skip_only = [Result("a", Level.SKIP, "s")]
-    assert model.verdict_of(skip_only) is Level.PASS
-    assert model.exit_code_of(model.verdict_of([Result("a", Level.FAIL, "f")])) == model.EXIT_FAIL
+    assert documents.verdict_of(skip_only) is Level.PASS
+    assert documents.exit_code_of(documents.verdict_of([Result("a", Level.FAIL, "f")])) == documents.EXIT_FAIL
 
 
 def test_majority_names_the_odd_nodes():
@@ -43,9 +43,9 @@ def test_result_json_roundtrip():
 
 # ---------------------------------------------------------------- model
 def test_dump_and_load_roundtrip(tmp_path):
-    doc = model.preflight_doc(scope="node", nodes={}, checks=[], results=[Result("a", Level.FAIL, "x")], run={})
-    path = model.dump(doc, tmp_path / "sub" / "a.json")
-    loaded = model.load(path)
+    doc = documents.preflight_doc(scope="node", nodes={}, checks=[], results=[Result("a", Level.FAIL, "x")], run={})
+    path = documents.dump(doc, tmp_path / "sub" / "a.json")
+    loaded = documents.load(path)
     assert loaded["verdict"] == "fail" and loaded["exit_code"] == 1 and loaded["schema_version"] == 1
     assert not list(tmp_path.glob("sub/.*tmp"))
 
@@ -61,10 +61,10 @@ def test_load_errors_name_the_file(tmp_path, content, needle):
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(UsageError) as err:
-        model.load(path)
+        documents.load(path)
     assert needle in str(err.value) and str(path) in str(err.value)
     with pytest.raises(UsageError, match="cannot read"):
-        model.load(tmp_path / "missing.json")
+        documents.load(tmp_path / "missing.json")
 
 
 # ---------------------------------------------------------------- config
@@ -75,12 +75,12 @@ def checks():
 def test_config_file_and_set_flags_resolve(tmp_path):
     cfg = tmp_path / "ddpdoctor.toml"
     cfg.write_text('[run]\nnnodes = 4\n[checks.resources]\nmin_nofile = 100\nmin_shm_mib = 10\n')
-    file_cfg = config.read_toml(str(cfg))
-    opts = config.resolve_check_options(checks(), file_cfg, config.parse_set(["resources.min_shm_mib=20"]), str(cfg))
+    file_cfg = settings.read_toml(str(cfg))
+    opts = settings.resolve_check_options(checks(), file_cfg, settings.parse_set(["resources.min_shm_mib=20"]), str(cfg))
     assert opts["resources"]["min_nofile"] == 100
     assert opts["resources"]["min_shm_mib"] == 20  # the flag wins over the file
     assert opts["resources"]["fail_shm_mib"] == 256  # the default where nobody said anything
-    assert config.resolve_run(file_cfg, {"timeout": 5.0}, str(cfg))["nnodes"] == 4
+    assert settings.resolve_run(file_cfg, {"timeout": 5.0}, str(cfg))["nnodes"] == 4
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -96,17 +96,17 @@ def test_malformed_config_names_file_and_key(tmp_path, text, needle):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(text)
     with pytest.raises(UsageError) as err:
-        file_cfg = config.read_toml(str(cfg))
-        config.resolve_check_options(checks(), file_cfg, {}, str(cfg))
-        config.resolve_run(file_cfg, {}, str(cfg))
+        file_cfg = settings.read_toml(str(cfg))
+        settings.resolve_check_options(checks(), file_cfg, {}, str(cfg))
+        settings.resolve_run(file_cfg, {}, str(cfg))
     assert needle in str(err.value) and "bad.toml" in str(err.value)
 
 
 def test_bad_set_flags():
     with pytest.raises(UsageError, match="CHECK.KEY=VALUE"):
-        config.parse_set(["resources"])
+        settings.parse_set(["resources"])
     with pytest.raises(UsageError, match="unknown option"):
-        config.resolve_check_options(checks(), {}, config.parse_set(["resources.nope=1"]), "")
+        settings.resolve_check_options(checks(), {}, settings.parse_set(["resources.nope=1"]), "")
 
 
 # ---------------------------------------------------------------- registry

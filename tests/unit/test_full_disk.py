@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor import model
+from ddpdoctor import documents
 from ddpdoctor.cli import common
 from ddpdoctor.errors import UsageError
 
@@ -54,7 +54,7 @@ def error_lines(stderr: str) -> list[str]:
 def test_write_atomic_on_a_full_disk_names_path_and_free_space(tiny_fs):
     target = tiny_fs / "out" / "doc.json"
     with pytest.raises(UsageError) as err:
-        model.write_atomic(target, "x" * 200_000)
+        documents.write_atomic(target, "x" * 200_000)
     msg = str(err.value)
     assert str(target) in msg and "No space left on device" in msg and "free in" in msg
     assert leftovers(tiny_fs) == [] and not target.exists()
@@ -64,7 +64,7 @@ def test_write_atomic_keeps_the_old_file_whole(tmp_path, tiny_fs):
     target = tiny_fs / "filler"  # exists; a failed rewrite must not truncate it
     size = target.stat().st_size
     with pytest.raises(UsageError):
-        model.write_atomic(target, "y" * 200_000)
+        documents.write_atomic(target, "y" * 200_000)
     assert target.stat().st_size == size and leftovers(tiny_fs) == []
 
 
@@ -72,12 +72,12 @@ def test_read_only_filesystem_is_a_usage_error(tiny_fs):
     if _run("mount", "-o", "remount,ro", str(tiny_fs)).returncode != 0:
         pytest.skip("cannot remount read-only")
     with pytest.raises(UsageError, match="Read-only file system"):
-        model.dump({"a": 1}, tiny_fs / "x.json")
+        documents.dump({"a": 1}, tiny_fs / "x.json")
 
 
 def test_write_error_without_an_existing_directory():
     path = Path(f"/nonexistent-{uuid.uuid4().hex}/x.json")
-    err = model.write_error(path, OSError(28, "No space left on device"))
+    err = documents.write_error(path, OSError(28, "No space left on device"))
     assert str(path) in str(err) and "free in /" in str(err)
 
 

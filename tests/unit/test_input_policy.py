@@ -1,6 +1,6 @@
 """The input policy for result files: size cap, nesting depth, encodings, schema_version, document shapes.
 
-In-process tests of inputs.py / shapes.py / model.load, a fuzz of every key of realistic documents through
+In-process tests of inputs.py / shapes.py / documents.load, a fuzz of every key of realistic documents through
 the whole report, and subprocess tests of `ddpdoctor report` (one line on stderr, exit 2, no traceback).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ddpdoctor import inputs, model
+from ddpdoctor import inputs, documents
 from ddpdoctor.errors import UsageError
 from ddpdoctor.report.html import build_html
 from tests import report_fixtures as fx
@@ -95,10 +95,10 @@ def test_schema_version_true_is_rejected():
     doc = fx.bench(world=2, suspects=False)
     doc["schema_version"] = True
     with pytest.raises(UsageError, match="unsupported schema_version True"):
-        model.validate(doc, "b.json")
+        documents.validate(doc, "b.json")
     doc["schema_version"] = 1.0
     with pytest.raises(UsageError, match="schema_version"):
-        model.validate(doc, "b.json")
+        documents.validate(doc, "b.json")
 
 
 @pytest.mark.parametrize("mutate, needle", [
@@ -114,13 +114,13 @@ def test_wrong_preflight_shapes_name_the_key(mutate, needle):
     doc = fx.preflight(n=3, evil=False)
     mutate(doc)
     with pytest.raises(UsageError, match="bad document shape") as err:
-        model.validate(doc, "p.json")
+        documents.validate(doc, "p.json")
     assert needle in str(err.value) and str(err.value).startswith("p.json: ")
 
 
 def test_realistic_documents_pass_validation():
     for doc in (fx.preflight(n=8), fx.bench(), fx.trainer()):
-        model.validate(json.loads(json.dumps(doc)), "ok.json")
+        documents.validate(json.loads(json.dumps(doc)), "ok.json")
 
 
 def _paths(obj, prefix=()):
@@ -158,7 +158,7 @@ def test_any_junk_anywhere_is_a_report_or_a_usage_error(make):
             doc = copy.deepcopy(base)
             _set(doc, path, junk)
             try:
-                model.validate(doc, "f.json")
+                documents.validate(doc, "f.json")
             except UsageError:
                 continue
             try:
@@ -172,7 +172,7 @@ def test_nan_loss_is_a_result_not_a_crash():
     doc = json.loads(json.dumps(fx.trainer(ranks=2, steps=20)))
     for rows in doc["metrics"].values():
         rows[-1]["loss"] = math.nan
-    model.validate(doc, "t.json")
+    documents.validate(doc, "t.json")
     assert "<svg" in build_html([doc])
 
 

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from ddpdoctor import config
+from ddpdoctor import settings
 from ddpdoctor.api import Option
 from ddpdoctor.bench.sizes import MAX_BUFFER_BYTES, parse_size
 from ddpdoctor.cli.common import TIMEOUT, FiniteFloat
@@ -74,9 +74,9 @@ def _resolve(tmp_path, text):
 
     cfg = tmp_path / "ddpdoctor.toml"
     cfg.write_text(text)
-    file_cfg = config.read_toml(str(cfg))
-    config.resolve_check_options(discover(), file_cfg, {}, str(cfg))
-    return config.resolve_run(file_cfg, {}, str(cfg))
+    file_cfg = settings.read_toml(str(cfg))
+    settings.resolve_check_options(discover(), file_cfg, {}, str(cfg))
+    return settings.resolve_run(file_cfg, {}, str(cfg))
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -116,7 +116,7 @@ def test_huge_config_is_refused_without_reading_it(tmp_path):
     with open(cfg, "wb") as fh:
         fh.truncate(1 << 30)
     with pytest.raises(UsageError, match="larger than 1 MiB"):
-        config.read_toml(str(cfg))
+        settings.read_toml(str(cfg))
 
 
 # -- the shared click type and the sizes ---------------------------------------------------------------

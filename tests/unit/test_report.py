@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ddpdoctor import model
-from ddpdoctor.report import html, svg, view
+from ddpdoctor import documents
+from ddpdoctor.report import html, svg, viewmodel as view
 from tests import report_fixtures as fx
 
 
@@ -85,8 +85,8 @@ def test_log_axes_keep_every_grid_line_inside_the_plot():
 
 
 def test_report_command_merges_and_errors(tmp_path):
-    a = model.dump(fx.preflight(4), tmp_path / "a.json")
-    b = model.dump(fx.bench(8), tmp_path / "b.json")
+    a = documents.dump(fx.preflight(4), tmp_path / "a.json")
+    b = documents.dump(fx.bench(8), tmp_path / "b.json")
     out = tmp_path / "r.html"
     p = subprocess.run([sys.executable, "-m", "ddpdoctor", "report", str(a), str(b), "-o", str(out)],
                        capture_output=True, text=True, timeout=60)
@@ -247,7 +247,7 @@ def test_one_run_id_merges_silently_and_different_ids_warn(ids, warned):
 
 
 def test_report_command_merges_one_run_without_a_warning(tmp_path):
-    files = [model.dump(d, tmp_path / f"{i}.json") for i, d in
+    files = [documents.dump(d, tmp_path / f"{i}.json") for i, d in
              enumerate([fx.preflight(4, run_id="slurm-42"), fx.bench(8, run_id="slurm-42"), fx.trainer(run_id="slurm-42")])]
     p = subprocess.run([sys.executable, "-m", "ddpdoctor", "report", *map(str, files), "-o", str(tmp_path / "r.html")],
                        capture_output=True, text=True, timeout=60)

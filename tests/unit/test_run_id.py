@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from ddpdoctor import model
+from ddpdoctor import documents
 
 
 def ddpdoctor(*args, env=None, timeout=120):
-    full = {k: v for k, v in os.environ.items() if k not in model.RUN_ID_VARS}
+    full = {k: v for k, v in os.environ.items() if k not in documents.RUN_ID_VARS}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, env=full,
                           timeout=timeout)
@@ -20,11 +20,11 @@ def ddpdoctor(*args, env=None, timeout=120):
 
 @pytest.mark.parametrize("var", ["DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID"])
 def test_envelope_takes_the_workflow_or_scheduler_id(monkeypatch, var):
-    for v in model.RUN_ID_VARS:
+    for v in documents.RUN_ID_VARS:
         monkeypatch.delenv(v, raising=False)
-    assert len(model.envelope("preflight")["run_id"]) == 12  # nothing set: a new id
+    assert len(documents.envelope("preflight")["run_id"]) == 12  # nothing set: a new id
     monkeypatch.setenv(var, "job-42")
-    assert model.envelope("preflight")["run_id"] == "job-42"
+    assert documents.envelope("preflight")["run_id"] == "job-42"
 
 
 def test_preflight_and_bench_share_the_run_id_given_on_the_command_line():
