@@ -97,14 +97,25 @@ def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, 
         raise UsageError(f"--shared-dir {shared_dir}: not a directory on this node")
     if code_dir is not None and not Path(code_dir).is_dir():
         raise UsageError(f"--code {code_dir}: not a directory")
-    if local_addr is not None:
-        ep.parse_endpoint(f"[{local_addr}]:1" if ":" in local_addr else f"{local_addr}:1")  # bad text: exit 2
+    if local_addr is not None and not _address_like(local_addr):
+        raise UsageError(f"--local-addr {local_addr!r}: expected an IP address or a host name of this node")
     return JoinConfig(
         master=endpoint, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, timeout=timeout,
         token=token or None, nproc_per_node=nproc_per_node or info.nproc_per_node, rdzv_id=rdzv_id,
         code_dir=code_dir, shared_dir=shared_dir, external_store=info.source == "torchrun",
         launcher=info.source, quiet=quiet, hosts=info.hosts,
     )
+
+
+def _address_like(text: str) -> bool:
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(text.split("%")[0])
+        return True
+    except ValueError:
+        return bool(re.fullmatch(r"[A-Za-z0-9_.-]{1,253}", text))
 
 
 def run_from_cli(plan, *, master, nnodes, node_rank, local_addr, timeout, token, nproc_per_node, rdzv_id,

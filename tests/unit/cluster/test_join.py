@@ -1,0 +1,69 @@
+"""join: flags and launcher environments into a JoinConfig, the loopback mistake before any thread, and a
+worker's waits that name what it refused."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ddpdoctor.cluster import join
+from ddpdoctor.cluster.mailbox import Finding
+from ddpdoctor.errors import ClusterNotAssembled, UsageError
+
+
+def cfg(**kw):
+    base = dict(master="10.0.0.1:29500", nnodes=2, node_rank=None, local_addr=None, timeout=10, token=None,
+                nproc_per_node=None, rdzv_id=None, code_dir=None, shared_dir=None, quiet=True, env={})
+    base.update(kw)
+    return join.config_from_flags(**base)
+
+
+def test_flags_make_a_typed_config():
+    c = cfg(node_rank=1, token="t")
+    assert (c.master.host, c.master.port, c.nnodes, c.node_rank, c.token) == ("10.0.0.1", 29500, 2, 1, "t")
+
+
+@pytest.mark.parametrize("kw, needle", [(dict(nnodes=10**15), "--nnodes"), (dict(node_rank=2), "--node-rank"),
+                                        (dict(master=None), "no master"), (dict(nnodes=None), "number of nodes"),
+                                        (dict(local_addr="not an addr:x"), "--local-addr")])
+def test_bad_settings_are_usage_errors(kw, needle):
+    with pytest.raises(UsageError, match=needle):
+        cfg(**kw)
+
+
+def test_a_second_process_on_a_node_stays_silent():
+    assert cfg(env={"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, master="h:1", nnodes=None) is None
+
+
+def test_hosts_give_the_rank_by_place(monkeypatch):
+    monkeypatch.setattr(join.socket, "gethostname", lambda: "b")
+    c = cfg(hosts=["a", "b", "c"], nnodes=None)
+    assert (c.node_rank, c.nnodes, c.hosts, c.launcher) == (1, 3, ["a", "b", "c"], "hosts")
+
+
+def test_the_loopback_mistake_fails_before_any_thread_or_import(monkeypatch):
+    import threading
+
+    before = threading.active_count()
+    with pytest.raises(ClusterNotAssembled, match="loopback"):
+        join.run_node(cfg(master="127.0.0.1:29500"), plan=None)
+    assert threading.active_count() <= before + 1  # at most the abandoned lookup thread, never a gather
+
+
+class FakeMailbox:
+    def __init__(self, findings):
+        self.findings = findings
+
+    def read(self, kind, slot=None):
+        return None
+
+
+def test_a_worker_gives_up_naming_what_it_refused():
+    worker = join.Worker.__new__(join.Worker)
+    worker.cfg = cfg()
+    worker.budget = join.Budget(10)
+    worker.mb = FakeMailbox([Finding("verdict", "signature does not match this node's token")])
+    worker.progress = join.Progress(True, "x")
+    with pytest.raises(ClusterNotAssembled, match="signature does not match.*--token"):
+        worker.wait_for("verdict", time.monotonic() + 0.3, "the verdict")
