@@ -1,0 +1,29 @@
+"""Unit tests of checks/clock_skew.py."""
+from __future__ import annotations
+
+from ddpdoctor_checks.clock_skew import ClockSkewCheck
+
+from ddpdoctor.api import Level
+
+
+def test_clock_skew_uses_the_error_bar():
+    facts = {"m": {"offset_ms": 0.0, "bound_ms": 0.0, "reference": True},
+             "ok": {"offset_ms": 120.0, "bound_ms": 30.0},  # might be 90 ms: not proven beyond 100 ms
+             "warn": {"offset_ms": -300.0, "bound_ms": 1.0},
+             "bad": {"offset_ms": 4000.0, "bound_ms": 2.0},
+             "silent": {"offset_ms": None, "error": "TimeoutError: timed out"}}
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(facts, ClockSkewCheck().with_defaults({"warn_ms": 100.0, "fail_ms": 1000.0}))}
+    assert res["ok"].level is Level.PASS and res["warn"].level is Level.WARN and res["bad"].level is Level.FAIL
+    assert "ahead of" in res["bad"].summary and "behind" in res["warn"].summary and "ntp" in res["bad"].fix.lower()
+    assert res["silent"].level is Level.WARN and "no clock sample" in res["silent"].summary
+
+
+def test_clock_skew_error_bar_at_the_fail_threshold():
+    facts = {"slow-link": {"offset_ms": -1050.0, "bound_ms": 100.0},  # at least 950 ms: warn, not fail
+             "sure": {"offset_ms": -1050.0, "bound_ms": 10.0}}
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(facts, ClockSkewCheck().with_defaults({"warn_ms": 100.0, "fail_ms": 1000.0}))}
+    assert res["slow-link"].level is Level.WARN and res["sure"].level is Level.FAIL
+    assert "1050.00 ms ± 10.00 ms behind" in res["sure"].summary
+    assert res["sure"].actual == {"offset_ms": -1050.0, "bound_ms": 10.0}
+    custom = ClockSkewCheck().compare({"n": {"offset_ms": 60.0, "bound_ms": 1.0}}, ClockSkewCheck().with_defaults({"warn_ms": 10, "fail_ms": 50}))
+    assert custom[0].level is Level.FAIL  # thresholds are configurable

@@ -1,0 +1,50 @@
+"""Unit tests of checks/clock_sync.py."""
+from __future__ import annotations
+
+import pytest
+from ddpdoctor_checks import (
+    clock_sync,
+)
+
+from ddpdoctor.api import Level, NodeContext, Skip
+
+
+def ctx(**run):
+    return NodeContext(node="n1", run=run)
+
+
+# ---------------------------------------------------------------- clock-sync
+CHRONY = """Reference ID    : C0A80001 (192.168.0.1)
+Stratum         : 3
+System time     : 0.000012 seconds fast of NTP time
+Leap status     : Normal
+"""
+
+
+def test_chronyc_parser():
+    assert clock_sync.parse_chronyc_tracking(CHRONY)["synced"] is True
+    unsynced = CHRONY.replace("Normal", "Not synchronised")
+    assert clock_sync.parse_chronyc_tracking(unsynced)["synced"] is False
+    assert clock_sync.parse_chronyc_tracking("garbage") is None
+
+
+def test_clock_sync_uses_first_source_that_answers(monkeypatch):
+    monkeypatch.setattr(clock_sync, "SOURCES", (lambda: None, lambda: {"tool": "chronyc", "synced": False, "detail": "x"}))
+    facts = clock_sync.ClockSyncCheck().gather(ctx())
+    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, clock_sync.ClockSyncCheck().with_defaults({"unsynced_level": "warn"}))
+    assert r.level is Level.WARN and "set-ntp" in r.fix
+    (r,) = clock_sync.ClockSyncCheck().compare({"n1": facts}, clock_sync.ClockSyncCheck().with_defaults({"unsynced_level": "fail"}))
+    assert r.level is Level.FAIL
+
+
+def test_clock_sync_skips_saying_why(monkeypatch):
+    monkeypatch.setattr(clock_sync, "SOURCES", (clock_sync.from_timedatectl,))
+    monkeypatch.setattr(clock_sync.shutil, "which", lambda name: None)
+    with pytest.raises(Skip, match="cannot tell"):
+        clock_sync.ClockSyncCheck().gather(ctx())
+
+
+def test_adjtimex_reads_the_kernel():
+    answer = clock_sync.from_adjtimex()  # read-only adjtimex(2) works unprivileged on Linux, in containers too
+    assert answer is not None and answer["tool"] == "adjtimex"
+    assert isinstance(answer["synced"], bool) and answer["maxerror_us"] >= 0

@@ -1,0 +1,74 @@
+"""Unit tests of checks/env_vars.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from ddpdoctor_checks import (
+    env_vars,
+)
+
+from ddpdoctor.api import Level, NodeContext
+from ddpdoctor.redact import REDACTED
+
+
+def ctx(**run):
+    return NodeContext(node="n1", run=run)
+
+
+def levels(results):
+    return [r.level for r in results]
+
+
+def only(results, level):
+    return [r for r in results if r.level is level]
+
+
+# ---------------------------------------------------------------- env-vars
+def judge_env(env, ifaces=("lo", "eth0", "ib0"), **opts):
+    return env_vars.judge_env(env_vars.EnvVarsCheck(), "n1", env, list(ifaces), opts)
+
+
+def test_env_gather_redacts_secrets(monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("TORCH_HUB_TOKEN", "abc")
+    monkeypatch.setenv("MASTER_ADDR", "https://user:hunter2@example.com")
+    monkeypatch.setenv("UNRELATED_THING", "x")
+    facts = env_vars.EnvVarsCheck().gather(ctx())
+    assert facts["vars"]["NCCL_DEBUG"] == "INFO"
+    assert facts["vars"]["TORCH_HUB_TOKEN"] == REDACTED
+    assert "hunter2" not in json.dumps(facts)
+    assert "UNRELATED_THING" not in facts["vars"]
+    assert "lo" in facts["ifaces"]
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"NCCL_SOCKET_IFNAME": "eth9"}, "matches no interface"),
+    ({"GLOO_SOCKET_IFNAME": "^docker,lo"}, "one concrete interface"),
+    ({"GLOO_SOCKET_IFNAME": "eth1"}, "matches no interface"),
+    ({"RANK": "1"}, "WORLD_SIZE is not"),
+    ({"MASTER_ADDR": "localhost", "SLURM_NNODES": "4"}, "other nodes would dial themselves"),
+    ({"MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, "2-node job"),
+    ({"MASTER_PORT": "eighty"}, "not a TCP port"),
+])
+def test_env_sanity_failures(env, needle):
+    fails = only(judge_env(env), Level.FAIL)
+    assert len(fails) == 1 and needle in fails[0].summary, [r.summary for r in fails]
+    assert fails[0].fix and fails[0].nodes == ["n1"]
+
+
+def test_env_accepts_good_settings():
+    env = {"NCCL_SOCKET_IFNAME": "^docker,lo", "GLOO_SOCKET_IFNAME": "eth0", "MASTER_ADDR": "localhost",
+           "RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}
+    assert levels(judge_env(env)) == [Level.PASS]
+    assert levels(judge_env({"NCCL_SOCKET_IFNAME": "=ib0"})) == [Level.PASS]
+
+
+def test_env_warns_on_slow_debug_settings_and_empty_cvd():
+    res = judge_env({"NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert len(only(res, Level.WARN)) == 2
+
+
+def test_env_localhost_is_fine_on_one_node():
+    assert levels(judge_env({"MASTER_ADDR": "localhost"}, nnodes=1)) == [Level.PASS]
+    assert only(judge_env({"MASTER_ADDR": "localhost"}, nnodes=2), Level.FAIL)

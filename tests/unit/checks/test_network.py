@@ -1,0 +1,75 @@
+"""Unit tests of checks/network.py."""
+from __future__ import annotations
+
+import json
+import socket
+
+from ddpdoctor_checks import (
+    network,
+)
+
+from ddpdoctor.api import Level, NodeContext
+
+
+def ctx(**run):
+    return NodeContext(node="n1", run=run)
+
+
+def only(results, level):
+    return [r for r in results if r.level is level]
+
+
+# ---------------------------------------------------------------- network
+def net_facts(**kw):
+    base = {"hostname": "node1", "fqdn": "node1.cluster",
+            "resolves": {"node1": {"addrs": ["10.0.0.5"], "error": None}},
+            "interfaces": [{"name": "lo", "ipv4": ["127.0.0.1"], "ipv6": ["::1"], "mtu": 65536, "up": True},
+                           {"name": "eth0", "ipv4": ["10.0.0.5"], "ipv6": [], "mtu": 1500, "up": True}],
+            "default_route": {"ipv4": "eth0", "ipv6": None}}
+    base.update(kw)
+    return base
+
+
+def judge_net(facts, **opts):
+    return network.NetworkCheck().compare({"n1": facts}, network.NetworkCheck().with_defaults({"min_mtu": 1280, **opts}))
+
+
+def test_network_gather_on_this_machine():
+    facts = network.NetworkCheck().gather(ctx())
+    assert facts["hostname"] == socket.gethostname()
+    assert any(i["name"] == "lo" for i in facts["interfaces"])
+    json.dumps(facts)
+
+
+def test_network_pass_names_default_route():
+    (r,) = judge_net(net_facts())
+    assert r.level is Level.PASS and "eth0" in r.summary
+
+
+def test_hostname_on_loopback_is_flagged_with_ifname_fix():
+    res = judge_net(net_facts(resolves={"node1": {"addrs": ["127.0.1.1"], "error": None}}))
+    (w,) = only(res, Level.WARN)
+    assert "loopback" in w.summary and "GLOO_SOCKET_IFNAME=eth0" in w.fix
+
+
+def test_unresolvable_name_fails_only_when_several_nodes_expected():
+    facts = net_facts(resolves={"node1": {"addrs": None, "error": "gaierror: Name or service not known"}})
+    assert only(judge_net(facts), Level.WARN)
+    assert only(judge_net(facts, nnodes=4), Level.FAIL)
+
+
+def test_no_routable_interface_and_small_mtu():
+    lo_only = net_facts(interfaces=[{"name": "lo", "ipv4": ["127.0.0.1"], "ipv6": [], "mtu": 65536, "up": True}],
+                        default_route={})
+    assert "no interface" in only(judge_net(lo_only, nnodes=2), Level.FAIL)[0].summary
+    small = net_facts(interfaces=[{"name": "eth0", "ipv4": ["10.0.0.5"], "ipv6": [], "mtu": 576, "up": True}])
+    assert "MTU 576" in only(judge_net(small), Level.WARN)[0].summary
+
+
+def test_default_route_parser_reads_proc():
+    import psutil
+
+    routes = network.default_route_ifaces()
+    assert set(routes) == {"ipv4", "ipv6"}
+    for iface in routes.values():  # whatever the kernel's default route uses is a real interface here
+        assert iface is None or iface in psutil.net_if_addrs()

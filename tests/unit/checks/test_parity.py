@@ -1,0 +1,78 @@
+"""Unit tests of checks/parity.py."""
+from __future__ import annotations
+
+from ddpdoctor_checks.env_vars import EnvVarsCheck
+from ddpdoctor_checks.gpu import GpuCheck
+from ddpdoctor_checks.packages import PackagesCheck
+from ddpdoctor_checks.parity import ParityCheck
+from ddpdoctor_checks.torch_build import TorchBuildCheck
+
+from ddpdoctor.api import Level
+
+
+def fails(results):
+    return [r for r in results if r.level is Level.FAIL]
+
+
+def parity_node(torch="2.13.0", pkgs=("numpy==2.1.0",), env=None, gpus=8, model="H100"):
+    """One node's parity facts: its own, and every check's comparables (what the runner hands parity)."""
+    own = {"ddpdoctor": "0.1.0", "checks": ["mesh", "parity"]}
+    facts = {"torch-build": {"torch_version": torch, "python_version": "3.11.7", "torch_path": "/x"},
+             "packages": {"packages": [f"torch=={torch}", *pkgs]},
+             "env-vars": {"vars": {"NCCL_IB_HCA": "mlx5", **(env or {})}},
+             "gpu": {"driver_version": "550.54", "gpus": [{"name": model}] * gpus}, "parity": own}
+    checks = {"torch-build": TorchBuildCheck(), "packages": PackagesCheck(), "env-vars": EnvVarsCheck(),
+              "gpu": GpuCheck(), "parity": ParityCheck()}
+    return {**own, "comparable": {name: checks[name].comparable(f) for name, f in facts.items()}}
+
+
+def test_parity_names_the_odd_node_with_both_values():
+    facts = {"a": parity_node(), "b": parity_node(), "c": parity_node(torch="2.4.0", env={"NCCL_IB_HCA": "mlx4"},
+                                                                       gpus=4)}
+    res = fails(ParityCheck().compare(facts, ParityCheck().with_defaults({})))
+    assert {r.nodes[0] for r in res} == {"c"}
+    text = " | ".join(r.summary for r in res)
+    assert "'2.4.0' vs '2.13.0'" in text and "NCCL_IB_HCA" in text and "GPU count" in text
+    pkg = next(r for r in res if r.summary.startswith("packages on c"))
+    assert "pip install 'torch==2.13.0'" in pkg.fix
+    same = ParityCheck().compare({"a": parity_node(), "b": parity_node()}, ParityCheck().with_defaults({}))
+    assert [r.level for r in same] == [Level.PASS]
+    assert ParityCheck().compare({"a": parity_node()}, ParityCheck().with_defaults({}))[0].level is Level.SKIP
+
+
+def levels(results, level):
+    return [r for r in results if r.level is level]
+
+
+def test_parity_node_specific_and_ifname_env_vars_are_not_failures_and_soft_vars_warn():
+    a = parity_node(env={"HOSTNAME": "a", "NCCL_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "8"})
+    b = parity_node(env={"HOSTNAME": "b", "NCCL_SOCKET_IFNAME": "ib0", "OMP_NUM_THREADS": "8"})
+    c = parity_node(env={"HOSTNAME": "c", "NCCL_SOCKET_IFNAME": "eth1", "OMP_NUM_THREADS": "4"})
+    res = ParityCheck().compare({"a": a, "b": b, "c": c}, ParityCheck().with_defaults({}))
+    assert levels(res, Level.FAIL) == []
+    (warn,) = levels(res, Level.WARN)
+    assert warn.nodes == ["c"] and "OMP_NUM_THREADS" in warn.summary and "'4' vs '8'" in warn.summary
+
+
+def test_parity_missing_package_and_gpu_model():
+    c = parity_node(pkgs=(), model="A100")
+    res = ParityCheck().compare({"a": parity_node(), "b": parity_node(), "c": c}, ParityCheck().with_defaults({}))
+    (pkg,) = levels(res, Level.FAIL)
+    assert pkg.nodes == ["c"] and "numpy (missing) (others: 2.1.0)" in pkg.summary
+    assert pkg.fix == "on c: pip install 'numpy==2.1.0'"  # the majority's version, pasteable
+    extra = ParityCheck().compare({"a": parity_node(), "b": parity_node(), "d": parity_node(pkgs=("numpy==2.1.0",
+                                                                                                 "evil==1"))}, ParityCheck().with_defaults({}))
+    (odd,) = levels(extra, Level.FAIL)
+    assert "evil 1 (others: (missing))" in odd.summary
+    assert odd.fix == "on d: install the same packages as the other nodes"  # nothing to pin for an extra one
+    (model,) = levels(res, Level.WARN)
+    assert model.nodes == ["c"] and "A100" in model.summary
+
+
+def test_parity_tie_of_two_is_reported_on_one_node_deterministically():
+    a, b = parity_node(torch="2.13.0"), parity_node(torch="2.4.0")
+    first = [(r.nodes, r.summary) for r in levels(ParityCheck().compare({"a": a, "b": b}, ParityCheck().with_defaults({})), Level.FAIL)]
+    again = [(r.nodes, r.summary) for r in levels(ParityCheck().compare({"b": b, "a": a}, ParityCheck().with_defaults({})), Level.FAIL)]
+    assert first and sorted(first) == sorted(again)
+    assert all(nodes == ["b"] or nodes == ["a"] for nodes, _ in first)
+    assert any("'2.13.0'" in s and "'2.4.0'" in s for _, s in first)  # both values shown

@@ -1,0 +1,81 @@
+"""Unit tests of checks/torch_build.py."""
+from __future__ import annotations
+
+import builtins
+import json
+
+from ddpdoctor_checks import (
+    torch_build,
+)
+
+from ddpdoctor.api import Level, NodeContext
+
+
+def ctx(**run):
+    return NodeContext(node="n1", run=run)
+
+
+def only(results, level):
+    return [r for r in results if r.level is level]
+
+
+# ---------------------------------------------------------------- torch-build
+TORCH_OK = {"python_version": "3.11.7", "python_executable": "/usr/bin/python3", "nvidia_driver_present": False,
+            "torch_error": None, "torch_version": "2.13.0+cpu", "torch_build": "cpu", "cuda_runtime": None,
+            "hip_runtime": None, "nccl_version": None, "gloo_available": True, "nccl_available": False,
+            "mpi_available": False}
+
+
+def judge_torch(facts, **opts):
+    return torch_build.TorchBuildCheck().compare({"n1": facts}, torch_build.TorchBuildCheck().with_defaults({"min_python": "3.9", "torch_version": "", **opts}))
+
+
+def test_torch_build_gathers_real_torch():
+    facts = torch_build.TorchBuildCheck().gather(ctx())
+    import torch
+
+    assert facts["torch_version"] == torch.__version__
+    assert facts["gloo_available"] is True
+    assert facts["torch_build"] in ("cpu", "cuda", "rocm")
+    json.dumps(facts)
+
+
+def test_torch_import_failure_is_a_fail_with_a_fix(monkeypatch):
+    real_import = builtins.__import__
+
+    def broken(name, *a, **kw):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("libtorch_cpu.so: cannot open shared object file")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    facts = torch_build.TorchBuildCheck().gather(ctx())
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert "libtorch_cpu.so" in facts["torch_error"]
+    (r,) = judge_torch(facts)
+    assert r.level is Level.FAIL and "does not import" in r.summary and "pip install torch" in r.fix
+
+
+def test_torch_build_passes_and_names_the_build():
+    (r,) = judge_torch(TORCH_OK)
+    assert r.level is Level.PASS and "2.13.0+cpu" in r.summary and "gloo" in r.summary
+
+
+def test_cpu_torch_on_a_gpu_node_fails():
+    res = judge_torch(dict(TORCH_OK, nvidia_driver_present=True))
+    (r,) = only(res, Level.FAIL)
+    assert "CPU-only" in r.summary and "download.pytorch.org" in r.fix
+
+
+def test_missing_gloo_and_nccl_fail():
+    res = judge_torch(dict(TORCH_OK, gloo_available=False, torch_build="cuda", cuda_runtime="12.6"))
+    summaries = " | ".join(r.summary for r in only(res, Level.FAIL))
+    assert "gloo" in summaries and "NCCL" in summaries
+
+
+def test_required_torch_version_and_old_python():
+    res = judge_torch(dict(TORCH_OK, python_version="3.8.10"), torch_version="2.4.0")
+    fails = only(res, Level.FAIL)
+    assert any("3.8.10" in r.summary for r in fails)
+    assert any(r.fix == "pip install torch==2.4.0" for r in fails)
+    assert only(judge_torch(TORCH_OK, torch_version="2.13.0"), Level.PASS)

@@ -1,0 +1,52 @@
+"""Unit tests of ddpdoctor/cli/bounds.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args, timeout=90):
+    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_usage_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("args, needle", [
+    (["-n", str(10**30)], "--iters"),
+    (["-w", str(10**12)], "--warmup"),
+    (["-b", "1T"], "-b/--min-bytes '1T'"),
+    (["-e", "1e30"], "-e/--max-bytes"),
+    (["-f", "nan"], "--step-factor"),
+    (["--min-busbw", "nan"], "--min-busbw"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--threshold", "nan"], "--threshold"),
+    (["--nproc", "100000"], "--nproc"),
+    (["--localise-size", "1T"], "--localise-size"),
+    (["--master", "::1:29500"], "IPv6 address needs brackets"),
+    (["--master", "127.0.0.1:0"], "1..65535"),
+    (["--master", "127.0.0.1:70000"], "1..65535"),
+])
+def test_nccl_bench_bad_numbers_exit_2(args, needle):
+    assert_usage_error(run_cli("nccl-bench", "--backend", "gloo", *args), needle)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0"])
+def test_preflight_timeout_is_finite_and_bounded(value):
+    assert_usage_error(run_cli("preflight", "--timeout", value), "--timeout")
+
+
+@pytest.mark.timeout(120)
+def test_preflight_set_nan_exit_2():
+    assert_usage_error(run_cli("preflight", "--set", "clock-skew.warn_ms=nan"), "--set", "warn_ms", "finite")

@@ -1,0 +1,156 @@
+"""Redaction rules: secret names by segment, credential-looking values, secret query parameters, argv lists;
+and run-trainer's stored config redacted while the command line it launches keeps the real arguments."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddpdoctor import redact
+from ddpdoctor.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_value,
+    scrub,
+)
+
+SK = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+
+
+@pytest.mark.parametrize("name", [
+    "HF_TOKEN", "TORCH_HUB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_CREDENTIALS",
+    "CUDA_CACHE_KEYFILE", "SSH_KEYS", "PRIVATE_KEY", "GITHUB_ACCESSTOKEN", "api_key", "apiKey", "authToken",
+    "--api-key", "--token", "password", "passwd", "client-secret", "AUTH", "HTTP_AUTHORIZATION", "SESSION_COOKIE",
+    "GOOGLE_APPLICATION_CREDENTIALS", "wandb.api_key",
+])
+def test_secret_names(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", [
+    "NCCL_IB_HCA", "NCCL_IB_PKEY", "MONKEY", "MONKEYPATCH", "TOKENIZERS_PARALLELISM", "tokens_per_s", "KEY_SIZE",
+    "key-size", "KEYBOARD_LAYOUT", "NCCL_DEBUG_FILE", "AUTHOR", "PASSING", "lr", "steps",
+])
+def test_ordinary_names(name):
+    assert not is_secret_name(name)
+
+
+@pytest.mark.parametrize("value", [
+    SK, "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123", "hf_abcdefghijklmnopqrstuvwxyz", "AKIAABCDEFGHIJKLMNOP",
+    "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bD1fH3xQ", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
+])
+def test_credential_values(value):
+    assert redact_value(value) == REDACTED
+
+
+@pytest.mark.parametrize("value", ["INFO", "/usr/lib/x86_64-linux-gnu:/opt/cuda/lib64", "a" * 40, "0" * 64,
+                                   "a1" * 20, "mlx5_0,mlx5_1", "eth0", "3e-4"])
+def test_ordinary_values(value):
+    assert redact_value(value) == value
+
+
+def test_bearer_keeps_the_scheme():
+    assert redact_value("Bearer abcdefghijklmnop") == f"Bearer {REDACTED}"
+
+
+@pytest.mark.parametrize("value, kept, gone", [
+    ("/tmp/x?token=abc123", "/tmp/x?token=", "abc123"),
+    ("https://acct.blob.core.windows.net/c?sv=2021&sig=Zm9vYmFy&se=2030", "sv=2021", "Zm9vYmFy"),
+    ("s3://b/k?X-Amz-Credential=AKID%2F2024&X-Amz-Signature=deadbeef&part=1", "part=1", "deadbeef"),
+    ("http://h/?password=hunter2&a=1", "a=1", "hunter2"),
+    ("http://h/?api_key=k1&key=k2", "http://h/?", "k1"),
+    ("token=abc", "token=", "abc"),
+    ("https://bob:s3cret@proxy:3128", "bob", "s3cret"),
+])
+def test_secret_parts_inside_values(value, kept, gone):
+    out = redact_value(value)
+    assert kept in out and gone not in out and REDACTED in out
+
+
+def test_env_redaction_by_name_and_value():
+    env = {"NCCL_DEBUG_FILE": "/tmp/nccl.%h?token=abc", "CUDA_CACHE_KEYFILE": "/etc/k", "MONKEY": "x",
+           "NCCL_IB_HCA": "mlx5_0", "TOKENIZERS_PARALLELISM": "false", "NCCL_IB_PKEY": "0", "INNOCENT": SK}
+    out = redact_env(env)
+    assert out["NCCL_DEBUG_FILE"] == f"/tmp/nccl.%h?token={REDACTED}"
+    assert out["CUDA_CACHE_KEYFILE"] == REDACTED and out["INNOCENT"] == REDACTED
+    assert out["MONKEY"] == "x" and out["NCCL_IB_HCA"] == "mlx5_0" and out["TOKENIZERS_PARALLELISM"] == "false"
+    assert out["NCCL_IB_PKEY"] == "0"
+
+
+def test_argv_flags_named_like_secrets_lose_their_values():
+    argv = ["--api-key", SK, "--token=tok123", "--password", "hunter2", "--lr", "3e-4", "--steps", "-5",
+            "--hf-token=x", "--tokenizer", "gpt2", "--key-size", "4", "-k", "v"]
+    out = redact_argv(argv)
+    assert out == ["--api-key", REDACTED, f"--token={REDACTED}", "--password", REDACTED, "--lr", "3e-4", "--steps",
+                   "-5", f"--hf-token={REDACTED}", "--tokenizer", "gpt2", "--key-size", "4", "-k", "v"]
+    assert argv[1] == SK  # the input list is not touched
+
+
+def test_argv_values_and_overrides():
+    out = redact_argv(["train.py", "wandb.api_key=xyz", "+db.password=p", "lr=3e-4", "--url",
+                       "https://u:pw@h/d?sig=s1&x=1", "--header", "Bearer abcdefghijkl", SK, "--", "token=t", "plain"])
+    assert out == ["train.py", f"wandb.api_key={REDACTED}", f"+db.password={REDACTED}", "lr=3e-4", "--url",
+                   f"https://u:{REDACTED}@h/d?sig={REDACTED}&x=1", "--header", f"Bearer {REDACTED}", REDACTED, "--",
+                   f"token={REDACTED}", "plain"]
+
+
+def test_argv_flag_at_the_end_and_flag_values_redacted_by_look():
+    assert redact_argv(["--password"]) == ["--password"]
+    assert redact_argv([f"--init={SK}"]) == [f"--init={REDACTED}"]
+    assert redact_argv([]) == []
+
+
+def test_scrub_redacts_query_secrets_in_any_string():
+    facts = {"tokens_per_s": 5.0, "api_key": "x", "u": "http://h/?password=x&a=1", "nested": [{"token": 1}]}
+    assert scrub(facts) == {"tokens_per_s": 5.0, "api_key": REDACTED, "u": f"http://h/?password={REDACTED}&a=1",
+                            "nested": [{"token": REDACTED}]}
+
+
+def test_trainer_config_stores_redacted_args_and_launches_real_ones(tmp_path):
+    from ddpdoctor.launch import torchrun
+    from ddpdoctor.launch.config import TrainerConfig
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    args = ["--api-key", SK, "--token=tok123", "--password", "hunter2", "--lr", "3e-4"]
+    cfg = TrainerConfig(script=str(script), script_args=list(args), run_dir=str(tmp_path / "run"),
+                        preflight_args=["--token", "pf-secret"], env={"NCCL_DEBUG_FILE": "/x?token=abc"})
+    stored = json.dumps(cfg.to_json())
+    for secret in (SK, "tok123", "hunter2", "pf-secret", "token=abc"):
+        assert secret not in stored
+    assert cfg.to_json()["script_args"] == ["--api-key", REDACTED, f"--token={REDACTED}", "--password", REDACTED,
+                                            "--lr", "3e-4"]
+    assert cfg.script_args == args  # the config itself keeps the real values
+    launched = torchrun.argv(cfg, tmp_path / "logs")
+    assert launched[-len(args):] == args
+
+
+def test_module_docstring_states_the_rules():
+    assert "query" in redact.__doc__ and "argv" in redact.__doc__
+
+
+# ---------------------------------------------------------------- redaction
+@pytest.mark.parametrize("name,value", [
+    ("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz"),
+    ("WANDB_API_KEY", "0123456789abcdef"),
+    ("AWS_SECRET_ACCESS_KEY", "x"),
+    ("DB_PASSWORD", "hunter2"),
+    ("MY_CREDENTIALS", "x"),
+    ("INNOCENT", "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"),
+    ("INNOCENT2", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop"),
+])
+def test_secrets_are_redacted(name, value):
+    assert redact.redact_env({name: value})[name] == redact.REDACTED
+
+
+def test_ordinary_values_survive_and_url_passwords_go():
+    env = {"NCCL_IB_PKEY": "0", "NCCL_DEBUG": "INFO", "PATHISH": "/usr/lib/x86_64-linux-gnu:/opt/cuda/lib64",
+           "GIT_SHA": "a" * 40, "PROXY": "http://bob:s3cret@proxy:3128"}
+    out = redact.redact_env(env)
+    assert out["NCCL_IB_PKEY"] == "0" and out["NCCL_DEBUG"] == "INFO" and out["GIT_SHA"] == "a" * 40
+    assert out["PATHISH"] == env["PATHISH"]
+    assert "s3cret" not in out["PROXY"] and "bob" in out["PROXY"]
+    assert redact.scrub({"nested": {"api_key": "v", "ok": ["https://u:p@h/"]}}) == \
+        {"nested": {"api_key": redact.REDACTED, "ok": [f"https://u:{redact.REDACTED}@h/"]}}
