@@ -342,8 +342,8 @@ def test_a_new_invocation_never_resumes_or_reports_an_earlier_run(tmp_path):
     assert resumed["start"]["fresh"] is False and resumed["start"]["from_run"] == failed["run_id"]
     assert resumed["start"]["step"] == 10
     assert [r["step"] for r in metrics(records(tmp_path, resumed))] == list(range(11, 15))
-    human = run_bounded([sys.executable, "-m", "ddpdoctor", "report", str(records(tmp_path, resumed) / "run.json")],
-                        60)
+    human = run_bounded([sys.executable, "-m", "ddpdoctor", "report", str(records(tmp_path, resumed) / "run.json"),
+                         "-o", str(tmp_path / "report.html")], 60)
     assert human.returncode in (0, 1, 2)  # the report command is another module's; run.json must stay loadable
 
     again = run_bounded([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--run-dir",

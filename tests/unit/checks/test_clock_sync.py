@@ -6,12 +6,8 @@ from ddpdoctor_checks import (
     clock_sync,
 )
 
-from ddpdoctor.api import Level, NodeContext, Skip
-
-
-def ctx(**run):
-    return NodeContext(node="n1", run=run)
-
+from ddpdoctor.api import Level, Skip
+from tests.unit.helpers import ctx
 
 # ---------------------------------------------------------------- clock-sync
 CHRONY = """Reference ID    : C0A80001 (192.168.0.1)

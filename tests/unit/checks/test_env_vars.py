@@ -8,20 +8,9 @@ from ddpdoctor_checks import (
     env_vars,
 )
 
-from ddpdoctor.api import Level, NodeContext
+from ddpdoctor.api import Level
 from ddpdoctor.redact import REDACTED
-
-
-def ctx(**run):
-    return NodeContext(node="n1", run=run)
-
-
-def levels(results):
-    return [r.level for r in results]
-
-
-def only(results, level):
-    return [r for r in results if r.level is level]
+from tests.unit.helpers import ctx, levels, only
 
 
 # ---------------------------------------------------------------- env-vars

@@ -11,6 +11,7 @@ from ddpdoctor_checks.gpu import GpuCheck, resolve_visible
 from ddpdoctor.api import Level, NodeContext
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import healthy_gpu
+from tests.unit.helpers import levels
 
 CUDA_TORCH = {"torch_version": "2.5.1+cu124", "torch_cuda_version": "12.4", "torch_device_count": 2, "torch_error": None}
 
@@ -31,10 +32,6 @@ def gather(monkeypatch, fake, run=None, torch=CUDA_TORCH):
 
 def judge(facts, **opts):
     return GpuCheck().compare({"n1": facts}, GpuCheck().with_defaults(opts))
-
-
-def levels(results):
-    return [r.level for r in results]
 
 
 def bad(results):

@@ -8,15 +8,8 @@ from ddpdoctor_checks import (
     network,
 )
 
-from ddpdoctor.api import Level, NodeContext
-
-
-def ctx(**run):
-    return NodeContext(node="n1", run=run)
-
-
-def only(results, level):
-    return [r for r in results if r.level is level]
+from ddpdoctor.api import Level
+from tests.unit.helpers import ctx, only
 
 
 # ---------------------------------------------------------------- network

@@ -5,19 +5,8 @@ from ddpdoctor_checks import (
     packages,
 )
 
-from ddpdoctor.api import Level, NodeContext
-
-
-def ctx(**run):
-    return NodeContext(node="n1", run=run)
-
-
-def levels(results):
-    return [r.level for r in results]
-
-
-def only(results, level):
-    return [r for r in results if r.level is level]
+from ddpdoctor.api import Level
+from tests.unit.helpers import ctx, levels, only
 
 
 # ---------------------------------------------------------------- packages

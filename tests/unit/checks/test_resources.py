@@ -6,14 +6,7 @@ from ddpdoctor_checks import (
 )
 
 from ddpdoctor.api import Level, NodeContext
-
-
-def levels(results):
-    return [r.level for r in results]
-
-
-def only(results, level):
-    return [r for r in results if r.level is level]
+from tests.unit.helpers import levels, only
 
 
 # ---------------------------------------------------------------- resources

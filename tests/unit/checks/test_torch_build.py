@@ -8,16 +8,8 @@ from ddpdoctor_checks import (
     torch_build,
 )
 
-from ddpdoctor.api import Level, NodeContext
-
-
-def ctx(**run):
-    return NodeContext(node="n1", run=run)
-
-
-def only(results, level):
-    return [r for r in results if r.level is level]
-
+from ddpdoctor.api import Level
+from tests.unit.helpers import ctx, only
 
 # ---------------------------------------------------------------- torch-build
 TORCH_OK = {"python_version": "3.11.7", "python_executable": "/usr/bin/python3", "nvidia_driver_present": False,

@@ -1,23 +1,9 @@
 """Unit tests of ddpdoctor/cli/bounds.py."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-
-def run_cli(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def assert_usage_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.unit.helpers import assert_usage_error, run_cli
 
 
 @pytest.mark.timeout(300)

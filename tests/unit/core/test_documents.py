@@ -1,8 +1,6 @@
 """Unit tests of ddpdoctor/documents.py."""
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pytest
 from ddpdoctor import documents
 from ddpdoctor.api import Level, Result
 from ddpdoctor.errors import UsageError
+from tests.unit.conftest import _run, leftovers
 
 
 # ---------------------------------------------------------------- model
@@ -37,33 +36,6 @@ def test_load_errors_name_the_file(tmp_path, content, needle):
     assert needle in str(err.value) and str(path) in str(err.value)
     with pytest.raises(UsageError, match="cannot read"):
         documents.load(tmp_path / "missing.json")
-
-
-def _run(*argv, **kw):
-    return subprocess.run(list(argv), capture_output=True, text=True, **kw)
-
-
-@pytest.fixture
-def tiny_fs(tmp_path):
-    """A 64 KiB tmpfs, filled to the last byte; unmounted when the test ends. Needs root."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if os.geteuid() != 0 or _run("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)).returncode != 0:
-        pytest.skip("needs root to mount a tmpfs")
-    try:
-        with open(mnt / "filler", "wb", buffering=0) as fh:  # unbuffered: the close has nothing left to fail on
-            try:
-                while True:
-                    fh.write(b"\0" * 1024)
-            except OSError:
-                pass
-        yield mnt
-    finally:
-        _run("umount", "-l", str(mnt))
-
-
-def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.rglob("*") if p.name.endswith(".tmp"))
 
 
 def test_write_atomic_on_a_full_disk_names_path_and_free_space(tiny_fs):

@@ -1,13 +1,11 @@
 """Unit tests of ddpdoctor/settings.py."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from ddpdoctor import registry, settings
 from ddpdoctor.errors import UsageError
+from tests.unit.helpers import assert_usage_error, run_cli
 
 
 # ---------------------------------------------------------------- config
@@ -50,19 +48,6 @@ def test_bad_set_flags():
         settings.parse_set(["resources"])
     with pytest.raises(UsageError, match="unknown option"):
         settings.resolve_check_options(checks(), {}, settings.parse_set(["resources.nope=1"]), "")
-
-
-def run_cli(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def assert_usage_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def _resolve(tmp_path, text):
