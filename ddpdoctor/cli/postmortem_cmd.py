@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..launch.fr_dumps import find_dumps, judge_dumps
 from . import common
 
 
@@ -16,8 +17,11 @@ from . import common
 @click.option("--agent-log", type=click.Path(dir_okay=False),
               help="torchrun's own stderr, if saved (its failure table names hosts and exit codes; default: "
                    "DIR/agent.stderr.log when present).")
+@click.option("--fr-dir", "fr_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Where flight-recorder dumps are (torch's TORCH_FR_DUMP_TEMP_FILE files, nccl_trace_rank_<R>, or "
+                   "JSON dumps rank<R>.json); DIR itself is always searched.")
 @common.output_options
-def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
+def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
     """Explain a failed torchrun job from its log dir: the root-cause rank, why, where, and the consequences.
 
     \b
@@ -34,6 +38,8 @@ def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
     logs = log_root(Path(log_dir))
     agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
     verdict = pm.analyse(logs, agent_text, socket.gethostname())
+    hang = judge_dumps(find_dumps([Path(log_dir), *map(Path, fr_dirs)]))
+    pm.adopt_hang_verdict(verdict, hang)
     failed = verdict.root_cause is not None
     doc = documents.envelope(
         "run-trainer",
@@ -45,7 +51,7 @@ def postmortem(log_dir, agent_log, as_json, output_dir, report_path):
         metrics_summary={}, checksums_equal=None,
         root_cause=verdict.root_cause.to_json() if failed else None,
         consequences=[f.to_json() for f in verdict.consequences] if failed else [],
-        hang=None, logs=str(logs), preflight=None)
+        hang={"verdict": hang} if hang else None, logs=str(logs), preflight=None)
     return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, console: _render(d, console, render))
 

@@ -377,3 +377,28 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+# A timeout or a transport error says which rank gave up, not which rank the others waited for.
+HANG_SHAPED = ("timeout", "nccl", "unknown", "consequence")
+
+
+def adopt_hang_verdict(verdict: Verdict, hang: dict | None) -> None:
+    """When flight-recorder dumps name the rank(s) a hung collective waited for, that rank is the root cause
+    of a job whose first failure was a timeout (the watchdog fired on a waiting rank, a victim): the
+    timed-out rank becomes a consequence. A real error (an exception, a signal) stays the root cause."""
+    if not hang or not hang.get("culprits") or hang.get("class") in ("unknown", "outside_collectives"):
+        return
+    root = verdict.root_cause
+    if root is not None and root.category not in HANG_SHAPED:
+        return
+    culprit = hang["culprits"][0]
+    collective = hang.get("collective") or {}
+    new = RankFailure(rank=culprit.get("rank"), local_rank=None, host=culprit.get("host"), exit_code=None,
+                      category="hang", error_type=hang["class"], message=hang["summary"],
+                      location=(collective.get("calls") or {}).get(str(culprit.get("rank")), {}).get("where")
+                      or culprit.get("where"), fix=hang.get("fix", ""))
+    if root is not None:
+        root.victim, root.reason = True, f"waited for rank {culprit.get('rank')} ({hang['class']})"
+        verdict.consequences.insert(0, root)
+    verdict.root_cause = new

@@ -1,0 +1,65 @@
+"""Unit tests of ddpdoctor/launch/fr_dumps.py: dumps found and read safely, judged, and adopted by the post-mortem."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+from ddpdoctor.launch import fr_dumps
+from ddpdoctor.launch.postmortem import RankFailure, Verdict, adopt_hang_verdict
+
+
+def entry(seq, op="allreduce", sizes=((16,),), where=("train.py", 40, "step")):
+    return {"pg_id": 0, "collective_seq_id": seq, "profiling_name": f"gloo:{op}", "input_sizes": list(sizes),
+            "input_dtypes": ["Float"], "is_p2p": False,
+            "frames": [{"filename": where[0], "line": where[1], "name": where[2]}]}
+
+
+def record(enqueued, completed, entries):
+    return {"version": "2.10", "pg_status": {"0": {"last_enqueued_collective": enqueued,
+                                                   "last_completed_collective": completed}},
+            "entries": entries}
+
+
+def test_json_and_pickle_dumps_are_found_by_rank(tmp_path):
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "rank0.json").write_text(json.dumps(record(5, 4, [entry(5)])))
+    (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(record(4, 4, [entry(4)])))
+    (tmp_path / "rank2.json").write_text("not a flight record")
+    found = fr_dumps.find_dumps([tmp_path])
+    assert sorted(found) == [0, 1] and found[1][1]["pg_status"]["0"]["last_enqueued_collective"] == 4
+
+
+def test_a_crafted_pickle_cannot_run_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    assert fr_dumps.find_dumps([tmp_path]) == {} and not (tmp_path / "pwned").exists()
+
+
+def test_oversized_files_are_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(fr_dumps, "MAX_BYTES", 10)
+    (tmp_path / "rank0.json").write_text(json.dumps(record(1, 1, [])))
+    assert fr_dumps.find_dumps([tmp_path]) == {}
+
+
+def test_the_rank_that_never_entered_is_the_culprit_and_the_timed_out_rank_a_consequence(tmp_path):
+    (tmp_path / "rank0.json").write_text(json.dumps(record(10, 9, [entry(9), entry(10)])))
+    (tmp_path / "rank1.json").write_text(json.dumps(record(9, 9, [entry(9)])))
+    hang = fr_dumps.judge_dumps(fr_dumps.find_dumps([tmp_path]))
+    assert hang["class"] == "missing_rank" and [c["rank"] for c in hang["culprits"]] == [1]
+    verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="timeout",
+                                             message="Watchdog caught collective operation timeout"))
+    adopt_hang_verdict(verdict, hang)
+    assert verdict.root_cause.rank == 1 and verdict.root_cause.category == "hang"
+    assert verdict.consequences[0].rank == 0 and verdict.consequences[0].victim
+
+
+def test_a_real_error_stays_the_root_cause():
+    hang = {"class": "missing_rank", "summary": "s", "culprits": [{"rank": 1}], "collective": {}}
+    verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="exception",
+                                             error_type="ValueError"))
+    adopt_hang_verdict(verdict, hang)
+    assert verdict.root_cause.error_type == "ValueError" and verdict.consequences == []
