@@ -184,16 +184,18 @@ def compare_all(
 
 
 # ------------------------------------------------------------------------------------------ the contract
-def contract(check: Check, facts: dict) -> dict:
+def contract(check: Check, facts: dict, *, redact: bool = True) -> dict:
     """{"exports", "comparable"} of one check's facts on its node (JSON-safe, redacted), or {"contract_error"}
-    when the check's methods raise (a plugin's bug must not lose its facts)."""
+    when the check's methods raise (a plugin's bug must not lose its facts). ``redact=False`` for facts read
+    back from a document: they were redacted before they were written."""
     try:
         exports, comparable = check.exports(facts), check.comparable(facts)
         if not isinstance(exports, dict) or not isinstance(comparable, dict):
             raise TypeError("exports() and comparable() return dicts")
     except Exception as exc:  # noqa: BLE001
         return {"contract_error": f"{type(exc).__name__}: {exc}"}
-    return {"exports": scrub(_json_safe(exports)), "comparable": scrub(_json_safe(comparable))}
+    clean = (lambda v: scrub(_json_safe(v))) if redact else _json_safe
+    return {"exports": clean(exports), "comparable": clean(comparable)}
 
 
 def lift_contract(nodes: Mapping[str, dict]) -> None:
@@ -234,7 +236,9 @@ def _derived(data: Mapping, key: str) -> dict[str, Any]:
         if isinstance(outcome, Mapping) and key in outcome:
             out[name] = outcome[key]
         elif isinstance(facts.get(name), dict) and name in _installed_checks():
-            out[name] = contract(_installed_checks()[name], facts[name]).get(key, {})
+            out[name] = contract(_installed_checks()[name], facts[name], redact=False).get(key, {})
+    if isinstance(data, dict) and facts:
+        data[key] = out  # derived once per node and document: a 512-node report asks for each many times
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from ddpdoctor import documents
+from ddpdoctor.runner import node_comparable, node_exports
 from ddpdoctor.api import Level, Result
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -65,6 +66,8 @@ def preflight(n: int = 8, evil: bool = True, seed: int = 0, run_id: str | None =
                           [odd], actual="2.4.0", expected="2.13.0", fix=f"on {odd}: pip install torch==2.13.0"))
     results.append(Result("mesh", Level.FAIL, f"link {names[0]} -> {odd} timed out", [names[0], odd],
                           actual="timed out", fix="iptables -I INPUT -s <addr> -p tcp -j ACCEPT"))
+    for entry in nodes.values():  # as a node writes them today: each check's exports and comparables beside its facts
+        node_exports(entry), node_comparable(entry)
     return documents.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": n},
                                run_id=run_id)
 
