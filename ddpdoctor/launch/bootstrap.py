@@ -152,11 +152,28 @@ def _ours(filename: str) -> bool:
 _KEEP: list = []  # the stack file and the server live as long as the process
 
 
+def die_with_the_agent() -> None:
+    """Linux: SIGKILL this rank when torchrun's agent dies, even by SIGKILL (an orphaned rank blocked in a
+    collective would wait forever for peers that are gone). torchrun starts workers from its main thread,
+    whose end is what PR_SET_PDEATHSIG watches. Not applied when the agent is already gone (ppid 1)."""
+    parent = os.getppid()
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: run-trainer's own clean-up still stops the job
+        return
+    if os.getppid() != parent:  # the agent died before the call took effect
+        os._exit(137)
+
+
 def main(argv: list[str] | None = None) -> None:
     kind, target, args = parse(sys.argv[1:] if argv is None else argv)
     if kind == "path" and not os.path.isfile(target):
         print(f"python: can't open file {target!r}: [Errno 2] No such file or directory", file=sys.stderr)
         raise SystemExit(2)
+    die_with_the_agent()
     install_stack_dump()
     start_worker_server()
     try:

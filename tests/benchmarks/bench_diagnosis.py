@@ -93,6 +93,14 @@ class Ctx:
         self.cleanups: list[Callable[[], None]] = []
 
     def close(self) -> None:
+        import psutil
+
+        for p in self.procs:  # descendants first: a rank may run in a session of its own
+            try:
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    child.kill()
+            except psutil.Error:
+                pass
         for p in self.procs:
             if p.poll() is None:
                 try:

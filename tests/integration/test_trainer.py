@@ -416,3 +416,32 @@ def test_signal_to_run_trainer_stops_every_process_and_still_writes_run_json(tmp
         assert not list(run_dir.glob("**/*.tmp*"))
     finally:
         kill_sessions([proc])
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_run_trainer_leaves_no_rank_behind(tmp_path):
+    """run-trainer SIGKILLed (no clean-up of its own runs): torchrun dies with it (PDEATHSIG) and every rank dies
+    with torchrun (the bootstrap's PDEATHSIG), instead of ranks blocked in a collective forever."""
+    import psutil
+
+    script = tmp_path / "loop.py"
+    script.write_text("import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "for _ in range(3000):\n    dist.all_reduce(torch.ones(4)); time.sleep(0.1)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node",
+                             "2", "--run-dir", str(tmp_path / "run"), "--", str(script)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        ranks: list = []
+        while time.monotonic() < deadline and len(ranks) < 2:
+            ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                     if "ddpdoctor.launch.bootstrap" in " ".join(c.cmdline())]
+            time.sleep(0.5)
+        assert len(ranks) >= 2, "the ranks never started"  # the two ranks (and torchrun, whose argv names the bootstrap)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(tree, timeout=15)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        kill_sessions([proc])
