@@ -9,7 +9,8 @@ import sys
 import pytest
 
 
-def _has_cuda() -> bool:
+def _cuda_available() -> bool:
+    """ddpdoctor.devices.cuda_available, asked in a subprocess: the test process itself never imports torch."""
     try:
         out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.is_available())"],
                              capture_output=True, text=True, timeout=60)
@@ -24,7 +25,7 @@ def _can_netns() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     need_gpu = any("gpu" in item.keywords for item in items)
-    has_gpu = _has_cuda() if need_gpu else False
+    has_gpu = _cuda_available() if need_gpu else False
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA"))

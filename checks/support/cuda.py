@@ -4,13 +4,10 @@ from __future__ import annotations
 
 
 def has_cuda() -> bool:
-    """torch imports and sees at least one usable CUDA device (torch.cuda.is_available()); never raises."""
-    try:
-        import torch
+    """torch imports and sees at least one usable CUDA device; never raises (ddpdoctor.devices' one meaning)."""
+    from ddpdoctor.devices import cuda_available
 
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - no torch, or a broken one: no CUDA for the checks
-        return False
+    return cuda_available()
 
 
 def torch_view() -> dict:

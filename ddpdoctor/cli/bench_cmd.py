@@ -19,15 +19,6 @@ MAX_NPROC = 1024  # local ranks on one node
 MAX_NODES = 100_000
 
 
-def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False
-
-
 @click.command("nccl-bench")
 @click.option("-b", "--min-bytes", default="8M", show_default=True, help="Smallest message (K/M/G suffixes).")
 @click.option("-e", "--max-bytes", default="64M", show_default=True, help="Largest message.")
@@ -84,7 +75,9 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
         raise UsageError(f"-d/--dtype {dtype!r}: unknown; known: {', '.join(DTYPE_NAMES)}")
     sizes = sweep(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
     # torch is imported (~2 s) only when the answer matters: an explicit --backend gloo needs no CUDA probe.
-    cuda = _has_cuda() if backend != "gloo" or graph else False
+    from ..devices import cuda_available
+
+    cuda = cuda_available() if backend != "gloo" or graph else False
     if backend == "auto":
         backend = "nccl" if cuda else "gloo"
     if backend == "nccl" and not cuda:

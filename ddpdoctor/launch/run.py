@@ -5,7 +5,6 @@ still runs."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -17,15 +16,10 @@ from pathlib import Path
 
 from .. import documents
 from . import hang, postmortem, records, torchrun
+from ..devices import nvidia_driver_present
 from .config import TrainerConfig, node_label, resumed_run, socket_dir
 
 MAX_POINTS = 500
-
-
-def _has_cuda() -> bool:
-    """An NVIDIA driver is present. Checked without importing torch here: that import alone costs ~2 s, a
-    tax on every run, and the workers import torch anyway."""
-    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
 
 
 def _pump(src, sinks, noticed: threading.Event | None = None) -> None:
@@ -108,7 +102,7 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
     logs.mkdir(parents=True, exist_ok=True)
     agent_log = logs / "agent.stderr.log"
     argv = torchrun.argv(cfg, logs)
-    env = torchrun.environment(cfg, _has_cuda(), label)
+    env = torchrun.environment(cfg, nvidia_driver_present(), label)
     sockets = socket_dir(cfg, label)
     sockets.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
