@@ -480,6 +480,7 @@ class Master(Node):
                               f"{rosters.ranks_text(missing[:20])}" + (" ..." if len(missing) > 20 else ""), dedupe=True)
             time.sleep(POLL_S)
         self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
+        self._valid, self._read = valid, read  # read again at the verdict: a claim after the roster is named
         idents = [i for r in sorted(valid) for i in valid[r]]
         rejected_ranks = set()
         for f in self.mb.findings:
@@ -558,13 +559,25 @@ class Master(Node):
             return advice_lines(merged, view, self.cfg, results)
 
         doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
-                              self.timings, advice)
+                              self.timings, advice, extra=self._late_claims(view))
         doc.update(this_node=self.me["name"], role="master")
         self.mb.post("verdict", verdicts.published(doc))
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)
         self._remove_shared_file()
         return doc
+
+    def _late_claims(self, view: ClusterView) -> list:
+        """Identities for a rank that came after the roster was made: a second node with the same node rank
+        (it was told it is not in the roster and exits 3); the verdict names both."""
+        try:
+            self._read_idents(self._valid, self._read)
+        except (StoreGone, StoreSilent):
+            return []
+        in_roster = {(n["rank"], n["claim"]) for n in view.nodes}
+        holder = {n["rank"]: n["name"] for n in view.nodes}
+        late = [i for idents in self._valid.values() for i in idents if (i["rank"], i["claim"]) not in in_roster]
+        return [verdicts.duplicate_rank_result(i, holder.get(i["rank"])) for i in late]
 
     def _collect(self, kind: str, view: ClusterView, until: float) -> dict[str, dict]:
         """Every live node's message of this kind; a node that dies or falls silent is named at once."""
@@ -703,7 +716,9 @@ class Worker(Node):
             raise ClusterNotAssembled(roster["message"])
         me = [n for n in roster["nodes"] if n["rank"] == self.mb.me.rank and n["claim"] == self.mb.me.claim]
         if not me or me[0].get("fresh") != self.fresh:
-            why = roster["rejected"].get(f"ident/{self.mb.me.rank}/{self.mb.me.claim}", "not in the master's roster")
+            why = roster["rejected"].get(f"ident/{self.mb.me.rank}/{self.mb.me.claim}",
+                                         f"rank {self.mb.me.rank} was already taken when this node arrived (two "
+                                         f"nodes with the same --node-rank?); the master names both")
             raise ClusterNotAssembled(f"this node (rank {self.mb.me.rank}) was not accepted by the master: {why}")
         return roster
 

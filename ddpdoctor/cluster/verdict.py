@@ -107,14 +107,23 @@ def finding_results(findings: list[Finding], where: str, joined_ranks: frozenset
     return out
 
 
+def duplicate_rank_result(ident: dict, holder: str | None) -> Result:
+    late = f"{ident.get('host')} ({ident.get('addr')})"
+    return Result(check="cluster", level=Level.FAIL, nodes=[holder] if holder else [],
+                  summary=f"node rank {ident.get('rank')} is claimed by {holder} and again by {late}: two nodes run "
+                          f"with the same --node-rank", actual=[holder, late], expected="one node per rank",
+                  fix="give each node its own --node-rank (0..N-1), or omit it everywhere to let ranks be assigned")
+
+
 def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings: list[Finding], timings: dict,
-           advice_fn) -> dict:
+           advice_fn, extra: list[Result] = ()) -> dict:
     collective = {lc.name for lc in plan.phase("collective")}
     results = consequences_of_silence(runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings),
                                       silent, collective)
     results = collective_explained(results, collective)
     results += silent_results(silent)
     results += finding_results(findings, "the master", frozenset(n["rank"] for n in view.nodes))
+    results += list(extra)
     advice = advice_fn(results)
     return documents.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
                                results=results, run=run_settings, timings=timings) | {"advice": advice}

@@ -143,7 +143,7 @@ def preflight_findings(doc: dict | None, stderr: str, code: int | None) -> list[
                 continue
             ids = {addr_of.get(n, n) for n in r.get("nodes") or []}
             text = f"{r['check']}: {r['summary']}"
-            ids |= set(ADDR.findall(text)) if not ids else set()
+            ids |= set(ADDR.findall(text))  # a node outside the roster is named by its address
             out.append(Finding(r["level"], {i for i in ids if i}, text, r.get("fix") or ""))
     if code == 3:
         line = next((ln for ln in reversed(stderr.splitlines()) if ln.startswith("Error:")), stderr[-300:])
@@ -703,7 +703,8 @@ def main() -> int:
     for sc in chosen:
         row = run_one(sc)
         rows.append(row)
-        print(f"[{len(rows)}/{len(chosen)}] {row.scenario}: {'hit' if row.hit else 'MISS'} in {row.seconds} s"
+        state = "not run" if row.note == "skipped" else ("hit" if row.hit else "MISS")
+        print(f"[{len(rows)}/{len(chosen)}] {row.scenario}: {state} in {row.seconds} s"
               f" - {row.got[:120]}", flush=True)
     print()
     print_table(rows)

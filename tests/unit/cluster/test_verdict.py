@@ -43,3 +43,8 @@ def test_a_collective_failing_everywhere_is_blamed_on_the_node_another_check_fai
     assert "consequence of: env-vars on c" in out[1].summary
     alone = verdict.collective_explained(coll, {"collective"})
     assert all(r.level is Level.FAIL for r in alone)  # nothing else explains it: the collective stays a failure
+
+
+def test_a_second_node_with_the_same_rank_is_named_with_its_address():
+    r = verdict.duplicate_rank_result({"rank": 1, "host": "n3", "addr": "10.0.0.3"}, "n2")
+    assert r.level.value == "fail" and r.nodes == ["n2"] and "10.0.0.3" in r.summary and "--node-rank" in r.fix
