@@ -143,7 +143,8 @@ def preflight_findings(doc: dict | None, stderr: str, code: int | None) -> list[
                 continue
             ids = {addr_of.get(n, n) for n in r.get("nodes") or []}
             text = f"{r['check']}: {r['summary']}"
-            ids |= set(ADDR.findall(text))  # a node outside the roster is named by its address
+            if r["check"] == "cluster" or not ids:  # a node outside the roster is named by its address only
+                ids |= set(ADDR.findall(text))
             out.append(Finding(r["level"], {i for i in ids if i}, text, r.get("fix") or ""))
     if code == 3:
         line = next((ln for ln in reversed(stderr.splitlines()) if ln.startswith("Error:")), stderr[-300:])
