@@ -252,11 +252,28 @@ def node_comparable(data: Mapping) -> dict[str, dict]:
     return _derived(data, "comparable")
 
 
+# The vocabulary's kinds that are lists of records; every other kind is one record (api.EXPORTS).
+LIST_KINDS = {"links": "peer"}
+
+
+def _conform(kind: str, value: Any) -> Any:
+    """An export as its kind's declared shape, or None: a document may come from another version or be
+    damaged, and readers index what they get (a link's peer is a key of the report's matrix)."""
+    if value is None:
+        return None
+    if kind in LIST_KINDS:
+        key = LIST_KINDS[kind]
+        if not isinstance(value, list):
+            return None
+        return [x for x in value if isinstance(x, Mapping) and isinstance(x.get(key), str)]
+    return value if isinstance(value, Mapping) else None
+
+
 def exported(data: Mapping, kind: str) -> Any:
     """One kind of export (api.EXPORTS) of a node, merged across its checks in name order: dicts key by key
     (the first non-empty value wins), lists concatenated, anything else the first. None when no check has it."""
-    found = [e[kind] for _, e in sorted(node_exports(data).items())
-             if isinstance(e, Mapping) and e.get(kind) is not None]
+    found = [v for _, e in sorted(node_exports(data).items()) if isinstance(e, Mapping)
+             for v in [_conform(kind, e.get(kind))] if v is not None]
     if not found:
         return None
     if all(isinstance(v, Mapping) for v in found):
