@@ -46,13 +46,10 @@ def child_python() -> list[str]:
 
 
 def _die_with_parent() -> None:
-    """Linux: a child gets SIGKILL when this process dies, even by SIGKILL (no orphan nodes)."""
-    try:
-        import ctypes
+    """A node dies with this process, even when it is SIGKILLed (no orphan nodes)."""
+    from ..lifetime import die_with_parent
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the finally clause still kills every child
-        pass
+    die_with_parent()
 
 
 def node_addr(index: int) -> str:

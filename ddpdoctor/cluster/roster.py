@@ -73,8 +73,3 @@ def missing_message(*, present: list[int], missing: list[int], idents: list[dict
     if dups:
         msg += f"; rank(s) {ranks_text(dups)} were claimed by more than one node (give each node its own --node-rank)"
     return msg
-
-
-def token_rejection(ident: dict) -> str:
-    return (f"node {ident.get('host')} ({ident.get('addr')}, rank {ident.get('rank')}) signed its facts with a "
-            f"different token; fix: pass the same --token / DDPDOCTOR_TOKEN on every node")

@@ -156,13 +156,10 @@ def die_with_the_agent() -> None:
     """Linux: SIGKILL this rank when torchrun's agent dies, even by SIGKILL (an orphaned rank blocked in a
     collective would wait forever for peers that are gone). torchrun starts workers from its main thread,
     whose end is what PR_SET_PDEATHSIG watches. Not applied when the agent is already gone (ppid 1)."""
-    parent = os.getppid()
-    try:
-        import ctypes
-        import signal
+    from ..lifetime import die_with_parent
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: run-trainer's own clean-up still stops the job
+    parent = os.getppid()
+    if not die_with_parent():  # not Linux: run-trainer's own clean-up still stops the job
         return
     if os.getppid() != parent:  # the agent died before the call took effect
         os._exit(137)

@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import documents
 from . import hang, postmortem, records, torchrun
 from ..devices import nvidia_driver_present
+from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, resumed_run, socket_dir
 
 MAX_POINTS = 500
@@ -35,13 +36,9 @@ def _pump(src, sinks, noticed: threading.Event | None = None) -> None:
 
 
 def _die_with_parent() -> None:
-    """In torchrun's child: a SIGKILLed run-trainer still takes torchrun (and through it the workers) along."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    """In torchrun's child: a SIGKILLed run-trainer still takes torchrun (and through it the workers) along;
+    SIGTERM, so torchrun stops its workers itself."""
+    die_with_parent(signal.SIGTERM)
 
 
 class StopOnSignal:
