@@ -201,6 +201,28 @@ def _boot_id() -> str | None:
         return None
 
 
+class Heartbeats:
+    """Which nodes' heartbeat counters have stopped moving: a frozen process (SIGSTOP, D state) cannot add."""
+
+    def __init__(self, nodes: list[dict]):
+        self.slots = {n["name"]: Slot(n["rank"], n["claim"]) for n in nodes}
+        self.seen: dict[str, tuple[int, float]] = {}  # name -> (last value, when it last moved)
+
+    def stalled(self, mb: Mailbox, names: list[str]) -> dict[str, float]:
+        """Read the counters of ``names`` once; those unchanged for SILENT_S, with the seconds of silence."""
+        beats = mb.beats([self.slots[nm] for nm in names])
+        now = time.monotonic()
+        out = {}
+        for nm in names:
+            value = beats.get(self.slots[nm], 0)
+            last, since = self.seen.get(nm, (-1, now))
+            if value != last:
+                self.seen[nm] = (value, now)
+            elif now - since >= SILENT_S:
+                out[nm] = now - since
+        return out
+
+
 class Node:
     """The steps every node takes; Master and Worker fill in the ones where their roles differ."""
 
@@ -398,22 +420,16 @@ class Node:
     def _watch_peers(self, view: ClusterView, work: threading.Thread) -> str | None:
         """Wait for the collective while watching every peer's heartbeat: a node that freezes inside it is
         named after SILENT_S instead of after the process group's timeout. Returns that node's name."""
-        seen: dict[str, tuple[int, float]] = {}
-        slots = {n["name"]: Slot(n["rank"], n["claim"]) for n in view.nodes if n["name"] != self.me["name"]}
+        beats = Heartbeats(view.nodes)
+        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]]
         while work.is_alive() and time.monotonic() < self.budget.verdict_by:
             work.join(1.0)
             if not work.is_alive():
                 break
-            beats = self.mb.beats(list(slots.values()))
-            now = time.monotonic()
-            for nm, slot in slots.items():
-                value, since = seen.get(nm, (-1, now))
-                if beats.get(slot, 0) != value:
-                    seen[nm] = (beats.get(slot, 0), now)
-                elif now - since >= SILENT_S:
-                    self.note_silent(nm, f"stopped answering during the collective: no heartbeat for {now - since:.0f} s "
-                                         f"(process frozen, stopped or stuck)")
-                    return nm
+            for nm, quiet in beats.stalled(self.mb, peers).items():
+                self.note_silent(nm, f"stopped answering during the collective: no heartbeat for {quiet:.0f} s "
+                                     f"(process frozen, stopped or stuck)")
+                return nm
         return None
 
     def note_silent(self, name: str, why: str) -> None:
@@ -444,6 +460,7 @@ class Master(Node):
         self.rank = 0
         self.silent: dict[str, str] = {}
         self.rejected: dict[str, str] = {}
+        self.heartbeats: Heartbeats | None = None
 
     def connect(self) -> None:
         import datetime
@@ -610,19 +627,15 @@ class Master(Node):
 
     def _check_liveness(self, view: ClusterView, only: set[str] | None = None) -> None:
         """Dead: its probe listener refuses (the process is gone). Silent: its heartbeat stopped moving."""
-        beats = self.mb.beats([Slot(n["rank"], n["claim"]) for n in view.nodes])
-        now = time.monotonic()
-        if not hasattr(self, "_beat_seen"):
-            self._beat_seen: dict[Slot, tuple[int, float]] = {}
-        for n in view.nodes:
-            nm, slot = n["name"], Slot(n["rank"], n["claim"])
-            if nm == self.me["name"] or nm in self.silent or (only is not None and nm not in only):
-                continue
-            value, since = self._beat_seen.get(slot, (-1, now))
-            if beats.get(slot, 0) != value:
-                self._beat_seen[slot] = (beats.get(slot, 0), now)
-            elif now - since >= SILENT_S:
-                self.silent[nm] = (f"stopped answering mid-preflight: no heartbeat for {now - since:.0f} s "
+        if self.heartbeats is None:
+            self.heartbeats = Heartbeats(view.nodes)
+        watched = [n for n in view.nodes if n["name"] != self.me["name"] and n["name"] not in self.silent
+                   and (only is None or n["name"] in only)]
+        stalled = self.heartbeats.stalled(self.mb, [n["name"] for n in watched])
+        for n in watched:
+            nm = n["name"]
+            if nm in stalled:
+                self.silent[nm] = (f"stopped answering mid-preflight: no heartbeat for {stalled[nm]:.0f} s "
                                    f"(process frozen, stopped or stuck)")
                 continue
             res = ep.ping(n["addr"], n["probe_port"], 1.0)

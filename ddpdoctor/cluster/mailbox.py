@@ -348,9 +348,10 @@ class Mailbox:
         """The first valid message under this key, or None (absent, or nothing valid yet)."""
         spec = KINDS[kind]
         key = key_of(kind, slot)
-        if not self.present([key])[key]:
+        # check, then get, in one bounded call: a poll costs one helper thread, not two
+        blob = self.call(f"get {key}", lambda: self.store.get(key) if self.store.check([key]) else None)
+        if blob is None:
             return None
-        blob = self.call(f"get {key}", lambda: self.store.get(key))
         cap = spec.cap(self.nnodes)
         ctx = {"nnodes": self.nnodes, "max_nodes": self.max_nodes, "slot": slot}
         for frame in frames(blob)[:64]:
