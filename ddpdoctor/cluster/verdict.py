@@ -45,6 +45,12 @@ def _rank_of(key: str) -> int | None:
         return None
 
 
+def as_consequence(r: Result, note: str, fix: str) -> Result:
+    """A failure kept as a skip that names its cause (``note``): shown, but no node is blamed for it."""
+    return Result(check=r.check, level=Level.SKIP, nodes=list(r.nodes), actual=r.actual, expected=r.expected,
+                  summary=f"{r.summary} ({note})", fix=fix, details=r.details)
+
+
 def consequences_of_silence(results: list[Result], silent: dict[str, str],
                             collective_checks: set[str] = frozenset()) -> list[Result]:
     """A failure that names a live node together with a node that died or froze (a link into it), or a live
@@ -56,9 +62,8 @@ def consequences_of_silence(results: list[Result], silent: dict[str, str],
         if r.level is Level.FAIL and silent and r.check in collective_checks and not dead:
             dead = sorted(silent)
         if r.level is Level.FAIL and dead and (len(dead) < len(r.nodes) or r.check in collective_checks):
-            r = Result(check=r.check, level=Level.SKIP, nodes=list(r.nodes), actual=r.actual, expected=r.expected,
-                       summary=f"{r.summary} (a consequence: {', '.join(dead)} stopped answering)",
-                       fix=f"see node {dead[0]}", details=r.details)
+            r = as_consequence(r, f"a consequence: {', '.join(dead)} stopped answering",
+                               f"see the failure of node {dead[0]} above")
         out.append(r)
     return out
 
@@ -75,9 +80,7 @@ def collective_explained(results: list[Result], collective_checks: set[str]) -> 
     for r in results:
         if r.level is Level.FAIL and r.check in collective_checks and r.nodes and not set(r.nodes) & blamed:
             first = causes[0]
-            r = Result(check=r.check, level=Level.SKIP, nodes=list(r.nodes), actual=r.actual, expected=r.expected,
-                       summary=f"{r.summary} (a consequence of: {first.check} on {', '.join(first.nodes)})",
-                       fix=first.fix, details=r.details)
+            r = as_consequence(r, f"a consequence of: {first.check} on {', '.join(first.nodes)}", first.fix)
         out.append(r)
     return out
 
