@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 64  # a result document is ~8 levels deep; far deeper is not ours, and recursion has to stop
 # The longest wait any flag or config key accepts (timeouts): a week is not a typo, 1e300 s is.
 MAX_TIMEOUT_S = 7 * 86400.0
+# A run or rendezvous id: torchrun's --rdzv-id, a document's run_id and run-trainer's records directory at once.
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
          (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
@@ -95,3 +98,11 @@ def _human(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:g} {unit}"
     return f"{nbytes} B"
+
+
+def check_run_id(value: str, flag: str = "--rdzv-id") -> str:
+    """The one rule for run and rendezvous ids, for every flag that takes one: a usage error otherwise."""
+    if not RUN_ID.match(value or ""):
+        raise UsageError(f"{flag} {value!r}: expected 1-64 characters of A-Z a-z 0-9 . _ - (starting with a "
+                         "letter or digit)")
+    return value

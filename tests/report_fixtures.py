@@ -67,7 +67,7 @@ def preflight(n: int = 8, evil: bool = True, seed: int = 0, run_id: str | None =
     results.append(Result("mesh", Level.FAIL, f"link {names[0]} -> {odd} timed out", [names[0], odd],
                           actual="timed out", fix="iptables -I INPUT -s <addr> -p tcp -j ACCEPT"))
     for entry in nodes.values():  # as a node writes them today: each check's exports and comparables beside its facts
-        node_exports(entry), node_comparable(entry)
+        entry["exports"], entry["comparable"] = node_exports(entry), node_comparable(entry)
     return documents.preflight_doc(scope="cluster", nodes=nodes, checks=[], results=results, run={"nnodes": n},
                                run_id=run_id)
 

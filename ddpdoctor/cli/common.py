@@ -94,16 +94,12 @@ class FiniteFloat(click.ParamType):
 TIMEOUT = FiniteFloat(1, MAX_TIMEOUT_S)
 
 
-RUN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
-
-
 def _take_run_id(ctx, param, value):
-    import re
+    from ..inputs import check_run_id
 
     if value is None:
         return None
-    if not re.fullmatch(RUN_ID_RE, value):
-        raise click.BadParameter(f"{value!r}: 1-128 letters, digits, '.', '_', ':' or '-'", param_hint="--run-id")
+    check_run_id(value, "--run-id")
     os.environ["DDPDOCTOR_RUN_ID"] = value  # the child processes (nodes, ranks) carry the same id
     return value
 

@@ -11,12 +11,10 @@ from . import common
 
 
 def _rdzv_id(value):
-    """A rendezvous id is compared and printed in a torchrun line: keep it to what torchrun ids look like."""
-    import re
+    """A rendezvous id is compared and printed in a torchrun line: the one rule for ids (inputs.check_run_id)."""
+    from ..inputs import check_run_id
 
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", value):
-        raise click.BadParameter(f"{value!r}: use 1-128 letters, digits, '.', '_', ':' or '-'", param_hint="--rdzv-id")
-    return value
+    return None if value is None else check_run_id(value)
 
 
 def _hosts(value):

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..inputs import check_run_id
 
 REFERENCE_MODULE = "ddpdoctor_trainer.train"
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a directory name and a torchrun id: nothing else
 SCHEDULER_IDS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")
 # Files that only the workers or the end of a run write: an earlier invocation left them, never this one.
 RECORDS = ("run.json", "metrics", "snapshots", "checksums.jsonl", "DONE", "stacks", "flight_recorder", "hang")
@@ -117,13 +117,6 @@ def derived_id(cfg: TrainerConfig) -> str:
     """Identical on every node without coordination: derived from what every node is given alike."""
     digest = hashlib.sha256(f"{cfg.endpoint()}|{cfg.nnodes}".encode()).hexdigest()[:10]
     return f"ddpdoctor-{digest}"
-
-
-def check_run_id(value: str, flag: str = "--rdzv-id") -> str:
-    if not RUN_ID.match(value or ""):
-        raise UsageError(f"{flag} {value!r}: expected 1-64 characters of A-Z a-z 0-9 . _ - (starting with a "
-                         "letter or digit)")
-    return value
 
 
 def resolve_run_id(cfg: TrainerConfig, env) -> str:
