@@ -39,11 +39,12 @@ def compress_hosts(names: Iterable[str]) -> str:
         if len(nums) == 1:
             parts.append(f"{prefix}{nums[0]}{suffix}")
         else:
-            parts.append(f"{prefix}[{_ranges(nums)}]{suffix}")
+            parts.append(f"{prefix}[{number_ranges(nums)}]{suffix}")
     return ",".join(sorted(parts, key=_natural))
 
 
-def _ranges(digits: list[str]) -> str:
+def number_ranges(digits: list[str], sep: str = ",") -> str:
+    """["01", "02", "03", "07"] -> "01-03,07": consecutive numbers as ranges, their text (padding) kept."""
     values = sorted(digits, key=int)
     out, start, prev = [], values[0], values[0]
     for d in values[1:]:
@@ -53,7 +54,7 @@ def _ranges(digits: list[str]) -> str:
         out.append(start if start == prev else f"{start}-{prev}")
         start = prev = d
     out.append(start if start == prev else f"{start}-{prev}")
-    return ",".join(out)
+    return sep.join(out)
 
 
 def _natural(text: str) -> list:

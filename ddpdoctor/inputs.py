@@ -21,6 +21,9 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 64  # a result document is ~8 levels deep; far deeper is not ours, and recursion has to stop
 # The longest wait any flag or config key accepts (timeouts): a week is not a typo, 1e300 s is.
 MAX_TIMEOUT_S = 7 * 86400.0
+# Nodes in one job, for every command: the largest clusters built today are ~12k nodes; more is a typo (and
+# memory per rank in the master's bookkeeping).
+MAX_NODES = 16384
 # A run or rendezvous id: torchrun's --rdzv-id, a document's run_id and run-trainer's records directory at once.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

@@ -8,6 +8,7 @@ import tempfile
 import click
 
 from ..errors import UsageError
+from ..inputs import MAX_NODES
 from . import common
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
@@ -16,7 +17,6 @@ DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "i
 # message is minutes; 10**30 was a 3 GB list of timings before the first op.
 MAX_ITERS = 1_000_000
 MAX_NPROC = 1024  # local ranks on one node
-MAX_NODES = 100_000
 
 
 @click.command("nccl-bench")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ..inputs import MAX_NODES
 from . import common
 
 
@@ -32,8 +33,8 @@ def _hosts(value):
     else:
         names = [h.strip() for h in value.split(",") if h.strip()]
     names = list(dict.fromkeys(names))
-    if not names or len(names) > 16384:
-        raise click.BadParameter("expected 1 to 16384 host names", param_hint="--hosts")
+    if not names or len(names) > MAX_NODES:
+        raise click.BadParameter(f"expected 1 to {MAX_NODES} host names", param_hint="--hosts")
     return names
 
 
@@ -70,8 +71,8 @@ def _worker_argv(params: dict):
 @click.option("--gpus-per-node", type=click.IntRange(min=0, max=4096), help="GPUs every node must have; fewer is a fail.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
-@click.option("--nnodes", type=click.IntRange(min=1, max=16384), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
-@click.option("--node-rank", type=click.IntRange(min=0, max=16383), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
+@click.option("--nnodes", type=click.IntRange(min=1, max=MAX_NODES), envvar="DDPDOCTOR_NNODES", help="Number of nodes that must join.")
+@click.option("--node-rank", type=click.IntRange(min=0, max=MAX_NODES - 1), help="This node's rank (default: from torchrun, SLURM, PBS, MPI, or assigned).")
 @click.option("--local-addr", metavar="ADDR", help="Address this node advertises and listens on (like torchrun's --local-addr).")
 @click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
 @click.option("--token", envvar="DDPDOCTOR_TOKEN",

@@ -5,11 +5,12 @@ import shlex
 import click
 
 from ..errors import UsageError
+from ..inputs import MAX_NODES
 from . import common
 
 
 @click.command("run-trainer", context_settings={"ignore_unknown_options": False})
-@click.option("--nnodes", type=click.IntRange(min=1, max=4096), default=1, show_default=True, envvar="DDPDOCTOR_NNODES",
+@click.option("--nnodes", type=click.IntRange(min=1, max=MAX_NODES), default=1, show_default=True, envvar="DDPDOCTOR_NNODES",
               help="Nodes in the job; run the same command on each (torchrun --nnodes).")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=1024), default=1, show_default=True,
               envvar="DDPDOCTOR_NPROC_PER_NODE", help="Processes (ranks) on this node; one per GPU usually.")

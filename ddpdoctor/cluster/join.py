@@ -28,6 +28,7 @@ from typing import Callable
 
 from .. import __version__, runner
 from ..errors import ClusterNotAssembled, UsageError
+from ..inputs import MAX_NODES
 from . import endpoint as ep
 from . import launcher_env
 from . import roster as rosters
@@ -39,7 +40,6 @@ from .view import ClusterView
 
 POLL_S = 0.2
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
-MAX_NODES = 16384  # the largest clusters built today are ~12k nodes; more is a typo (and memory per rank)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from ..api import Level, majority
-from ..grouping import compress_hosts, describe_nodes, group_results
+from ..grouping import compress_hosts, describe_nodes, group_results, number_ranges
 from ..redact import scrub
 from ..runner import exported, node_comparable
 
@@ -463,16 +463,8 @@ def bench_settings(run: dict) -> list[tuple[str, str]]:
 
 
 def _ranges(ints: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> "0-3, 8"."""
-    out: list[str] = []
-    for v in sorted(set(ints)):
-        if out and v == last + 1:  # noqa: F821 - set on the first pass
-            start = out.pop().split("-")[0]
-            out.append(f"{start}-{v}")
-        else:
-            out.append(str(v))
-        last = v
-    return ", ".join(out)
+    """[0, 1, 2, 3, 8] -> "0-3, 8" (grouping's ranges, as a sentence lists them)."""
+    return number_ranges([str(v) for v in sorted(set(ints))], sep=", ") if ints else ""
 
 
 def bench_hosts(hosts) -> dict:
