@@ -5,8 +5,8 @@ Every file ddpdoctor writes is one JSON object with this envelope::
     {"schema": "ddpdoctor", "schema_version": 1, "kind": "<kind>", "tool_version": "0.1.0",
      "run_id": "...", "created": "2026-11-22T14:00:00+00:00", ...kind-specific body...}
 
-Kinds: "preflight" (one node or a whole cluster), "nccl-bench", "run-trainer". README documents
-each body. A reader accepts the same major schema_version only.
+Kinds: "preflight" (one node or a whole cluster), "nccl-bench", "run-trainer". SCHEMA.md (beside this
+module) documents each body. A reader accepts the same major schema_version only.
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def test_no_network_request_is_made(report, tmp_path):
     assert "Refused to" not in p.stderr and "net::ERR_NAME_NOT_RESOLVED" not in p.stderr
 
 
-# Today's figures (README "Performance", bench_report.py) before the at-a-glance sections were added: built in
+# Today's figures (tests/benchmarks/README.md "Performance", bench_report.py) before the at-a-glance sections were added: built in
 # 0.29 s, loaded by headless chromium in 1.38 s against 1.01 s for an empty page (0.37 s for the page itself).
 BUILD_S_TODAY = 0.29
 LOAD_ABOVE_EMPTY_S_TODAY = 0.37

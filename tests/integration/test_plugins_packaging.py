@@ -1,4 +1,4 @@
-"""Packaging and plugins for real: README's plugin example and a broken plugin installed with pip into a
+"""Packaging and plugins for real: the plugin guide's example (checks/PLUGINS.md) and a broken plugin installed with pip into a
 target directory and run through the CLI; a built wheel installs ddpdoctor_checks and ddpdoctor_trainer."""
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def write_project(root: Path, name: str, entry_points: str, files: dict[str, str
 
 
 def readme_plugin_example() -> tuple[str, str]:
-    """The README's plugin code and its entry-point table, exactly as a user would copy them."""
-    text = (ROOT / "README.md").read_text()
+    """The plugin guide's code and its entry-point table (checks/PLUGINS.md, linked from README), exactly as a
+    user would copy them."""
+    text = (ROOT / "checks" / "PLUGINS.md").read_text()
     code = re.search(r"```python\n(# my_checks/hugepages.py\n.*?)```", text, re.S).group(1)
     toml = re.search(r"```toml\n# pyproject.toml of your distribution\n(.*?)```", text, re.S).group(1)
     return code, toml
