@@ -83,8 +83,14 @@ class NetworkCheck(Check):
                     and any(not is_loopback(a) for a in i.get("ipv4", []) + i.get("ipv6", []))]
         default = (f.get("default_route") or {}).get("ipv4") or (f.get("default_route") or {}).get("ipv6")
         suggest = default or (routable[0]["name"] if routable else None)
-        ifname_fix = (f"export GLOO_SOCKET_IFNAME={suggest} NCCL_SOCKET_IFNAME={suggest}" if suggest
-                      else "give this node an interface the other nodes can reach")
+        # One interface advice per screen: in a cluster run the names check knows the interface that reaches the
+        # master and the advice after a pass pins it on every node; a guess from this node's default route
+        # (often not the cluster fabric) would contradict it. Alone, this node's default route is the best guess.
+        if multi:
+            ifname_fix = "pin the interface the nodes reach each other through (the names check names it)"
+        else:
+            ifname_fix = (f"export GLOO_SOCKET_IFNAME={suggest} NCCL_SOCKET_IFNAME={suggest}" if suggest
+                          else "give this node an interface the other nodes can reach")
         for name, res in sorted((f.get("resolves") or {}).items()):
             addrs = res.get("addrs") or []
             if res.get("error"):

@@ -48,6 +48,14 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def results_dir_name(run_id: str | None) -> str:
+    """A run id as the name of its results directory: the id rule's characters (a scheduler's id such as
+    PBS's `123.server[4]` may hold others), at most 64, never a hidden or parent name."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "-", str(run_id or "").strip())[:64].lstrip("._-") or "run"
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 

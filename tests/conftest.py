@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+# Commands save their results under ./ddpdoctor-results by default; tests run from the checkout, so nothing they
+# start (in-process or a subprocess, which inherits this) keeps a file there unless a test asks for it.
+os.environ.setdefault("DDPDOCTOR_NO_SAVE", "1")
+
 
 def _cuda_available() -> bool:
     """ddpdoctor.devices.cuda_available, asked in a subprocess: the test process itself never imports torch."""

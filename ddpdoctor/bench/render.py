@@ -24,11 +24,18 @@ def row_line(r: dict) -> str:
             f"{_cells(r.get('out_of_place'))} {_cells(r.get('in_place'))}")
 
 
+def plural(count, noun: str) -> str:
+    """'1 node', '3 nodes', '— nodes' (unknown)."""
+    return f"{count} {noun}" + ("" if str(count) == "1" else "s")
+
+
 def render(doc: dict, console: Console) -> None:
-    run = doc.get("run", {})
-    console.print(Text(f"# nccl-bench: {run.get('backend')} · {run.get('world_size')} rank(s) on "
-                       f"{run.get('nnodes')} node(s) · {run.get('dtype')} · warmup {run.get('warmup')} · "
-                       f"iters {run.get('iters')}" + (" · CUDA graph" if run.get("graph") else "")))
+    from ..report.console import human
+
+    run = {k: human(v) for k, v in (doc.get("run") or {}).items()}
+    console.print(Text(f"# nccl-bench: {run.get('backend')} · {plural(run.get('world_size'), 'rank')} on "
+                       f"{plural(run.get('nnodes'), 'node')} · {run.get('dtype')} · warmup {run.get('warmup')} · "
+                       f"iters {run.get('iters')}" + (" · CUDA graph" if (doc.get("run") or {}).get("graph") else "")))
     current = None
     for row in doc.get("rows", []):
         title = row["op"] if row.get("group", "all") == "all" else f"{row['op']} ({row['group']}"                 + (f" {row['extra'].get('node')}" if (row.get("extra") or {}).get("node") else "") + ")"

@@ -181,7 +181,7 @@ def run(argv: list[str] | None = None) -> int:
         return 130
     except click.NoSuchOption as exc:
         hint = f" ({SCRIPT_HINT})" if exc.ctx is not None and exc.ctx.info_name == "run-trainer" else ""
-        common.error_line(exc.format_message() + hint)
+        common.error_line(common.usage_message(exc) + hint)
         return EXIT_USAGE
     except click.ClickException as exc:
         common.error_line(exc.format_message())

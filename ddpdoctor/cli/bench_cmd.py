@@ -50,9 +50,11 @@ MAX_NPROC = 1024  # local ranks on one node
 @click.option("--timeout", type=common.TIMEOUT, default=120.0, show_default=True,
               help="Seconds any collective may take before the run is abandoned.")
 @common.output_options
+@common.save_options
 @common.run_id_option
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
-               node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path):
+               node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path,
+               results_dir, no_save):
     """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation.
 
     \b
@@ -102,13 +104,14 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
                           localise_bytes=localise_bytes, threshold=threshold,
                           result_path=os.path.join(result_dir, "bench.json"),
                           progress=not as_json and not common.STATE.quiet)
-        return _run(cfg, launched, plan, out_dir=out_dir, report_file=report_file, as_json=as_json)
+        return _run(cfg, launched, plan, out_dir=out_dir, report_file=report_file, as_json=as_json,
+                    save=common.saving(results_dir, no_save, out_dir))
     finally:
         # Rank 0's result has been read (and written to --output) by now: the temp dir never outlives the command.
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
-def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> int:
+def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save=None) -> int:
     """Run the ranks (here under a launcher, else through torch's launcher), then show rank 0's document."""
     from .. import documents
     from ..bench.spawn import run_in_this_process, start_ranks
@@ -124,7 +127,7 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool) -> i
     from ..bench.render import render
 
     return common.emit(documents.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
-                       report_file=report_file, as_json=as_json, render=render)
+                       report_file=report_file, as_json=as_json, render=render, save=save)
 
 
 def _endpoint(text: str) -> str:

@@ -51,6 +51,19 @@ def error_line(message: str) -> None:
         print(f"Error: {text}", file=sys.stderr)
 
 
+def usage_message(exc: click.ClickException) -> str:
+    """click's message, with "did you mean" ranked by similarity (click sorts its suggestions alphabetically:
+    `--nnode` got '--code', '--nnodes', '--node-rank'): the closest first, the others after it."""
+    name = getattr(exc, "option_name", None) or getattr(exc, "command_name", None)
+    if not name or not getattr(exc, "possibilities", None):
+        return exc.format_message()
+    import difflib
+
+    ranked = sorted(exc.possibilities, key=lambda p: -difflib.SequenceMatcher(None, name, p).ratio())
+    others = f" (or {', '.join(repr(p) for p in ranked[1:])})" if len(ranked) > 1 else ""
+    return f"{exc.message} Did you mean {ranked[0]!r}?{others}"
+
+
 def warn_line(message: str) -> None:
     """A one-line warning on stderr (yellow); the command goes on."""
     from rich.console import Console
@@ -112,14 +125,46 @@ def run_id_option(func: Callable) -> Callable:
                              "$SLURM_JOB_ID / $PBS_JOBID, else new).")(func)
 
 
+# Where every command keeps its results without being asked: RESULTS_DIR/<run id>/ in the working directory
+# (run-trainer's run directory is the same folder), so `ddpdoctor report` finds the latest run there.
+RESULTS_DIR = "ddpdoctor-results"
+
+
 def output_options(func: Callable) -> Callable:
     """--json, --output DIR and --report PATH, the same on every command that produces results."""
     func = click.option("--report", "report_path", type=click.Path(dir_okay=False),
                         help="Also write a self-contained HTML report to this file.")(func)
     func = click.option("--output", "-o", "output_dir", type=click.Path(file_okay=False),
-                        help="Write the JSON result file(s) into this directory.")(func)
+                        help=f"Write the JSON result file(s) into this directory (instead of {RESULTS_DIR}/RUN_ID).")(func)
     func = click.option("--json", "as_json", is_flag=True, help="Print the JSON result on stdout (and nothing else).")(func)
     return func
+
+
+def save_options(func: Callable) -> Callable:
+    """--results-dir and --no-save: where results are kept by default (RESULTS_DIR/<run id>/), or not at all."""
+    func = click.option("--no-save", "no_save", is_flag=True, envvar="DDPDOCTOR_NO_SAVE",
+                        help=f"Keep no result file (default: saved under {RESULTS_DIR}/RUN_ID/; or $DDPDOCTOR_NO_SAVE=1).")(func)
+    func = click.option("--results-dir", "results_dir", default=RESULTS_DIR, show_default=True, metavar="DIR",
+                        envvar="DDPDOCTOR_RESULTS_DIR",  # not checked here: a bad one never stops a verdict
+                        help="Results are kept in DIR/RUN_ID/ (or $DDPDOCTOR_RESULTS_DIR).")(func)
+    return func
+
+
+@dataclass
+class Saving:
+    """The default save: RESULTS_DIR/<run id>/ unless --output, --no-save. A failure to write there is one
+    warning line after the result, never a changed verdict (an explicit --output that fails is exit 2)."""
+
+    root: Path | None  # None: nothing kept (--no-save, or --output given instead)
+
+    def directory(self, run_id: str | None) -> Path | None:
+        from ..documents import results_dir_name
+
+        return None if self.root is None else self.root / results_dir_name(run_id)
+
+
+def saving(results_dir: str | None, no_save: bool, output_dir) -> Saving:
+    return Saving(None if no_save or output_dir or not results_dir else Path(results_dir))
 
 
 def ensure_writable_dir(path: str | None) -> Path | None:
@@ -163,11 +208,12 @@ def write_report(docs: list[dict], path: Path | None) -> None:
 
 
 def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: Path | None, as_json: bool,
-         render: Callable[[dict, Any], None]) -> int:
+         render: Callable[[dict, Any], None], save: Saving | None = None) -> int:
     """The end of every command: the result is shown first (the JSON on stdout with --json, else the terminal
-    view), then written (--output's JSON file, --report's HTML). A write that fails (a full disk) is one error
-    line naming the path and the free space, exit 2, after the result was shown: nothing of it is lost. The
-    files are written even when rendering fails. Returns the document's exit code."""
+    view), then written (--output's JSON file, --report's HTML, else the default results directory). A write
+    asked for that fails (a full disk) is one error line naming the path and the free space, exit 2, after the
+    result was shown: nothing of it is lost. The default save failing is one warning line: the verdict's exit
+    code stands. The files are written even when rendering fails. Returns the document's exit code."""
     try:
         if as_json:
             print_json(doc)
@@ -175,9 +221,23 @@ def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: 
             render(doc, console())
     finally:
         problems = _write_files(doc, filename, out_dir, report_file)
+        if out_dir is None and save is not None and filename:
+            _save_default(doc, filename, save)
     if problems:
         raise UsageError("; ".join(problems))
     return doc["exit_code"]
+
+
+def _save_default(doc: dict, filename: str, save: Saving) -> None:
+    from .. import documents
+
+    where = save.directory(doc.get("run_id"))
+    if where is None:
+        return
+    try:
+        say_wrote("result", documents.dump(doc, where / filename))
+    except UsageError as exc:
+        warn_line(f"result not saved: {exc} (the verdict above stands; --no-save keeps nothing)")
 
 
 def _write_files(doc: dict, filename: str | None, out_dir: Path | None, report_file: Path | None) -> list[str]:

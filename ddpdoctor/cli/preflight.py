@@ -45,7 +45,7 @@ def _worker_argv(params: dict):
         from ..cluster.local import node_addr
 
         argv = ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
-                "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json"]
+                "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json", "--no-save"]
         if params.get("perf"):
             argv.append("--perf")
         for name in ("only", "skip", "sets"):
@@ -88,9 +88,11 @@ def _worker_argv(params: dict):
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), allow_from_autoenv=False,  # children inherit env
               help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
+@common.save_options
 @common.run_id_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
-              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, local_nodes, as_json, output_dir, report_path):
+              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, local_nodes, as_json, output_dir, report_path,
+              results_dir, no_save):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
@@ -123,7 +125,8 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
 
     return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, con: render_preflight(d, con, verbose=common.STATE.verbose,
-                                                              quiet=common.STATE.quiet))
+                                                              quiet=common.STATE.quiet),
+                       save=common.saving(results_dir, no_save, out_dir))
 
 
 OWNED_BY_RUN_TRAINER = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")

@@ -19,8 +19,10 @@ from . import common
 @click.option("--local-addr", metavar="ADDR", help="Address this node's agent advertises (torchrun --local-addr).")
 @click.option("--max-restarts", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
               envvar="DDPDOCTOR_MAX_RESTARTS", help="Restarts of the whole job after a failure (torchrun --max-restarts).")
-@click.option("--run-dir", default="ddpdoctor-run", show_default=True, envvar="DDPDOCTOR_RUN_DIR",
-              help="Runs go in RUN_DIR/RUN_ID/: logs, error files, snapshots, metrics and run.json.")
+@click.option("--run-dir", "--results-dir", "run_dir", default=common.RESULTS_DIR, show_default=True,
+              envvar=["DDPDOCTOR_RUN_DIR", "DDPDOCTOR_RESULTS_DIR"],
+              help="Runs go in RUN_DIR/RUN_ID/ (beside preflight's and nccl-bench's results of the same run id): "
+                   "logs, error files, snapshots, metrics and run.json.")
 @click.option("--rdzv-id", "--run-id", "rdzv_id", metavar="RUN_ID",
               help="This run's id, the same on every node: the rendezvous id and the records' directory "
                    "(default: $SLURM_JOB_ID or $PBS_JOBID; else new on one node, derived from --master on several).")

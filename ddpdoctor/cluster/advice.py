@@ -30,10 +30,15 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
 
     lines: list[str] = []
     ifaces = chosen_interfaces(nodes)
-    env_prefix: dict[str, str] = {n: f"NCCL_SOCKET_IFNAME=={i} GLOO_SOCKET_IFNAME={i} " for n, i in ifaces.items()}
+    env_prefix: dict[str, str] = {n: f"NCCL_SOCKET_IFNAME=={i} GLOO_SOCKET_IFNAME={i} " for n, i in ifaces.items()
+                                  if not _loopback(i)}
     if ifaces:
         distinct = sorted(set(ifaces.values()))
-        if len(distinct) == 1:
+        if len(distinct) == 1 and _loopback(distinct[0]):
+            # Every node ran on this machine (--local-nodes): loopback is no interface to pin for a real job.
+            lines.append("# every node ran on this machine (loopback): on real nodes, pin the interface they reach "
+                         "each other through, the same name on every node")
+        elif len(distinct) == 1:
             lines.append(f"export NCCL_SOCKET_IFNAME=={distinct[0]} GLOO_SOCKET_IFNAME={distinct[0]}  "
                          f"# the interface that works on every node {IFNAME_NOTE}")
         else:
@@ -51,6 +56,10 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
                      f"--rdzv-endpoint {master_addr}:{cfg.master.port} --rdzv-id {_rdzv_id(cfg)} train.py")
     lines.append("# the rendezvous port is free once the preflight ends; --rdzv-id must be the same on every node")
     return lines
+
+
+def _loopback(iface: str) -> bool:
+    return iface == "lo" or iface.startswith("lo0") or iface.startswith("lo:")
 
 
 def _rdzv_id(cfg) -> str:

@@ -31,7 +31,7 @@ class TrainerConfig:
     master: str | None = None  # HOST:PORT of the c10d rendezvous (torchrun --rdzv-endpoint)
     local_addr: str | None = None
     max_restarts: int = 0
-    run_dir: str = "ddpdoctor-run"
+    run_dir: str = "ddpdoctor-results"  # cli.common.RESULTS_DIR: one folder per run id for every command
     run_id: str | None = None  # --rdzv-id, else the scheduler's job id, else new (see resolve_run_id)
     resume: str | None = None  # --resume RUN_ID | latest
     resume_from: str | None = None  # the earlier run's snapshot --resume picked

@@ -5,30 +5,39 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
+from ..report.values import human, phrases
+
 
 def render(doc: dict, console: Console) -> None:
     from .records import describe_start
 
-    s = doc.get("metrics_summary") or {}
+    s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
-             else f"records in {doc.get('logs')}")
-    if doc.get("verdict") == "pass" and "collectives" in s and doc.get("collectives"):
-        console.print(Text(f"run-trainer: PASS · {start} · {collectives_line(doc['collectives'])} · "
-                           f"restarts {doc.get('restarts', 0)}", style="green"))
-        return
+             else f"records in {human(doc.get('logs'))}")
+    where = records_line(doc)
     if doc.get("verdict") == "pass":
-        line = (f"run-trainer: PASS · {start} · {s.get('steps', 0)} steps on {s.get('ranks', 0)} rank(s) · loss "
-                f"{s.get('first_loss')} -> {s.get('final_loss')} · {s.get('tokens_per_s_mean')} tokens/s · "
-                f"restarts {doc.get('restarts', 0)} · checksums equal: {doc.get('checksums_equal')}")
-        console.print(Text(line, style="green"))
+        if "collectives" in s and doc.get("collectives"):
+            parts = ["run-trainer: PASS", start, *collectives_line(doc["collectives"]).split(" · ")]
+        else:
+            parts = ["run-trainer: PASS", start, f"{s.get('steps', 0)} steps on {s.get('ranks', 0)} rank(s)",
+                     f"loss {s.get('first_loss')} -> {s.get('final_loss')}", f"{s.get('tokens_per_s_mean')} tokens/s"]
+            parts.append(f"checksums equal across ranks: {human(doc.get('checksums_equal'))}")
+        parts.insert(len(parts) - (0 if "collectives" in s and doc.get("collectives") else 1),
+                     f"restarts {human(doc.get('restarts', 0))}")
+        for line in phrases(parts, console.width):  # broken between phrases only, never inside one
+            console.print(Text(line, style="green"), soft_wrap=True)
+        if where:
+            console.print(Text(where, style="dim"), soft_wrap=True)
         return
-    rc = doc.get("root_cause") or {}
+    rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message") else v
+          for k, v in (doc.get("root_cause") or {}).items()}
     rows = [
         Text(start, style="dim"),
-        Text(f"rank {rc.get('rank')} (local rank {rc.get('local_rank')}) on host {rc.get('host')}"
-             f" · exit code {rc.get('exit_code')}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
-             + f" · {rc.get('category')}"),
+        Text(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
+             f"{rc.get('host', human(None))}"
+             f" · exit code {rc.get('exit_code', human(None))}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
+             + f" · {rc.get('category', human(None))}"),
         Text(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
     ]
     if rc.get("location"):
@@ -37,12 +46,25 @@ def render(doc: dict, console: Console) -> None:
         rows.append(Text(f"where: {rc['location']}" + (f" in {func}" if func else "")))
     rows.append(Text(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
-        rows.append(Text(f"consequence: rank {c.get('rank')} on {c.get('host')}: {c.get('reason')} "
+        rows.append(Text(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
     if doc.get("hang"):
         rows += hang_rows(doc["hang"])
+    if where:
+        rows.append(Text(where, style="dim"))
     console.print(Panel(Group(*rows), title=Text("run-trainer: FAIL — root cause", style="bold red"),
                         border_style="red"))
+
+
+def records_line(doc: dict) -> str | None:
+    """Where this run's records are: run.json (the whole verdict, stacks, flight recorders) and the logs
+    (torch's per-rank stdout/stderr/error.json, torchrun's own output)."""
+    parts = []
+    if doc.get("run_json"):
+        parts.append(f"run.json: {doc['run_json']}")
+    if doc.get("logs") and doc.get("start") is not None:  # a postmortem's header already names its log dir
+        parts.append(f"logs: {doc['logs']}")
+    return " · ".join(parts) or None
 
 
 def hang_rows(hang: dict) -> list[Text]:
@@ -63,8 +85,9 @@ def hang_rows(hang: dict) -> list[Text]:
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:
-        rows.append(Text(f"threshold: {t.get('seconds')} s ({t.get('source')}: {t.get('why')}); no progress for "
-                         f"{hang.get('stalled_s')} s", style="dim"))
+        why = f": {t['why']}" if t.get("why") else ""
+        rows.append(Text(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
+                         f"{human(hang.get('stalled_s'))} s", style="dim"))
     rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                      style="dim"))
     return rows

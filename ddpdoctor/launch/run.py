@@ -23,16 +23,73 @@ from .config import TrainerConfig, node_label, resumed_run, socket_dir
 MAX_POINTS = 500
 
 
-def _pump(src, sinks, noticed: threading.Event | None = None) -> None:
+class Terminal:
+    """Where torchrun's and the ranks' output is echoed: the user's terminal until run-trainer stops the job
+    itself (a hang verdict, a signal), then nowhere: what stopping them makes them print (torchrun's
+    `SignalException: Process N got signal: 15` traceback, the ranks' KeyboardInterrupt) goes to the run's logs
+    only, and the verdict is the last word on the terminal. Lines held while muted are echoed after all if the
+    stop is called off (the watchdog found the workers already gone: torchrun's own failure report follows)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._muted = False
+        self._held: list = []
+
+    def mute(self) -> None:
+        with self._lock:
+            self._muted = True
+
+    def unmute(self) -> None:
+        with self._lock:
+            self._muted, held, self._held = False, self._held, []
+        for sink, line in held:
+            _write(sink, line)
+
+    def write(self, sink, line: str) -> None:
+        with self._lock:
+            if self._muted:
+                if len(self._held) < 10_000:  # bounded: a chatty job stopped for minutes
+                    self._held.append((sink, line))
+                return
+        _write(sink, line)
+
+
+def _write(sink, line: str) -> None:
+    try:
+        sink.write(line)
+        sink.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
+          logs: list | None = None) -> None:
+    """Copy one of torchrun's pipes line by line: to ``logs`` always, to ``sinks`` (the terminal) through
+    ``terminal`` when given, so that it can be muted."""
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
             noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
+        for sink in logs or ():
+            _write(sink, line)
         for sink in sinks:
-            try:
-                sink.write(line)
-                sink.flush()
-            except (OSError, ValueError):
-                pass
+            if terminal is not None:
+                terminal.write(sink, line)
+            else:
+                _write(sink, line)
+
+
+class _Watchdog(hang.Watchdog):
+    """The hang watchdog, muting the terminal from the moment it judges the job hung (it stops the job next)."""
+
+    terminal: Terminal | None = None
+
+    def fire(self, stalled_s: float):
+        if self.terminal is not None:
+            self.terminal.mute()
+        report = super().fire(stalled_s)
+        if report is None and self.terminal is not None:
+            self.terminal.unmute()  # not a hang after all: the workers had ended; torchrun reports that
+        return report
 
 
 def _die_with_parent() -> None:
@@ -55,6 +112,7 @@ class StopOnSignal:
         self._old: dict = {}
         self._stopper: threading.Thread | None = None
         self._known: list = []
+        self.terminal: Terminal | None = None
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():
@@ -81,6 +139,8 @@ class StopOnSignal:
                 self._start_stopping()
 
     def _start_stopping(self) -> None:
+        if self.terminal is not None:
+            self.terminal.mute()
         self._known = hang.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
         self._stopper = threading.Thread(target=self._stop, name="ddpdoctor-stop", daemon=True)
         self._stopper.start()
@@ -111,22 +171,26 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
 def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight) -> dict:
     started = time.time()
     out_sink = sys.stderr if stdout_to_stderr else sys.stdout
+    terminal = Terminal()
     with StopOnSignal() as stop:
+        stop.terminal = terminal
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 errors="replace", preexec_fn=_die_with_parent)
         stop.attach(proc)
         with open(agent_log, "w") as agent_file:
-            pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else []), daemon=True),
-                     threading.Thread(target=_pump, args=(proc.stderr, [agent_file] + ([sys.stderr] if echo else []),
-                                                          stop.agent_noticed), daemon=True)]
+            pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal),
+                                      daemon=True),
+                     threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr] if echo else [],
+                                                          stop.agent_noticed, terminal, [agent_file]), daemon=True)]
             for t in pumps:
                 t.start()
             # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
             # Each poll makes every rank serialise its flight record: every 2 s, unless a short fixed threshold.
             poll = 1.0 if cfg.hang_timeout is not None and cfg.hang_timeout < 20 else 2.0
-            dog = hang.Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
-                                sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name,
-                                nnodes=cfg.nnodes).start()
+            dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
+                            sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
+            dog.terminal = terminal
+            dog.start()
             try:
                 proc.wait()
                 stop.wait_stopped()  # torchrun gone; its workers too, or SIGKILLed by now
@@ -142,6 +206,8 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
         doc["collectives"] = dog.collectives()
         if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps
             doc["metrics_summary"] = collectives_summary(doc["collectives"])
+        doc["run_json"] = str((cfg.records() / "run.json").resolve())  # the summary and the hang panel name it
+        doc["logs"] = str(Path(doc["logs"]).resolve())
         documents.dump(doc, cfg.records() / "run.json")
     return doc
 

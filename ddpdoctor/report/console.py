@@ -14,6 +14,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .values import UNKNOWN, human  # noqa: F401 - re-exported: renderers import human from here
+
 STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "bold red"}
 ICON = {"pass": "PASS", "skip": "SKIP", "warn": "WARN", "fail": "FAIL"}
 
@@ -59,19 +61,6 @@ def _nodes(result: dict, limit: int = 6) -> str:
     return ", ".join(nodes[:limit]) + f" (+{len(nodes) - limit} more)"
 
 
-def human(value: Any) -> str:
-    """A value as a person reads it: yes/no, none, lists joined; never Python's True/None/[...]."""
-    if value is True:
-        return "yes"
-    if value is False:
-        return "no"
-    if value is None:
-        return "none"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(human(v) for v in value) or "none"
-    return value if isinstance(value, str) else str(value)
-
-
 def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bool = False) -> None:
     """Verdict line, then one panel per distinct problem (naming its nodes), then one line per passing
     check: the length depends on the problems, not on the number of nodes."""
@@ -88,9 +77,13 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         (f"[{scope}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}] ", ""),
         ("verdict: ", "bold"),
         (verdict.upper(), STYLE.get(verdict, "")),
-        f"   {counts['fail']} fail · {counts['warn']} warn · {counts['pass']} pass · {counts['skip']} skip",
     )
-    console.print(title)
+    tally = f"{counts['fail']} fail · {counts['warn']} warn · {counts['pass']} pass · {counts['skip']} skip"
+    if title.cell_len + 3 + len(tally) <= console.width:
+        console.print(Text.assemble(title, "   " + tally), soft_wrap=True)
+    else:  # never wrapped mid-phrase (`... 3 \nskip`): the tally gets its own line
+        console.print(title, soft_wrap=True)
+        console.print(Text("  " + tally), soft_wrap=True)
 
     for g in groups:
         if g["level"] in ("fail", "warn"):

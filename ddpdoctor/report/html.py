@@ -5,22 +5,28 @@ which escapes their own labels, and are the only markup inserted as-is.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from markupsafe import Markup
 
 from . import svg, viewmodel
+from .values import human
 
 TEMPLATES = Path(__file__).parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
+@functools.lru_cache(maxsize=1)
 def _env():
+    """One Jinja2 environment per process: its compiled template is reused by every report built."""
     from jinja2 import ChainableUndefined, Environment, FileSystemLoader
 
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=ChainableUndefined,  # optional keys: show what is there
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters["short"] = lambda v, n=160: (str(v) if len(str(v)) <= n else str(v)[: n - 1] + "…") if v is not None else ""
+    # Values as a person reads them (yes/no, "—" for unknown), never Python's True/False/None.
+    env.filters["h"] = human
+    env.filters["short"] = lambda v, n=160: (human(v) if len(human(v)) <= n else human(v)[: n - 1] + "…") if v is not None else ""
     return env
 
 

@@ -21,6 +21,7 @@ from ..api import Level, majority
 from ..grouping import compress_hosts, describe_nodes, group_results, number_ranges
 from ..redact import scrub
 from ..runner import exported, node_comparable
+from .values import human
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
@@ -56,9 +57,10 @@ def build(docs: list[dict]) -> dict:
         if rc:
             findings.insert(0, single_group({
                 "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
-                "summary": f"rank {rc.get('rank')} on {rc.get('host')}: "
-                           f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}",
-                "fix": rc.get("fix", ""), "actual": rc.get("location"), "expected": None}))
+                "summary": f"rank {human(rc.get('rank'))} on {human(rc.get('host'))}: "
+                           f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}"
+                           + (f" (at {rc['location']})" if rc.get("location") else ""),
+                "fix": rc.get("fix", ""), "actual": None, "expected": None}))
     verdicts = [d.get("verdict", "pass") for d in docs]
     clock, limit = clock_offsets(nodes, results, labels), clock_limit(results)
     return {

@@ -66,3 +66,12 @@ def test_default_route_parser_reads_proc():
     assert set(routes) == {"ipv4", "ipv6"}
     for iface in routes.values():  # whatever the kernel's default route uses is a real interface here
         assert iface is None or iface in psutil.net_if_addrs()
+
+
+def test_hostname_on_loopback_in_a_cluster_names_no_guessed_interface():
+    """One interface advice per screen: in a cluster the names check and the advice pin the interface that
+    reaches the master; this node's default route (eth0 here) is only a guess and is not offered."""
+    res = judge_net(net_facts(resolves={"node1": {"addrs": ["127.0.1.1"], "error": None}}), nnodes=3)
+    (w,) = only(res, Level.WARN)
+    assert "loopback" in w.summary and "/etc/hosts" in w.fix
+    assert "SOCKET_IFNAME" not in w.fix and "eth0" not in w.fix

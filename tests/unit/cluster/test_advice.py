@@ -66,3 +66,12 @@ def test_chosen_interfaces_skips_nodes_without_facts():
 
 def test_chosen_interfaces_tolerates_a_node_without_a_route():
     assert chosen_interfaces({"a": {"facts": {"names": {"route_to_master": None}}}}) == {}
+
+
+def test_loopback_is_never_advised_as_the_interface_of_a_job():
+    """--local-nodes: every node routes to the master through lo; pinning lo would break any real job."""
+    names = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    lines = advice_lines(_nodes({n: "lo" for n in names}), _view(names), _cfg(), [SimpleNamespace(level=Level.PASS)])
+    assert not any("SOCKET_IFNAME=lo" in ln or "SOCKET_IFNAME==lo" in ln for ln in lines)
+    assert lines[0].startswith("# every node ran on this machine (loopback)")
+    assert any(ln.startswith("torchrun --nnodes 3") for ln in lines)

@@ -66,3 +66,29 @@ def test_interrupted_and_postmortem_documents_render():
     post = {"verdict": "fail", "run_id": "x", "start": None, "logs": "/l", "consequences": [],
             "root_cause": {"rank": 1, "category": "exception", "error_type": "KeyError", "message": "'labels'"}}
     assert "records in /l" in shown(post) and "KeyError: 'labels'" in shown(post)
+
+
+def test_pass_and_fail_name_run_json_and_the_logs_by_full_path():
+    base = {"run_id": "r", "start": {"fresh": True}, "run_json": "/abs/results/r/run.json",
+            "logs": "/abs/results/r/logs/node0"}
+    ok = dict(base, verdict="pass", restarts=0, checksums_equal=True,
+              metrics_summary={"steps": 3, "ranks": 2, "first_loss": 2.0, "final_loss": 1.0, "tokens_per_s_mean": 5.0})
+    text = shown(ok)
+    assert "run.json: /abs/results/r/run.json · logs: /abs/results/r/logs/node0" in text
+    assert "checksums equal across ranks: yes" in text and "True" not in text
+    bad = dict(base, verdict="fail", consequences=[],
+               root_cause={"rank": 1, "local_rank": None, "exit_code": None, "category": "hang", "message": "m"})
+    text = shown(bad)
+    assert "rank 1 (local rank —) on host — · exit code — · hang" in text and "None" not in text
+    assert "run.json: /abs/results/r/run.json" in text
+
+
+def test_the_pass_line_breaks_between_phrases_at_80_columns():
+    doc = {"verdict": "pass", "run_id": "20261123-153043-2d0ff9", "start": {"fresh": True}, "restarts": 0,
+           "checksums_equal": True, "metrics_summary": {"steps": 20, "ranks": 2, "first_loss": 4.86559,
+                                                        "final_loss": 2.96885, "tokens_per_s_mean": 41509.3}}
+    console = Console(record=True, width=80, force_terminal=False)
+    render(doc, console)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert any("loss 4.86559 -> 2.96885" in line for line in lines)  # never split inside a phrase

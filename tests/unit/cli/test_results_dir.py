@@ -1,0 +1,98 @@
+"""Results kept without flags: preflight and nccl-bench save under ./ddpdoctor-results/<run id>/ and say where;
+--output, --no-save and $DDPDOCTOR_NO_SAVE change that; a results directory that cannot be written never
+changes the verdict; `ddpdoctor report` alone builds the latest run's report and names the files it read."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor import documents
+from ddpdoctor.cli import run
+
+
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # setenv first, so that teardown restores each variable even after the command set it (--run-id exports
+    # DDPDOCTOR_RUN_ID for its child processes, and these commands run in this process).
+    for var in ("DDPDOCTOR_NO_SAVE", "DDPDOCTOR_RESULTS_DIR", *documents.RUN_ID_VARS):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    return tmp_path
+
+
+def test_preflight_saves_under_the_run_id_and_says_where(cwd, capsys):
+    assert run(["preflight", "--only", "env-vars", "--run-id", "wf-9"]) in (0, 1)
+    (saved,) = (cwd / "ddpdoctor-results" / "wf-9").glob("node-*.json")
+    assert documents.load(saved)["run_id"] == "wf-9"
+    assert f"wrote result: ddpdoctor-results/wf-9/{saved.name}" in capsys.readouterr().err
+
+
+def test_no_save_flag_and_env_keep_nothing(cwd, monkeypatch):
+    assert run(["preflight", "--only", "env-vars", "--no-save"]) in (0, 1)
+    monkeypatch.setenv("DDPDOCTOR_NO_SAVE", "1")
+    assert run(["preflight", "--only", "env-vars"]) in (0, 1)
+    assert not (cwd / "ddpdoctor-results").exists()
+
+
+def test_output_replaces_the_default_directory(cwd):
+    assert run(["preflight", "--only", "env-vars", "--output", "out", "--run-id", "wf-3"]) in (0, 1)
+    assert list((cwd / "out").glob("node-*.json")) and not (cwd / "ddpdoctor-results").exists()
+
+
+def test_results_dir_moves_the_tree(cwd):
+    assert run(["preflight", "--only", "env-vars", "--results-dir", "elsewhere", "--run-id", "wf-4"]) in (0, 1)
+    assert list((cwd / "elsewhere" / "wf-4").glob("node-*.json"))
+
+
+def test_a_results_directory_that_cannot_be_written_never_changes_the_verdict(cwd, capsys):
+    (cwd / "ddpdoctor-results").write_text("a file where the directory should be")  # root ignores chmod
+    code = run(["preflight", "--only", "env-vars", "--json"])
+    out = capsys.readouterr()
+    doc = json.loads(out.out)  # the result came first, whole
+    assert code == doc["exit_code"] and code in (0, 1)
+    assert "result not saved" in out.err and "Traceback" not in out.err
+    assert len([ln for ln in out.err.splitlines() if "not saved" in ln]) == 1
+
+
+def test_report_alone_builds_the_latest_run_and_names_its_files(cwd, capsys):
+    older, newer = cwd / "ddpdoctor-results" / "old-run", cwd / "ddpdoctor-results" / "new-run"
+    for d, rid in ((older, "old-run"), (newer, "new-run")):
+        d.mkdir(parents=True)
+        node = documents.preflight_doc(scope="node", nodes={"n1": {"rank": 0, "host": "n1", "facts": {}}}, checks=[],
+                                       results=[], run={}, run_id=rid)
+        documents.dump(node, d / "node-n1.json")
+    cluster = documents.preflight_doc(scope="cluster", nodes={"n1": {"rank": 0, "host": "n1", "facts": {}},
+                                                              "n2": {"rank": 1, "host": "n2", "facts": {}}},
+                                      checks=[], results=[], run={}, run_id="new-run")
+    documents.dump(cluster, newer / "cluster.json")
+    (newer / "logs").mkdir()
+    (newer / "logs" / "error.json").write_text("{}")  # a record of run-trainer's, not a result
+    os.utime(older / "node-n1.json", (1, 1))
+    assert run(["report"]) == 0
+    out = capsys.readouterr().out
+    assert "new-run" in out and "cluster.json" in out and "node-n1.json" not in out  # cluster.json holds every node
+    assert (newer / "report.html").stat().st_size > 1000
+    assert "ddpdoctor-results/new-run/report.html" in out
+
+
+def test_report_alone_without_results_is_one_line_exit_2(cwd, capsys):
+    assert run(["report"]) == 2
+    err = capsys.readouterr().err
+    assert "no results in ddpdoctor-results" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_local_nodes_keep_one_cluster_file(cwd):
+    """--local-nodes: the master's cluster.json only (the simulated nodes save nothing of their own)."""
+    env = {k: v for k, v in os.environ.items() if k != "DDPDOCTOR_NO_SAVE" and k not in documents.RUN_ID_VARS}
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "-q", "preflight", "--local-nodes", "2", "--timeout", "20",
+                        "--only", "mesh,launch-args", "--run-id", "wf-5"], capture_output=True, text=True, env=env,
+                       cwd=cwd, timeout=110)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(x.name for x in (cwd / "ddpdoctor-results" / "wf-5").iterdir()) == ["cluster.json"]
