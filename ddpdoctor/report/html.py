@@ -32,7 +32,10 @@ def _env():
 
 def charts(model: dict) -> dict:
     """The SVG markup of every chart, keyed by section (built here so the template stays declarative)."""
-    out: dict = {"clock": "", "bench": [], "trainer": []}
+    out: dict = {"clock": "", "bench": [], "trainer": [], "mesh": ""}
+    heat = (model.get("mesh") or {}).get("heatmap")
+    if heat:
+        out["mesh"] = Markup(svg.heatmap("reachability: rows probe columns", heat["labels"], heat["cells"]))
     if model["clock"]:
         out["clock"] = Markup(svg.offsets_chart(
             "clock offset vs the master", [(c["node"], c["label"], c["offset_ms"], c["bound_ms"], c["bad"])

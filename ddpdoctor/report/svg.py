@@ -27,10 +27,21 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
         start, stop = math.floor(math.log10(max(lo, 1e-12))), math.ceil(math.log10(max(hi, 1e-12)))
         step = max(1, (stop - start) // 6)
         return [10.0 ** e for e in range(start, stop + 1, step)]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []  # a junk value (inf, nan) in a file: no ticks rather than a crash
     if hi <= lo:
         return [lo]
-    step = (hi - lo) / 5
-    return [lo + i * step for i in range(6)]
+    step = nice_step((hi - lo) / 5)
+    first = math.ceil(lo / step - 1e-9) * step
+    count = int(math.floor((hi - first) / step + 1e-9)) + 1
+    return [round(first + i * step, 12) for i in range(max(count, 1))]
+
+
+def nice_step(raw: float) -> float:
+    """The 1-2-5 number nearest ``raw`` (0.2, 0.5, 1, 2, 5, 10, ...): ticks a person reads at a glance, not
+    4.8, 8.6, 12.4."""
+    exp = math.floor(math.log10(raw))
+    return min((m * 10.0 ** exp for m in (1, 2, 5, 10)), key=lambda s: abs(math.log(s / raw)))
 
 
 def _decades(lo: float, hi: float, log: bool) -> tuple[float, float]:
@@ -184,3 +195,41 @@ def bars(title: str, values: list[tuple[str, float, bool]], *, ylabel: str, ref:
     if ref is not None:
         body.append(f'<line x1="{PAD_L}" y1="{fy(ref):.1f}" x2="{W - PAD_R}" y2="{fy(ref):.1f}" class="ref"/>')
     return _frame(title, "node", ylabel, body, [], _ticks(0, hi, False), fx, fy)
+
+
+HEATMAP_PX = 1024  # the reachability heatmap's side: 512 nodes at 2 px a cell, fewer at larger cells
+HEATMAP_FILL = {"ok": "#66bb6a", "slow": "#ffa726", "bad": "#d32f2f"}
+
+
+def heatmap(title: str, labels: list[str], cells: list[tuple[int, int, str, str]], *, min_cell: int = 2) -> str:
+    """A directed reachability matrix too large for a table (above 64 nodes): rows probe columns, one square
+    per probed link (``cells``: row, column, state ok/slow/bad, tooltip), a light background where nothing was
+    probed, a darker diagonal. Cells are never under ``min_cell`` pixels; every 2^k-th node is labelled."""
+    n = max(1, len(labels))
+    cell = max(min_cell, HEATMAP_PX // n)
+    side = cell * n
+    pad = 44
+    out = [f'<svg viewBox="0 0 {side + pad + 4} {side + pad + 4}" width="{side + pad + 4}" class="heatmap" '
+           f'role="img" aria-label="{escape(title)}" data-cell="{cell}">', f"<title>{escape(title)}</title>",
+           f'<rect x="{pad}" y="{pad}" width="{side}" height="{side}" fill="#f3f3f3"/>',
+           f'<path d="' + "".join(f"M{pad + i * cell},{pad + i * cell}h{cell}v{cell}h-{cell}z" for i in range(n))
+           + '" fill="#616161"/>']
+    every = 1
+    while n / every > 16:
+        every *= 2
+    for i in range(0, n, every):
+        c = pad + i * cell + cell / 2
+        out.append(f'<text x="{c:.1f}" y="{pad - 4}" class="tick" text-anchor="middle">{escape(labels[i])}</text>'
+                   f'<text x="{pad - 4}" y="{c + 3:.1f}" class="tick" text-anchor="end">{escape(labels[i])}</text>')
+    # Reachable links: one path (thousands of squares at 512 nodes cost a few bytes each); slow and failed
+    # links, the few that matter, are squares of their own with the link and its figure on hover.
+    square = f"h{cell}v{cell}h-{cell}z"
+    ok = "".join([f"M{pad + c * cell},{pad + r * cell}{square}" for r, c, state, _ in cells if state == "ok"])
+    if ok:
+        out.append(f'<path d="{ok}" fill="{HEATMAP_FILL["ok"]}"/>')
+    for r, c, state, tip in cells:
+        if state != "ok":
+            out.append(f'<rect x="{pad + c * cell}" y="{pad + r * cell}" width="{cell}" height="{cell}" '
+                       f'fill="{HEATMAP_FILL.get(state, HEATMAP_FILL["bad"])}"><title>{escape(tip)}</title></rect>')
+    out.append("</svg>")
+    return "".join(out)

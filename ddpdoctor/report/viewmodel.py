@@ -25,7 +25,7 @@ from .values import human
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
-MATRIX_FULL = 64  # reachability drawn as a full matrix up to this many nodes; above, the failed links only
+MATRIX_FULL = 64  # reachability drawn as a table of round trips up to this many nodes; above, a heatmap
 
 
 def worst(levels) -> str:
@@ -67,7 +67,8 @@ def build(docs: list[dict]) -> dict:
         "verdict": worst(verdicts) if verdicts else "pass",
         "counts": dict(Counter(r.get("level") for r in results)),
         "documents": [{"kind": d.get("kind"), "run_id": d.get("run_id"), "created": d.get("created"),
-                       "verdict": d.get("verdict"), "scope": d.get("scope"), "tool_version": d.get("tool_version")}
+                       "verdict": d.get("verdict"), "scope": d.get("scope"), "tool_version": d.get("tool_version"),
+                       "size": document_size(d)}
                       for d in docs],
         "warnings": run_warnings(docs),
         "findings": findings,
@@ -85,7 +86,33 @@ def build(docs: list[dict]) -> dict:
         "trainer": [trainer_view(d) for d in train],
         "details": details(nodes, findings),
         "node_count": len(nodes),
+        # One count for the header only when every preflight saw the same nodes; merged runs of different
+        # sizes (a 1-node and a 3-node run) say their own size on their own line instead.
+        "node_count_line": (plural(len(nodes), "node") if nodes and len({len(d.get("nodes") or {}) for d in pre}) == 1
+                            else None),
     }
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def document_size(d: dict) -> str | None:
+    """How big the run behind one document was: nodes for a preflight, ranks and nodes for the others."""
+    try:
+        if d.get("kind") == "preflight":
+            return plural(len(d.get("nodes") or {}), "node")
+        run = d.get("run") if d.get("kind") == "nccl-bench" else d.get("config")
+        run = run if isinstance(run, dict) else {}
+        ranks = run.get("world_size")
+        nnodes = run.get("nnodes")
+        if ranks is None and isinstance(nnodes, int) and isinstance(run.get("nproc_per_node"), int):
+            ranks = nnodes * run["nproc_per_node"]
+        parts = ([plural(ranks, "rank")] if isinstance(ranks, int) and not isinstance(ranks, bool) else []) + \
+                ([plural(nnodes, "node")] if isinstance(nnodes, int) and not isinstance(nnodes, bool) else [])
+        return " on ".join(parts) or None
+    except (TypeError, ValueError):  # a hand-edited file: the size is only a caption
+        return None
 
 
 def run_warnings(docs: list[dict]) -> list[str]:
@@ -391,7 +418,19 @@ def reachability(nodes: dict[str, dict], labels: dict[str, str] | None = None) -
               sorted(((k, c) for k, (c, _) in links.items() if c != "ok"), key=lambda kv: kv[0])]
     slowest = heapq.nlargest(8, ((r, s, d) for (s, d), (c, r) in links.items() if c == "ok" and r is not None),
                              key=lambda t: t[0])
-    grid = []
+    grid, cells = [], []
+    if len(names) > MATRIX_FULL:  # a heatmap (svg.heatmap): one square per probed link, no text in it
+        index = {n: i for i, n in enumerate(names)}
+        limit = slow_ms if slow_ms is not None else math.inf
+        for (s, d), (state, rtt) in links.items():
+            j = index.get(d)
+            if j is None:
+                continue
+            if state == "ok" and (rtt is None or rtt <= limit):
+                cells.append((index[s], j, "ok", ""))  # drawn as one path, no tooltip: thousands of them
+                continue
+            kind = "slow" if state == "ok" else "bad"
+            cells.append((index[s], j, kind, f"{s} → {d}: " + (f"{rtt:.3g} ms" if kind == "slow" else state)))
     if len(names) <= MATRIX_FULL:
         for s in names:
             row = []
@@ -409,8 +448,11 @@ def reachability(nodes: dict[str, dict], labels: dict[str, str] | None = None) -
                     row.append({"state": "bad", "text": state if len(names) <= 12 else "✕",
                                 "title": f"{s} → {d}: {state}"})
             grid.append(row)
+    size = "s" if len(names) <= 12 else "m" if len(names) <= 32 else "l"  # the table's cell size (report.css)
     return {"nodes": names if grid else [], "labels": [(labels or {}).get(n, n) for n in names] if grid else [],
-            "grid": grid, "failed": failed, "probed": len(links), "median_ms": median, "slow_ms": slow_ms,
+            "grid": grid, "size": size, "heatmap": {"labels": [(labels or {}).get(n, n) for n in names],
+                                                   "cells": cells} if cells else None,
+            "failed": failed, "probed": len(links), "median_ms": median, "slow_ms": slow_ms,
             "slowest": [{"src": s, "dst": d, "rtt_ms": r} for r, s, d in slowest]}
 
 

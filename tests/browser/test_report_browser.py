@@ -175,3 +175,53 @@ def test_512_node_report_stays_under_todays_build_and_load_times(tmp_path):
     assert min(builds) < BUILD_S_TODAY, builds
     assert page < LOAD_ABOVE_EMPTY_S_TODAY, page  # the page's own share of today's load time
     assert load_time(out.as_uri()) < 30  # the whole open, chromium's start-up included, even on a busy box
+
+
+MEASURE_MESH = (
+    "<script>(function(){var d=document.documentElement.dataset;var t=document.getElementById('mesh');"
+    "if(t){var c=t.querySelector('td.g-ok').getBoundingClientRect();var s=t.parentElement;"
+    "d.cellW=Math.round(c.width);d.cellH=Math.round(c.height);"
+    "d.cellFont=parseFloat(getComputedStyle(t.querySelector('td.g-ok')).fontSize);"
+    "d.meshFits=String(s.scrollWidth<=s.clientWidth+1);d.meshW=Math.round(t.getBoundingClientRect().width);}"
+    "var h=document.querySelector('svg.heatmap');if(h){var r=h.getBoundingClientRect();"
+    "d.heatCell=h.dataset.cell;d.heatW=Math.round(r.width);"
+    "d.heatFits=String(h.parentElement.scrollWidth<=h.parentElement.clientWidth+1);}})()</script></body>")
+
+
+def measured(path: Path, tmp: Path) -> dict[str, str]:
+    """The reachability matrix as chromium lays it out in a 1200-pixel window: a cell's size in pixels, its
+    font size, and whether the whole matrix fits the window."""
+    probe = tmp / f"measure-{path.name}"
+    probe.write_text(path.read_text().replace("</body>", MEASURE_MESH))
+    dom = chromium("--window-size=1200,900", "--dump-dom", probe.as_uri(), timeout=120).stdout
+    return dict(re.findall(r'data-(cell-w|cell-h|cell-font|mesh-fits|mesh-w|heat-cell|heat-w|heat-fits)="([^"]*)"',
+                           dom))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n,min_w,min_h,min_font", [(3, 40, 22, 12), (64, 12, 10, 8)])
+def test_reachability_cells_are_readable_from_3_to_64_nodes(n, min_w, min_h, min_font, tmp_path):
+    """Measured in the browser: at 3 nodes the cells are large (a 3x3 matrix was ~70 px wide), at 64 they are
+    small but every column is on screen. Screenshots are kept to look at."""
+    out = tmp_path / f"mesh-{n}.html"
+    html.write_html([fx.preflight(n, run_id="j")], out)
+    m = measured(out, tmp_path)
+    assert int(m["cell-w"]) >= min_w and int(m["cell-h"]) >= min_h, m
+    assert float(m["cell-font"]) >= min_font and m["mesh-fits"] == "true", m
+    if n == 3:
+        assert int(m["mesh-w"]) >= 180, m
+    page = out.read_text()
+    section = page[page.index('<h2 id="reachability">'):]
+    only = tmp_path / f"mesh-{n}-only.html"  # the screenshot shows the matrix itself, with the page's styles
+    only.write_text(page[:page.index("<body>") + 6] + section[:section.index("<h2", 10)] + "</body></html>")
+    shoot(only, f"mesh-{n}.png", 1300 if n == 64 else 500)
+
+
+@pytest.mark.timeout(300)
+def test_reachability_heatmap_at_512_nodes(tmp_path):
+    """Above 64 nodes: one square per probed link, never under 2 pixels, the whole matrix in the window."""
+    out = tmp_path / "mesh-512.html"
+    html.write_html([fx.preflight(512, run_id="j")], out)
+    m = measured(out, tmp_path)
+    assert int(m["heat-cell"]) >= 2 and m["heat-fits"] == "true" and int(m["heat-w"]) >= 2 * 512, m
+    shoot(out, "mesh-512.png", 2400)
