@@ -247,6 +247,24 @@ class SlurmCluster:
         """A command in node i's network namespace (e.g. its firewall)."""
         return _sh("nsenter", f"--net=/run/netns/{self.namespaces[i - 1]}", *argv)
 
+    def rsh_agent(self) -> Path:
+        """An rsh agent for Open MPI's mpiexec (``--mca plm_rsh_agent``): ``agent HOST COMMAND...`` runs the
+        command (orted) on HOST, that is inside nodeN's namespaces, as ssh would on a real cluster."""
+        assert self.tmp is not None
+        agent = self.tmp / "rsh-agent.sh"
+        cases = "\n".join(f"  node{i}) ns={ns} ;;" for i, ns in enumerate(self.namespaces, start=1))
+        agent.write_text(f"""#!/bin/sh
+host=$1; shift
+case $host in
+{cases}
+  *) echo "rsh-agent: unknown host $host" >&2; exit 1 ;;
+esac
+exec nsenter --net=/run/netns/$ns unshare --uts --mount sh -c \\
+  "hostname $host && mount --bind {self.tmp}/hosts /etc/hosts && exec sh -c \\"\\$0\\"" "$*"
+""")
+        agent.chmod(0o755)
+        return agent
+
     def wait_idle(self, limit: float = 30) -> None:
         """Back-to-back jobs: the previous job's nodes may still be completing."""
         self._wait(self._all_idle, limit, "the nodes to be idle again")

@@ -50,7 +50,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
     # (https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html): OMPI_COMM_WORLD_RANK,
     # _LOCAL_RANK, _LOCAL_SIZE ("ranks of this job running on this node": differs with uneven placement),
     # _NODE_RANK. Open MPI 4.x's launcher (ORTE) also hands each process its own name and session: the vpid,
-    # node rank, local daemon URI, and file/session locations (odls_base_default_fns.c, seen under mpiexec).
+    # node rank, local daemon URI, and file/session locations (odls_base_default_fns.c; all seen differing
+    # per node under a real mpiexec across tests/slurm_cluster.py's namespaces, none else did).
     Launcher("Open MPI", "docs.open-mpi.org: Environment variables set for MPI applications", frozenset({
         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
         "OMPI_COMM_WORLD_NODE_RANK", "OMPI_MCA_ess_base_vpid", "OMPI_MCA_orte_ess_node_rank",
@@ -58,10 +59,11 @@ LAUNCHERS: tuple[Launcher, ...] = (
         "OMPI_MCA_orte_jobfam_session_dir", "OMPI_MCA_initial_wdir",
     })),
     # PMIx Standard v4, "Environment variables" for clients: PMIX_RANK, PMIX_ID, PMIX_HOSTNAME, and the local
-    # server's rendezvous (PMIX_SERVER_URI*, PMIX_SERVER_TMPDIR, PMIX_SYSTEM_TMPDIR): one server per node.
+    # server's rendezvous (PMIX_SERVER_URI*, PMIX_SERVER_TMPDIR, PMIX_SYSTEM_TMPDIR, the shared-memory
+    # store's PMIX_DSTORE_*_BASE_PATH): one server per node.
     Launcher("PMIx", "PMIx Standard: client environment (PMIx_Init)", frozenset({
         "PMIX_RANK", "PMIX_ID", "PMIX_HOSTNAME", "PMIX_SERVER_TMPDIR", "PMIX_SYSTEM_TMPDIR", "PMIX_SERVER_URI",
-    }), prefixes=("PMIX_SERVER_URI",)),
+    }), prefixes=("PMIX_SERVER_URI", "PMIX_DSTORE_")),
     # PMI-1/PMI-2 wire protocol as MPICH's Hydra and Slurm's mpi/pmi2 set it (MPICH "Using the Hydra Process
     # Manager"; Intel MPI Developer Reference): the rank, the fd or host:port of the local proxy, and
     # MPICH's node-local rank/count (MPI_LOCALRANKID, MPI_LOCALNRANKS).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,6 +129,27 @@ def test_a_node_whose_firewall_drops_the_master_port_is_named(slurm, tmp_path):
     assert all("never reached node1:29557: check their firewall" in e and "sbatch" not in e for e in master)
     # node3 says it cannot reach the master, and how
     assert any(e.startswith("Error: cannot reach the master node1:29557") for e in errors), errors
+
+
+@pytest.mark.timeout(150)
+def test_mpiexec_preflight_across_the_same_nodes_passes_with_one_summary(slurm, tmp_path):
+    """Open MPI's mpiexec starts its daemons through an rsh agent; here the agent enters the node's namespaces
+    instead of ssh. Open MPI's own per-process variables (OMPI_COMM_WORLD_RANK, OMPI_FILE_LOCATION, the local
+    daemon's URI...) are no parity finding."""
+    out = tmp_path / "out"
+    p = slurm.run(["mpiexec", "--allow-run-as-root", "--host", "node1,node2,node3", "-np", "3", "--map-by",
+                   "ppr:1:node", "--mca", "plm_rsh_agent", str(slurm.rsh_agent()),
+                   "ddpdoctor", "preflight", "--master", "node1:29561", "-o", str(out)],
+                  timeout=130, env=user_env(slurm))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    cluster = json.loads((out / "cluster.json").read_text())
+    assert sorted(cluster["nodes"]) == ["node1", "node2", "node3"]
+    assert [r["summary"] for r in problems(cluster) if r["check"] != "clock-sync"] == []
+    env_vars = cluster["nodes"]["node2"]["facts"]["env-vars"]["vars"]
+    assert env_vars["OMPI_COMM_WORLD_RANK"] == "1" and "OMPI_FILE_LOCATION" in env_vars  # they were compared
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", p.stdout)  # mpiexec hands its ranks a terminal: rich colours
+    assert shown.count("ddpdoctor preflight [cluster: 3 nodes]") == 1, shown
+    assert all(f"[{n}] cluster verdict:" in shown for n in ("node2", "node3"))
 
 
 TRAINER = ["ddpdoctor", "run-trainer", "--nnodes", "3", "--nproc-per-node", "1"]
