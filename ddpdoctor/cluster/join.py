@@ -678,7 +678,9 @@ class Worker(Node):
 
         def tick(attempt: int, result: ep.PingResult, left: float) -> None:
             if not result.ok and attempt % 4 == 1:
-                self.progress.say(f"master {cfg.master}: {result.error_class}, retrying for {left:.0f} s more")
+                # under srun every node starts at once: the master not listening yet is the usual first answer
+                self.progress.say(f"master {cfg.master} not answering yet ({result.error_class}); retrying for "
+                                  f"{left:.0f} s more")
 
         outcome = ep.wait_for_endpoint(cfg.master, self.budget.meet_by, nnodes=cfg.nnodes,
                                        allow_loopback=cfg.allow_loopback, on_attempt=tick)

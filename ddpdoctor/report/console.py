@@ -90,7 +90,7 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         (verdict.upper(), STYLE.get(verdict, "")),
         f"   {counts['fail']} fail · {counts['warn']} warn · {counts['pass']} pass · {counts['skip']} skip",
     )
-    console.print(title)
+    console.print(title, soft_wrap=True)  # one line, even at srun's 80 columns: logs are grepped by it
 
     for g in groups:
         if g["level"] in ("fail", "warn"):
