@@ -122,7 +122,7 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         console.print(T(line), soft_wrap=True)
 
 
-def render_worker_line(doc: dict, console: Console) -> None:
+def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> None:
     """A node other than the master: one line (the cluster's verdict, its exit code, where the master printed
     the summary and wrote the cluster result), so a launcher that merges every node's output (srun) shows one
     summary per cluster, not one per node. What only this node saw (messages it refused) follows as panels:
@@ -137,12 +137,14 @@ def render_worker_line(doc: dict, console: Console) -> None:
         where = f"{who} printed the full summary and wrote the cluster result to {master['output_dir']}/cluster.json"
         if master.get("host") and master["host"] != who:
             where += f" on {master['host']}"
-    else:
+    elif hints:
         where = f"{who} printed the full summary (add --output DIR to keep the cluster result in DIR/cluster.json)"
+    else:
+        where = f"{who} printed the full summary"
     console.print(Text.assemble(
         (f"ddpdoctor preflight [{safe_text(doc.get('this_node', ''))}] ", "bold"), ("cluster verdict: ", "bold"),
         (verdict.upper(), STYLE.get(verdict, "")), f" (exit {doc.get('exit_code', 0)}, {tally}): ",
-        safe_text(where), "; -v prints it here too"), soft_wrap=True)
+        safe_text(where), "; -v prints it here too" if hints else ""), soft_wrap=True)
     own = results[master["results"]:] if isinstance(master.get("results"), int) else []
     for r in own:
         if r["level"] in ("fail", "warn"):

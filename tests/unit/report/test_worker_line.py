@@ -47,3 +47,15 @@ def test_what_only_this_node_saw_is_shown_after_the_line_and_text_from_the_maste
     text = rendered(doc)
     assert "ignored an invalid message at roster" in text and "fix: do this" in text
     assert "\x1b" not in text and "\\x1b[31mred" in text
+
+
+def test_run_trainers_gate_line_gives_no_preflight_flag_advice():
+    text = rendered_hints(worker_doc({"node": "node1", "host": "node1", "output_dir": None, "results": 0}, [],
+                                     verdict="pass"))
+    assert "node1 printed the full summary" in text and "--output" not in text and "-v" not in text
+
+
+def rendered_hints(doc: dict) -> str:
+    buf = io.StringIO()
+    render_worker_line(doc, Console(file=buf, width=100, color_system=None), hints=False)
+    return buf.getvalue()
