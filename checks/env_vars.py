@@ -10,18 +10,15 @@ from ddpdoctor.cluster.launcher_env import nnodes_from_world
 from ddpdoctor.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from ddpdoctor.redact import REDACTED, redact_env
 
+from .support.launchers import per_node as launcher_per_node
+
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",
             "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
 NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
          "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
-# Variables that legitimately differ per node (identities, hostnames, per-node device lists, interface names:
-# the names check judges those): not comparable across nodes; every other variable must agree.
-NODE_SPECIFIC = {
-    "RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "ROLE_RANK", "HOSTNAME", "SLURM_NODEID", "SLURM_PROCID",
-    "SLURM_LOCALID", "SLURMD_NODENAME", "SLURM_TOPOLOGY_ADDR", "SLURM_STEP_NODELIST", "SLURM_TASK_PID",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PBS_TASKNUM", "PBS_NODENUM",
-    "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_ERROR_FILE", "SLURM_CPU_BIND", "SLURM_JOB_CPUS_PER_NODE",
-}
+# What legitimately differs per node is decided by the launchers' table (support/launchers.py: identities,
+# hostnames, per-node device lists, from each launcher's documentation) and, for interface names, by the names
+# check (the *_SOCKET_IFNAME suffixes): those are not comparable across nodes; every other variable must agree.
 PER_NODE_SUFFIXES = ("_SOCKET_IFNAME",)
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
 # Settings that make a job slow but still working: fine for a debugging session, wrong for a real run.
@@ -59,7 +56,7 @@ class EnvVarsCheck(Check):
 
     def comparable(self, facts: dict) -> dict:
         return {k: v for k, v in (facts.get("vars") or {}).items()
-                if k not in NODE_SPECIFIC and not k.endswith(PER_NODE_SUFFIXES)}
+                if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)}
 
     def compare(self, facts_by_node, opts):
         return per_node(facts_by_node, lambda node, f: judge_env(self, node, f.get("vars") or {},

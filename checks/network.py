@@ -116,5 +116,6 @@ class NetworkCheck(Check):
                                      fix=f"ip link set {i['name']} mtu 1500  # or the fabric's MTU, same on every node"))
         names = lambda: ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})"  # noqa: E731
                                   for i in routable[:4])
-        return passed_if_quiet(out, self, [node], lambda: f"{host} resolves to a routable address; default route "
-                               f"via {default or 'none'}; interfaces: {names()}", actual=default)
+        return passed_if_quiet(out, self, [node], lambda: f"{host} resolves to a routable address; "
+                               f"{f'default route via {default}' if default else 'no default route'}; "
+                               f"interfaces: {names()}", actual=default)

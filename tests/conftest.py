@@ -35,5 +35,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA"))
         if "netns" in item.keywords and not _can_netns():
             item.add_marker(pytest.mark.skip(reason="needs root, iproute2 and iptables for network namespaces"))
+        if "slurm" in item.keywords:
+            from tests.slurm_cluster import unavailable
+
+            why = unavailable()
+            if why:
+                item.add_marker(pytest.mark.skip(reason=f"a real SLURM cluster {why}"))
         if "browser" in item.keywords and not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
             item.add_marker(pytest.mark.skip(reason="needs Debian's chromium"))

@@ -121,12 +121,18 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
         name = "cluster.json" if doc.get("role") != "worker" else f"node-{doc['this_node']}.json"
     else:
         name = f"node-{engine.node_name()}.json"
-    from ..report.console import render_preflight
+    from ..report.console import render_preflight, render_worker_line
+
+    def render(d, con):
+        # One summary per cluster: the master prints it; every other node one line (unless -v), so a launcher
+        # that merges the nodes' output (srun) shows it once. Every node's JSON still holds everything.
+        if d.get("role") == "worker" and not common.STATE.verbose:
+            render_worker_line(d, con)
+        else:
+            render_preflight(d, con, verbose=common.STATE.verbose, quiet=common.STATE.quiet)
 
     return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
-                       render=lambda d, con: render_preflight(d, con, verbose=common.STATE.verbose,
-                                                              quiet=common.STATE.quiet),
-                       save=common.saving(results_dir, no_save, out_dir))
+                       render=render, save=common.saving(results_dir, no_save, out_dir))
 
 
 OWNED_BY_RUN_TRAINER = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")

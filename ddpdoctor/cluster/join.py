@@ -577,8 +577,10 @@ class Master(Node):
 
         doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
                               self.timings, advice, extra=self._late_claims(view))
-        doc.update(this_node=self.me["name"], role="master")
-        self.mb.post("verdict", verdicts.published(doc))
+        # where the full summary and the cluster result are: the other nodes print one line pointing here
+        where = {"node": self.me["name"], "host": self.me["host"], "output_dir": self.plan.run.get("output_dir")}
+        doc.update(this_node=self.me["name"], role="master", master=where)
+        self.mb.post("verdict", verdicts.published(doc) | {"master": where})
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)
         self._remove_shared_file()
@@ -676,7 +678,9 @@ class Worker(Node):
 
         def tick(attempt: int, result: ep.PingResult, left: float) -> None:
             if not result.ok and attempt % 4 == 1:
-                self.progress.say(f"master {cfg.master}: {result.error_class}, retrying for {left:.0f} s more")
+                # under srun every node starts at once: the master not listening yet is the usual first answer
+                self.progress.say(f"master {cfg.master} not answering yet ({result.error_class}); retrying for "
+                                  f"{left:.0f} s more")
 
         outcome = ep.wait_for_endpoint(cfg.master, self.budget.meet_by, nnodes=cfg.nnodes,
                                        allow_loopback=cfg.allow_loopback, on_attempt=tick)
@@ -755,5 +759,7 @@ class Worker(Node):
         except (StoreGone, StoreSilent):
             pass  # the master may already be gone; the verdict is what mattered
         self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
-        return verdicts.worker_document(self.plan, self.run_settings(), body, self.timings, self.me["name"],
-                                        self.mb.findings)
+        doc = verdicts.worker_document(self.plan, self.run_settings(), body, self.timings, self.me["name"],
+                                       self.mb.findings)
+        # the master's results come first; what follows only this node saw (messages it refused)
+        return doc | {"master": {**(body.get("master") or {}), "results": len(body["results"])}}

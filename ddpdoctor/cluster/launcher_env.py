@@ -139,8 +139,14 @@ def missing_hosts(hosts: list[str] | None, joined: list[str]) -> list[str]:
     return [h for h in hosts if h.split(".")[0] not in came]
 
 
-def start_everywhere_fix(source: str | None, command: str) -> str:
-    """Each launcher's own way of running one preflight on every node: the fix for a node that never came."""
+def start_everywhere_fix(source: str | None, command: str, *, others_joined: bool = False,
+                         endpoint: str = "the master") -> str:
+    """Each launcher's own way of running one preflight on every node: the fix for a node that never came.
+    When other nodes did join, the launcher did start every node (srun, pbsdsh): the missing ones could not
+    reach the master, and the sbatch/PBS-script advice would send the user the wrong way."""
+    if others_joined and source in ("pbs", "slurm", "mpi"):
+        return (f"the launcher started every node, but the missing one(s) never reached {endpoint}: check their "
+                f"firewall and route to it (their own error line says what they saw)")
     if source == "pbs":
         return (f"a PBS job script runs on the first node only: start the preflight on every node with "
                 f"`pbsdsh -u -- bash -lc '{command}'` or `mpiexec --map-by ppr:1:node {command}`")

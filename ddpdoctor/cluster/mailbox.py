@@ -169,6 +169,12 @@ def check_verdict(body: dict, ctx: dict) -> None:
     _need(isinstance(body.get("results"), list), "results is not a list")
     _dict(body.get("nodes"), "nodes")
     _need(isinstance(body.get("advice", []), list), "advice is not a list")
+    master = body.get("master")
+    if master is not None:  # where the master printed the summary and wrote the cluster result
+        _dict(master, "master")
+        _str(master.get("node"), "master.node", 400)
+        _str(master.get("host"), "master.host", 253, pattern=HOST_RE)
+        _str(master.get("output_dir"), "master.output_dir", 4096, optional=True)
 
 
 def check_done(body: dict, ctx: dict) -> None:

@@ -11,7 +11,7 @@ def run_preflight(cfg: TrainerConfig, request, quiet: bool) -> dict:
     """The preflight of this job: the user's typed request (--preflight-args) completed with the job's own
     settings, through the one preflight entry; the cluster meets on the port after the job's."""
     from .. import preflight
-    from ..report.console import render_preflight, stderr_console
+    from ..report.console import render_preflight, render_worker_line, stderr_console
 
     if cfg.nnodes > 1:
         host, _, port = cfg.master.rpartition(":")
@@ -23,7 +23,10 @@ def run_preflight(cfg: TrainerConfig, request, quiet: bool) -> dict:
     if cfg.nnodes > 1:
         cfg.env.update(interfaces_from(doc))
     if not quiet:
-        render_preflight(doc, stderr_console(), verbose=0, quiet=True)
+        if doc.get("role") == "worker":  # one preflight summary per cluster: the master's (srun merges outputs)
+            render_worker_line(doc, stderr_console(), hints=False)
+        else:
+            render_preflight(doc, stderr_console(), verbose=0, quiet=True)
     return {"verdict": doc["verdict"], "failures": [r for r in doc["results"] if r["level"] == "fail"],
             "interfaces": dict(cfg.env)}
 

@@ -115,6 +115,37 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         console.print(T(line), soft_wrap=True)
 
 
+def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> None:
+    """A node other than the master: one line (the cluster's verdict, its exit code, where the master printed
+    the summary and wrote the cluster result), so a launcher that merges every node's output (srun) shows one
+    summary per cluster, not one per node. What only this node saw (messages it refused) follows as panels:
+    the master cannot know it."""
+    results = doc.get("results", [])
+    verdict = doc.get("verdict", "pass")
+    master = doc.get("master") or {}
+    counts = {lv: sum(1 for r in results if r["level"] == lv) for lv in ("fail", "warn")}
+    tally = ", ".join(f"{n} {lv}" for lv, n in counts.items() if n) or "no problem found"
+    who = master.get("node") or "the master"
+    if master.get("output_dir"):
+        where = f"{who} printed the full summary and wrote the cluster result to {master['output_dir']}/cluster.json"
+        if master.get("host") and master["host"] != who:
+            where += f" on {master['host']}"
+    elif hints:
+        where = f"{who} printed the full summary (add --output DIR to keep the cluster result in DIR/cluster.json)"
+    else:
+        where = f"{who} printed the full summary"
+    console.print(Text.assemble(
+        (f"ddpdoctor preflight [{safe_text(doc.get('this_node', ''))}] ", "bold"), ("cluster verdict: ", "bold"),
+        (verdict.upper(), STYLE.get(verdict, "")), f" (exit {doc.get('exit_code', 0)}, {tally}): ",
+        safe_text(where), "; -v prints it here too" if hints else ""), soft_wrap=True)
+    own = results[master["results"]:] if isinstance(master.get("results"), int) else []
+    for r in own:
+        if r["level"] in ("fail", "warn"):
+            console.print(_finding_panel(r, 0))
+            if r.get("fix"):
+                console.print(Text.assemble(("  fix: ", "bold cyan"), safe_text(r["fix"])), soft_wrap=True)
+
+
 def _group_view(group: dict, results: list[dict]) -> dict:
     """A group shown like one result: its nodes named compactly, measured/expected of its first member."""
     first = results[group["members"][0]]

@@ -142,6 +142,17 @@ def test_missing_nodes_are_named_by_host_with_the_launchers_own_fix(launcher, ho
         assert needle in msg, msg
 
 
+@pytest.mark.parametrize("launcher", ["slurm", "pbs", "mpi"])
+def test_when_other_nodes_joined_the_launcher_started_them_all_and_the_fix_is_the_missing_nodes_route(launcher):
+    """srun started three nodes, one could not reach the master (its firewall): no 'sbatch runs on the first
+    node only' advice, which would send the user the wrong way."""
+    idents = [{"host": h, "addr": f"10.0.0.{i + 1}", "rank": i, "claim": 1} for i, h in enumerate(["n1", "n2"])]
+    msg = missing_message(present=[0, 1], missing=[2], idents=idents, endpoint="n1:29500", nnodes=3, timeout=20,
+                          hosts=["n1", "n2", "n3"], launcher=launcher)
+    assert "host(s) n3" in msg and "never reached n1:29500: check their firewall" in msg, msg
+    assert "first node only" not in msg and "srun" not in msg
+
+
 def test_pbs_job_whose_script_runs_on_the_first_node_only(tmp_path):
     """The Olivia/EAP guide's setup: the head node waits, then names the host that never came and says why."""
     import socket

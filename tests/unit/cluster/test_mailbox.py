@@ -166,3 +166,14 @@ def test_a_frozen_store_call_is_bounded():
     gate.set()
     with pytest.raises(mbx.StoreGone, match="Broken pipe"):
         mbx.bounded(lambda: (_ for _ in ()).throw(RuntimeError("Broken pipe")), 1.0, "a dead master")
+
+
+def test_verdict_says_where_the_master_wrote_the_cluster_result_and_it_is_validated():
+    base = {"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}
+    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": "/shared/out"}}, CTX)
+    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": None}}, CTX)
+    for bad in ({"node": "node1", "host": "node1", "output_dir": "x" * 5000},
+                {"node": "node1", "host": "bad host\x1b[31m", "output_dir": None},
+                {"node": 7, "host": "node1"}, "node1"):
+        with pytest.raises(Invalid):
+            mbx.check_verdict(base | {"master": bad}, CTX)

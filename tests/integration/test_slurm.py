@@ -1,0 +1,217 @@
+"""ddpdoctor under a real SLURM (tests/slurm_cluster.py: slurmctld + three slurmd in network namespaces), run as
+users type it: `srun ... ddpdoctor preflight`, the sbatch script that forgets srun, `srun ... ddpdoctor
+run-trainer` with the reference trainer and with a script whose rank on node 3 hangs, and one node whose
+firewall drops the master port. One cluster for the module (bring-up under a second); nothing is left behind."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import SlurmCluster, unavailable
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+BIN = os.path.dirname(sys.executable)  # the venv's ddpdoctor, on PATH as in the user's shell
+FAST = ["--n-layer", "1", "--n-embd", "32", "--batch-size", "4", "--block-size", "32", "--log-every", "5"]
+
+
+def user_env(cluster: SlurmCluster) -> dict:
+    return cluster.env(PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+
+
+@pytest.mark.timeout(90)
+def test_teardown_leaves_nothing_behind_even_when_the_test_fails():
+    """A cluster with a job step running when the test body raises: no daemon, task, namespace, bridge, mount
+    or temp dir survives. (Runs before the module's cluster exists: the controller port is one per machine.)"""
+    if unavailable():
+        pytest.skip(unavailable())
+    cluster = SlurmCluster()
+    job = None
+    with pytest.raises(RuntimeError, match="the test failed"):
+        with cluster:
+            job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "sleep", "300"], env=cluster.env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            cluster._wait(lambda: not cluster._all_idle(), 20, "the job to start")
+            assert any(Path(cluster.tmp).iterdir())
+            raise RuntimeError("the test failed")
+    # the srun client is the test's own process (the login node's): it keeps retrying a controller that is gone
+    job.kill()
+    job.wait(timeout=10)
+    assert cluster.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    cluster = SlurmCluster().up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+        assert cluster.leftovers() == []
+
+
+def srun(cluster: SlurmCluster, *argv: str, timeout: float, cwd: str | None = None) -> subprocess.CompletedProcess:
+    cluster.wait_idle()
+    return cluster.run(["srun", "-N3", "--ntasks-per-node=1", *argv], timeout=timeout, env=user_env(cluster), cwd=cwd)
+
+
+def problems(doc: dict) -> list[dict]:
+    return [r for r in doc["results"] if r["level"] in ("warn", "fail")]
+
+
+@pytest.mark.timeout(150)
+def test_srun_preflight_healthy_cluster_passes_with_one_summary(slurm, tmp_path):
+    out = tmp_path / "out"
+    p = srun(slurm, "ddpdoctor", "preflight", "--master", "node1:29555", "-o", str(out), timeout=130)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    docs = {f.name: json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert set(docs) == {"cluster.json", "node-node2.json", "node-node3.json"}, sorted(docs)
+    assert all(d["exit_code"] == 0 for d in docs.values())
+    cluster = docs["cluster.json"]
+    assert sorted(cluster["nodes"]) == ["node1", "node2", "node3"]
+    # Nothing the launcher sets (SLURM_GTIDS, SLURM_NODEID, SLURMD_NODENAME...) is a finding. The only warning
+    # allowed is this machine's own unsynchronised clock, which a real cluster would have too.
+    assert [r["summary"] for r in problems(cluster) if r["check"] != "clock-sync"] == []
+    assert "SLURM_" not in json.dumps(problems(cluster))
+    # a worker's JSON still holds everything the master decided
+    assert docs["node-node2.json"]["results"][:len(cluster["results"])] == cluster["results"]
+    # one summary per cluster in srun's merged stdout: the master's, and one line from each other node
+    assert p.stdout.count("ddpdoctor preflight [cluster: 3 nodes]") == 1, p.stdout
+    for node in ("node2", "node3"):
+        (line,) = [ln for ln in p.stdout.splitlines() if f"[{node}] cluster verdict:" in ln]
+        assert f"node1 printed the full summary and wrote the cluster result to {out}/cluster.json" in line
+        assert "(exit 0," in line
+
+
+@pytest.mark.timeout(120)
+def test_sbatch_script_without_srun_names_the_missing_hosts_and_srun(slurm, tmp_path):
+    """The body of an sbatch script runs on the first node only: the preflight there waits for the two other
+    nodes, names them, and says to start it with srun."""
+    script = tmp_path / "job.sh"
+    script.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        #SBATCH -N 3
+        #SBATCH --ntasks-per-node=1
+        ddpdoctor preflight --master node1:29556 --timeout 10
+        echo "exit=$?"
+        """))
+    log = tmp_path / "job.log"
+    slurm.wait_idle()
+    p = slurm.run(["sbatch", "--wait", "-o", str(log), str(script)], timeout=100, env=user_env(slurm),
+                  cwd=str(tmp_path))
+    text = log.read_text()
+    assert "exit=3" in text, p.stderr + text
+    error = next(ln for ln in text.splitlines() if ln.startswith("Error:"))
+    assert "missing rank(s) 1, 2 = host(s) node[2-3] (listed in SLURM_JOB_NODELIST, never joined)" in error, text
+    assert "an sbatch script runs on the first node only" in error and "`srun --ntasks-per-node=1 ddpdoctor" in error
+
+
+@pytest.mark.timeout(120)
+def test_a_node_whose_firewall_drops_the_master_port_is_named(slurm, tmp_path):
+    rule = ["iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "29557", "-j", "DROP"]
+    slurm.in_node(3, *rule)
+    try:
+        p = srun(slurm, "ddpdoctor", "preflight", "--master", "node1:29557", "--timeout", "10", timeout=100)
+    finally:
+        slurm.in_node(3, "iptables", "-D", *rule[2:])
+    assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
+    # the master (and node2, told by it) name node3 as the node that never joined, without sbatch advice
+    master = [e for e in errors if "2/3 nodes joined node1:29557" in e]
+    assert master and all("missing rank(s) 2 = host(s) node3" in e for e in master), errors
+    assert all("never reached node1:29557: check their firewall" in e and "sbatch" not in e for e in master)
+    # node3 says it cannot reach the master, and how
+    assert any(e.startswith("Error: cannot reach the master node1:29557") for e in errors), errors
+
+
+@pytest.mark.timeout(150)
+def test_mpiexec_preflight_across_the_same_nodes_passes_with_one_summary(slurm, tmp_path):
+    """Open MPI's mpiexec starts its daemons through an rsh agent; here the agent enters the node's namespaces
+    instead of ssh. Open MPI's own per-process variables (OMPI_COMM_WORLD_RANK, OMPI_FILE_LOCATION, the local
+    daemon's URI...) are no parity finding."""
+    out = tmp_path / "out"
+    p = slurm.run(["mpiexec", "--allow-run-as-root", "--host", "node1,node2,node3", "-np", "3", "--map-by",
+                   "ppr:1:node", "--mca", "plm_rsh_agent", str(slurm.rsh_agent()),
+                   "ddpdoctor", "preflight", "--master", "node1:29561", "-o", str(out)],
+                  timeout=130, env=user_env(slurm))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    cluster = json.loads((out / "cluster.json").read_text())
+    assert sorted(cluster["nodes"]) == ["node1", "node2", "node3"]
+    assert [r["summary"] for r in problems(cluster) if r["check"] != "clock-sync"] == []
+    env_vars = cluster["nodes"]["node2"]["facts"]["env-vars"]["vars"]
+    assert env_vars["OMPI_COMM_WORLD_RANK"] == "1" and "OMPI_FILE_LOCATION" in env_vars  # they were compared
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", p.stdout)  # mpiexec hands its ranks a terminal: rich colours
+    assert shown.count("ddpdoctor preflight [cluster: 3 nodes]") == 1, shown
+    assert all(f"[{n}] cluster verdict:" in shown for n in ("node2", "node3"))
+
+
+TRAINER = ["ddpdoctor", "run-trainer", "--nnodes", "3", "--nproc-per-node", "1"]
+
+
+@pytest.mark.timeout(240)
+def test_srun_run_trainer_reference_trainer_passes_on_three_nodes(slurm, tmp_path):
+    run_dir = tmp_path / "runs"
+    p = srun(slurm, *TRAINER, "--master", "node1:29558", "--run-dir", str(run_dir), "--json",
+             "--", "--steps", "10", *FAST, timeout=220)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    docs = [json.loads(chunk) for chunk in _json_objects(p.stdout)]
+    assert len(docs) == 3 and all(d["verdict"] == "pass" for d in docs), [d.get("verdict") for d in docs]
+    assert all(sorted(d["metrics"]) == ["0", "1", "2"] for d in docs)
+    assert all(d["checksums_equal"] is True for d in docs)
+
+
+HANGS_ON_NODE3 = """\
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+for step in range(10_000):
+    if step == 3 and os.environ.get("SLURMD_NODENAME") == "node3":
+        while True:  # the bug: this rank stops calling the collective
+            time.sleep(1)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_srun_run_trainer_user_script_hanging_on_node3_is_named_by_every_node(slurm, tmp_path):
+    script = tmp_path / "train_hangs.py"
+    script.write_text(HANGS_ON_NODE3)
+    run_dir = tmp_path / "runs"
+    p = srun(slurm, *TRAINER, "--master", "node1:29559", "--run-dir", str(run_dir), "--json", "--no-preflight",
+             "--hang-timeout", "8", "--", str(script), timeout=220)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    docs = [json.loads(chunk) for chunk in _json_objects(p.stdout)]
+    assert len(docs) == 3, p.stdout[-3000:]
+    for doc in docs:
+        rc = doc["root_cause"]
+        assert rc["category"] == "hang" and rc["rank"] == 2, rc
+        assert "train_hangs.py" in (rc.get("location") or ""), rc
+
+
+def _json_objects(text: str) -> list[str]:
+    """srun merges the nodes' stdout: split it into the top-level JSON documents."""
+    decoder, out, i = json.JSONDecoder(), [], 0
+    while True:
+        i = text.find("{", i)
+        if i < 0:
+            return out
+        try:
+            _, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i += 1
+            continue
+        out.append(text[i:end])
+        i = end
