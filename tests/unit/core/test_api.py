@@ -22,8 +22,8 @@ def test_majority_names_the_odd_nodes():
     common, odd = majority({"a": "2.13", "b": "2.13", "c": "2.4"})
     assert common == "2.13" and odd == ["c"]
     assert majority({}) == (None, [])
-    common, odd = majority({"a": [1], "b": [2]})  # a tie: deterministic
-    assert common == [1] and odd == ["b"]
+    common, odd = majority({"a": [1], "b": [2]})  # a tie: no majority (issue 20: never one side by sort order)
+    assert common is None and odd == ["a", "b"]
 
 
 def test_option_conversion():
