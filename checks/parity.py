@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typing import Any
 
-from ddpdoctor.api import Check, Split, baseline_name, baseline_values, passed_if_quiet, split
+from ddpdoctor.api import Check, Split, baseline_name, baseline_values, nodes_text, passed_if_quiet, split
 
 HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")  # env variables whose difference fails (others warn)
 CODE_HASH_LIMIT = 20000  # files hashed outside git; beyond that the fingerprint says it is partial
@@ -83,6 +83,10 @@ MISSING = {"env-vars": "(unset)", "packages": "(missing)"}
 # The order findings come in: the build before the packages, the environment, then the GPUs and the rest.
 ORDER = [("parity", None), ("torch-build", None), ("gpu", "driver_version"), ("packages", None),
          ("env-vars", None), ("gpu", None)]
+
+
+_AS_INTENDED = (". If the change is intended, rerun without --baseline and keep that run's cluster.json as the "
+                "new baseline")
 
 
 def _rank(check: str, key: str) -> tuple:
@@ -156,9 +160,10 @@ class ParityCheck(Check):
             return [make(f"{what} on {n} differs: {s.value_of(n)!r} vs {s.reference!r} on the others", [n],
                          actual=s.value_of(n), expected=s.reference, fix=fix) for n in s.odd]
         if s.basis == "baseline":
-            return [make(f"{what} on {', '.join(nodes)} differs from {reference}: {value!r} vs {s.reference_text()}",
+            return [make(f"{what} on {nodes_text(nodes)} differs from {reference}: {value!r} vs {s.reference_text()}",
                          list(nodes), actual=value, expected=list(s.accepted) if len(s.accepted) > 1 else s.reference,
-                         fix=fix) for value, nodes in s.sides if nodes[0] in s.odd]
+                         fix=f"{fix}; the baseline has {s.reference_text()}{_AS_INTENDED}")
+                    for value, nodes in s.sides if nodes[0] in s.odd]
         return [make(f"{what} differs with no majority: {s.sides_text()}", list(s.odd),
                      actual={n: s.value_of(n) for n in s.odd}, expected="the same value on every node",
                      fix=f"{fix}. No value is on more nodes than another, so nothing here says which is right: "
@@ -178,20 +183,26 @@ class ParityCheck(Check):
         out = []
         against = f"differ from {reference}" if reference else "differ from the majority"
         label = "baseline" if reference else "others"
+        same: dict[tuple, list[str]] = {}  # nodes with the same differences: one finding (a whole cluster upgraded)
         for n, items in sorted(by_node.items()):
+            same.setdefault(tuple(items), []).append(n)
+        for items, nodes in sorted(same.items(), key=lambda kv: kv[1]):
+            where = nodes_text(nodes)
             shown = [f"{p} {mine} ({label}: {ref})" for p, mine, ref in items]
             pins = " ".join(f"'{p}=={ref}'" for p, _, ref in items if ref != MISSING["packages"]
                             and not ref.startswith("one of "))
             out.append(self.fail(
-                f"packages on {n} {against}: {'; '.join(shown[:8])}"
-                + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), [n],
+                f"packages on {where} {against}: {'; '.join(shown[:8])}"
+                + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), nodes,
                 actual=shown, expected="the same package set on every node",
-                fix=f"on {n}: pip install {pins}" if pins else f"on {n}: install the same packages as the other nodes",
+                fix=(f"on {where}: pip install {pins}" if pins else
+                     f"on {where}: install the same packages as the " + ("baseline" if reference else "other nodes"))
+                + (_AS_INTENDED if reference else ""),
             ))
         for nodes, items in sorted(ties.items()):
             shown = [f"{p}: {s.sides_text(str)}" for p, s in items]
             out.append(self.fail(
-                f"packages differ with no majority between {', '.join(nodes)}: {' | '.join(shown[:8])}"
+                f"packages differ with no majority between {nodes_text(nodes)}: {' | '.join(shown[:8])}"
                 + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), list(nodes),
                 actual=shown, expected="the same package set on every node",
                 fix=f"no version is on more nodes than another, so nothing here says which is right: decide which "

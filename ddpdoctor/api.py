@@ -326,12 +326,14 @@ class Split:
         for value, nodes in self.sides:
             shown = [n for n in nodes if keep is None or n in keep]
             if shown:
-                parts.append(f"{show(value)} on {_names(shown)}")
+                parts.append(f"{show(value)} on {nodes_text(shown)}")
         more = len(parts) - limit
         return "; ".join(parts[:limit]) + (f"; +{more} more value(s)" if more > 0 else "")
 
 
-def _names(nodes: list[str], limit: int = 4) -> str:
+def nodes_text(nodes: Iterable[str], limit: int = 4) -> str:
+    """"a, b, c" or "a, b, c, d (+60 more nodes)": node names for a message (a result's ``nodes`` has them all)."""
+    nodes = list(nodes)
     if len(nodes) <= limit:
         return ", ".join(nodes)
     return f"{', '.join(nodes[:limit])} (+{len(nodes) - limit} more nodes)"
