@@ -160,3 +160,36 @@ def test_baseline_of_a_known_good_run_names_the_node_and_the_whole_cluster_that_
     assert f"{PROBE} 3.0 (baseline: 2.4.6)" in pkg["summary"]
     # what belongs to one run (the tool's version, the job's variables) is not held against it
     assert not [r for r in level(doc, "fail") + level(doc, "warn") if PROBE not in r["summary"]], doc["results"]
+
+
+@pytest.mark.timeout(360)
+def test_run_trainer_gate_lets_a_heterogeneous_launch_through_and_it_trains(tmp_path):
+    """run-trainer on two nodes with 2 and 1 processes: the cluster preflight gate passes (launch-args notes the
+    world size of 3) and the reference trainer trains on all three ranks."""
+    import json
+    import subprocess
+    import sys
+
+    from ddpdoctor.cluster.local import free_port, kill_sessions
+
+    fast = ["--n-layer", "1", "--n-embd", "32", "--batch-size", "4", "--block-size", "32", "--log-every", "5"]
+    port = free_port()
+    procs = []
+    try:
+        for node, nproc in enumerate((2, 1)):
+            argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--preflight-args", "--only launch-args,mesh",
+                    "--nnodes", "2", "--nproc-per-node", str(nproc), "--master", f"127.0.0.1:{port}",
+                    "--local-addr", f"127.0.0.{node + 1}", "--run-dir", str(tmp_path), "--json", "--",
+                    "--steps", "10", *fast]
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        kill_sessions(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    for out, _ in outs:
+        doc = json.loads(out)
+        assert doc["config"]["preflight"] == "ran" and doc["preflight"]["verdict"] == "pass", doc["preflight"]
+        assert doc["verdict"] == "pass"
+    assert sorted(json.loads(outs[0][0])["metrics"]) == ["0", "1", "2"]  # the world size is the sum
