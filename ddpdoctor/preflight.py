@@ -130,10 +130,10 @@ class PreflightRequest:
             return self.nnodes > 1
         import os
 
-        from .cluster.launcher_env import from_env
+        from .cluster.launcher_env import from_env, read_node_file
 
         env = os.environ if env is None else env
-        info = from_env(env, read_file=lambda p: open(p).read(), hostname=socket.gethostname())
+        info = from_env(env, read_file=read_node_file, hostname=socket.gethostname())
         return info.source is not None and (info.nnodes or 1) > 1
 
     def single_node_only_flags(self) -> None:

@@ -22,14 +22,14 @@ def _hosts(value):
     """--hosts a,b,c or --hosts @FILE (one host per line, like an MPI host file or PBS_NODEFILE)."""
     if not value:
         return None
-    from pathlib import Path
-
     if value.startswith("@"):
+        from ..cluster.launcher_env import hosts_of_node_file, read_node_file
+
         try:
-            text = Path(value[1:]).read_text()[:1 << 20]
+            text = read_node_file(value[1:])  # bounded: a huge file is one line, not a long read
         except OSError as exc:
             raise click.BadParameter(f"{value[1:]}: {exc.strerror or exc}", param_hint="--hosts") from None
-        names = [ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        names = hosts_of_node_file(text, f"--hosts {value}")
     else:
         names = [h.strip() for h in value.split(",") if h.strip()]
     names = list(dict.fromkeys(names))

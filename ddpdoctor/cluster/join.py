@@ -79,18 +79,19 @@ def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, 
     if hosts:
         info = launcher_env.from_hosts(hosts, socket.gethostname(), master)
     else:
-        info = launcher_env.from_env(env, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
+        info = launcher_env.from_env(env, read_file=launcher_env.read_node_file, hostname=socket.gethostname())
     if info.local_rank not in (None, 0):
         return None  # one preflight per node
     master_text = master or info.master
     if not master_text:
         raise UsageError("no master endpoint: pass --master HOST:PORT (or set MASTER_ADDR and MASTER_PORT)")
     endpoint = ep.parse_endpoint(master_text, default_port=29500)
+    where = "--nnodes" if nnodes else f"the node count from the {info.source} environment"
     nnodes = nnodes or info.nnodes
     if not nnodes:
         raise UsageError("number of nodes unknown: pass --nnodes N")
     if not 1 <= nnodes <= MAX_NODES:
-        raise UsageError(f"--nnodes {nnodes}: expected 1..{MAX_NODES}")
+        raise UsageError(f"{where} {nnodes}: expected 1..{MAX_NODES}")
     if node_rank is None:
         node_rank = info.node_rank
     if node_rank is not None and not 0 <= node_rank < nnodes:
