@@ -44,6 +44,10 @@ def interface_names() -> list[str]:
 class EnvVarsCheck(Check):
     name = "env-vars"
     description = "Launcher/NCCL/GLOO/TORCH/CUDA env vars (secrets redacted): ifnames exist, RANK/WORLD_SIZE, MASTER_ADDR"
+    # the launcher's variables of one job (ids, node lists, sizes, the master's address) agree across its nodes
+    # but change from job to job: never compared with a --baseline from another run
+    per_run_keys = ("SLURM_*", "SLURMD_*", "PBS_*", "OMPI_*", "PMI_*", "PMIX_*", "MASTER_*", "TORCHELASTIC_*",
+                    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE")
 
     def gather(self, ctx) -> dict:
         raw = {k: v for k, v in os.environ.items() if wanted(k)}

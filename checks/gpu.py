@@ -33,6 +33,19 @@ def _int_env(name: str) -> int | None:
         return None
 
 
+def _needed(facts: dict) -> tuple[int | None, str]:
+    """How many GPUs this node's own job needs, and what says so: --gpus-per-node, else the processes it
+    starts (--nproc-per-node given to the preflight, else the launcher's LOCAL_WORLD_SIZE); (None, "")."""
+    exp = facts.get("expected") if isinstance(facts.get("expected"), dict) else {}
+    for key, source in (("gpus_per_node", "--gpus-per-node"),
+                        ("nproc_per_node", f"--nproc-per-node {exp.get('nproc_per_node')}: this node's processes"),
+                        ("local_world_size", "LOCAL_WORLD_SIZE (processes per node)")):
+        value = exp.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, source
+    return None, ""
+
+
 class GpuCheck(Check):
     name = "gpu"
     description = "NVIDIA driver, GPUs visible to CUDA and torch vs the GPUs the job needs; compute mode, MIG, busy GPUs"
@@ -48,6 +61,7 @@ class GpuCheck(Check):
             "driver_version": None, "cuda_driver_version": None, "gpus": [], "no_driver": False,
             "nvml_error": None, "nvml_error_code": None,
             "expected": {"gpus_per_node": (ctx.run or {}).get("gpus_per_node"),
+                         "nproc_per_node": (ctx.run or {}).get("nproc_per_node"),
                          "local_world_size": _int_env("LOCAL_WORLD_SIZE"), "local_rank": _int_env("LOCAL_RANK")},
         }
         raw_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -76,22 +90,29 @@ class GpuCheck(Check):
                          "lost": sum(1 for g in gpus if g.get("lost"))}}
 
     def comparable(self, facts: dict) -> dict:
+        """The driver, the GPU models and, unless this node says how many processes it starts, the GPU count:
+        a node that does (--nproc-per-node, LOCAL_WORLD_SIZE, --gpus-per-node) has its GPUs judged against its
+        own processes (``_visibility``), so nodes with 4 and 2 GPUs starting 4 and 2 processes are legal."""
         if not isinstance(facts.get("gpus"), list):
             return {}
         gpus = [g for g in facts["gpus"] if isinstance(g, dict)]
-        return {"driver_version": facts.get("driver_version"), "count": len(gpus),
-                "models": sorted({str(g["name"]) for g in gpus if g.get("name") is not None})}
+        out = {"driver_version": facts.get("driver_version"), "count": len(gpus),
+               "models": sorted({str(g["name"]) for g in gpus if g.get("name") is not None})}
+        if _needed(facts)[0]:
+            del out["count"]
+        return out
 
     def compare(self, facts_by_node, opts):
         return per_node(facts_by_node, lambda node, f: self._judge(node, f, opts))
 
     # ---- judgement, one node at a time -------------------------------------------------------------------
     def _judge(self, node: str, f: dict, opts) -> Iterable:
-        exp = f.get("expected") or {}
-        expected = opts.get("gpus_per_node") or exp.get("gpus_per_node") or exp.get("local_world_size")
-        source = ("--gpus-per-node" if (opts.get("gpus_per_node") or exp.get("gpus_per_node"))
-                  else "LOCAL_WORLD_SIZE (processes per node)")
+        # --gpus-per-node on the master holds for every node; otherwise each node's own processes (nodes may
+        # differ: heterogeneous --nproc-per-node)
+        expected, source = (opts["gpus_per_node"], "--gpus-per-node") if opts.get("gpus_per_node") else _needed(f)
         if f.get("nvml_error"):
+            if source.startswith("--nproc-per-node"):  # a CPU node (gloo) may start processes without any GPU
+                expected = None
             yield from self._no_nvml(node, f, expected, source)
             return
         found = []

@@ -77,7 +77,13 @@ class NamesCheck(Check):
         return out + odd_ones({n: r.get("mtu") for n, r in routes.items()}, lambda node, mtu, common: self.fail(
             f"MTU {mtu} on {node}'s interface differs from {common} on the others", [node], actual=mtu,
             expected=common, fix=f"make the MTU identical end to end, e.g. on {node}: "
-                                 f"ip link set dev {routes[node].get('iface')} mtu {common}"))
+                                 f"ip link set dev {routes[node].get('iface')} mtu {common}"),
+            tie=lambda s: [self.fail(
+                f"the MTU of the interfaces to the master differs with no majority: {s.sides_text(str)}",
+                list(s.odd), actual={n: s.value_of(n) for n in s.odd}, expected="one MTU end to end",
+                fix="make the MTU identical end to end (`ip link set dev IFACE mtu N` on the nodes that differ, and "
+                    "the switches between them): no value is on more nodes than another, so pick the one the network "
+                    "carries")])
 
     def _judge_node(self, node, f, slow):
         route = f.get("route_to_master") or {}

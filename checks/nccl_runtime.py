@@ -162,7 +162,15 @@ class NcclRuntimeCheck(Check):
                 f"the other nodes run {common}: mixed NCCL versions hang or fail in the first collective", [n],
                 actual=v, expected=common,
                 fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install nvidia-nccl-cu12=={common}"
-                    " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"))
+                    " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"),
+                tie=lambda s: [self.fail(
+                    f"the nodes run different NCCL versions with no majority: {s.sides_text(str)}: mixed NCCL "
+                    f"versions hang or fail in the first collective", list(s.odd),
+                    actual={n: s.value_of(n) for n in s.odd}, expected="one NCCL version on every node",
+                    fix="install the same torch/NCCL on every node (one container image, or pip install "
+                        "nvidia-nccl-cu12==<the version you want> everywhere): no version is on more nodes than "
+                        "another, so nothing here says which is right; remove other libnccl from "
+                        "LD_LIBRARY_PATH/LD_PRELOAD")])
         return out
 
     def _judge(self, node: str, f: dict):

@@ -1,6 +1,8 @@
 """parity: the nodes run the same software: Python, torch/CUDA/NCCL build, driver, packages, communication
 env vars, GPU model and count, the set of checks, ddpdoctor itself and (with --code) the training code.
-Each difference names the node that differs from the majority, with both values.
+Each difference names the node that differs from the majority, with both values; with no majority (two
+nodes, 2 against 2) it names every side and says so, and its fix picks no side. With --baseline FILE (a
+known-good run) a node is odd when it differs from that run, whatever the count.
 
 What must agree is not decided here: every check declares it (``Check.comparable``, ddpdoctor.api), plugins
 included, and this check compares the union of every node's comparables. It knows only how to word a
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from typing import Any
 
-from ddpdoctor.api import Check, majority, odd_ones, passed_if_quiet
+from ddpdoctor.api import Check, Split, baseline_name, baseline_values, nodes_text, passed_if_quiet, split
 
 HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")  # env variables whose difference fails (others warn)
 CODE_HASH_LIMIT = 20000  # files hashed outside git; beyond that the fingerprint says it is partial
@@ -69,8 +71,11 @@ WORDING: dict[tuple[str, str | None], Any] = {
     ("torch-build", None): lambda key: (f"torch-build {key}", "fail", BUILD_FIX),
     ("gpu", "driver_version"): ("NVIDIA driver", "fail", "install the same NVIDIA driver on every node"),
     ("gpu", "models"): ("GPU model", "warn", "use nodes with the same GPU model in one job (NCCL tunes per topology)"),
+    # a node that says how many processes it starts (--nproc-per-node, LOCAL_WORLD_SIZE) leaves its count out
+    # of its comparables: the gpu check judges its GPUs against its own processes (heterogeneous nodes)
     ("gpu", "count"): ("GPU count", "fail", "give every node the same number of GPUs, or set --nproc-per-node "
-                                            "to the smallest count"),
+                                            "to the smallest count; nodes meant to differ: start each with "
+                                            "--nproc-per-node equal to its GPUs and pass that to the preflight too"),
     ("env-vars", None): _env_wording,
 }
 # The value a node lacking a key is compared with; checks not listed: such nodes take no part for that key.
@@ -78,6 +83,10 @@ MISSING = {"env-vars": "(unset)", "packages": "(missing)"}
 # The order findings come in: the build before the packages, the environment, then the GPUs and the rest.
 ORDER = [("parity", None), ("torch-build", None), ("gpu", "driver_version"), ("packages", None),
          ("env-vars", None), ("gpu", None)]
+
+
+_AS_INTENDED = (". If the change is intended, rerun without --baseline and keep that run's cluster.json as the "
+                "new baseline")
 
 
 def _rank(check: str, key: str) -> tuple:
@@ -99,6 +108,7 @@ class ParityCheck(Check):
     description = "Same Python, torch/CUDA/NCCL, driver, packages, env vars, GPUs, checks and code on every node"
     phase = "cluster"
     reads_comparables = True  # every check's comparables arrive in compare as facts["comparable"]
+    per_run_keys = ("ddpdoctor", "checks", "code")  # the tool, the checks selected and the code change between runs
 
     def gather(self, ctx) -> dict:
         from ddpdoctor import __version__
@@ -116,39 +126,88 @@ class ParityCheck(Check):
         return out
 
     def compare(self, facts_by_node, opts):
-        if len(facts_by_node) < 2:
+        reference = baseline_name(opts)
+        if len(facts_by_node) < 2 and not reference:
             return [self.skip("one node: nothing to compare", sorted(facts_by_node))]
         by_node = {n: f.get("comparable") or {} for n, f in facts_by_node.items()}
         keys = sorted({(c, k) for comp in by_node.values() for c, kv in comp.items() if isinstance(kv, dict)
                        for k in kv}, key=lambda ck: _rank(*ck))
-        out, packages = [], {}
+        out: list = []
+        packages: list[tuple[str, Split]] = []
         for check, key in keys:
             having = {n: comp[check] for n, comp in by_node.items() if isinstance(comp.get(check), dict)}
             values = {n: kv.get(key, MISSING.get(check)) for n, kv in having.items()}
+            if check != "packages":
+                values = {n: v for n, v in values.items() if v is not None}  # not measured there: no part
+            s = split(values, baseline_values(opts, check, key, MISSING.get(check)))
+            if not s.odd:
+                continue
             if check == "packages":
-                common, odd = majority(values)
-                for n in odd:
-                    packages.setdefault(n, []).append(f"{key} {values[n]} (others: {common})")
+                packages.append((key, s))
                 continue
             if packages and _rank(check, key) > _rank("packages", ""):
-                out += self._package_results(packages)
-                packages = {}
-            what, level, fix = wording(check, key)
-            make = self.fail if level == "fail" else self.warn
-            out += odd_ones(values, lambda n, v, common: make(
-                f"{what} on {n} differs: {v!r} vs {common!r} on the others", [n], actual=v, expected=common, fix=fix))
-        out += self._package_results(packages)
-        return passed_if_quiet(out, self, sorted(facts_by_node), f"{len(facts_by_node)} nodes run the same software")
+                out += self._package_results(packages, reference)
+                packages = []
+            out += self._differences(check, key, s, reference)
+        out += self._package_results(packages, reference)
+        where = f", as in {reference}" if reference else ""
+        return passed_if_quiet(out, self, sorted(facts_by_node), f"{len(facts_by_node)} nodes run the same software{where}")
 
-    def _package_results(self, by_node_diffs: dict[str, list[str]]) -> list:
+    def _differences(self, check: str, key: str, s: Split, reference: str | None) -> list:
+        what, level, fix = wording(check, key)
+        make = self.fail if level == "fail" else self.warn
+        if s.basis == "majority":
+            return [make(f"{what} on {n} differs: {s.value_of(n)!r} vs {s.reference!r} on the others", [n],
+                         actual=s.value_of(n), expected=s.reference, fix=fix) for n in s.odd]
+        if s.basis == "baseline":
+            return [make(f"{what} on {nodes_text(nodes)} differs from {reference}: {value!r} vs {s.reference_text()}",
+                         list(nodes), actual=value, expected=list(s.accepted) if len(s.accepted) > 1 else s.reference,
+                         fix=f"{fix}; the baseline has {s.reference_text()}{_AS_INTENDED}")
+                    for value, nodes in s.sides if nodes[0] in s.odd]
+        return [make(f"{what} differs with no majority: {s.sides_text()}", list(s.odd),
+                     actual={n: s.value_of(n) for n in s.odd}, expected="the same value on every node",
+                     fix=f"{fix}. No value is on more nodes than another, so nothing here says which is right: "
+                         f"decide, or rerun with --baseline FILE (the cluster.json of a known-good run)")]
+
+    def _package_results(self, diffs: list[tuple[str, Split]], reference: str | None) -> list:
+        """One finding per odd node (against the majority or the baseline) listing its packages, and one per
+        set of nodes that disagree with no majority, naming every side and pinning nothing."""
+        by_node: dict[str, list[tuple[str, str, str]]] = {}  # node -> [(package, its version, the reference)]
+        ties: dict[tuple[str, ...], list[tuple[str, Split]]] = {}
+        for package, s in diffs:
+            if s.no_majority:
+                ties.setdefault(s.odd, []).append((package, s))
+                continue
+            for n in s.odd:
+                by_node.setdefault(n, []).append((package, s.value_of(n), s.reference_text(str)))
         out = []
-        for n, diffs in sorted(by_node_diffs.items()):
-            pins = " ".join(f"'{d.split()[0]}=={d.split('others: ')[1].rstrip(')')}'" for d in diffs
-                            if "(missing)" not in d.split("(others")[1])
+        against = f"differ from {reference}" if reference else "differ from the majority"
+        label = "baseline" if reference else "others"
+        same: dict[tuple, list[str]] = {}  # nodes with the same differences: one finding (a whole cluster upgraded)
+        for n, items in sorted(by_node.items()):
+            same.setdefault(tuple(items), []).append(n)
+        for items, nodes in sorted(same.items(), key=lambda kv: kv[1]):
+            where = nodes_text(nodes)
+            shown = [f"{p} {mine} ({label}: {ref})" for p, mine, ref in items]
+            pins = " ".join(f"'{p}=={ref}'" for p, _, ref in items if ref != MISSING["packages"]
+                            and not ref.startswith("one of "))
             out.append(self.fail(
-                f"packages on {n} differ from the majority: {'; '.join(diffs[:8])}"
-                + (f" (+{len(diffs) - 8} more)" if len(diffs) > 8 else ""), [n],
-                actual=diffs, expected="the same package set on every node",
-                fix=f"on {n}: pip install {pins}" if pins else f"on {n}: install the same packages as the other nodes",
+                f"packages on {where} {against}: {'; '.join(shown[:8])}"
+                + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), nodes,
+                actual=shown, expected="the same package set on every node",
+                fix=(f"on {where}: pip install {pins}" if pins else
+                     f"on {where}: install the same packages as the " + ("baseline" if reference else "other nodes"))
+                + (_AS_INTENDED if reference else ""),
+            ))
+        for nodes, items in sorted(ties.items()):
+            shown = [f"{p}: {s.sides_text(str)}" for p, s in items]
+            out.append(self.fail(
+                f"packages differ with no majority between {nodes_text(nodes)}: {' | '.join(shown[:8])}"
+                + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), list(nodes),
+                actual=shown, expected="the same package set on every node",
+                fix=f"no version is on more nodes than another, so nothing here says which is right: decide which "
+                    f"is (`pip list -v | grep -i {items[0][0]}` on each node shows where each copy lives: one on "
+                    f"PYTHONPATH or in ~/.local shadows the environment's), install that version on every node, or "
+                    f"rerun with --baseline FILE (the cluster.json of a known-good run)",
             ))
         return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping
 
 from . import documents, registry, runner
-from .api import Result
+from .api import BASELINE, Result
 from .settings import parse_set, read_toml, resolve_check_options, resolve_run
 from .errors import UsageError
 
@@ -105,6 +105,8 @@ class PreflightRequest:
     shared_dir: str | None = None
     hosts: list[str] | None = None
     local_nodes: int | None = None
+    # a known-good run's values (ddpdoctor.baseline.load of --baseline FILE): judged on the master's compare
+    baseline: dict | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "PreflightRequest":
@@ -115,7 +117,8 @@ class PreflightRequest:
     def plan(self) -> Plan:
         sets = (*self.sets, "gpu-perf.enabled=true") if self.perf else tuple(self.sets)
         run_flags = {"gpus_per_node": self.gpus_per_node, "nnodes": self.nnodes, "timeout": self.timeout,
-                     "output_dir": self.output_dir}
+                     "output_dir": self.output_dir, "nproc_per_node": self.nproc_per_node,
+                     BASELINE: self.baseline}
         return make_plan(only=self.only, skip=self.skip, config_path=self.config_path, sets=sets,
                          run_flags=run_flags)
 
@@ -127,15 +130,16 @@ class PreflightRequest:
             return self.nnodes > 1
         import os
 
-        from .cluster.launcher_env import from_env
+        from .cluster.launcher_env import from_env, read_node_file
 
         env = os.environ if env is None else env
-        info = from_env(env, read_file=lambda p: open(p).read(), hostname=socket.gethostname())
+        info = from_env(env, read_file=read_node_file, hostname=socket.gethostname())
         return info.source is not None and (info.nnodes or 1) > 1
 
     def single_node_only_flags(self) -> None:
         for flag, value in (("--node-rank", self.node_rank), ("--local-addr", self.local_addr),
-                            ("--token", self.token), ("--shared-dir", self.shared_dir), ("--code", self.code_dir)):
+                            ("--token", self.token), ("--shared-dir", self.shared_dir), ("--code", self.code_dir),
+                            ("--baseline", self.baseline)):
             if value is not None:
                 raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
 

@@ -32,6 +32,8 @@ RUN_OPTIONS = {
     "gpus_per_node": Option(None, "GPUs every node must show (too few is a fail); default: the launcher's "
                                   "processes per node", type=int, min=0, max=4096),
     "nnodes": Option(None, "number of nodes expected in the cluster", type=int, min=1, max=1_000_000),
+    "nproc_per_node": Option(None, "processes the job starts on this node (nodes may differ): with GPUs, each "
+                                   "needs one", type=int, min=1, max=4096),
     "timeout": Option(None, "seconds the preflight waits for nodes and network steps", type=float, min=1,
                       max=MAX_TIMEOUT_S),
     "output_dir": Option(None, "where result files are written (the resources check measures free disk there)",

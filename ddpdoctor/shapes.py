@@ -71,7 +71,8 @@ BODIES = {
         "scope": Opt(TEXT),
         "run": Opt(Obj({})),
         "checks": Opt(ListOf(Obj({}))),
-        "nodes": MapOf(Obj({"host": Opt(SCALAR), "addr": Opt(SCALAR), "facts": Opt(FACTS)})),
+        "nodes": MapOf(Obj({"host": Opt(SCALAR), "addr": Opt(SCALAR), "facts": Opt(FACTS),
+                            "comparable": Opt(MapOf(Obj({})))})),  # --baseline reads it
         "results": ListOf(Obj({"check": TEXT, "level": OneOf(LEVELS), "summary": TEXT, "nodes": Opt(ListOf(TEXT)),
                                "fix": Opt(TEXT), "details": Opt(Obj({}))}, required=("check", "level", "summary"))),
         "advice": Opt(ListOf(ANY)),

@@ -22,20 +22,29 @@ def _hosts(value):
     """--hosts a,b,c or --hosts @FILE (one host per line, like an MPI host file or PBS_NODEFILE)."""
     if not value:
         return None
-    from pathlib import Path
-
     if value.startswith("@"):
+        from ..cluster.launcher_env import hosts_of_node_file, read_node_file
+
         try:
-            text = Path(value[1:]).read_text()[:1 << 20]
+            text = read_node_file(value[1:])  # bounded: a huge file is one line, not a long read
         except OSError as exc:
             raise click.BadParameter(f"{value[1:]}: {exc.strerror or exc}", param_hint="--hosts") from None
-        names = [ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        names = hosts_of_node_file(text, f"--hosts {value}")
     else:
         names = [h.strip() for h in value.split(",") if h.strip()]
     names = list(dict.fromkeys(names))
     if not names or len(names) > MAX_NODES:
         raise click.BadParameter(f"expected 1 to {MAX_NODES} host names", param_hint="--hosts")
     return names
+
+
+def _baseline(value):
+    """--baseline FILE: a known-good run's values, read and validated now (one line and exit 2 if bad)."""
+    if not value:
+        return None
+    from ..baseline import load
+
+    return load(value)
 
 
 def _worker_argv(params: dict):
@@ -57,6 +66,8 @@ def _worker_argv(params: dict):
                            ("shared_dir", "--shared-dir")):
             if params.get(name) is not None:
                 argv += [flag, str(params[name])]
+        if params.get("baseline"):
+            argv += ["--baseline", params["baseline"]["file"]]
         return argv
 
     return build
@@ -78,21 +89,28 @@ def _worker_argv(params: dict):
 @click.option("--token", envvar="DDPDOCTOR_TOKEN",
               help="Shared secret that signs every message between nodes (or $DDPDOCTOR_TOKEN): a node with another "
                    "token, and anything else that writes to the port, is rejected and named.")
-@click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096), help="Processes per node the job will launch (compared across nodes).")
+@click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096),
+              help="Processes the job will start on this node: with GPUs, each needs one. Nodes may differ "
+                   "(torchrun supports it; the world size is the sum).")
 @click.option("--rdzv-id", callback=lambda ctx, param, v: _rdzv_id(v), help="Rendezvous id the job will use (compared across nodes).")
 @click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")
 @click.option("--shared-dir", type=click.Path(file_okay=False), help="A directory that must be shared by every node.")
 @click.option("--hosts", envvar="DDPDOCTOR_HOSTS", callback=lambda ctx, param, v: _hosts(v), metavar="H1,H2,..|@FILE",
               help="The job's hosts in node-rank order (for ssh/pdsh loops): this node's rank is its place in the "
                    "list, the node count its length, and a node that never joins is named by host.")
+@click.option("--baseline", type=click.Path(dir_okay=False), callback=lambda ctx, param, v: _baseline(v),
+              metavar="FILE",
+              help="The cluster.json (or a one-node node-HOST.json) of a known-good run: a node that differs from it "
+                   "is named whatever the count (two nodes, a whole cluster that upgraded torch); without it a "
+                   "difference is judged by the majority, and a tie names every side. Read on the master.")
 @click.option("--local-nodes", type=click.IntRange(min=1, max=64), allow_from_autoenv=False,  # children inherit env
               help="Demo/self-test: start N nodes on this machine (127.0.0.1..N).")
 @common.output_options
 @common.save_options
 @common.run_id_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
-              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, local_nodes, as_json, output_dir, report_path,
-              results_dir, no_save):
+              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, baseline, local_nodes, as_json, output_dir,
+              report_path, results_dir, no_save):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
@@ -105,6 +123,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
       srun --ntasks-per-node=1 ddpdoctor preflight --master $(scontrol show hostnames | head -1):29500
       ddpdoctor preflight --local-nodes 3                        # a 3-node cluster on this machine
       ddpdoctor preflight --skip gpu-perf --set clock-skew.warn_ms=50 --report preflight.html
+      ddpdoctor preflight --master node1:29500 --nnodes 2 --baseline good/cluster.json
     """
     from .. import preflight as engine
 

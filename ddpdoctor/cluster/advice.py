@@ -43,13 +43,15 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
                          f"# the interface that works on every node {IFNAME_NOTE}")
         else:
             lines.append(f"# interfaces differ per node: set them per node {IFNAME_NOTE}")
-    nproc = cfg.nproc_per_node or _gpus(nodes) or 1
+    default_nproc = cfg.nproc_per_node or _gpus(nodes) or 1
     master_addr = view.master.get("addr") or cfg.master.host
-    by_command: dict[str, list[str]] = {}
+    by_command: dict[tuple[str, int], list[str]] = {}
     for node in view.nodes:
-        by_command.setdefault(env_prefix.get(node["name"], "") if len(set(ifaces.values())) > 1 else "",
-                              []).append(node["name"])
-    for prefix, names in by_command.items():
+        # each node's own --nproc-per-node: nodes may start different counts (heterogeneous GPUs)
+        nproc = (node.get("launch") or {}).get("nproc_per_node") or default_nproc
+        prefix = env_prefix.get(node["name"], "") if len(set(ifaces.values())) > 1 else ""
+        by_command.setdefault((prefix, nproc), []).append(node["name"])
+    for (prefix, nproc), names in by_command.items():
         where = "every node" if len(by_command) == 1 else compress_hosts(names)
         lines.append(f"# on {where}:")
         lines.append(f"{prefix}torchrun --nnodes {len(view.nodes)} --nproc-per-node {nproc} --rdzv-backend c10d "

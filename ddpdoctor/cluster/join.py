@@ -34,11 +34,13 @@ from . import launcher_env
 from . import roster as rosters
 from . import verdict as verdicts
 from .budget import GRACE_S, SILENT_S, Budget
-from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, bounded, key_of
+from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, about, bounded, key_of
 from .probe import ProbeServer
 from .view import ClusterView
 
 POLL_S = 0.2
+# What the master collects from every node, in a user's words (progress lines and silent nodes' findings).
+COLLECTED = {"facts": "check results", "cfacts": "collective test results"}
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
 
 
@@ -77,18 +79,19 @@ def config_from_flags(*, master, nnodes, node_rank, local_addr, timeout, token, 
     if hosts:
         info = launcher_env.from_hosts(hosts, socket.gethostname(), master)
     else:
-        info = launcher_env.from_env(env, read_file=lambda p: Path(p).read_text(), hostname=socket.gethostname())
+        info = launcher_env.from_env(env, read_file=launcher_env.read_node_file, hostname=socket.gethostname())
     if info.local_rank not in (None, 0):
         return None  # one preflight per node
     master_text = master or info.master
     if not master_text:
         raise UsageError("no master endpoint: pass --master HOST:PORT (or set MASTER_ADDR and MASTER_PORT)")
     endpoint = ep.parse_endpoint(master_text, default_port=29500)
+    where = "--nnodes" if nnodes else f"the node count from the {info.source} environment"
     nnodes = nnodes or info.nnodes
     if not nnodes:
         raise UsageError("number of nodes unknown: pass --nnodes N")
     if not 1 <= nnodes <= MAX_NODES:
-        raise UsageError(f"--nnodes {nnodes}: expected 1..{MAX_NODES}")
+        raise UsageError(f"{where} {nnodes}: expected 1..{MAX_NODES}")
     if node_rank is None:
         node_rank = info.node_rank
     if node_rank is not None and not 0 <= node_rank < nnodes:
@@ -268,7 +271,8 @@ class Node:
         if not findings:
             return ""
         last = findings[-1]
-        return f"; before that this node ignored {len(findings)} invalid message(s), the last at {last.key}: {last.why}"
+        return (f"; before that this node ignored {len(findings)} invalid message(s), the last in place of "
+                f"{about(last.key)} (at {last.key}): {last.why}")
 
     def connect(self) -> None:
         raise NotImplementedError
@@ -613,14 +617,15 @@ class Master(Node):
                 break
             if time.monotonic() >= until:
                 for nm in waiting:
-                    self.silent[nm] = f"sent no {kind} within {self.budget.elapsed():.0f} s of the start"
+                    self.silent[nm] = f"sent no {COLLECTED[kind]} within {self.budget.elapsed():.0f} s of the start"
                 break
             if time.monotonic() - last_liveness > 1.0:
                 last_liveness = time.monotonic()
                 self._check_liveness(view, only=set(waiting))
                 for nm in [nm for nm in waiting if nm in self.silent]:
                     del waiting[nm]
-                self.progress.say(f"waiting for {kind} from {', '.join(sorted(waiting)[:10]) or '-'}", dedupe=True)
+                names = ", ".join(sorted(waiting)[:10]) + (f" (+{len(waiting) - 10} more)" if len(waiting) > 10 else "")
+                self.progress.say(f"waiting for the {COLLECTED[kind]} of {names}", dedupe=True)
             time.sleep(POLL_S)
         return got
 
@@ -691,7 +696,7 @@ class Worker(Node):
         self.progress.say(f"master {cfg.master} reachable")
         self._client(max(1.0, self.budget.left(self.budget.meet_by + GRACE_S)))
         self.mb.me = Slot(-1, 0)
-        hello = self.wait_for("hello", self.budget.meet_by + GRACE_S, "the master's hello", on_token_problem=self._rejected)
+        hello = self.wait_for("hello", self.budget.meet_by + GRACE_S, about("hello"), on_token_problem=self._rejected)
         self.mb.run = hello["nonce"]
         self.timings["connected_s"] = round(self.budget.elapsed(), 3)
 
@@ -708,9 +713,9 @@ class Worker(Node):
                 if time.monotonic() - token_problem_since >= TOKEN_PATIENCE_S:  # a forgery first, the real one later?
                     on_token_problem(bad[0].why)
             if time.monotonic() >= until:
-                refused = [f for f in self.mb.findings if f.key == kind or f.key.startswith(kind)]
-                why = (f"; the only message(s) there were invalid: {refused[-1].why} — is --token the same on every "
-                       f"node?") if refused else ""
+                refused = [f for f in self.mb.findings if f.key == key_of(kind)]
+                why = (f"; the only message(s) there (at {key_of(kind)}) were invalid: {refused[-1].why} — is --token "
+                       f"the same on every node?") if refused else ""
                 raise ClusterNotAssembled(f"the master {self.cfg.master} never sent {what} within "
                                           f"{self.budget.elapsed():.0f} s{why}")
             time.sleep(POLL_S)
@@ -728,7 +733,7 @@ class Worker(Node):
                                   f"fix: pass the same --token / DDPDOCTOR_TOKEN on every node")
 
     def meet(self) -> dict:
-        roster = self.wait_for("roster", self.budget.meet_by + 2 * GRACE_S, "the roster")
+        roster = self.wait_for("roster", self.budget.meet_by + 2 * GRACE_S, about("roster"))
         if roster["status"] == "aborted":
             raise ClusterNotAssembled(roster["message"])
         me = [n for n in roster["nodes"] if n["rank"] == self.mb.me.rank and n["claim"] == self.mb.me.claim]
@@ -744,13 +749,13 @@ class Worker(Node):
             return
         try:
             until = min(time.monotonic() + self.cfg.timeout, self.budget.verdict_by - 3 * GRACE_S)
-            shared = self.wait_for("shared", until, "the shared-dir nonce")
+            shared = self.wait_for("shared", until, about(key_of("shared")))
             view.shared_nonce = shared["nonce"]
         except ClusterNotAssembled:
             view.shared_nonce = None  # the shared-dir check says the nonce never came
 
     def links(self, view: ClusterView) -> dict:
-        return self.wait_for("go", self.budget.verdict_by - GRACE_S, "the go for the collective test")
+        return self.wait_for("go", self.budget.verdict_by - GRACE_S, about(key_of("go")))
 
     def verdict(self, view: ClusterView) -> dict:
         body = self.wait_for("verdict", self.budget.end, "the verdict")

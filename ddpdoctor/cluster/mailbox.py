@@ -329,18 +329,19 @@ class Mailbox:
 
     def count(self, name: str, delta: int = 1, **fmt) -> int:
         key = COUNTERS[name].format(**fmt)
-        return int(self.call(f"add {key}", lambda: self.store.add(key, delta)))
+        return int(self.call(f"an update of {about(key)}", lambda: self.store.add(key, delta)))
 
     def counts(self, keys: dict) -> dict:
         """Several counters read at once (adding 0), in one bounded call: {label: value}."""
-        return self.call("read counters", lambda: {label: int(self.store.add(k, 0)) for label, k in keys.items()})
+        return self.call("a read of the nodes' heartbeats and rank claims",
+                         lambda: {label: int(self.store.add(k, 0)) for label, k in keys.items()})
 
     def beats(self, slots: list[Slot]) -> dict[Slot, int]:
         return self.counts({s: COUNTERS["beat"].format(slot=s) for s in slots})
 
     def present(self, keys: list[str]) -> dict[str, bool]:
         """Which of these keys exist, in one bounded call (one thread for a whole polling round)."""
-        return self.call("check", lambda: {k: self.store.check([k]) for k in keys})
+        return self.call("a look for the nodes' messages", lambda: {k: self.store.check([k]) for k in keys})
 
     # -- messages ---------------------------------------------------------------------------------------
     def post(self, kind: str, body: dict, slot: Slot | None = None) -> None:
@@ -348,14 +349,14 @@ class Mailbox:
         sender = Slot(0, self.me.claim) if spec.from_master else (slot or self.me)
         key = key_of(kind, slot or self.me)
         frame = b"\n" + seal(body, token=self.token, run=self.run or "", key=key, sender=sender) + b"\n"
-        self.call(f"append {key}", lambda: self.store.append(key, frame))
+        self.call(f"a write of {about(key)}", lambda: self.store.append(key, frame))
 
     def read(self, kind: str, slot: Slot | None = None) -> dict | None:
         """The first valid message under this key, or None (absent, or nothing valid yet)."""
         spec = KINDS[kind]
         key = key_of(kind, slot)
         # check, then get, in one bounded call: a poll costs one helper thread, not two
-        blob = self.call(f"get {key}", lambda: self.store.get(key) if self.store.check([key]) else None)
+        blob = self.call(f"a read of {about(key)}", lambda: self.store.get(key) if self.store.check([key]) else None)
         if blob is None:
             return None
         cap = spec.cap(self.nnodes)
@@ -406,3 +407,32 @@ def _claimed(frame: bytes) -> str:
         return f"rank {rank} host {host!r} addr {addr!r}" if host or addr else f"rank {rank}"
     except Exception:  # noqa: BLE001 - a frame that is not even an envelope claims nothing
         return ""
+
+
+# What each key holds, in a user's words: a message a person reads (a progress line, a finding, an error)
+# names a key this way, never by the protocol's own name (issue 20); the keys themselves are the protocol's.
+ABOUT = {
+    "hello": "the master's first message (this run's id)",
+    "ident": "node rank {rank}'s identity",
+    "roster": "the list of nodes that joined",
+    "shared-nonce": "the shared-directory test's file name",
+    "facts": "node rank {rank}'s check results",
+    "collective-go": "the master's go-ahead for the collective test",
+    "cfacts": "node rank {rank}'s collective test results",
+    "verdict": "the verdict",
+    "done": "node rank {rank}'s receipt of the verdict",
+    "assign": "the count of nodes that took a rank",
+    "claim": "the claims on node rank {rank}",
+    "beat": "node rank {rank}'s heartbeat",
+}
+
+
+def about(key: str) -> str:
+    """A store key in a user's words: "cfacts/2.1" -> "node rank 2's collective test results"; a key no node
+    writes (a stranger's) -> "a message ddpdoctor does not write"."""
+    head, _, rest = str(key).partition("/")
+    text = ABOUT.get(head)
+    if text is None:
+        return "a message ddpdoctor does not write"
+    rank = re.split(r"[/.]", rest)[0] if rest else ""
+    return text.format(rank=rank if rank.isdigit() else "?")

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from ..api import Level, majority
+from ..api import BASELINE, Level, split
 from ..grouping import compress_hosts, describe_nodes, group_results, number_ranges
 from ..redact import scrub
 from ..runner import exported, node_comparable
@@ -76,7 +76,7 @@ def build(docs: list[dict]) -> dict:
         "skipped": [g for g in groups if g["level"] == "skip"],
         "matrix": check_matrix(results, sorted(nodes)),
         "versions": versions_table(nodes),
-        "facts_diff": facts_diff(nodes),
+        "facts_diff": facts_diff(nodes, baseline=run_baseline(docs)),
         "clock": clock,
         "clock_limit_ms": limit,
         "clock_span": clock_axis(clock, limit),
@@ -233,22 +233,47 @@ def _flatten(nodes: dict[str, dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def facts_diff(nodes: dict[str, dict], limit: int = 200) -> list[dict]:
-    """Each fact on which some node differs from the majority: the majority value and the odd nodes' values."""
+def facts_diff(nodes: dict[str, dict], limit: int = 200, baseline: dict | None = None) -> list[dict]:
+    """Each fact on which some node differs from the majority, or from ``baseline`` (a run's --baseline
+    reference) where it has the fact: the reference value ("majority", None when there is none), the basis
+    ("majority", "baseline" or "" for no majority: two nodes, a tie) and the odd nodes' values (every node's
+    when there is no majority: none of them is right by count)."""
     flat = _flatten(nodes)
-    if len(flat) < 2:
+    reference = _flat_baseline(baseline)
+    if len(flat) < 2 and not reference:
         return []
     keys = sorted({k for f in flat.values() for k in f})
     out = []
     for key in keys:
         values = {n: f.get(key, "(missing)") for n, f in flat.items()}
-        common, odd = majority(values)
-        if odd:
-            out.append({"fact": key, "majority": common, "majority_count": len(values) - len(odd),
-                        "odd": [{"node": n, "value": values[n]} for n in odd[:32]], "odd_count": len(odd)})
+        s = split(values, reference.get(key))
+        if s.odd:
+            out.append({"fact": key, "majority": s.reference, "basis": s.basis, "no_majority": s.no_majority,
+                        "majority_count": len(values) - len(s.odd) if s.basis == "majority" else 0,
+                        "odd": [{"node": n, "value": values[n]} for n in s.odd[:32]], "odd_count": len(s.odd)})
         if len(out) >= limit:
             break
     return out
+
+
+def _flat_baseline(baseline: dict | None) -> dict[str, list]:
+    """A --baseline reference as flat CHECK.KEY -> accepted values, shown like ``_flatten``'s."""
+    comparable = baseline.get("comparable") if isinstance(baseline, dict) else None
+    out: dict[str, list] = {}
+    for check, values in comparable.items() if isinstance(comparable, dict) else ():
+        for key, accepted in values.items() if isinstance(values, dict) else ():
+            if isinstance(accepted, list) and accepted:
+                out[f"{check}.{key}"] = [", ".join(map(str, v)) if isinstance(v, list) else v for v in accepted]
+    return out
+
+
+def run_baseline(docs: list[dict]) -> dict | None:
+    """The --baseline reference a preflight among ``docs`` was judged against, if any."""
+    for d in docs:
+        ref = (d.get("run") or {}).get(BASELINE) if d.get("kind") == "preflight" else None
+        if isinstance(ref, dict):
+            return ref
+    return None
 
 
 # ------------------------------------------------------------------------------------------ per-node table
@@ -299,7 +324,8 @@ def versions_table(nodes: dict[str, dict], limit: int = 64) -> dict:
             if any(v[k] for v in per_node.values())]
     if not per_node or not cols:
         return {"columns": [], "rows": [], "hidden": 0}
-    common = {k: majority({n: v[k] for n, v in per_node.items()})[0] for k, _ in cols}
+    # no majority (two nodes that differ, a tie): None, so every node's value in that column is marked
+    common = {k: split({n: v[k] for n, v in per_node.items()}).reference for k, _ in cols}
     same: dict[tuple, list[str]] = {}
     for n in sorted(per_node, key=_natural):
         same.setdefault(tuple(per_node[n][k] for k, _ in cols), []).append(n)

@@ -331,8 +331,14 @@ def p_code_drift(ctx):
     return cluster(ctx, per_node=lambda r: {"extra": ["--code", str(dirs[r])]})
 
 
+def p_heterogeneous(ctx):
+    # the PyTorch multinode tutorial's shape: nodes that start different process counts (legal, no finding)
+    return cluster(ctx, per_node=lambda r: {"extra": ["--nproc-per-node", "2" if r == 2 else "4"]})
+
+
 def p_launch_args(ctx):
-    return cluster(ctx, per_node=lambda r: {"extra": ["--nproc-per-node", "4" if r == 2 else "8"]})
+    # a differing --nproc-per-node is legal (heterogeneous nodes, issue 20); a differing rendezvous id hangs
+    return cluster(ctx, per_node=lambda r: {"extra": ["--rdzv-id", "job-b" if r == 2 else "job-a"]})
 
 
 def p_duplicate_rank(ctx):
@@ -585,6 +591,7 @@ def g_throttled(ctx):
 
 SCENARIOS = [
     Scenario("healthy-3-nodes", "preflight", "none", None, "", p_healthy),
+    Scenario("healthy-heterogeneous", "preflight", "none", None, "", p_heterogeneous),
     Scenario("missing-node", "preflight", "missing node", {"rank 2"}, r"missing", p_missing),
     Scenario("killed-node", "preflight", "dead node", {"127.0.0.3"}, r"stopped answering|killed", p_killed),
     Scenario("frozen-node", "preflight", "frozen node", {"127.0.0.3"}, r"heartbeat|frozen|stopped", p_frozen),
@@ -598,7 +605,7 @@ SCENARIOS = [
     Scenario("env-drift", "preflight", "env drift", {"127.0.0.3"}, r"NCCL_IB_DISABLE", p_env_drift),
     Scenario("package-drift", "preflight", "package drift", {"127.0.0.3"}, r"fakepkg|package", p_package_drift),
     Scenario("code-drift", "preflight", "code drift", {"127.0.0.3"}, r"code", p_code_drift),
-    Scenario("launch-arg-mismatch", "preflight", "launch-arg mismatch", {"127.0.0.3"}, r"nproc", p_launch_args),
+    Scenario("launch-arg-mismatch", "preflight", "launch-arg mismatch", {"127.0.0.3"}, r"rdzv", p_launch_args),
     Scenario("duplicate-rank", "preflight", "duplicate rank", {"127.0.0.2", "127.0.0.3"}, r"rank 1",
              p_duplicate_rank),
     Scenario("node-local-shared-dir", "preflight", "node-local shared dir", {"127.0.0.3"}, r"shared",

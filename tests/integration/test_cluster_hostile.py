@@ -188,7 +188,7 @@ def _record(h, keys: list[str]) -> dict[str, bytes]:
 def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     """Record every signed message of a healthy run; replay them into a failing run with the same token.
     The replayed PASS verdict, roster, identity and facts are refused as another run's; the real verdict
-    (fail: the nodes disagree on --nproc-per-node) is the one every node prints."""
+    (fail: the nodes disagree on --rdzv-id; a differing --nproc-per-node is legal since issue 20) is the one every node prints."""
     first = cluster(2)
     first.start_master(token=TOKEN, timeout=TIMEOUT)
     h1 = first.hostile()
@@ -199,12 +199,12 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     assert b'"run"' in recorded["verdict"]
 
     second = cluster(2)
-    master = second.start_master("--nproc-per-node", "1", token=TOKEN, timeout=TIMEOUT)
+    master = second.start_master("--rdzv-id", "job-a", token=TOKEN, timeout=TIMEOUT)
     h2 = second.hostile()
     h2.run_nonce(TOKEN)
     for key, blob in recorded.items():
         h2.append_raw(key, blob)  # after the live hello; before anything else of this run
-    worker = second.start(1, "--nproc-per-node", "2", token=TOKEN, timeout=TIMEOUT)
+    worker = second.start(1, "--rdzv-id", "job-b", token=TOKEN, timeout=TIMEOUT)
     codes = second.finish(budget_s(TIMEOUT))
     for node in (master, worker):
         assert_clean(node)

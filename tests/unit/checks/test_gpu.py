@@ -239,3 +239,32 @@ def test_real_pynvml_without_a_driver_is_recognised(env):
     f = GpuCheck().gather(NodeContext(node="n1"))
     assert f["no_driver"] is True and f["nvml_error_code"] in (9, 12) and f["gpus"] == []
     assert judge(f)[0].level is Level.SKIP
+
+
+# ---- issue 20: heterogeneous nodes ------------------------------------------------------------------------
+def test_each_node_needs_a_gpu_per_own_process_and_its_count_then_leaves_the_parity_diff(env):
+    four = gather(env, fake_nvml.make([healthy_gpu(i) for i in range(4)]), run={"nproc_per_node": 4},
+                  torch=dict(CUDA_TORCH, torch_device_count=4))
+    two = gather(env, fake_nvml.make([healthy_gpu(i) for i in range(2)]), run={"nproc_per_node": 2})
+    assert four["expected"]["nproc_per_node"] == 4
+    # the master's compare: its own run settings (nproc 4) must not be held against the node with 2
+    results = GpuCheck().compare({"a": four, "b": two}, GpuCheck().with_defaults({"nproc_per_node": 4}))
+    assert levels(results) == [Level.PASS, Level.PASS], [r.summary for r in results]
+    assert "count" not in GpuCheck().comparable(four) and "count" not in GpuCheck().comparable(two)
+    assert GpuCheck().comparable(four)["models"] == GpuCheck().comparable(two)["models"]
+    unknown = gather(env, fake_nvml.make([healthy_gpu(0), healthy_gpu(1)]))
+    assert GpuCheck().comparable(unknown)["count"] == 2  # nothing says how many it needs: counts must agree
+
+
+def test_more_processes_than_gpus_on_a_node_fails_there_and_a_cpu_node_may_start_processes(env):
+    three = gather(env, fake_nvml.make([healthy_gpu(0), healthy_gpu(1)]), run={"nproc_per_node": 3})
+    (fail,) = bad(GpuCheck().compare({"b": three}, GpuCheck().with_defaults({})))
+    assert fail.level is Level.FAIL and fail.nodes == ["b"] and fail.expected == 3 and fail.actual == 2
+    assert "--nproc-per-node 3" in fail.summary and "--nproc-per-node=2 on b" in fail.fix
+    cpu = gather(env, fake_nvml.make_no_driver(), run={"nproc_per_node": 4}, torch=None)
+    (skip,) = GpuCheck().compare({"c": cpu}, GpuCheck().with_defaults({}))
+    assert skip.level is Level.SKIP  # gloo on a CPU node: processes without GPUs are legal
+    gpus_flag = gather(env, fake_nvml.make([healthy_gpu(0)]), run={"nproc_per_node": 1},
+                       torch=dict(CUDA_TORCH, torch_device_count=1))
+    (wanted,) = bad(GpuCheck().compare({"d": gpus_flag}, GpuCheck().with_defaults({"gpus_per_node": 2})))
+    assert "--gpus-per-node" in wanted.summary  # --gpus-per-node holds for every node

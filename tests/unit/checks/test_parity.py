@@ -69,10 +69,60 @@ def test_parity_missing_package_and_gpu_model():
     assert model.nodes == ["c"] and "A100" in model.summary
 
 
-def test_parity_tie_of_two_is_reported_on_one_node_deterministically():
+def test_parity_tie_of_two_names_both_nodes_deterministically():
+    # issue 20: two nodes have no majority; the tie used to be broken by sort order, blaming one node.
     a, b = parity_node(torch="2.13.0"), parity_node(torch="2.4.0")
     first = [(r.nodes, r.summary) for r in levels(ParityCheck().compare({"a": a, "b": b}, ParityCheck().with_defaults({})), Level.FAIL)]
     again = [(r.nodes, r.summary) for r in levels(ParityCheck().compare({"b": b, "a": a}, ParityCheck().with_defaults({})), Level.FAIL)]
     assert first and sorted(first) == sorted(again)
-    assert all(nodes == ["b"] or nodes == ["a"] for nodes, _ in first)
+    assert all(nodes == ["a", "b"] for nodes, _ in first)  # every side named, none picked
+    assert all("no majority" in s for _, s in first)
     assert any("'2.13.0'" in s and "'2.4.0'" in s for _, s in first)  # both values shown
+
+
+# ---- issue 20: two nodes, ties and --baseline -----------------------------------------------------------
+BASELINE = {"file": "good/cluster.json", "nodes": ["g1", "g2"], "verdict": "pass",
+            "comparable": {"torch-build": {"torch_version": ["2.13.0"]},
+                           "packages": {"numpy": ["2.4.6"], "torch": ["2.13.0"]}}}
+
+
+def test_two_nodes_with_a_package_shadowed_on_one_name_both_and_pin_nothing():
+    """The issue's case: numpy 2.1.3 shadows the venv's 2.4.6 on node2; the healthy node1 was told to downgrade."""
+    node1, node2 = parity_node(pkgs=("numpy==2.4.6",)), parity_node(pkgs=("numpy==2.1.3",))
+    (pkg,) = fails(ParityCheck().compare({"node1": node1, "node2": node2}, ParityCheck().with_defaults({})))
+    assert pkg.nodes == ["node1", "node2"] and "no majority" in pkg.summary
+    assert "numpy: 2.4.6 on node1; 2.1.3 on node2" in pkg.summary
+    assert "pip install '" not in pkg.fix and "--baseline" in pkg.fix
+
+
+def test_the_baseline_names_the_odd_node_of_two_and_a_whole_cluster_that_moved():
+    node1, node2 = parity_node(pkgs=("numpy==2.4.6",)), parity_node(pkgs=("numpy==2.1.3",))
+    opts = ParityCheck().with_defaults({"baseline": BASELINE})
+    (pkg,) = fails(ParityCheck().compare({"node1": node1, "node2": node2}, opts))
+    assert pkg.nodes == ["node2"] and "differ from the baseline good/cluster.json" in pkg.summary
+    assert "numpy 2.1.3 (baseline: 2.4.6)" in pkg.summary and pkg.fix.startswith("on node2: pip install 'numpy==2.4.6'")
+    moved = {n: parity_node(torch="2.14.0", pkgs=("numpy==2.4.6",)) for n in ("a", "b", "c")}
+    res = fails(ParityCheck().compare(moved, opts))
+    build = next(r for r in res if r.summary.startswith("torch-build torch_version"))
+    assert build.nodes == ["a", "b", "c"] and "'2.14.0' vs '2.13.0'" in build.summary
+    (pkgs,) = [r for r in res if r.summary.startswith("packages")]
+    assert pkgs.nodes == ["a", "b", "c"] and "torch 2.14.0 (baseline: 2.13.0)" in pkgs.summary  # one finding
+    # what the baseline says nothing about is still judged by the majority (here: all agree)
+    assert not [r for r in res if "GPU" in r.summary or "env" in r.summary]
+
+
+def test_one_node_with_a_baseline_is_compared_and_without_one_skipped():
+    (skip,) = ParityCheck().compare({"a": parity_node()}, ParityCheck().with_defaults({}))
+    assert skip.level is Level.SKIP
+    res = ParityCheck().compare({"a": parity_node(torch="2.12.0")}, ParityCheck().with_defaults({"baseline": BASELINE}))
+    assert any(r.level is Level.FAIL and r.nodes == ["a"] for r in res)
+    (ok,) = ParityCheck().compare({"a": parity_node(pkgs=("numpy==2.4.6",))},
+                                  ParityCheck().with_defaults({"baseline": BASELINE}))
+    assert ok.level is Level.PASS and "as in the baseline good/cluster.json" in ok.summary
+
+
+def test_gpu_counts_differ_legally_when_each_node_says_how_many_processes_it_starts():
+    a, b = parity_node(gpus=4), parity_node(gpus=2)
+    for node in (a, b):  # what the gpu check's comparable gives a node that knows its process count
+        node["comparable"]["gpu"].pop("count")
+    assert [r.level for r in ParityCheck().compare({"a": a, "b": b}, ParityCheck().with_defaults({}))] == [Level.PASS]

@@ -75,3 +75,14 @@ def test_loopback_is_never_advised_as_the_interface_of_a_job():
     assert not any("SOCKET_IFNAME=lo" in ln or "SOCKET_IFNAME==lo" in ln for ln in lines)
     assert lines[0].startswith("# every node ran on this machine (loopback)")
     assert any(ln.startswith("torchrun --nnodes 3") for ln in lines)
+
+
+def test_heterogeneous_nodes_get_their_own_torchrun_line():
+    # issue 20: each node's own --nproc-per-node (from its launch), the same interface everywhere
+    view = _view(["a", "b", "c"])
+    for node, nproc in zip(view.nodes, (4, 4, 2)):
+        node["launch"] = {"nproc_per_node": nproc}
+    lines = advice_lines(_nodes({"a": "eth0", "b": "eth0", "c": "eth0"}), view, _cfg(nproc=4), [])
+    runs = [ln for ln in lines if ln.startswith("torchrun")]
+    assert len(runs) == 2 and "--nproc-per-node 4" in runs[0] and "--nproc-per-node 2" in runs[1]
+    assert lines[lines.index(runs[0]) - 1] == "# on a,b:" and lines[lines.index(runs[1]) - 1] == "# on c:"

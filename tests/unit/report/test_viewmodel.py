@@ -278,3 +278,25 @@ def test_hostile_text_in_every_new_field_is_escaped():
     assert "<img" not in page and "alert(9)" in page
     assert page.count("&lt;img src=x onerror=alert(9)&gt;") >= 10
     assert page.count("<script>") == 1
+
+
+def test_facts_diff_of_two_nodes_has_no_majority_and_a_baseline_gives_one():
+    # issue 20: node002 runs torch 2.4.0, node001 2.13.0: two nodes, no majority
+    nodes = view.merge_nodes([fx.preflight(3, evil=False)])
+    two = {n: d for n, d in nodes.items() if n in ("node001", "node002")}
+    d = {x["fact"]: x for x in view.facts_diff(two)}["torch-build.torch_version"]
+    assert d["no_majority"] and d["basis"] == "" and d["majority"] is None and d["majority_count"] == 0
+    assert {o["node"]: o["value"] for o in d["odd"]} == {"node001": "2.13.0", "node002": "2.4.0"}
+    ref = {"file": "good.json", "comparable": {"torch-build": {"torch_version": ["2.13.0"]}}}
+    d = {x["fact"]: x for x in view.facts_diff(two, baseline=ref)}["torch-build.torch_version"]
+    assert d["basis"] == "baseline" and d["majority"] == "2.13.0" and d["odd"] == [{"node": "node002", "value": "2.4.0"}]
+    table = view.versions_table(two)
+    torch_col = table["columns"].index("torch")
+    assert all(row["cells"][torch_col]["odd"] for row in table["rows"])  # no side shown as the norm
+    doc = fx.preflight(3, evil=False)
+    doc["run"] = {"baseline": ref}
+    assert view.run_baseline([doc]) == ref and view.run_baseline([fx.bench(4)]) is None
+    doc["nodes"] = {n: d for n, d in doc["nodes"].items() if n in ("node001", "node002")}
+    doc["run"] = {}
+    page = html.build_html([doc])
+    assert "Facts that differ between nodes" in page and "no majority" in page
