@@ -23,6 +23,17 @@ def _disk(path: str) -> dict:
     return {"path": path, "free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
 
 
+def _existing(path: str) -> str:
+    """The directory itself, or its nearest existing parent: a results directory is made when the result is
+    written, after this measurement, on the same filesystem as its parent."""
+    p = os.path.abspath(path)
+    for _ in range(64):  # bounded: a path has few components
+        if os.path.exists(p) or p == os.path.dirname(p):
+            return p
+        p = os.path.dirname(p)
+    return p
+
+
 class ResourcesCheck(Check):
     name = "resources"
     description = "/dev/shm size, open-files and locked-memory limits, free disk for results, memory, CPUs"
@@ -50,7 +61,7 @@ class ResourcesCheck(Check):
         except OSError as exc:
             facts["shm"] = {"path": "/dev/shm", "error": str(exc)}
         try:
-            facts["disk"] = _disk(out_dir)
+            facts["disk"] = _disk(_existing(out_dir))
         except OSError as exc:
             facts["disk"] = {"path": out_dir, "error": str(exc)}
         vm = psutil.virtual_memory()

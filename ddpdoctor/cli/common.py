@@ -167,6 +167,19 @@ def saving(results_dir: str | None, no_save: bool, output_dir) -> Saving:
     return Saving(None if no_save or output_dir or not results_dir else Path(results_dir))
 
 
+def default_result_dir(save: Saving) -> Path | None:
+    """The default save's directory for this command, fixed before the work starts: the run id is pinned in
+    $DDPDOCTOR_RUN_ID (its own children and the document then carry the same one), so a cluster's master can
+    tell the other nodes where its cluster.json will be. None when nothing is kept by default."""
+    from ..documents import new_run_id
+
+    if save.root is None:
+        return None
+    run_id = new_run_id()
+    os.environ["DDPDOCTOR_RUN_ID"] = run_id
+    return save.directory(run_id).resolve()
+
+
 def ensure_writable_dir(path: str | None) -> Path | None:
     """Create the output directory up front, so an unwritable one is a usage error before any work."""
     if not path:

@@ -129,8 +129,11 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
+    save = common.saving(results_dir, no_save, out_dir)
     params = click.get_current_context().params
-    request = engine.PreflightRequest.from_params(dict(params, output_dir=str(out_dir.resolve()) if out_dir else None))
+    # Where this node's result will be: the master tells the other nodes (their one line points at its cluster.json)
+    written_to = out_dir.resolve() if out_dir else common.default_result_dir(save)
+    request = engine.PreflightRequest.from_params(dict(params, output_dir=str(written_to) if written_to else None))
     doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(params))
     if doc is None:
         return 0  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
@@ -151,7 +154,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
             render_preflight(d, con, verbose=common.STATE.verbose, quiet=common.STATE.quiet)
 
     return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
-                       render=render, save=common.saving(results_dir, no_save, out_dir))
+                       render=render, save=save)
 
 
 OWNED_BY_RUN_TRAINER = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")

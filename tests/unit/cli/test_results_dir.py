@@ -96,3 +96,26 @@ def test_local_nodes_keep_one_cluster_file(cwd):
                        cwd=cwd, timeout=110)
     assert p.returncode == 0, p.stderr[-2000:]
     assert sorted(x.name for x in (cwd / "ddpdoctor-results" / "wf-5").iterdir()) == ["cluster.json"]
+
+
+def test_the_default_directory_is_fixed_before_the_work_and_shared_by_the_document(cwd):
+    """A cluster's master tells the other nodes where its cluster.json goes before it writes it: the run id is
+    pinned first (the scheduler's job id here), and the document then carries that same id."""
+    from ddpdoctor.cli import common
+
+    os.environ["SLURM_JOB_ID"] = "4711"
+    where = common.default_result_dir(common.saving(str(cwd / "ddpdoctor-results"), False, None))
+    assert where == (cwd / "ddpdoctor-results" / "4711").resolve()
+    assert os.environ["DDPDOCTOR_RUN_ID"] == "4711" and documents.envelope("preflight")["run_id"] == "4711"
+    assert common.default_result_dir(common.saving(str(cwd), True, None)) is None  # --no-save: nothing kept
+
+
+def test_a_worker_line_names_the_masters_default_directory(capsys):
+    """A worker's one line points at the master's cluster.json under the default results directory."""
+    from ddpdoctor.report.console import render_worker_line, stderr_console
+
+    doc = {"this_node": "node2", "verdict": "pass", "exit_code": 0, "results": [],
+           "master": {"node": "node1", "host": "node1", "output_dir": "/home/u/ddpdoctor-results/4711", "results": 0}}
+    render_worker_line(doc, stderr_console())
+    err = capsys.readouterr().err
+    assert "node1 printed the full summary and wrote the cluster result to /home/u/ddpdoctor-results/4711/cluster.json" in err
