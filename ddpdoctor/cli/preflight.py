@@ -77,7 +77,9 @@ def _worker_argv(params: dict):
 @click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
 @click.option("--token", envvar="DDPDOCTOR_TOKEN",
               help="Shared secret that signs every message between nodes (or $DDPDOCTOR_TOKEN): a node with another "
-                   "token, and anything else that writes to the port, is rejected and named.")
+                   "token, and anything else that writes to the port, is rejected and named. Without it the run "
+                   "uses its own key file in ~/.ddpdoctor/keys (or --shared-dir) when the nodes share it, else it "
+                   "is unauthenticated and says so.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096), help="Processes per node the job will launch (compared across nodes).")
 @click.option("--rdzv-id", callback=lambda ctx, param, v: _rdzv_id(v), help="Rendezvous id the job will use (compared across nodes).")
 @click.option("--code", "code_dir", type=click.Path(file_okay=False), help="Fingerprint the training code in DIR and compare it across nodes.")

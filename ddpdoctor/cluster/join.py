@@ -589,6 +589,7 @@ class Master(Node):
         self.key_path = self.keyfiles.paths[0]
         self.mb.token = self.keyfiles.key
         self.mb.sealed = True
+        self.mb.open_allowed = True
         hello["key_id"] = key_id(self.mb.token, self.mb.run)
 
     def meet(self) -> dict:
@@ -657,9 +658,8 @@ class Master(Node):
 
     def _namespaces(self) -> list[bool]:
         """Where identities can be: sealed names (--token, or the run's key), and the public ones for nodes
-        without the key (only when the key is the run's own: with --token every node has it)."""
-        if self.cfg.token:
-            return [True]
+        without the key (with --token every node has it: what is under the public names is only named, e.g.
+        a node with another token)."""
         return [True, False] if self.mb.sealed else [False]
 
     def _read_idents(self, valid: dict[int, list[dict]], read: set) -> None:
@@ -937,6 +937,7 @@ class Worker(Node):
         try:
             if self.probe is None:
                 self.open_probe()
+            self.mb.sealed = False  # this run's sealed names need its token: say it where the master looks
             self.claim()
         except (StoreGone, StoreSilent, ClusterNotAssembled, UsageError):
             pass
@@ -978,9 +979,8 @@ class Worker(Node):
         except (StoreGone, StoreSilent):
             pass  # the master may already be gone; the verdict is what mattered
         self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
-        auth = self.auth_state([n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots])
-        if self.mb.blind or self.auth_mode() == "none":
-            auth = self.auth_state([self.me["name"]]) if self.mb.blind else auth
+        open_nodes = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
+        auth = self.auth_state(open_nodes + ([self.me["name"]] if self.mb.blind else []))
 
         def advice(results):
             from .advice import advice_lines
