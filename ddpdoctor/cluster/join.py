@@ -500,7 +500,9 @@ class Node:
         """Wait for the collective while watching every peer's heartbeat: a node that freezes inside it is
         named after SILENT_S instead of after the process group's timeout. Returns that node's name."""
         beats = Heartbeats(view.nodes)
-        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]]
+        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]
+                 # a node without the run's key cannot read the sealed heartbeats of the nodes with it
+                 and (not self.mb.blind or Slot(n["rank"], n["claim"]) in self.mb.open_slots)]
         while work.is_alive() and time.monotonic() < self.budget.verdict_by:
             work.join(1.0)
             if not work.is_alive():
