@@ -886,7 +886,7 @@ class Worker(Node):
                 refused = [f for f in self.mb.findings if f.key == "hello"]
                 why = (f"; the only message(s) there were invalid: {refused[-1].why} — is --token the same on every "
                        f"node?") if refused else ""
-                raise ClusterNotAssembled(f"the master {self.cfg.master} never sent the master's hello within "
+                raise ClusterNotAssembled(f"the master {self.cfg.master} never sent its hello within "
                                           f"{self.budget.elapsed():.0f} s{why}")
             time.sleep(POLL_S)
 
