@@ -63,6 +63,25 @@ class KeyFiles:
         self.paths = []
 
 
+STALE_S = 24 * 3600  # a key file this old is from a master that was killed (SIGKILL cannot clean up)
+
+
+def _sweep(directory: Path) -> None:
+    """Remove this user's key files older than STALE_S from the home key directory."""
+    try:
+        entries = list(os.scandir(directory))[:10_000]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and now - st.st_mtime > STALE_S:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
 def _private_dir(path: Path) -> None:
     """The home key directory: created 0700; refused when it is a link or someone else's."""
     if not (path.name == "keys" and path.parent.name == ".ddpdoctor"):
@@ -75,6 +94,7 @@ def _private_dir(path: Path) -> None:
             raise OSError(f"{p} is not a directory owned by this user")
         if st.st_mode & 0o077:
             os.chmod(p, 0o700)
+    _sweep(path)
 
 
 def create(paths: list[Path]) -> KeyFiles:

@@ -81,3 +81,14 @@ def test_a_stale_key_of_an_earlier_run_does_not_match_this_runs_hello(tmp_path):
     assert key == fresh and found == path
     key, found = keyfile.find([tmp_path / "absent"], lambda k: True, time.monotonic() + 0.5)
     assert key is None and time.monotonic() - start < 5  # not found: bounded, no hang
+
+
+@pytest.mark.timeout(30)
+def test_a_key_left_by_a_killed_master_is_swept_a_day_later(tmp_path):
+    keys = tmp_path / ".ddpdoctor" / "keys"
+    keyfile.create([keys / "old"])
+    keyfile.create([keys / "recent"])
+    day_ago = time.time() - keyfile.STALE_S - 60
+    os.utime(keys / "old", (day_ago, day_ago))
+    keyfile.create([keys / "new"])
+    assert sorted(p.name for p in keys.iterdir()) == ["new", "recent"]
