@@ -88,7 +88,9 @@ def _worker_argv(params: dict):
 @click.option("--timeout", type=common.TIMEOUT, default=60.0, show_default=True, help="Seconds to wait for the nodes to meet.")
 @click.option("--token", envvar="DDPDOCTOR_TOKEN",
               help="Shared secret that signs every message between nodes (or $DDPDOCTOR_TOKEN): a node with another "
-                   "token, and anything else that writes to the port, is rejected and named.")
+                   "token, and anything else that writes to the port, is rejected and named. Without it the run "
+                   "uses its own key file in ~/.ddpdoctor/keys (or --shared-dir) when the nodes share it, else it "
+                   "is unauthenticated and says so.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096),
               help="Processes the job will start on this node: with GPUs, each needs one. Nodes may differ "
                    "(torchrun supports it; the world size is the sum).")

@@ -1,4 +1,7 @@
-"""What to paste after a passing preflight: interface variables that work on every node and torchrun lines."""
+"""What to paste after a passing preflight: interface variables that work on every node and torchrun lines.
+
+Every value embedded in a line comes from structured fields (another node's exports among them) and is
+shell-quoted: an interface called ``eth0; curl ... | sh`` is pasted as one harmless word."""
 from __future__ import annotations
 
 import shlex
@@ -11,9 +14,9 @@ def chosen_interfaces(nodes: dict) -> dict[str, str]:
     """Node name -> the interface that routes to the master (the "interface" a check exports: names)."""
     out = {}
     for name, data in nodes.items():
-        iface = exported(data or {}, "interface")
+        iface = exported(data or {}, "interface") if isinstance(data, dict) else None
         if isinstance(iface, dict) and iface.get("name"):
-            out[name] = str(iface["name"])
+            out[name] = str(iface["name"])[:64]
     return out
 
 
@@ -22,16 +25,23 @@ IFNAME_NOTE = ("('==' makes NCCL use exactly that interface; a single '=' is a p
 JOB_ID_VARS = {"slurm": "$SLURM_JOB_ID", "pbs": "$PBS_JOBID"}
 
 
+def _level(r) -> str:
+    level = r.get("level") if isinstance(r, dict) else getattr(r, "level", None)
+    return getattr(level, "value", level)
+
+
 def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
-    """What to paste after a pass: one line per command, each identical command once for all its nodes."""
-    if any(r.level is Level.FAIL for r in results):
+    """What to paste after a pass: one line per command, each identical command once for all its nodes.
+    ``results`` are Results (the master) or their JSON (a node rebuilding the lines from a verdict)."""
+    if any(_level(r) == Level.FAIL.value for r in results):
         return []
     from ..grouping import compress_hosts
 
     lines: list[str] = []
     ifaces = chosen_interfaces(nodes)
-    env_prefix: dict[str, str] = {n: f"NCCL_SOCKET_IFNAME=={i} GLOO_SOCKET_IFNAME={i} " for n, i in ifaces.items()
-                                  if not _loopback(i)}
+    q = shlex.quote
+    env_prefix: dict[str, str] = {n: f"NCCL_SOCKET_IFNAME={q('=' + i)} GLOO_SOCKET_IFNAME={q(i)} "
+                                  for n, i in ifaces.items() if not _loopback(i)}
     if ifaces:
         distinct = sorted(set(ifaces.values()))
         if len(distinct) == 1 and _loopback(distinct[0]):
@@ -39,7 +49,7 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
             lines.append("# every node ran on this machine (loopback): on real nodes, pin the interface they reach "
                          "each other through, the same name on every node")
         elif len(distinct) == 1:
-            lines.append(f"export NCCL_SOCKET_IFNAME=={distinct[0]} GLOO_SOCKET_IFNAME={distinct[0]}  "
+            lines.append(f"export NCCL_SOCKET_IFNAME={q('=' + distinct[0])} GLOO_SOCKET_IFNAME={q(distinct[0])}  "
                          f"# the interface that works on every node {IFNAME_NOTE}")
         else:
             lines.append(f"# interfaces differ per node: set them per node {IFNAME_NOTE}")
@@ -53,9 +63,10 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
         by_command.setdefault((prefix, nproc), []).append(node["name"])
     for (prefix, nproc), names in by_command.items():
         where = "every node" if len(by_command) == 1 else compress_hosts(names)
-        lines.append(f"# on {where}:")
-        lines.append(f"{prefix}torchrun --nnodes {len(view.nodes)} --nproc-per-node {nproc} --rdzv-backend c10d "
-                     f"--rdzv-endpoint {master_addr}:{cfg.master.port} --rdzv-id {_rdzv_id(cfg)} train.py")
+        lines.append(f"# on {where}:".replace("\n", " "))
+        endpoint = f"[{master_addr}]" if ":" in str(master_addr) else str(master_addr)
+        lines.append(f"{prefix}torchrun --nnodes {len(view.nodes)} --nproc-per-node {int(nproc)} --rdzv-backend c10d "
+                     f"--rdzv-endpoint {q(f'{endpoint}:{cfg.master.port}')} --rdzv-id {_rdzv_id(cfg)} train.py")
     lines.append("# the rendezvous port is free once the preflight ends; --rdzv-id must be the same on every node")
     return lines
 

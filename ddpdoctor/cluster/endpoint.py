@@ -67,8 +67,26 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     except ValueError:
         raise UsageError(f"--master {text!r}: port {port_text!r} is not a number") from None
     if not 0 < port < 65536 or not host:
-        raise UsageError(f"--master {text!r}: expected HOST:PORT with a port in 1..65535")
+        raise UsageError(f"--master {text[:80]!r}: expected HOST:PORT with a port in 1..65535")
+    if not _host_like(host):
+        raise UsageError(f"--master {text[:80]!r}{'...' if len(text) > 80 else ''}: {host[:40]!r}... is neither an IP "
+                         f"address nor a host name (letters, digits, '-', '_', '.'; at most 253 characters, 63 "
+                         f"between dots)" if len(host) > 40 else
+                         f"--master {text!r}: {host!r} is neither an IP address nor a host name (letters, digits, "
+                         f"'-', '_', '.'; at most 253 characters, 63 between dots)")
     return Endpoint(host, port)
+
+
+def _host_like(host: str) -> bool:
+    """An IP address or a name the resolver can take (idna refuses a label over 63 characters with a
+    UnicodeError, not an OSError: caught here, as bad input)."""
+    from .mailbox import HOST_RE
+
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return True
+    except ValueError:
+        return bool(HOST_RE.match(host))
 
 
 def resolve(host: str) -> list[str]:

@@ -30,18 +30,25 @@ from .. import __version__, runner
 from ..errors import ClusterNotAssembled, UsageError
 from ..inputs import MAX_NODES
 from . import endpoint as ep
-from . import launcher_env
+from . import keyfile, launcher_env
 from . import roster as rosters
 from . import verdict as verdicts
 from .budget import GRACE_S, SILENT_S, Budget
-from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, about, bounded, key_of
+from .mailbox import (MAX_CLAIMS, PREFIX, Finding, Invalid, Mailbox, Slot, StoreGone, StoreSilent, about, bounded,
+                      key_id, key_of)
 from .probe import ProbeServer
 from .view import ClusterView
 
 POLL_S = 0.2
 # What the master collects from every node, in a user's words (progress lines and silent nodes' findings).
 COLLECTED = {"facts": "check results", "cfacts": "collective test results"}
+mailbox_tampered = "tampered"  # mailbox.TAMPERED
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
+OPEN_GRACE_S = 3.0  # a rank held only by a node without the run's key waits this long for one with it
+
+UNAUTHENTICATED_ALLOWS = ("anyone who can reach the rendezvous port can read this run's messages and forge "
+                          "them: a node's facts, the roster, the verdict (a fake PASS or a fake failure)")
+TOKEN_FIX = "export DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script, before the preflight starts on every node"
 
 
 @dataclass
@@ -114,11 +121,13 @@ def _address_like(text: str) -> bool:
     import ipaddress
     import re
 
+    from .mailbox import HOST_RE
+
     try:
         ipaddress.ip_address(text.split("%")[0])
         return True
     except ValueError:
-        return bool(re.fullmatch(r"[A-Za-z0-9_.-]{1,253}", text))
+        return bool(HOST_RE.match(text))
 
 
 def run_from_cli(plan, *, master, nnodes, node_rank, local_addr, timeout, token, nproc_per_node, rdzv_id,
@@ -148,10 +157,26 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     # c10d reads its log level when torch loads: set here, before the import, or its socket warnings
     # ("waitForInput ... timed out") reach the terminal whatever Node.run sets later
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    import torch.distributed  # noqa: F401 - see the docstring
+    _import_torch_distributed()
 
     role = Master if is_master else Worker
     return role(cfg, plan, budget).run()
+
+
+def _import_torch_distributed() -> None:
+    """Import torch with SIGTERM and SIGINT held back: a Python handler that raises inside torch's native
+    initialisation ends the process with `terminate called ... error_already_set` (rc -6). Held back, the
+    signal is delivered the moment the import is done, and unwinds like any other (exit 143/130)."""
+    import signal
+
+    held = {signal.SIGTERM, signal.SIGINT}
+    on_main = threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if on_main else None
+    try:
+        import torch.distributed  # noqa: F401 - see run_node's docstring
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _resolve_master(cfg: JoinConfig) -> list[str]:
@@ -210,15 +235,23 @@ class Heartbeats:
     def __init__(self, nodes: list[dict]):
         self.slots = {n["name"]: Slot(n["rank"], n["claim"]) for n in nodes}
         self.seen: dict[str, tuple[int, float]] = {}  # name -> (last value, when it last moved)
+        self.tampered: set[str] = set()  # nodes whose heartbeat someone else overwrote: not judged by it
 
     def stalled(self, mb: Mailbox, names: list[str]) -> dict[str, float]:
-        """Read the counters of ``names`` once; those unchanged for SILENT_S, with the seconds of silence."""
+        """Read the heartbeats of ``names`` once; those unchanged for SILENT_S, with the seconds of silence.
+        A heartbeat overwritten by someone else, or going backwards (an old value replayed), proves nothing
+        about the node: its silence clock restarts, so interference never blames a healthy node."""
         beats = mb.beats([self.slots[nm] for nm in names])
         now = time.monotonic()
         out = {}
         for nm in names:
-            value = beats.get(self.slots[nm], 0)
+            value = beats.get(self.slots[nm])
+            value = 0 if value is None else value
             last, since = self.seen.get(nm, (-1, now))
+            if value == mailbox_tampered or (isinstance(last, int) and isinstance(value, int) and value < last):
+                self.tampered.add(nm)
+                self.seen[nm] = (last, now)
+                continue
             if value != last:
                 self.seen[nm] = (value, now)
             elif now - since >= SILENT_S:
@@ -241,6 +274,47 @@ class Node:
         self.fresh = secrets.token_hex(16)  # this node's own freshness: the roster must echo it
         self._stores: list = []  # keeps torch's store objects alive for the run
         self._beating = threading.Event()
+        self.keyfiles: keyfile.KeyFiles | None = None  # the master's key files, removed at the end
+        self.key_path: Path | None = None  # where this node found the run's key
+        self.shared_file: Path | None = None
+
+    # -- authentication ---------------------------------------------------------------------------------
+    def auth_mode(self) -> str:
+        """token (--token), key (the run's key file) or none: how this node's own messages are sealed."""
+        if self.cfg.token:
+            return "token"
+        return "key" if self.mb is not None and self.mb.token else "none"
+
+    def auth_state(self, open_nodes: list[str] | None = None) -> dict:
+        """What goes into the verdict and the JSON: whether the run was authenticated, how, and what not."""
+        mode = self.auth_mode()
+        open_nodes = sorted(open_nodes or [])
+        ok = mode != "none" and not open_nodes
+        state = {"authenticated": ok, "mode": mode, "open_nodes": open_nodes}
+        if mode == "key" and self.key_path is not None:
+            state["key_file"] = str(self.key_path)
+        if not ok:
+            who = (f"node(s) {', '.join(open_nodes[:8])} had no access to the run's key file" if open_nodes and
+                   mode != "none" else "no --token was given and the nodes share no key file (no shared home or "
+                   "--shared-dir)")
+            state["note"] = f"this run was not authenticated: {who}; {UNAUTHENTICATED_ALLOWS}"
+            state["fix"] = TOKEN_FIX
+        return state
+
+    def say_auth(self) -> None:
+        """At start: every node says how its messages are protected (unauthenticated: even with -q)."""
+        mode = self.auth_mode()
+        if mode == "token":
+            self.progress.say("messages are authenticated with --token")
+        elif mode == "key":
+            self.progress.say(f"messages are authenticated with this run's key file ({self.key_path})")
+        else:
+            text = (f"WARNING: this run is NOT authenticated (no --token, no key file shared with the master): "
+                    f"{UNAUTHENTICATED_ALLOWS}; fix: {TOKEN_FIX}")
+            quiet = self.progress.quiet
+            self.progress.quiet = False
+            self.progress.say(text)
+            self.progress.quiet = quiet
 
     # -- the protocol, top to bottom --------------------------------------------------------------------
     def run(self) -> dict:
@@ -262,7 +336,7 @@ class Node:
             raise ClusterNotAssembled(f"the master {self.cfg.master} stopped answering ({exc}); "
                                       f"{self._master_hint()}{self._refused_note()}") from None
         finally:
-            self.close()
+            self.close()  # also on SIGTERM and Ctrl-C: both unwind through here
 
     def _refused_note(self) -> str:
         """What this node refused before the master went quiet: a replayed or forged message in its way
@@ -339,7 +413,12 @@ class Node:
                 raise ClusterNotAssembled(f"more nodes arrived than --nnodes {self.cfg.nnodes}: this node was "
                                           f"number {self.rank + 1}; fix: give every node the same --nnodes")
         self.progress.label = f"rank {self.rank}"
-        self.mb.me = Slot(self.rank, self.mb.count("claim", rank=self.rank))
+        claim = self.mb.take_claim(self.rank, self.fresh)
+        if not claim:
+            raise ClusterNotAssembled(f"rank {self.rank} was claimed {MAX_CLAIMS} times before this node came: "
+                                      f"other nodes with the same --node-rank, or something else writing to the "
+                                      f"rendezvous port; fix: {TOKEN_FIX}")
+        self.mb.me = Slot(self.rank, claim)
         self._beating.set()
         threading.Thread(target=self._heartbeat, name="ddpdoctor-heartbeat", daemon=True).start()
         self.mb.post("ident", self._identity())
@@ -347,11 +426,11 @@ class Node:
     def _heartbeat(self) -> None:
         """A counter that moves while this process runs: a frozen node (SIGSTOP, D state) stops it."""
         me = self.mb.me
-        for _ in range(int(self.budget.total_s) + 60):  # bounded: the run ends before this does
+        for n in range(int(self.budget.total_s) + 60):  # bounded: the run ends before this does
             if not self._beating.is_set():
                 return
             try:
-                self.mb.count("beat", slot=me)
+                self.mb.post("beat", {"n": n + 1}, slot=me, replace=True)
             except (StoreGone, StoreSilent):
                 pass  # the main thread hears of a dead master from its own calls
             time.sleep(1.0)
@@ -425,7 +504,9 @@ class Node:
         """Wait for the collective while watching every peer's heartbeat: a node that freezes inside it is
         named after SILENT_S instead of after the process group's timeout. Returns that node's name."""
         beats = Heartbeats(view.nodes)
-        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]]
+        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]
+                 # a node without the run's key cannot read the sealed heartbeats of the nodes with it
+                 and (not self.mb.blind or Slot(n["rank"], n["claim"]) in self.mb.open_slots)]
         while work.is_alive() and time.monotonic() < self.budget.verdict_by:
             work.join(1.0)
             if not work.is_alive():
@@ -454,6 +535,17 @@ class Node:
         self._beating.clear()
         if self.probe is not None:
             self.probe.close()
+        if self.keyfiles is not None:
+            self.keyfiles.remove()
+        self._remove_shared_file()
+
+    def _remove_shared_file(self) -> None:
+        path, self.shared_file = self.shared_file, None
+        if path is not None:
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 class Master(Node):
@@ -485,16 +577,41 @@ class Master(Node):
         self._client(self.budget.left(self.budget.meet_by))
         self.mb.run = secrets.token_hex(16)  # this run's nonce: every sealed message covers it
         self.mb.me = Slot(0, 0)
-        self.mb.post("hello", {"protocol": 1, "nonce": self.mb.run, "nnodes": cfg.nnodes})
+        hello = {"protocol": 1, "nonce": self.mb.run, "nnodes": cfg.nnodes, "t": time.time()}
+        if not cfg.token:
+            self._make_key(hello)
+        self.say_auth()
+        self.mb.post("hello", hello)
         self.timings["connected_s"] = round(self.budget.elapsed(), 3)
+
+    def _make_key(self, hello: dict) -> None:
+        """No --token: the run's own key, in a file the other nodes can read if they share a filesystem."""
+        cfg = self.cfg
+        paths = keyfile.candidates(keyfile.scope(str(cfg.master), cfg.rdzv_id, cfg.nnodes), cfg.shared_dir)
+        self.keyfiles = keyfile.create(paths)
+        if not self.keyfiles.paths:
+            self.keyfiles = None
+            return
+        self.key_path = self.keyfiles.paths[0]
+        self.mb.token = self.keyfiles.key
+        self.mb.sealed = True
+        self.mb.open_allowed = True
+        hello["key_id"] = key_id(self.mb.token, self.mb.run)
 
     def meet(self) -> dict:
         n = self.cfg.nnodes
         valid: dict[int, list[dict]] = {}
-        read: set[Slot] = set()
+        read: set = set()
+        self._next_claim: dict[tuple[int, bool], int] = {}
+        all_in_since = None
         while True:
             self._read_idents(valid, read)
             missing = [r for r in range(n) if r not in valid]
+            if not missing and self._open_ranks(valid):  # held only by nodes without the key: one may come
+                all_in_since = all_in_since or time.monotonic()
+                if time.monotonic() - all_in_since < OPEN_GRACE_S and time.monotonic() < self.budget.meet_by:
+                    time.sleep(POLL_S)
+                    continue
             if not missing or time.monotonic() >= self.budget.meet_by:
                 break
             self.progress.say(f"{n - len(missing)}/{n} nodes joined; waiting for rank(s) "
@@ -502,6 +619,7 @@ class Master(Node):
             time.sleep(POLL_S)
         self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
         self._valid, self._read = valid, read  # read again at the verdict: a claim after the roster is named
+        self._prefer_keyed(valid)
         idents = [i for r in sorted(valid) for i in valid[r]]
         rejected_ranks = set()
         for f in self.mb.findings:
@@ -518,25 +636,58 @@ class Master(Node):
                                           hosts=self.cfg.hosts, launcher=self.cfg.launcher)
             if self.rejected:
                 msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
-            self.mb.post("roster", rosters.aborted(msg))
+            self.mb.post("roster", rosters.aborted(msg), public_copy=self.mb.sealed and not self.cfg.token)
             self._linger(time.monotonic() + 2.0)
             raise ClusterNotAssembled(msg)
+        open_slots = [(i["rank"], i["claim"]) for i in idents if not i.pop("_keyed", True)]
+        self.mb.open_slots = {Slot(*s) for s in open_slots}
         roster = rosters.accepted(idents, self.rejected)
+        roster["auth"] = {"mode": self.auth_mode(), "open": [list(s) for s in open_slots]}
         self.mb.post("roster", roster)
         return roster
 
-    def _read_idents(self, valid: dict[int, list[dict]], read: set[Slot]) -> None:
-        """Every claim of every rank not yet read; an invalid identity becomes a finding, its slot is done."""
-        claims = self.mb.counts({r: f"claim/{r}" for r in range(self.cfg.nnodes)})
-        for r, c in claims.items():
-            for claim in range(1, min(c, MAX_CLAIMS) + 1):
+    def _open_ranks(self, valid: dict[int, list[dict]]) -> list[int]:
+        """Ranks held only by nodes without the run's key (while the master has one)."""
+        if not self.mb.sealed or self.cfg.token:
+            return []
+        return [r for r, idents in valid.items() if not any(i.get("_keyed") for i in idents)]
+
+    def _prefer_keyed(self, valid: dict[int, list[dict]]) -> None:
+        """A node with the run's key outranks unsigned identities for its rank: those are named, not taken
+        (anyone can write one; only a node of this run has the key)."""
+        for r, idents in valid.items():
+            if any(i.get("_keyed") for i in idents):
+                for i in [i for i in idents if not i.get("_keyed")]:
+                    self.rejected[f"ident/{r}/{i['claim']}"] = (f"an identity without the run's key for rank {r}, "
+                                                                f"held by a node with the key ({i.get('host')})")
+                valid[r] = [i for i in idents if i.get("_keyed")]
+
+    def _namespaces(self) -> list[bool]:
+        """Where identities can be: sealed names (--token, or the run's key), and the public ones for nodes
+        without the key (with --token every node has it: what is under the public names is only named, e.g.
+        a node with another token)."""
+        return [True, False] if self.mb.sealed else [False]
+
+    def _read_idents(self, valid: dict[int, list[dict]], read: set) -> None:
+        """Every claim of every rank not yet read; an invalid identity becomes a finding, its slot is done.
+        Claim slots are found one more per rank and poll (each a compare_set slot that exists or not)."""
+        nxt = self._next_claim
+        probes = {(r, sealed): (r, nxt.setdefault((r, sealed), 1), sealed)
+                  for r in range(self.cfg.nnodes) for sealed in self._namespaces()
+                  if nxt.get((r, sealed), 1) <= MAX_CLAIMS}
+        for label, there in (self.mb.claimed(probes).items() if probes else ()):
+            if there:
+                nxt[label] += 1
+        for (r, sealed), upto in nxt.items():
+            for claim in range(1, upto):
                 slot = Slot(r, claim)
-                if slot in read:
+                if (slot, sealed) in read:
                     continue
-                ident = self.mb.read("ident", slot)
+                ident = self.mb.read("ident", slot, sealed=sealed)
                 if ident is not None:  # an invalid one is re-read: the real node may append after a forgery
+                    ident["_keyed"] = sealed
                     valid.setdefault(r, []).append(ident)
-                    read.add(slot)
+                    read.add((slot, sealed))
 
     def share_dir(self, view: ClusterView) -> None:
         if not self.cfg.shared_dir:
@@ -544,12 +695,17 @@ class Master(Node):
         nonce = secrets.token_hex(16)
         path = Path(self.cfg.shared_dir) / f".ddpdoctor-shared-{nonce[:8]}"
         try:
-            path.write_text(nonce)
+            self.shared_file = path  # before it exists: a SIGTERM during the write still removes it
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, nonce.encode())
+            finally:
+                os.close(fd)
         except OSError as exc:
+            self.shared_file = None
             nonce = f"unwritable: {exc}"
         view.shared_nonce = nonce
         view.extra["shared_file"] = str(path)
-        self.shared_file = path
         self.mb.post("shared", {"nonce": nonce, "file": path.name})
 
     def links(self, view: ClusterView) -> dict:
@@ -583,7 +739,9 @@ class Master(Node):
                               self.timings, advice, extra=self._late_claims(view))
         # where the full summary and the cluster result are: the other nodes print one line pointing here
         where = {"node": self.me["name"], "host": self.me["host"], "output_dir": self.plan.run.get("output_dir")}
-        doc.update(this_node=self.me["name"], role="master", master=where)
+        doc.update(this_node=self.me["name"], role="master", master=where,
+                   auth=self.auth_state([n["name"] for n in view.nodes
+                                         if Slot(n["rank"], n["claim"]) in self.mb.open_slots]))
         self.mb.post("verdict", verdicts.published(doc) | {"master": where})
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)
@@ -599,7 +757,8 @@ class Master(Node):
             return []
         in_roster = {(n["rank"], n["claim"]) for n in view.nodes}
         holder = {n["rank"]: n["name"] for n in view.nodes}
-        late = [i for idents in self._valid.values() for i in idents if (i["rank"], i["claim"]) not in in_roster]
+        late = [i for idents in self._valid.values() for i in idents if (i["rank"], i["claim"]) not in in_roster
+                and (i.get("_keyed", True) or not self.mb.sealed)]  # an unsigned one beside a keyed run is junk
         return [verdicts.duplicate_rank_result(i, holder.get(i["rank"])) for i in late]
 
     def _collect(self, kind: str, view: ClusterView, until: float) -> dict[str, dict]:
@@ -652,7 +811,9 @@ class Master(Node):
     def _linger(self, until: float, readers: list[dict] | None = None) -> None:
         """The master hosts the store: stay until each reader's sealed "done" says it has the last word
         (bounded; without readers, the whole time)."""
-        pending = {key_of("done", Slot(n["rank"], n["claim"])): Slot(n["rank"], n["claim"]) for n in readers or []}
+        pending = {self.mb.name(key_of("done", Slot(n["rank"], n["claim"])),
+                                self.mb._sealed_for(Slot(n["rank"], n["claim"]))): Slot(n["rank"], n["claim"])
+                   for n in readers or []}
         while time.monotonic() < until:
             try:
                 if readers is not None:
@@ -666,13 +827,6 @@ class Master(Node):
                 return
             time.sleep(POLL_S)
 
-    def _remove_shared_file(self) -> None:
-        path = getattr(self, "shared_file", None)
-        if path is not None:
-            try:
-                path.unlink()
-            except OSError:
-                pass
 
 
 class Worker(Node):
@@ -696,9 +850,77 @@ class Worker(Node):
         self.progress.say(f"master {cfg.master} reachable")
         self._client(max(1.0, self.budget.left(self.budget.meet_by + GRACE_S)))
         self.mb.me = Slot(-1, 0)
-        hello = self.wait_for("hello", self.budget.meet_by + GRACE_S, about("hello"), on_token_problem=self._rejected)
+        hello = self._hello(self.budget.meet_by + GRACE_S)
         self.mb.run = hello["nonce"]
+        self.say_auth()
         self.timings["connected_s"] = round(self.budget.elapsed(), 3)
+
+    def _hello(self, until: float) -> dict:
+        """The master's hello. With a secret (--token, or this run's key file) only a hello that verifies
+        with it, the newest when an older run's is replayed beside it; without one, the first valid hello,
+        and this node says it is unauthenticated."""
+        token_problem_since = None
+        key_searched = False
+        while True:
+            hellos = self.mb.hellos()
+            if self.cfg.token:
+                good = []
+                for frame, body in hellos:
+                    why = self._why_not(frame, self.cfg.token)
+                    if why is None:
+                        good.append(body)
+                    else:
+                        self.mb._note("hello", frame, why)
+                if good:
+                    return self._newest(good)
+                bad = [f for f in self.mb.findings if verdicts.is_token_problem(f)]
+                if bad:
+                    token_problem_since = token_problem_since or time.monotonic()
+                    if time.monotonic() - token_problem_since >= TOKEN_PATIENCE_S:  # a forgery first, the real one later?
+                        self._rejected(bad[0].why)
+            elif hellos:
+                keyed = [(f, b) for f, b in hellos if b.get("key_id")]
+                if keyed and not key_searched:
+                    key_searched = True
+                    paths = keyfile.candidates(keyfile.scope(str(self.cfg.master), self.cfg.rdzv_id, self.cfg.nnodes),
+                                               self.cfg.shared_dir)
+                    key, path = keyfile.find(paths, lambda k: any(self._this_runs_key(k, f, b) for f, b in keyed),
+                                             min(until, time.monotonic() + keyfile.KEY_WAIT_S))
+                    if key is not None:
+                        self.mb.token, self.mb.sealed, self.key_path = key, True, path
+                        return self._newest([b for f, b in keyed if self._this_runs_key(key, f, b)])
+                self.mb.blind = bool(keyed)  # the master signs with a key this node does not have
+                return hellos[0][1]
+            if time.monotonic() >= until:
+                refused = [f for f in self.mb.findings if f.key == "hello"]
+                why = (f"; the only message(s) there were invalid: {refused[-1].why} — is --token the same on every "
+                       f"node?") if refused else ""
+                raise ClusterNotAssembled(f"the master {self.cfg.master} never sent its hello within "
+                                          f"{self.budget.elapsed():.0f} s{why}")
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _why_not(frame: bytes, secret: str) -> str | None:
+        from .mailbox import open_envelope
+
+        try:
+            open_envelope(frame, token=secret, run=None, key="hello", sender=None, from_master=True)
+            return None
+        except Invalid as exc:
+            return str(exc)
+
+    def _this_runs_key(self, key: str, frame: bytes, body: dict) -> bool:
+        return key_id(key, body["nonce"]) == body.get("key_id") and self._why_not(frame, key) is None
+
+    def _newest(self, bodies: list[dict]) -> dict:
+        """Of several hellos that verify (a --token reused across runs lets an older run's be replayed beside
+        this one's), the newest: the replayed ones are named."""
+        best = max(bodies, key=lambda b: b.get("t", 0))
+        for b in bodies:
+            if b is not best and b["nonce"] != best["nonce"]:
+                self.mb.findings.append(Finding(key="hello", why="an older run's hello, replayed beside this run's "
+                                                "(sealed for another run)", claimed="rank 0"))
+        return best
 
     def wait_for(self, kind: str, until: float, what: str, on_token_problem: Callable[[str], None] | None = None) -> dict:
         """Poll for the master's message until a deadline; invalid ones are findings, not answers."""
@@ -726,6 +948,7 @@ class Worker(Node):
         try:
             if self.probe is None:
                 self.open_probe()
+            self.mb.sealed = False  # this run's sealed names need its token: say it where the master looks
             self.claim()
         except (StoreGone, StoreSilent, ClusterNotAssembled, UsageError):
             pass
@@ -736,6 +959,9 @@ class Worker(Node):
         roster = self.wait_for("roster", self.budget.meet_by + 2 * GRACE_S, about("roster"))
         if roster["status"] == "aborted":
             raise ClusterNotAssembled(roster["message"])
+        opened = roster.get("auth", {}).get("open", [])
+        self.mb.open_slots = {Slot(*s) for s in opened if isinstance(s, list) and len(s) == 2
+                              and all(isinstance(x, int) for x in s)}
         me = [n for n in roster["nodes"] if n["rank"] == self.mb.me.rank and n["claim"] == self.mb.me.claim]
         if not me or me[0].get("fresh") != self.fresh:
             why = roster["rejected"].get(f"ident/{self.mb.me.rank}/{self.mb.me.claim}",
@@ -764,7 +990,15 @@ class Worker(Node):
         except (StoreGone, StoreSilent):
             pass  # the master may already be gone; the verdict is what mattered
         self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
+        open_nodes = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
+        auth = self.auth_state(open_nodes + ([self.me["name"]] if self.mb.blind else []))
+
+        def advice(results):
+            from .advice import advice_lines
+
+            return advice_lines(body["nodes"], view, self.cfg, results)
+
         doc = verdicts.worker_document(self.plan, self.run_settings(), body, self.timings, self.me["name"],
-                                       self.mb.findings)
+                                       self.mb.findings, auth=auth, advice_fn=advice)
         # the master's results come first; what follows only this node saw (messages it refused)
         return doc | {"master": {**(body.get("master") or {}), "results": len(body["results"])}}

@@ -137,22 +137,40 @@ def published(doc: dict) -> dict:
     """What the master sends every node: the verdict and each node's exports (the gate reads its interface),
     without the bulky raw facts and comparables (packages, env: ~10 KB a node)."""
     bulky = ("facts", "gather", "comparable", "contract_errors")
-    return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope", "run_id")} | {
+    return {k: doc[k] for k in ("results", "verdict", "exit_code", "advice", "scope", "run_id", "auth") if k in doc} | {
         "nodes": {n: {k: v for k, v in d.items() if k not in bulky} for n, d in doc["nodes"].items()}}
 
 
+UNVERIFIED_FIX = ("(not shown: this run is unauthenticated, so this node cannot tell the master's text from a "
+                  "forgery; read the fix in the master's output, or rerun with a token)")
+
+
+def unverified(result: dict) -> dict:
+    """A result from an unauthenticated master: its finding is shown, its fix (a command someone could have
+    written to be pasted) is not."""
+    return dict(result, fix=UNVERIFIED_FIX) if result.get("fix") else dict(result)
+
+
 def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this_node: str,
-                    findings: list[Finding]) -> dict:
-    """A non-master node's document: the master's verdict, plus what this node itself refused to read."""
-    results = list(verdict["results"]) + [r.to_json() for r in finding_results(findings, f"node {this_node}")]
+                    findings: list[Finding], auth: dict | None = None, advice_fn=None) -> dict:
+    """A non-master node's document: the master's verdict, plus what this node itself refused to read.
+    Unauthenticated (``auth``), no command from the master is printed: fixes are withheld and the lines to
+    paste are built here, from the verdict's structured fields (``advice_fn``)."""
+    trusted = auth is None or auth.get("authenticated", False)
+    results = [r if trusted else unverified(r) for r in verdict["results"]]
+    results += [r.to_json() for r in finding_results(findings, f"node {this_node}")]
     exit_code = verdict["exit_code"]
     level = verdict["verdict"]
     if findings and level == "pass":
         level = "warn"
     from ..grouping import group_results
 
+    advice = verdict.get("advice", [])
+    if not trusted:
+        advice = advice_fn(results) if advice_fn is not None else []
+    extra = {"auth": auth} if auth is not None else {}
     return documents.envelope("preflight", run_id=verdict.get("run_id"), scope="cluster", run=run_settings,
                           verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,
                           groups=group_results(results, len(verdict["nodes"])),
-                          advice=verdict.get("advice", []), timings=timings, this_node=this_node, role="worker")
+                          advice=advice, timings=timings, this_node=this_node, role="worker", **extra)

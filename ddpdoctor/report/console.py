@@ -84,6 +84,10 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
     else:  # never wrapped mid-phrase (`... 3 \nskip`): the tally gets its own line
         console.print(title, soft_wrap=True)
         console.print(Text("  " + tally), soft_wrap=True)
+    auth = doc.get("auth") if isinstance(doc.get("auth"), dict) else {}
+    if auth and not auth.get("authenticated", True):  # a cluster run whose messages could have been forged
+        console.print(Text.assemble(("NOT AUTHENTICATED: ", "bold yellow"), safe_text(str(auth.get("note", ""))),
+                                    ("  fix: ", "bold cyan"), safe_text(str(auth.get("fix", "")))), soft_wrap=True)
 
     for g in groups:
         if g["level"] in ("fail", "warn"):

