@@ -5,6 +5,7 @@ which escapes their own labels, and are the only markup inserted as-is.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from markupsafe import Markup
@@ -15,7 +16,10 @@ TEMPLATES = Path(__file__).parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
+@functools.lru_cache(maxsize=1)
 def _env():
+    """One Environment per process: it compiles each template once (about 250 ms) and caches it; building it
+    per report made every report, and the report fuzz test's thousands of them, pay the compile again."""
     from jinja2 import ChainableUndefined, Environment, FileSystemLoader
 
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=ChainableUndefined,  # optional keys: show what is there
