@@ -127,6 +127,7 @@ def test_parse_worker_output():
         "index": 3, "error": "worker exited 1: RuntimeError: boom"}
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch to measure
 @pytest.mark.timeout(60)
 def test_worker_process_reports_its_error_as_json():
     """A real worker process: on this CPU machine it fails to measure and says why, as one JSON line."""

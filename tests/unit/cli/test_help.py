@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import click
 import pytest
 
 from ddpdoctor.cli import COMMANDS, cli, run
+from tests.unit.helpers import run_cli
 
 COMMAND_NAMES = sorted(COMMANDS)
 
@@ -20,7 +19,7 @@ def help_of(name: str, width: int = 80) -> str:
 
 
 def test_ddpdoctor_alone_prints_help_and_exits_0():
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor"], capture_output=True, text=True, timeout=60)
+    out = run_cli()
     assert out.returncode == 0 and "Usage: ddpdoctor" in out.stdout and not out.stderr
 
 
