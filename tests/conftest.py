@@ -3,9 +3,9 @@ a browser.
 
 `slow` (the fast loop is `python3 -m pytest -q -m "not slow"`): a test that starts a cluster of real processes
 (preflight nodes, torchrun and its ranks, nccl-bench ranks), a fresh interpreter that imports torch to do work,
-or a browser; or a fuzz that builds the whole report thousands of times. Every test under the directories in SLOW_DIRS is one of those, so they are marked here by where
-they live (pytest_itemcollected, before `-m` selects); a test elsewhere that is one says so itself with
-`@pytest.mark.slow`.
+or a browser; or a fuzz that builds the whole report thousands of times. Every test under the directories in
+SLOW_DIRS is one of those, so they are marked here by where they live (pytest_itemcollected, before `-m`
+selects); a test elsewhere that is one says so itself with `@pytest.mark.slow`.
 """
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..exitcodes import ExitCode
+
 PROTOCOL = 1
 PREFIX = "ddpdoctor"
 MAX_CLAIMS = 16  # claims of one rank read by the master: more is a flood, not a cluster
@@ -165,7 +167,7 @@ def check_go(body: dict, ctx: dict) -> None:
 
 def check_verdict(body: dict, ctx: dict) -> None:
     _need(body.get("verdict") in ("pass", "warn", "fail"), "verdict is not pass/warn/fail")
-    _int(body.get("exit_code"), "exit_code", 0, 4)
+    _int(body.get("exit_code"), "exit_code", ExitCode.OK, ExitCode.INTERNAL)
     _need(isinstance(body.get("results"), list), "results is not a list")
     _dict(body.get("nodes"), "nodes")
     _need(isinstance(body.get("advice", []), list), "advice is not a list")

@@ -14,8 +14,8 @@ COMMAND_NAMES = sorted(COMMANDS)
 
 def help_of(name: str, width: int = 80) -> str:
     cmd = cli.get_command(click.Context(cli), name)
-    with click.Context(cmd, info_name=name, terminal_width=width, max_content_width=width) as ctx:
-        return cmd.get_help(ctx)
+    with cmd.context_class(cmd, info_name=name, terminal_width=width, max_content_width=width) as ctx:
+        return cmd.get_help(ctx)  # the command's own context class: its help formatter, as `--help` uses
 
 
 def test_ddpdoctor_alone_prints_help_and_exits_0():
