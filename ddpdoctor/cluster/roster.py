@@ -68,7 +68,8 @@ def missing_message(*, present: list[int], missing: list[int], idents: list[dict
         who += f" = host(s) {compress_hosts(absent)} (listed in {source}, never joined)"
     command = f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
     msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; {who}. "
-           f"Joined: {known or 'none'}. Fix: {start_everywhere_fix(launcher, command)}")
+           f"Joined: {known or 'none'}. Fix: {start_everywhere_fix(launcher, command)}; a node that started "
+           "but could not join says why in its own output (e.g. torch does not import there)")
     dups = sorted({i["rank"] for i in idents if i["claim"] > 1})
     if dups:
         msg += f"; rank(s) {ranks_text(dups)} were claimed by more than one node (give each node its own --node-rank)"
