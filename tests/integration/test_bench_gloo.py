@@ -86,7 +86,7 @@ def test_a_killed_rank_is_named_in_bounded_time():
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
     assert lines and "rank 2" in lines[-1] and ("SIGKILL" in lines[-1] or "signal 9" in lines[-1]), p.stderr[-2000:]
     assert "Traceback" not in p.stderr.split("Error:")[-1]
-    assert elapsed < 20 + 60
+    assert elapsed < 20 + 60  # --timeout 20; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault
 
 
 @pytest.mark.timeout(300)
@@ -142,4 +142,4 @@ def test_a_hung_rank_is_named_in_bounded_time():
     assert p.returncode == 1, p.stderr[-2000:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
-    assert elapsed < 8 + 60
+    assert elapsed < 8 + 60  # --timeout 8; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault

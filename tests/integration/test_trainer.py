@@ -142,7 +142,9 @@ def test_hang_is_named_with_stacks_in_bounded_time(tmp_path):
     assert "faults.py" in rc["location"]
     stacks = doc["hang"]["stacks"]
     assert "hang_forever" in stacks["1"] and "hang_forever" not in stacks["0"]
-    assert elapsed < 90
+    # --hang-timeout 6 + the watchdog's 10 s to stop (README); 74 s: run-trainer, torchrun and 2 ranks importing
+    # torch and reaching step 5, and the post-mortem, on a loaded 2-core box
+    assert elapsed < 6 + 10 + 74
 
 
 @pytest.mark.timeout(240)

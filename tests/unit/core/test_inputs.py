@@ -202,4 +202,4 @@ def test_report_oversized_input_is_refused_without_reading_it(tmp_path):
                           capture_output=True, text=True, timeout=100)
     assert_usage_error(proc, "huge.json", "larger than 64 MiB")
     assert int(proc.stdout.strip()) < 400, f"peak RSS {proc.stdout.strip()} MiB"
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 0 + 60  # refused without reading; 60 s: an interpreter's start-up, loaded
