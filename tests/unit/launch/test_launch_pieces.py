@@ -130,3 +130,18 @@ def test_no_interface_advice_for_loopback_or_without_a_document():
     assert gate.interfaces_from(None) == {}
     assert gate.interfaces_from({"this_node": "n1", "nodes": {}}) == {}
     assert gate.interfaces_from(_doc("lo")) == {}  # loopback: nothing a multi-node job could use
+
+
+# -- bootstrap.py's command line ------------------------------------------------------------------------
+def test_bootstrap_parses_a_script_or_a_module_as_python_would():
+    import pytest
+
+    from ddpdoctor.launch import bootstrap
+
+    assert bootstrap.parse(["train.py", "--lr", "3"]) == ("path", "train.py", ["--lr", "3"])
+    assert bootstrap.parse(["--", "train.py"]) == ("path", "train.py", [])
+    assert bootstrap.parse(["-m", "pkg.train", "-m", "x"]) == ("module", "pkg.train", ["-m", "x"])
+    for bad in ([], ["-m"], ["--lr", "3"]):
+        with pytest.raises(SystemExit) as exc:
+            bootstrap.parse(bad)
+        assert exc.value.code == bootstrap.USAGE
