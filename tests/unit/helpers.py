@@ -35,7 +35,12 @@ def run_cli(*args, env: dict | None = None, clear_env: bool = False, cwd=None, i
     changes.update(env or {})
     saved_state = (common.STATE.verbose, common.STATE.quiet)
     saved_cwd = os.getcwd()
-    with CliRunner().isolation(input=input, env=changes) as (out, err, _):
+    try:
+        runner = CliRunner(mix_stderr=False)  # click 8.1: stderr apart only when asked
+    except TypeError:
+        runner = CliRunner()  # click >= 8.2: always apart
+    with runner.isolation(input=input, env=changes) as streams:
+        out, err = streams[0], streams[1]
         try:
             if cwd is not None:
                 os.chdir(cwd)
