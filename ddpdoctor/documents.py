@@ -21,18 +21,11 @@ from typing import Any, Iterable
 from . import __version__
 from .api import Level, Result
 from .errors import UsageError
+from .exitcodes import ExitCode
 
 SCHEMA = "ddpdoctor"
 SCHEMA_VERSION = 1
 KINDS = ("preflight", "nccl-bench", "run-trainer")
-
-# Exit codes, one table for every command (README: "Exit codes").
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_NOT_ASSEMBLED = 3
-EXIT_INTERNAL = 4
-
 
 # Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
 # processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of
@@ -82,7 +75,7 @@ def verdict_of(results: Iterable[Result]) -> Level:
 
 
 def exit_code_of(verdict: Level) -> int:
-    return EXIT_FAIL if verdict is Level.FAIL else EXIT_OK
+    return ExitCode.FAIL if verdict is Level.FAIL else ExitCode.OK
 
 
 def preflight_doc(

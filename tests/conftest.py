@@ -1,16 +1,37 @@
-"""Shared test plumbing: markers that skip where the machine lacks a GPU, root/netns or a browser."""
+"""Shared test plumbing: the `slow` marker, and markers that skip where the machine lacks a GPU, root/netns or
+a browser.
+
+`slow` (the fast loop is `python3 -m pytest -q -m "not slow"`): a test that starts a cluster of real processes
+(preflight nodes, torchrun and its ranks, nccl-bench ranks), a fresh interpreter that imports torch to do work,
+or a browser; or a fuzz that builds the whole report thousands of times. Every test under the directories in
+SLOW_DIRS is one of those, so they are marked here by where they live (pytest_itemcollected, before `-m`
+selects); a test elsewhere that is one says so itself with `@pytest.mark.slow`.
+"""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 # Commands save their results under ./ddpdoctor-results by default; tests run from the checkout, so nothing they
 # start (in-process or a subprocess, which inherits this) keeps a file there unless a test asks for it.
 os.environ.setdefault("DDPDOCTOR_NO_SAVE", "1")
+
+TESTS = Path(__file__).resolve().parent
+SLOW_DIRS = ("integration", "gpu", "browser")
+
+
+def pytest_itemcollected(item):
+    try:
+        top = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return
+    if top in SLOW_DIRS:
+        item.add_marker(pytest.mark.slow)
 
 
 def _cuda_available() -> bool:
@@ -27,6 +48,7 @@ def _can_netns() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("iptables") is not None
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: `-m "not slow"` never asks a subprocess about CUDA
 def pytest_collection_modifyitems(config, items):
     need_gpu = any("gpu" in item.keywords for item in items)
     has_gpu = _cuda_available() if need_gpu else False

@@ -16,13 +16,14 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import DdpdoctorError
+from ..exitcodes import ExitCode
 from ..cluster.local import free_port
 from .harness import PROGRESS_ENV
 from .worker import CONFIG_ENV, main as worker_main
 
 
 class BenchFailed(DdpdoctorError):
-    exit_code = 1
+    exit_code = ExitCode.FAIL
 
 
 @dataclass

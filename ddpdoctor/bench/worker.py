@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict
 
 from .. import documents
+from ..exitcodes import ExitCode
 from . import localise
 from .harness import BenchConfig, Context, measure, summary, sweep
 
@@ -187,5 +188,5 @@ def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list
              "wall_s": round(wall, 3)},
         hosts={str(r): h for r, h in enumerate(hosts)},
         rows=rows, summary=summ, expected={}, localisation=found,
-        verdict=verdict, exit_code=documents.EXIT_FAIL if failed else documents.EXIT_OK, error=None,
+        verdict=verdict, exit_code=ExitCode.FAIL if failed else ExitCode.OK, error=None,
     )

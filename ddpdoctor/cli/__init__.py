@@ -6,6 +6,8 @@ and exit 4. ``-v`` adds the traceback. Nothing here imports torch: ``ddpdoctor -
 """
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 import traceback
 
@@ -13,7 +15,7 @@ import click
 
 from .. import __version__
 from ..errors import DdpdoctorError
-from ..documents import EXIT_INTERNAL, EXIT_USAGE
+from ..exitcodes import ExitCode
 from . import common
 
 COMMANDS = {
@@ -27,8 +29,45 @@ COMMANDS = {
 }
 
 
+# Help is pasted from: a `quoted command` and a hyphenated or dotted name (`--skip gpu-perf`,
+# clock-skew.warn_ms, --nproc-per-node) never break across lines. click wraps with textwrap's default
+# break_on_hyphens=True and has no setting for it, so the formatter hands click's wrapping these characters
+# replaced by same-width placeholders and puts them back in the finished text: the layout is click's own.
+_SPACE_KEPT, _HYPHEN_KEPT = "\x00", "\x01"
+_QUOTED = re.compile(r"`[^`]*`")
+
+
+def _protect(text: str) -> str:
+    return _QUOTED.sub(lambda m: m.group().replace(" ", _SPACE_KEPT), text).replace("-", _HYPHEN_KEPT)
+
+
+class HelpFormatter(click.HelpFormatter):
+    """click's formatter (public API: Context.formatter_class), wrapping without breaking tokens."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(_protect(text))
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        super().write_dl([(first, _protect(second)) for first, second in rows], col_max, col_spacing)
+
+    def getvalue(self) -> str:
+        return super().getvalue().replace(_SPACE_KEPT, " ").replace(_HYPHEN_KEPT, "-")
+
+
+class Context(click.Context):
+    formatter_class = HelpFormatter
+
+
+class CommandLoadError(DdpdoctorError):
+    """A built-in command's module does not import: a broken install or a bug, never a command to hide."""
+
+    exit_code = ExitCode.INTERNAL
+
+
 class LazyGroup(click.Group):
     """Loads a command's module only when that command (or the full help) is needed."""
+
+    context_class = Context
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -39,22 +78,24 @@ class LazyGroup(click.Group):
             return None
         module_name, attr = target.split(":")
         try:
-            module = __import__(module_name, fromlist=[attr])
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None  # a command not built yet in this checkout
-            raise
-        return with_global_flags(getattr(module, attr))
+            command = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:  # every name in COMMANDS ships with ddpdoctor
+            raise CommandLoadError(f"the built-in command {name!r} cannot be loaded ({module_name}): "
+                                   f"{type(exc).__name__}: {exc}; reinstall ddpdoctor, or report the bug "
+                                   "(run with -v for the traceback)") from exc
+        return with_global_flags(command)
 
 
-def _set_verbose(ctx, param, value) -> None:
+def _set_verbose(ctx, param, value: int) -> int:
     if value:
         common.STATE.verbose = max(common.STATE.verbose, value)
+    return value
 
 
-def _set_quiet(ctx, param, value) -> None:
+def _set_quiet(ctx, param, value: bool) -> bool:
     if value:
         common.STATE.quiet = True
+    return value
 
 
 def with_global_flags(cmd: click.Command) -> click.Command:
@@ -66,43 +107,8 @@ def with_global_flags(cmd: click.Command) -> click.Command:
         cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, hidden=True,
                                        callback=_set_quiet, help="Only the verdict and failures."))
         cmd._ddpdoctor_global_flags = True
+    cmd.context_class = Context  # its help wraps as the root's does
     return cmd
-
-
-def _wrap_keeping_tokens(text: str, width: int = 78, initial_indent: str = "", subsequent_indent: str = "",
-                         preserve_paragraphs: bool = False) -> str:
-    """click's wrap_text, except that a `quoted command` and a hyphenated or dotted name
-    (`--skip gpu-perf`, clock-skew.warn_ms) never break across lines: help is pasted from."""
-    import re
-
-    keep = "\x00"
-    protected = re.sub(r"`[^`]*`", lambda m: m.group().replace(" ", keep), text)
-    wrapped = _click_wrap_text(protected, width, initial_indent, subsequent_indent, preserve_paragraphs)
-    return wrapped.replace(keep, " ")
-
-
-def _no_hyphen_breaks() -> None:
-    """click wraps with textwrap's default break_on_hyphens=True (`clock-` / `skew.warn_ms`); click has no
-    setting for it, so its two module-level helpers are replaced in this process (the CLI's own)."""
-    import click._textwrap as ctw
-    import click.formatting as cf
-
-    if getattr(cf.wrap_text, "__name__", "") == "_wrap_keeping_tokens":
-        return
-    global _click_wrap_text
-    _click_wrap_text = cf.wrap_text
-    original_init = ctw.TextWrapper.__init__
-
-    def init(self, *args, **kwargs):
-        kwargs.setdefault("break_on_hyphens", False)
-        original_init(self, *args, **kwargs)
-
-    ctw.TextWrapper.__init__ = init
-    cf.wrap_text = _wrap_keeping_tokens
-
-
-_click_wrap_text = None
-_no_hyphen_breaks()
 
 
 # auto_envvar_prefix: every option of every command is mirrored once as DDPDOCTOR_<COMMAND>_<OPTION>
@@ -110,8 +116,10 @@ _no_hyphen_breaks()
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100,
                                               "auto_envvar_prefix": "DDPDOCTOR"})
 @click.version_option(__version__, "--version", prog_name="ddpdoctor")
-@click.option("-v", "--verbose", count=True, help="More detail; -v also shows tracebacks of errors.")
-@click.option("-q", "--quiet", is_flag=True, help="Only the verdict and failures.")
+# The callbacks put -v/-q in effect while the command is looked up (one that cannot load: its traceback with -v).
+@click.option("-v", "--verbose", count=True, callback=_set_verbose,
+              help="More detail; -v also shows tracebacks of errors.")
+@click.option("-q", "--quiet", is_flag=True, callback=_set_quiet, help="Only the verdict and failures.")
 def cli(verbose: int, quiet: bool) -> None:
     """Check a PyTorch DDP cluster before the job burns GPU hours, benchmark it, launch and explain.
 
@@ -163,8 +171,8 @@ SCRIPT_HINT = ("options for your script go after `--`: ddpdoctor run-trainer [OP
 def run(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # `ddpdoctor` alone: the help, as git and torchrun do
-        click.echo(cli.get_help(click.Context(cli, info_name="ddpdoctor")))
-        return 0
+        click.echo(cli.get_help(Context(cli, info_name="ddpdoctor")))
+        return ExitCode.OK
     try:
         rv = cli.main(args=argv, prog_name="ddpdoctor", standalone_mode=False)
         return int(rv or 0)
@@ -172,20 +180,20 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except Terminated:
         common.error_line("terminated (SIGTERM)")
-        return 143
+        return ExitCode.TERMINATED
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (and so SIGTERM) into Abort
         if isinstance(exc.__cause__, Terminated):
             common.error_line("terminated (SIGTERM)")
-            return 143
+            return ExitCode.TERMINATED
         common.error_line("interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     except click.NoSuchOption as exc:
         hint = f" ({SCRIPT_HINT})" if exc.ctx is not None and exc.ctx.info_name == "run-trainer" else ""
         common.error_line(common.usage_message(exc) + hint)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except click.ClickException as exc:
         common.error_line(exc.format_message())
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except DdpdoctorError as exc:
         if common.STATE.verbose:
             traceback.print_exc()
@@ -193,9 +201,9 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         common.error_line("interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the policy: one line, exit 4, traceback with -v
         if common.STATE.verbose:
             traceback.print_exc()
         common.error_line(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
-        return EXIT_INTERNAL
+        return ExitCode.INTERNAL

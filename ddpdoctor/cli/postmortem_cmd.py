@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..exitcodes import ExitCode
 from ..launch.fr_dumps import find_dumps, judge_dumps
 from . import common
 
@@ -45,7 +46,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         "run-trainer",
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": agent_log},
         verdict="fail" if failed else "pass",
-        exit_code=documents.EXIT_FAIL if failed else documents.EXIT_OK,
+        exit_code=ExitCode.FAIL if failed else ExitCode.OK,
         start=None, interrupted=None, torchrun_exit_code=None,
         restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
         metrics_summary={}, checksums_equal=None,

@@ -5,6 +5,7 @@ import shlex
 import click
 
 from ..errors import UsageError
+from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from . import common
 
@@ -85,7 +86,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
         if pre["verdict"] == "fail":
             if not force:
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
-                return documents.EXIT_FAIL
+                return ExitCode.FAIL
             cfg.preflight = "forced"
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
     return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,

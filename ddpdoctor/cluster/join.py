@@ -157,7 +157,15 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     # c10d reads its log level when torch loads: set here, before the import, or its socket warnings
     # ("waitForInput ... timed out") reach the terminal whatever Node.run sets later
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    _import_torch_distributed()
+    try:
+        _import_torch_distributed()
+    except Exception as exc:  # noqa: BLE001 - a broken torch: ImportError, a missing shared library, ...
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        seen = "the other nodes report the master unreachable" if is_master else "the master reports it missing"
+        raise ClusterNotAssembled(f"this node cannot join: torch does not import here ({reason}); the nodes meet "
+                                  f"on torch's TCPStore, so {seen}. Fix: `{sys.executable} -m pip install torch` in "
+                                  "the environment the job runs in (`ddpdoctor preflight` alone lists this node's "
+                                  "other findings)") from exc
 
     role = Master if is_master else Worker
     return role(cfg, plan, budget).run()

@@ -32,6 +32,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..exitcodes import ExitCode
+
 PROTOCOL = 1
 PREFIX = "ddpdoctor"
 MAX_CLAIMS = 16  # claims of one rank read by the master: more is a flood, not a cluster
@@ -195,7 +197,7 @@ def check_result(r: Any, field: str) -> None:
 
 def check_verdict(body: dict, ctx: dict) -> None:
     _need(body.get("verdict") in ("pass", "warn", "fail"), "verdict is not pass/warn/fail")
-    _int(body.get("exit_code"), "exit_code", 0, 4)
+    _int(body.get("exit_code"), "exit_code", ExitCode.OK, ExitCode.INTERNAL)
     results = body.get("results")
     _need(isinstance(results, list), "results is not a list")
     for i, r in enumerate(results[:100_000]):

@@ -69,7 +69,8 @@ def missing_message(*, present: list[int], missing: list[int], idents: list[dict
     command = f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
     msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; {who}. "
            f"Joined: {known or 'none'}. Fix: "
-           f"{start_everywhere_fix(launcher, command, others_joined=len(present) > 1, endpoint=endpoint)}")
+           f"{start_everywhere_fix(launcher, command, others_joined=len(present) > 1, endpoint=endpoint)}; a node "
+           "that started but could not join says why in its own output (e.g. torch does not import there)")
     dups = sorted({i["rank"] for i in idents if i["claim"] > 1})
     if dups:
         msg += f"; rank(s) {ranks_text(dups)} were claimed by more than one node (give each node its own --node-rank)"

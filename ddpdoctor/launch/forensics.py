@@ -49,8 +49,10 @@ def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
 
 
 def completed(fr: dict | None) -> int | None:
-    """How many collectives the rank has completed, over all its process groups (its progress)."""
-    if not fr:
+    """How many collectives the rank has completed, over all its process groups (its progress); None before
+    its first collective, when the record has no process group yet: the rank is still starting (importing,
+    building its model, `import torch._dynamo` inside DDP takes seconds on a loaded node), which is no hang."""
+    if not fr or not fr.get("pg_status"):
         return None
     total = 0
     for status in (fr.get("pg_status") or {}).values():

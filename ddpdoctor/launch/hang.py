@@ -152,9 +152,14 @@ class Watchdog:
                     return
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:
-        """When silence starts to count: once every rank's worker server answers (start-up, `import torch`
-        on a loaded node, is no hang), or at the latest a minute (or two thresholds) after the launch."""
+        """When silence starts to count: once every rank reports collectives (start-up, `import torch` on a
+        loaded node, is no hang), or a rank is stopped (SIGSTOP: no start-up), or at the latest a minute (or
+        two thresholds) after the launch."""
+        from . import forensics
+
         if done and all(v is not None for v in done.values()):
+            return now
+        if any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
             return now
         if not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
             return launched

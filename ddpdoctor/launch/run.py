@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import documents
 from . import hang, postmortem, records, torchrun
 from ..devices import nvidia_driver_present
+from ..exitcodes import ExitCode
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, resumed_run, socket_dir
 
@@ -347,7 +348,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
             message=f"torchrun exited with code {code} and no rank left an error record",
             fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
             log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
-    exit_code = 128 + interrupted if interrupted else documents.EXIT_FAIL if failed else documents.EXIT_OK
+    exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
     return documents.envelope(
         "run-trainer",
         run_id=cfg.rendezvous_id(),

@@ -86,7 +86,7 @@ def test_a_killed_rank_is_named_in_bounded_time():
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
     assert lines and "rank 2" in lines[-1] and ("SIGKILL" in lines[-1] or "signal 9" in lines[-1]), p.stderr[-2000:]
     assert "Traceback" not in p.stderr.split("Error:")[-1]
-    assert elapsed < 20 + 60
+    assert elapsed < 20 + 60  # --timeout 20; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault
 
 
 @pytest.mark.timeout(300)
@@ -99,23 +99,6 @@ def test_localisation_names_the_slow_node():
     loc = json.loads(p.stdout)["localisation"]
     assert [s["node"] for s in loc["suspects"]] == ["node3"], loc
     assert any(pair["suspect"] and "node3" in pair["nodes"] for pair in loc["pairs"])
-
-
-@pytest.mark.parametrize("args,needle", [
-    (["-b", "1M", "-e", "64K"], "above"),
-    (["-b", "0"], "positive"),
-    (["-e", "-5M"], "positive"),
-    (["--op", "all_gatherz"], "unknown collective"),
-    (["-d", "complex128"], "unknown"),
-    (["--graph", "--backend", "gloo"], "CUDA graph"),
-    (["--backend", "nccl"], "CUDA"),
-    (["--nnodes", "2"], "--master"),
-])
-def test_bad_input_is_one_line_exit_2(args, needle):
-    p = bench(*args, timeout=60)
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0], p.stderr
 
 
 @pytest.mark.timeout(240)
@@ -142,4 +125,4 @@ def test_a_hung_rank_is_named_in_bounded_time():
     assert p.returncode == 1, p.stderr[-2000:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
-    assert elapsed < 8 + 60
+    assert elapsed < 8 + 60  # --timeout 8; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault

@@ -74,10 +74,16 @@ def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase
 
 @pytest.mark.timeout(300)
 def test_loopback_master_50_times_never_aborts():
+    """Issue 11's abort (a race between threads importing torch) showed in 20 of 20 runs, and under load as
+    another error: 50 runs, four at a time (the same 50 processes in about half the wall time on 2 cores,
+    and more load on each, not less)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     port = free_port()
     argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--master", f"127.0.0.1:{port}", "--nnodes", "2"]
-    for i in range(50):
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda _: subprocess.run(argv, capture_output=True, text=True, timeout=60), range(50)))
+    for i, out in enumerate(runs):
         assert out.returncode == 3, (i, out.returncode, out.stderr[-2000:])
         assert "loopback" in out.stderr, (i, out.stderr[-2000:])
         assert "terminate called" not in out.stderr and "Traceback" not in out.stderr, (i, out.stderr[-2000:])
@@ -164,4 +170,4 @@ def test_absurd_nnodes_is_a_one_line_usage_error(extra):
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "--nnodes" in out.stderr, out.stderr
     assert out.stdout == ""
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 0 + 20  # no network wait at all; 20 s: an interpreter's start-up, loaded box

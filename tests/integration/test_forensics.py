@@ -83,6 +83,16 @@ USER_DDP = textwrap.dedent('''\
 
     main()
 ''')
+# Timing assertions bound the watchdog's promise (README, "Hangs"): with --hang-timeout S, the job is stopped
+# within S + STOP_PROMISE_S of its last progress (every rank's evidence collected, then SIGTERM, SIGKILL after
+# 10 s). What the product does not promise is stated apart: JOB_START_S, run-trainer, torchrun and two ranks
+# importing torch up to the fault (step 4); LOAD_MARGIN_S, one poll to notice the stall (1 s, 2 s without
+# --hang-timeout, + 2 s for a rank that does not answer), the post-mortem and run.json, and the scheduler of
+# this test box: 2 cores shared with other jobs (load 5-9).
+THRESHOLD_S = 5
+STOP_PROMISE_S = 10
+JOB_START_S = 30
+LOAD_MARGIN_S = 15
 LINE = {name: i + 1 for i, text in enumerate(USER_DDP.splitlines()) for name, needle in (
     ("sleep", "time.sleep(600)  # stuck outside"), ("barrier", "dist.barrier()  # only rank 0"),
     ("backward", "loss.backward()"), ("loader_next", "x = next(loader)"), ("raise", "raise ValueError"),
@@ -106,7 +116,7 @@ def hang_run(tmp_path, script, mode, *flags, env=None, timeout=150):
 
 @pytest.mark.timeout(150)
 def test_rank_sleeping_outside_any_collective(tmp_path, script):
-    p, doc, elapsed = hang_run(tmp_path, script, "sleep", "--hang-timeout", "5")
+    p, doc, elapsed = hang_run(tmp_path, script, "sleep", "--hang-timeout", str(THRESHOLD_S))
     assert p.returncode == 1, p.stderr[-3000:]
     v = doc["hang"]["verdict"]
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
@@ -116,7 +126,8 @@ def test_rank_sleeping_outside_any_collective(tmp_path, script):
     rc = doc["root_cause"]
     assert rc["rank"] == 1 and rc["category"] == "hang" and rc["location"] == f"{script}:{LINE['sleep']}"
     assert [c["rank"] for c in doc["consequences"]] == [0] and doc["hang"]["threshold"]["source"] == "--hang-timeout"
-    assert elapsed < 60, elapsed
+    print(f"sleeping rank: {elapsed:.1f} s from launch to the verdict, stalled {doc['hang']['stalled_s']} s")
+    assert elapsed < JOB_START_S + THRESHOLD_S + STOP_PROMISE_S + LOAD_MARGIN_S, elapsed
 
 
 @pytest.mark.timeout(150)
@@ -140,14 +151,16 @@ def test_rank_zero_only_barrier_is_a_desync_naming_both_call_sites(tmp_path, scr
 
 @pytest.mark.timeout(150)
 def test_sigstopped_rank(tmp_path, script):
-    """SIGSTOP rank 1 once training runs: its process state names it (its worker server cannot answer)."""
+    """SIGSTOP rank 1 once training runs (its worker server reports collectives): its process state names it
+    (its worker server cannot answer). A stopped rank is no start-up: the watchdog counts its silence at once,
+    even when the stop came before the watchdog's first answer from that rank."""
     run_dir = tmp_path / "run"
     argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", "2",
-            "--hang-timeout", "5", "--run-dir", str(run_dir), "--json", "--", str(script), "plain"]
+            "--hang-timeout", str(THRESHOLD_S), "--run-dir", str(run_dir), "--json", "--", str(script), "plain"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         victim = _wait_for_rank(proc.pid, 1)
-        time.sleep(3)
+        _wait_for_collectives(victim, 1)
         victim.suspend()
         start = time.monotonic()
         out, err = proc.communicate(timeout=120)
@@ -160,7 +173,21 @@ def test_sigstopped_rank(tmp_path, script):
     v = doc["hang"]["verdict"]
     assert v["class"] == "process_stopped" and v["culprits"][0]["rank"] == 1 and v["culprits"][0]["state"] == "stopped"
     assert not psutil.pid_exists(victim.pid) or psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
-    assert elapsed < 5 + 10 + 15, elapsed  # threshold + collection + stop
+    print(f"stopped rank: {elapsed:.1f} s from SIGSTOP to run-trainer's end")
+    assert elapsed < THRESHOLD_S + STOP_PROMISE_S + LOAD_MARGIN_S, elapsed
+
+
+def _wait_for_collectives(proc: psutil.Process, rank: int, limit: float = 90) -> None:
+    """Until the rank's worker server (the watchdog's source of progress) reports collectives completed."""
+    from ddpdoctor.launch import forensics
+
+    path = proc.environ()["DDPDOCTOR_WORKER_SOCKET"].replace("{rank}", str(rank))
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if (forensics.completed(forensics.flight_record(path, timeout=2.0)) or 0) >= 1:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"rank {rank} never completed a collective")
 
 
 def _wait_for_rank(agent_pid: int, rank: int, limit: float = 90) -> psutil.Process:
@@ -220,7 +247,8 @@ def test_default_threshold_calibrates_and_fires_within_a_minute(tmp_path, script
     t = doc["hang"]["threshold"]
     assert t["source"] == "calibrated" and t["seconds"] == 30.0 and "warm-up" in t["why"]
     assert doc["hang"]["verdict"]["culprits"][0]["rank"] == 1
-    assert elapsed < 60 + 30, elapsed  # startup + threshold + verdict
+    print(f"calibrated threshold: {elapsed:.1f} s from launch to the verdict")
+    assert elapsed < JOB_START_S + t["seconds"] + STOP_PROMISE_S + LOAD_MARGIN_S, elapsed
 
 
 @pytest.mark.timeout(150)

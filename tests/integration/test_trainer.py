@@ -142,7 +142,9 @@ def test_hang_is_named_with_stacks_in_bounded_time(tmp_path):
     assert "faults.py" in rc["location"]
     stacks = doc["hang"]["stacks"]
     assert "hang_forever" in stacks["1"] and "hang_forever" not in stacks["0"]
-    assert elapsed < 90
+    # --hang-timeout 6 + the watchdog's 10 s to stop (README); 74 s: run-trainer, torchrun and 2 ranks importing
+    # torch and reaching step 5, and the post-mortem, on a loaded 2-core box
+    assert elapsed < 6 + 10 + 74
 
 
 @pytest.mark.timeout(240)
@@ -207,33 +209,6 @@ def test_preflight_gate_blocks_and_force_launches(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc["config"]["preflight"] == "forced" and doc["preflight"]["verdict"] == "fail"
-
-
-@pytest.mark.parametrize("args,needle", [
-    (["--", "does_not_exist.py"], "no such file"),
-    (["--nnodes", "2"], "--master"),
-    (["--master", "nohostport"], "HOST:PORT"),
-    (["--nproc-per-node", "0"], "nproc-per-node"),
-    (["--", "notascript"], "expected a Python script"),
-    (["--", "-m"], "module name after it"),
-    (["--", "-m", "a/b.py"], "module name"),
-    (["--hang-timeout", "-1"], "positive"),
-    (["--hang-timeout", "inf"], "finite"),
-    (["--hang-timeout", "nan"], "finite"),
-    (["--rdzv-id", "a/../b c"], "--rdzv-id"),
-    (["--preflight-args", "--bogus"], "--preflight-args: No such option '--bogus'"),
-    (["--preflight-args", "--nnodes 2"], "run-trainer's own flags"),
-    (["--nproc-per-node", "100000"], "nproc-per-node"),
-    (["--max-restarts", "100000"], "max-restarts"),
-    (["--steps", "10000000000"], "steps"),
-    (["--resume", "nope"], "no snapshot"),
-])
-def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--run-dir",
-                        str(tmp_path), *args], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and needle in lines[0], p.stderr
 
 
 @pytest.mark.timeout(300)

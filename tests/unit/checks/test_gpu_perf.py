@@ -127,6 +127,7 @@ def test_parse_worker_output():
         "index": 3, "error": "worker exited 1: RuntimeError: boom"}
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch to measure
 @pytest.mark.timeout(60)
 def test_worker_process_reports_its_error_as_json():
     """A real worker process: on this CPU machine it fails to measure and says why, as one JSON line."""
@@ -149,4 +150,5 @@ def test_worker_past_its_timeout_is_killed(monkeypatch, tmp_path):
 
     t0 = time.monotonic()
     [res] = gpuperf.measure_node([0], gpuperf.PerfConfig(), timeout_s=1.0)
-    assert res == {"index": 0, "error": "did not finish within 1 s"} and time.monotonic() - t0 < 10
+    assert res == {"index": 0, "error": "did not finish within 1 s"}
+    assert time.monotonic() - t0 < 1 + 9  # its time limit; 9 s: starting and killing a process, loaded box

@@ -1,4 +1,4 @@
-"""Unit tests of ddpdoctor/cli/bounds.py."""
+"""Absurd numbers on the command line: one usage line and exit 2 (in-process)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,6 @@ import pytest
 from tests.unit.helpers import assert_usage_error, run_cli
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("args, needle", [
     (["-n", str(10**30)], "--iters"),
     (["-w", str(10**12)], "--warmup"),
@@ -27,12 +26,10 @@ def test_nccl_bench_bad_numbers_exit_2(args, needle):
     assert_usage_error(run_cli("nccl-bench", "--backend", "gloo", *args), needle)
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0"])
 def test_preflight_timeout_is_finite_and_bounded(value):
     assert_usage_error(run_cli("preflight", "--timeout", value), "--timeout")
 
 
-@pytest.mark.timeout(120)
 def test_preflight_set_nan_exit_2():
     assert_usage_error(run_cli("preflight", "--set", "clock-skew.warn_ms=nan"), "--set", "warn_ms", "finite")

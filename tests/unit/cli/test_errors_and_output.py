@@ -1,9 +1,9 @@
-"""The CLI's one error policy, in-process and as a subprocess: every user mistake is one red line and exit 2,
---help and --version stay torch-free, --json/--output write valid documents, config reaches compare."""
+"""The CLI's one error policy: every user mistake is one red line and exit 2, --help and --version stay
+torch-free, --json/--output write valid documents, config reaches compare. In-process (tests/unit/helpers.py
+run_cli); a real process only for `python -m ddpdoctor` and what a fresh interpreter imports."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -11,13 +11,12 @@ import pytest
 
 from ddpdoctor import documents
 from ddpdoctor.cli import COMMANDS, run
+from tests.unit.helpers import run_cli, run_process
 
 LOCAL_CHEAP = "env-vars,resources,network,packages"
 
 
-def cli(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+cli = run_cli  # in-process: these tests are about what the commands print and return, not the process
 
 
 def one_error_line(stderr: str) -> str:
@@ -46,7 +45,7 @@ def test_usage_errors_in_process(capsys, args, needle):
     assert needle in line
 
 
-def test_malformed_config_subprocess(tmp_path):
+def test_malformed_config(tmp_path):
     cfg = tmp_path / "ddpdoctor.toml"
     cfg.write_text("[checks.resources]\nmin_nofile = 'lots'\n")
     p = cli("preflight", "--config", str(cfg))
@@ -55,7 +54,7 @@ def test_malformed_config_subprocess(tmp_path):
     assert str(cfg) in line and "checks.resources.min_nofile" in line
 
 
-def test_unwritable_output_dir_subprocess(tmp_path):
+def test_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     p = cli("preflight", "--only", "env-vars", "--output", str(blocker / "out"))
@@ -69,7 +68,7 @@ def test_verbose_shows_the_traceback(capsys):
 
 
 def test_version_and_module_entry():
-    p = cli("--version")
+    p = run_process("--version")  # `python -m ddpdoctor` itself
     assert p.returncode == 0 and "ddpdoctor" in p.stdout
     from ddpdoctor import __version__
 

@@ -1,17 +1,14 @@
-"""Unit tests of ddpdoctor/cli/full_disk.py."""
+"""A full disk under --output/--report: the verdict still printed, one error line naming the path, no temp file
+left (the commands run in-process; the tiny filesystem is a real tmpfs)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from ddpdoctor.cli import common
-from tests.unit.conftest import _run, leftovers
-
-
-def cli(*args, timeout=120):
-    return _run(sys.executable, "-m", "ddpdoctor", *args, timeout=timeout)
+from tests.unit.conftest import leftovers
+from tests.unit.helpers import run_cli as cli
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -2,25 +2,24 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import click
 import pytest
 
 from ddpdoctor.cli import COMMANDS, cli, run
+from tests.unit.helpers import run_cli
 
 COMMAND_NAMES = sorted(COMMANDS)
 
 
 def help_of(name: str, width: int = 80) -> str:
     cmd = cli.get_command(click.Context(cli), name)
-    with click.Context(cmd, info_name=name, terminal_width=width, max_content_width=width) as ctx:
-        return cmd.get_help(ctx)
+    with cmd.context_class(cmd, info_name=name, terminal_width=width, max_content_width=width) as ctx:
+        return cmd.get_help(ctx)  # the command's own context class: its help formatter, as `--help` uses
 
 
 def test_ddpdoctor_alone_prints_help_and_exits_0():
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor"], capture_output=True, text=True, timeout=60)
+    out = run_cli()
     assert out.returncode == 0 and "Usage: ddpdoctor" in out.stdout and not out.stderr
 
 

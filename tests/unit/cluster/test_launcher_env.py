@@ -1,15 +1,13 @@
 """Unit tests of ddpdoctor/cluster/launcher_env.py."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from ddpdoctor.cluster import launcher_env
 from ddpdoctor.cluster import launcher_env as le
 from ddpdoctor.cluster.local import free_port
 from ddpdoctor.cluster.roster import missing_message
+from tests.unit.helpers import run_cli
 
 
 def test_launcher_environments():
@@ -164,7 +162,7 @@ def test_pbs_job_whose_script_runs_on_the_first_node_only(tmp_path):
     import os
 
     env.update({k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "VIRTUAL_ENV", "HOME"))})
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--local-addr", "127.0.0.1",
-                          "--timeout", "3", "--only", "mesh"], capture_output=True, text=True, env=env, timeout=60)
+    out = run_cli("preflight", "--local-addr", "127.0.0.1", "--timeout", "3", "--only", "mesh", env=env,
+                  clear_env=True)
     assert out.returncode == 3, out.stderr
     assert "node-b.cluster" in out.stderr and "pbsdsh" in out.stderr and "PBS job script runs on the first node" in out.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from ddpdoctor import documents
 from ddpdoctor.api import Level, Option, Result, majority
+from ddpdoctor.exitcodes import ExitCode
 
 
 def test_worst_level_and_verdict():
@@ -15,7 +16,7 @@ def test_worst_level_and_verdict():
     assert Level.worst([]) is Level.PASS
     skip_only = [Result("a", Level.SKIP, "s")]
     assert documents.verdict_of(skip_only) is Level.PASS
-    assert documents.exit_code_of(documents.verdict_of([Result("a", Level.FAIL, "f")])) == documents.EXIT_FAIL
+    assert documents.exit_code_of(documents.verdict_of([Result("a", Level.FAIL, "f")])) == ExitCode.FAIL
 
 
 def test_majority_names_the_odd_nodes():

@@ -1,11 +1,11 @@
 """The input policy for result files: size cap, nesting depth, encodings, schema_version, document shapes.
 
 In-process tests of inputs.py / shapes.py / documents.load, a fuzz of every key of realistic documents through
-the whole report, and subprocess tests of `ddpdoctor report` (one line on stderr, exit 2, no traceback).
+the whole report, and of `ddpdoctor report` (one line on stderr, exit 2, no traceback); a subprocess only where
+the process's own peak memory is measured.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import subprocess
@@ -18,19 +18,7 @@ from ddpdoctor import documents, inputs
 from ddpdoctor.errors import UsageError
 from ddpdoctor.report.html import build_html
 from tests import report_fixtures as fx
-
-
-def run_cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def assert_usage_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.unit.helpers import assert_usage_error, run_cli
 
 
 def write(path, doc):
@@ -145,17 +133,19 @@ def _set(doc, path, value):
 JUNK = [None, True, 7, -1.5, float("nan"), float("inf"), "x", [], {}, [1, "a"], {"k": 1}]
 
 
+@pytest.mark.slow  # thousands of whole-report builds: tens of seconds on a loaded 2-core box
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("make", [lambda: fx.preflight(n=3, evil=True), lambda: fx.bench(world=4),
                                   lambda: fx.trainer(ranks=2, steps=20)], ids=["preflight", "bench", "trainer"])
 def test_any_junk_anywhere_is_a_report_or_a_usage_error(make):
     """The report builds, or validation names the file: never a TypeError/KeyError/ValueError (exit 4)."""
-    base = json.loads(json.dumps(make()))
+    raw = json.dumps(make())
+    base = json.loads(raw)
     crashes = []
     paths = [p for p in _paths(base) if p[0] not in ("schema", "kind")]
     for path in paths:
         for junk in JUNK:
-            doc = copy.deepcopy(base)
+            doc = json.loads(raw)  # a fresh copy: several times cheaper than copy.deepcopy for plain JSON
             _set(doc, path, junk)
             try:
                 documents.validate(doc, "f.json")
@@ -212,4 +202,4 @@ def test_report_oversized_input_is_refused_without_reading_it(tmp_path):
                           capture_output=True, text=True, timeout=100)
     assert_usage_error(proc, "huge.json", "larger than 64 MiB")
     assert int(proc.stdout.strip()) < 400, f"peak RSS {proc.stdout.strip()} MiB"
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 0 + 60  # refused without reading; 60 s: an interpreter's start-up, loaded

@@ -61,7 +61,7 @@ def test_each_gather_is_contained_and_bounded():
     start = time.monotonic()
     facts, outcome = runner.gather_all([loaded(c()) for c in (Fine, Raises, Skips, Hangs, NotADict)], "n1",
                                        opts_by_check={"fine": {"limit": 7}})
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < Hangs.timeout_s + 4.7  # the slowest check's limit; 4.7 s: a loaded box
     assert outcome["fine"]["status"] == runner.OK and facts["fine"] == {"limit": 7, "node": "n1"}
     assert outcome["raises"]["status"] == runner.ERROR and "driver exploded" in outcome["raises"]["message"]
     assert outcome["skips"]["status"] == runner.SKIPPED and outcome["skips"]["message"] == "not on this node"
@@ -79,7 +79,8 @@ def test_the_runs_deadline_caps_every_check():
 
     start = time.monotonic()
     _, outcome = runner.gather_all([loaded(Slow())], "n1", deadline=time.monotonic() + 0.3)
-    assert outcome["slow"]["status"] == runner.TIMEOUT and time.monotonic() - start < 3
+    assert outcome["slow"]["status"] == runner.TIMEOUT
+    assert time.monotonic() - start < 0.3 + 2.7  # the run's deadline; 2.7 s: a late thread on a loaded box
     Hangs.gate.set()
 
 

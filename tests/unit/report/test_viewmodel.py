@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from html import unescape
 
 import pytest
@@ -13,6 +11,7 @@ from ddpdoctor import documents
 from ddpdoctor.report import html, svg
 from ddpdoctor.report import viewmodel as view
 from tests import report_fixtures as fx
+from tests.unit.helpers import run_cli
 
 
 def test_view_merges_every_kind_failures_first():
@@ -89,8 +88,7 @@ def test_report_command_merges_and_errors(tmp_path):
     a = documents.dump(fx.preflight(4), tmp_path / "a.json")
     b = documents.dump(fx.bench(8), tmp_path / "b.json")
     out = tmp_path / "r.html"
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "report", str(a), str(b), "-o", str(out)],
-                       capture_output=True, text=True, timeout=60)
+    p = run_cli("report", a, b, "-o", out)
     assert p.returncode == 0, p.stderr
     assert "different runs" in p.stderr and out.stat().st_size > 1000
     bad = tmp_path / "bad.json"
@@ -98,17 +96,14 @@ def test_report_command_merges_and_errors(tmp_path):
     old = tmp_path / "old.json"
     old.write_text(json.dumps(dict(fx.preflight(2), schema_version=0)))
     for f, needle in ((bad, "not valid JSON"), (old, "schema_version"), (tmp_path / "nope.json", "cannot read")):
-        p = subprocess.run([sys.executable, "-m", "ddpdoctor", "report", str(a), str(f), "-o", str(out)],
-                           capture_output=True, text=True, timeout=60)
+        p = run_cli("report", a, f, "-o", out)
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         assert p.returncode == 2 and len(lines) == 1 and str(f) in lines[0] and needle in lines[0], p.stderr
 
 
-@pytest.mark.timeout(120)
 def test_preflight_report_flag_end_to_end(tmp_path):
     out = tmp_path / "pre.html"
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--only", "env-vars,resources", "--report",
-                        str(out)], capture_output=True, text=True, timeout=100)
+    p = run_cli("preflight", "--only", "env-vars,resources", "--report", out)
     assert p.returncode in (0, 1), p.stderr
     page = out.read_text()
     assert 'id="verdict"' in page and "env-vars" in page and "resources" in page
@@ -251,8 +246,7 @@ def test_one_run_id_merges_silently_and_different_ids_warn(ids, warned):
 def test_report_command_merges_one_run_without_a_warning(tmp_path):
     files = [documents.dump(d, tmp_path / f"{i}.json") for i, d in
              enumerate([fx.preflight(4, run_id="slurm-42"), fx.bench(8, run_id="slurm-42"), fx.trainer(run_id="slurm-42")])]
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "report", *map(str, files), "-o", str(tmp_path / "r.html")],
-                       capture_output=True, text=True, timeout=60)
+    p = run_cli("report", *files, "-o", tmp_path / "r.html")
     assert p.returncode == 0, p.stderr
     assert "different runs" not in p.stderr and "runs merged" not in (tmp_path / "r.html").read_text()
 

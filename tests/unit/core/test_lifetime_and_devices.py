@@ -1,0 +1,71 @@
+"""Unit tests of ddpdoctor/lifetime.py (a child dies with its parent, even a SIGKILLed one) and devices.py
+(CUDA usable / an NVIDIA driver present: each answer never raises, a broken torch is "no CUDA")."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from ddpdoctor import devices
+
+# A parent that starts a child asking for PR_SET_PDEATHSIG (or not), prints the child's pid, then waits.
+PARENT = """
+import subprocess, sys
+code = ("import sys, time; from ddpdoctor.lifetime import die_with_parent; "
+        "ok = die_with_parent() if sys.argv[1] == 'tie' else True; print(int(ok), flush=True); time.sleep(60)")
+child = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), child.pid, flush=True)
+import time; time.sleep(60)
+"""
+
+
+def _parent_and_child(mode: str) -> tuple[subprocess.Popen, psutil.Process, str]:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, mode], stdout=subprocess.PIPE, text=True)
+    ok, pid = parent.stdout.readline().split()
+    return parent, psutil.Process(int(pid)), ok
+
+
+def test_a_tied_child_dies_when_its_parent_is_sigkilled():
+    parent, child, ok = _parent_and_child("tie")
+    try:
+        assert ok == "1"  # Linux: the kernel accepted the request
+        parent.kill()
+        parent.wait(10)
+        gone, alive = psutil.wait_procs([child], timeout=10)
+        assert gone and not alive
+    finally:
+        for p in (child,):
+            if p.is_running():
+                p.kill()
+        parent.stdout.close()
+
+
+def test_an_untied_child_outlives_its_parent():
+    """The control: without the request the orphan lives on (what the tie exists to prevent)."""
+    parent, child, _ = _parent_and_child("free")
+    try:
+        parent.kill()
+        parent.wait(10)
+        time.sleep(0.5)
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    finally:
+        child.kill()
+        parent.stdout.close()
+
+
+def test_cuda_available_is_false_not_an_error_with_a_broken_torch(tmp_path):
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise OSError('libcudart.so.12: cannot open shared object file')\n")
+    code = "from ddpdoctor.devices import cuda_available; print(cuda_available())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_the_driver_answer_reads_proc_and_dev_without_torch():
+    expected = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+    assert devices.nvidia_driver_present() is expected

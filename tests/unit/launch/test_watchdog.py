@@ -1,0 +1,219 @@
+"""Unit tests of ddpdoctor/launch/hang.py's watchdog pieces and ddpdoctor/launch/forensics.py: when silence
+starts to count, what counts as progress, and the evidence helpers (real small processes, a fake worker
+server on a unix socket)."""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddpdoctor.launch import forensics, hang
+
+
+def fr(*completed_per_pg):
+    return {"pg_status": {str(i): {"last_enqueued_collective": c, "last_completed_collective": c}
+                          for i, c in enumerate(completed_per_pg)}, "entries": []}
+
+
+# -- progress -------------------------------------------------------------------------------------------
+def test_completed_counts_every_process_group_and_none_before_the_first_collective():
+    assert forensics.completed(fr(5, 2)) == 7
+    assert forensics.completed(fr(-1)) == 0  # a group whose first collective has not completed yet
+    assert forensics.completed(None) is None and forensics.completed({}) is None
+    # a worker server that answers before any process group exists: the rank is still starting, not stalled
+    assert forensics.completed({"pg_status": {}, "entries": []}) is None
+    assert forensics.completed({"pg_status": {"0": {"last_completed_collective": "junk"}}}) == 0
+
+
+def test_last_steps_and_progress_mark(tmp_path):
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "rank0.jsonl").write_text('{"step": 3}\n{"step": 4}\n')
+    (metrics / "rank1.jsonl").write_text("")
+    (metrics / "rank2.jsonl").write_text("not json\n")
+    assert hang.last_steps(tmp_path) == {0: 4, 1: 0}
+    logs = tmp_path / "logs"
+    log = logs / "run" / "attempt_0" / "0" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("x")
+    os.utime(log, (2_000_000_000, 2_000_000_000))
+    assert hang.progress_mark(tmp_path, logs) == 2_000_000_000
+    assert hang.progress_mark(tmp_path, tmp_path / "nowhere") == max(p.stat().st_mtime for p in metrics.iterdir())
+
+
+def test_behind_prefers_steps_then_ranks_outside_collectives():
+    assert hang.behind({0: 5, 1: 4, 2: 4}, {}) == [1, 2]
+    inside = "File x.py in all_reduce"
+    assert hang.behind({0: 5, 1: 5}, {0: inside, 1: "File t.py in get_batch"}) == [1]
+    assert hang.behind({}, {0: inside, 1: inside}) == []  # everyone waits: nobody is behind
+    assert hang.behind({}, {0: "a", 1: "b"}) == []  # nobody inside a collective: no one rank to blame
+
+
+# -- arming: when silence starts to count ---------------------------------------------------------------
+class Agent:
+    """A stand-in for torchrun's agent: this test process, whose python children are the "ranks"."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def poll(self):
+        return None
+
+
+@pytest.fixture
+def ranks():
+    started: list[subprocess.Popen] = []
+
+    def start(n: int) -> list[psutil.Process]:
+        for r in range(n):
+            started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                            env={**os.environ, "RANK": str(r)}))
+        return [psutil.Process(p.pid) for p in started]
+
+    yield start
+    for p in started:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+        p.wait(10)
+
+
+def dog(timeout=5.0, sockets="/nonexistent/{rank}.sock"):
+    return hang.Watchdog(Agent(), Path("/nonexistent"), Path("/nonexistent"), timeout, sockets=sockets)
+
+
+def test_armed_once_every_rank_reports_collectives(ranks):
+    ranks(2)
+    w = dog()
+    assert w.armed_at({0: 3, 1: 0}, launched=100.0, now=110.0) == 110.0
+    assert w.armed_at({0: 3, 1: None}, launched=100.0, now=110.0) is None  # rank 1 still starting
+    assert w.armed_at({}, launched=100.0, now=110.0) is None
+
+
+def test_start_up_is_no_hang_for_at_most_a_minute_or_two_thresholds(ranks):
+    ranks(2)
+    assert dog(timeout=5.0).armed_at({0: None, 1: None}, launched=100.0, now=159.0) is None
+    assert dog(timeout=5.0).armed_at({0: None, 1: None}, launched=100.0, now=161.0) == 100.0
+    assert dog(timeout=40.0).armed_at({0: None, 1: None}, launched=100.0, now=170.0) is None
+    assert dog(timeout=40.0).armed_at({0: None, 1: None}, launched=100.0, now=181.0) == 100.0
+    assert dog(sockets=None).armed_at({}, launched=100.0, now=101.0) == 100.0  # no worker servers: from launch
+
+
+def test_a_stopped_rank_arms_at_once(ranks):
+    """SIGSTOP before the watchdog ever heard from the rank: a stopped process is not starting up."""
+    procs = ranks(2)
+    w = dog()
+    assert w.armed_at({0: 3, 1: None}, launched=100.0, now=105.0) is None
+    procs[1].suspend()
+    deadline = time.monotonic() + 10
+    while procs[1].status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert w.armed_at({0: 3, 1: None}, launched=100.0, now=105.0) == 105.0
+
+
+def test_workers_and_their_ranks(ranks):
+    ranks(3)
+    found = hang.workers(os.getpid())
+    assert hang.ranks_of(found) == [0, 1, 2]
+    assert hang.workers(2**22 + 12345) == []  # no such agent
+
+
+# -- evidence -------------------------------------------------------------------------------------------
+def test_process_state_names_stopped_zombie_and_gone(ranks):
+    proc = ranks(1)[0]
+    assert forensics.process_state(proc.pid) == "running"
+    proc.suspend()
+    deadline = time.monotonic() + 10
+    while forensics.process_state(proc.pid) != "stopped" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert forensics.process_state(proc.pid) == "stopped"
+    assert forensics.process_state(None) == "gone" and forensics.process_state(2**22 + 12345) == "gone"
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while forensics.process_state(child.pid) != "zombie" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert forensics.process_state(child.pid) == "zombie"  # exited, not yet reaped
+    child.wait()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = {"/handler/fr_trace_json": json.dumps(fr(4)), "/handler/dump_traceback": "File x in main"}.get(self.path)
+        if self.server.slow:
+            time.sleep(self.server.slow)
+        self.send_response(200 if body else 404)
+        self.end_headers()
+        self.wfile.write((body or "").encode())
+
+    def log_message(self, *args):
+        pass
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    slow = 0.0
+
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("local", 0)
+
+    def handle_error(self, request, client_address):
+        pass  # the slow test's client has gone by the time the answer is written: expected
+
+
+@pytest.fixture
+def worker_server(tmp_path):
+    path = tmp_path / "1.sock"
+    server = _UnixHTTPServer(str(path), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, path
+    server.shutdown()
+    server.server_close()
+
+
+def test_ask_and_flight_record_over_the_worker_servers_protocol(worker_server, tmp_path):
+    server, path = worker_server
+    assert forensics.flight_record(path, timeout=5) == fr(4)
+    assert forensics.completed(forensics.flight_record(path, timeout=5)) == 4
+    assert forensics.ask(path, "dump_traceback") == "File x in main"
+    assert forensics.ask(path, "no_such_handler") is None  # 404
+    assert forensics.flight_record(tmp_path / "absent.sock", timeout=1) is None
+
+
+def test_a_server_that_does_not_answer_costs_its_timeout_only(worker_server):
+    server, path = worker_server
+    server.slow = 3.0
+    start = time.monotonic()
+    assert forensics.flight_record(path, timeout=0.5) is None
+    # the promise is the timeout given (0.5 s); 2 s is this loaded test box's margin for scheduling
+    assert time.monotonic() - start < 0.5 + 2.0
+
+
+def test_nodes_swap_evidence_through_the_run_dir(tmp_path):
+    exchange = tmp_path / "hang"
+    evidence = {3: {"state": "running", "fr": {"pg_status": {}, "entries": list(range(100))}, "stacks": "s"}}
+    forensics.publish(exchange, "node-a", evidence, keep=10)
+    assert not list(exchange.glob("*.tmp"))  # written whole
+    assert [p.name for p in forensics.published(exchange, exclude="node-b")] == ["node-a.json"]
+    assert forensics.published(exchange, exclude="node-a") == []
+    got = forensics.gather(exchange, "node-b", expected=1, wait_s=5)
+    assert list(got) == ["node-a"] and got["node-a"][3]["fr"]["entries"] == list(range(90, 100))
+    (exchange / "node-c.json").write_text("{broken")
+    start = time.monotonic()
+    got = forensics.gather(exchange, "node-b", expected=3, wait_s=0.5)  # waits its limit, skips the broken file
+    assert list(got) == ["node-a"] and time.monotonic() - start >= 0.5
+    assert forensics.published(tmp_path / "absent", exclude="x") == []
+
+
+def test_rank_sockets_fill_the_template():
+    assert forensics.rank_sockets("/run/s/{rank}.sock", [0, 2]) == {0: Path("/run/s/0.sock"), 2: Path("/run/s/2.sock")}
