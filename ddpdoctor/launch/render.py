@@ -40,12 +40,17 @@ def render(doc: dict, console: Console) -> None:
         rows.append(Text(f"consequence: rank {c.get('rank')} on {c.get('host')}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
     if doc.get("hang"):
-        rows += hang_rows(doc["hang"])
-    console.print(Panel(Group(*rows), title=Text("run-trainer: FAIL — root cause", style="bold red"),
+        rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
+    console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
                         border_style="red"))
 
 
-def hang_rows(hang: dict) -> list[Text]:
+def _tool(doc: dict) -> str:
+    """Which command wrote the document: `ddpdoctor postmortem` describes a log dir and writes no run.json."""
+    return "postmortem" if (doc.get("config") or {}).get("source") == "postmortem" else "run-trainer"
+
+
+def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     """What the hang watchdog saw: the collective the others wait in, every call site, which threshold fired."""
     rows = []
     verdict = hang.get("verdict") or {}
@@ -65,8 +70,11 @@ def hang_rows(hang: dict) -> list[Text]:
     if t:
         rows.append(Text(f"threshold: {t.get('seconds')} s ({t.get('source')}: {t.get('why')}); no progress for "
                          f"{hang.get('stalled_s')} s", style="dim"))
-    rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
-                     style="dim"))
+    if saved:
+        rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
+                         style="dim"))
+    elif verdict.get("files"):
+        rows.append(Text(f"read from the flight-recorder dumps of rank(s) {', '.join(verdict['files'])}", style="dim"))
     return rows
 
 
