@@ -23,6 +23,13 @@ C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
 
 
+DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message of another size, which need not "
+            "be the rank whose call differs; the logs do not say whose does (the ranks' flight-recorder dumps do)")
+
+
+NO_MAJORITY = "no majority between two ranks: "
+
+
 def timeout_s(text: str) -> float | None:
     """The process-group timeout a timed-out collective reports, in seconds."""
     m = TIMEOUT_MS.search(text or "")
@@ -66,6 +73,8 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
     out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right)."""
     fails = ([root] if root else []) + rest
+    if root is not None and root.category == "desync" and root.signal == "SIGABRT":
+        root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
     timed_out = [f for f in fails if f.category == "timeout"]
     if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):
         return root, rest
@@ -75,7 +84,11 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
                and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message))]
     silent = _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
-    calls = {f.rank: waited_call(f) for f in timed_out}
+    # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
+    # broke (their traceback runs through the collective).
+    inside = timed_out + [f for f in fails if f.category == "peer_lost" and f.rank not in waited
+                          and waited_call(f)[0] != "a collective"]
+    calls = {f.rank: waited_call(f) for f in inside}
     where = ", ".join(f"rank {r}: {c[0]}" + (f" at {c[1]}" if c[1] else "") for r, c in sorted(calls.items(), key=_key))
     if stopped or silent:
         culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
@@ -99,19 +112,20 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     # Every failed rank timed out: the call a minority waited in is the odd one (a rank-guarded barrier).
     counts = Counter(calls.values()).most_common()
     if len(counts) > 1 and counts[0][1] > counts[1][1]:
-        odd = sorted((f for f in timed_out if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
+        odd = sorted((f for f in inside if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
         op, site = calls[odd[0].rank]
         new = RankFailure(
             rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
             attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
             message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
                      f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
-                     + " (every rank timed out: they waited for each other)"),
+                     + " (each inside its own collective when the job ended: they waited for each other)"),
             fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
                 "`if rank == 0: dist.barrier()`)")
         for f in fails:
             f.victim = True
-            f.reason = f"timed out in {calls[f.rank][0]}" + ("" if f in odd else f", waiting for {_name(odd[0])}")
+            f.reason = (f"{'timed out' if f.category == 'timeout' else 'waited'} in {calls[f.rank][0]}"
+                        + ("" if f in odd else f" for {_name(odd[0])}")) if f.rank in calls else f.reason
         return new, fails
     no_majority = len(counts) > 1
     new = RankFailure(
@@ -123,7 +137,8 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
         fix=("make every rank issue the same collectives in the same order" if no_majority else
              "run `ddpdoctor preflight` and `ddpdoctor nccl-bench` across these hosts; " + hang_timeout_advice(pg)))
     for f in fails:
-        f.victim, f.reason = True, f"timed out in {calls.get(f.rank, ('a collective',))[0]}"
+        f.victim = True
+        f.reason = f"waited in {calls[f.rank][0]}" if f.rank in calls else f.reason
     return new, fails
 
 
@@ -167,6 +182,15 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
             root.reason = (f"{hang['summary']}; rank {root.rank} is the one gloo aborted, which says only that it "
                            "received a message of another size")
         return
+    if root is not None and root.reason == DETECTOR and hang.get("likely") and culprits == [root.rank]:
+        # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
+        if len(hang.get("files") or {}) >= 2:
+            root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
+                           "this rank, which gloo aborted, left none")
+        else:
+            root.reason = (NO_MAJORITY + f"rank {root.rank}, which gloo aborted on a message of another size, and the "
+                           "one other rank called differently; either call may be the wrong one")
+        return
     collective = hang.get("collective") or {}
     first = (hang.get("culprits") or [{}])[0]
     call = (collective.get("calls") or {}).get(str(first.get("rank"))) or {}
@@ -209,7 +233,9 @@ def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
 
 def culprit_ranks(root: dict | None, consequences: list[dict]) -> list[int]:
     """Every rank the verdict blames: the root cause's and the consequences marked culprits too."""
-    out = [root["rank"]] if root and root.get("rank") is not None else []
+    named = root and root.get("rank") is not None and root.get("reason") != DETECTOR \
+        and not str(root.get("reason", "")).startswith(NO_MAJORITY)
+    out = [root["rank"]] if named else []
     out += [c["rank"] for c in consequences if c.get("rank") is not None and not c.get("victim")
             and str(c.get("reason", "")).startswith(("culprit too", "likely culprit too"))]
     return sorted(set(out))

@@ -35,6 +35,8 @@ def render(doc: dict, console: Console) -> None:
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
         rows.append(Text(f"where: {rc['location']}" + (f" in {func}" if func else "")))
+    if rc.get("reason") and not rc.get("victim"):
+        rows.append(Text(f"note: {rc['reason']}"))
     rows.append(Text(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
         rows.append(Text(f"consequence: rank {c.get('rank')} on {c.get('host')}: {c.get('reason')} "
