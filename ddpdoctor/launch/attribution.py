@@ -171,18 +171,18 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
     a peer's transport error, a SIGTERM from the launcher, a log-only "likely" guess, or the rank gloo aborted on
     a mismatch that the majority of the ranks' calls pins on another rank. A real error (an exception, a
     SIGKILL) stays the root cause. The culprit is never listed as its own consequence."""
-    if not hang or hang.get("class") in ("unknown", "outside_collectives"):
-        return
     root = verdict.root_cause
+    if not hang or hang.get("class") in ("unknown", "outside_collectives") or root is None:
+        return  # no rank failed: a live snapshot's skew (one rank a collective ahead) is no failure
     culprits = [c.get("rank") for c in hang.get("culprits") or []]
-    if root is not None and not (root.victim or root.category in ADOPTABLE):
+    if not (root.victim or root.category in ADOPTABLE):
         return
     if not culprits:
-        if root is not None and hang.get("no_majority") and root.category == "desync":
+        if hang.get("no_majority") and root.category == "desync":
             root.reason = (f"{hang['summary']}; rank {root.rank} is the one gloo aborted, which says only that it "
                            "received a message of another size")
         return
-    if root is not None and root.reason == DETECTOR and hang.get("likely") and culprits == [root.rank]:
+    if root.reason == DETECTOR and hang.get("likely") and culprits == [root.rank]:
         # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
         if len(hang.get("files") or {}) >= 2:
             root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
@@ -200,7 +200,7 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                       location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
     if first.get("last_seen") and new.location:
         new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
-    old = ([root] if root is not None else []) + list(verdict.consequences)
+    old = [root] + list(verdict.consequences)
     consequences = []
     for f in old:
         if f.rank == new.rank:  # the culprit's own record: its ending, not a consequence of itself

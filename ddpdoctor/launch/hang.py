@@ -281,7 +281,8 @@ class Watchdog:
         nodes = {self.node: sorted(evidence)}
         if self.nnodes > 1:
             forensics.publish(self.exchange, self.node, evidence)
-            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0)
+            # The job already over (its own timeout ended it): the other nodes' files as they are, briefly.
+            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0 if stop else 3.0)
             for node, theirs in others.items():
                 nodes[node] = sorted(theirs)
                 evidence = {**theirs, **evidence}

@@ -201,9 +201,13 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
         for name, repaired in (("fr_trace", False), ("fr_trace repaired", True)):
             start = time.time()
             ranks, note = fr_trace(folder, repaired)
+            if kind == "live" and not live_taken and sc.mode in ("dtype", "shape"):
+                note = NO_LIVE
             res.answers[f"{name} {kind}"] = Answer(ranks, round(ready - t0 + time.time() - start, 1), note)
         start = time.time()
         ranks, note = postmortem(logs, agent_log, folder)
+        if kind == "live" and not live_taken and sc.mode in ("dtype", "shape"):
+            note = NO_LIVE
         res.answers[f"postmortem {kind}"] = Answer(ranks, round(ready - t0 + time.time() - start, 1), note)
     start = time.time()
     ranks, note = postmortem(logs, agent_log, None)
@@ -237,9 +241,19 @@ def right(a: Answer, culprits: list[int]) -> bool:
     return a.ranks is not None and sorted(a.ranks) == sorted(culprits)
 
 
+def applies(a: Answer | None) -> bool:
+    """A live dump of a job gloo aborted within a second does not exist: no live phase, nothing to score."""
+    return a is not None and a.note != NO_LIVE
+
+
+NO_LIVE = "no live phase (gloo aborted at once)"
+
+
 def cell(a: Answer | None, culprits: list[int]) -> str:
     if a is None:
         return "—"
+    if not applies(a):
+        return "n/a"
     if a.ranks is None:
         return f"✗ {a.note}"
     who = ",".join(map(str, a.ranks)) if a.ranks else "none"
@@ -252,8 +266,9 @@ def table(results: list[Result]) -> str:
     for r in results:
         lines.append("| " + " | ".join([r.scenario, str(r.nproc), ",".join(map(str, r.culprits)) or "none",
                                          *(cell(r.answers.get(c), r.culprits) for c in COLUMNS)]) + " |")
-    totals = {c: sum(right(r.answers[c], r.culprits) for r in results if c in r.answers) for c in COLUMNS}
-    lines.append("| right | | | " + " | ".join(f"{totals[c]}/{len(results)}" for c in COLUMNS) + " |")
+    scored = {c: [r for r in results if applies(r.answers.get(c))] for c in COLUMNS}
+    lines.append("| right | | | " + " | ".join(
+        f"{sum(right(r.answers[c], r.culprits) for r in scored[c])}/{len(scored[c])}" for c in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -262,7 +277,19 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated scenario names")
     ap.add_argument("--json", help="write the results as JSON too")
     ap.add_argument("--keep", action="store_true", help="keep the work dirs (printed)")
+    ap.add_argument("--table-from", metavar="JSON", help="print the table of an earlier run's --json, run nothing")
     args = ap.parse_args()
+    if args.table_from:
+        doc = json.loads(Path(args.table_from).read_text())
+        results = [Result(**{**r, "answers": {k: Answer(**a) for k, a in r["answers"].items()}}) for r in doc["results"]]
+        for r in results:
+            for c in ("fr_trace live", "fr_trace repaired live", "postmortem live"):
+                a = r.answers.get(c)
+                if a is not None and a.note == "no dump" and r.scenario.startswith(("dtype", "shape")):
+                    a.note = NO_LIVE
+        print(f"torch {doc['torch']}")
+        print(table(results))
+        return 0
     import torch
 
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]

@@ -123,7 +123,7 @@ def test_postmortem_of_a_plain_job_after_its_timeout_3_ranks(tmp_path, job):
     assert all(c["victim"] and "waited" in c["reason"] for c in doc["consequences"])
     bare = postmortem(logs, "--agent-log", agent)  # no dump at all
     assert bare["root_cause"]["rank"] == 1 and bare["root_cause"]["message"].startswith("likely rank 1")
-    assert "never timing out" in bare["root_cause"]["message"] and bare["culprit_ranks"] == [1]
+    assert "without ever timing out" in bare["root_cause"]["message"] and bare["culprit_ranks"] == [1]
     fix = bare["consequences"][0]["fix"] + bare["root_cause"]["fix"]
     assert "--hang-timeout 300" not in fix and "--hang-timeout 5" in bare["root_cause"]["fix"]
     human = run_bounded([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), "--agent-log", str(agent)], 60)
@@ -137,7 +137,10 @@ def test_postmortem_barrier_and_shape_on_4_ranks(tmp_path, job):
         assert doc["culprit_ranks"] == [0], doc["root_cause"]
     logs, agent, dumps = plain(tmp_path / "s", job, 4, "shape", [1])
     doc = postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after")
-    assert doc["culprit_ranks"] == [1] and doc["root_cause"]["error_type"] == "desync", doc["root_cause"]
+    # The odd rank (8 elements) is the one gloo aborted here: it left no record, the three that did agree.
+    rc = doc["root_cause"]
+    assert doc["culprit_ranks"] == [1] and rc["rank"] == 1 and rc["category"] == "desync", rc
+    assert "likely the odd call" in rc["reason"]
 
 
 @pytest.mark.timeout(120)
