@@ -52,9 +52,16 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         metrics_summary={}, checksums_equal=None,
         root_cause=verdict.root_cause.to_json() if failed else None,
         consequences=[f.to_json() for f in verdict.consequences] if failed else [],
-        hang={"verdict": hang} if hang else None, logs=str(logs), preflight=None)
+        culprit_ranks=culprit_ranks(verdict) if failed else [],
+        hang={"verdict": hang} if hang and failed else None, logs=str(logs), preflight=None)
     return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, console: _render(d, console, render))
+
+
+def culprit_ranks(verdict) -> list[int]:
+    from ..launch.attribution import culprit_ranks as ranks
+
+    return ranks(verdict.root_cause.to_json() if verdict.root_cause else None, [f.to_json() for f in verdict.consequences])
 
 
 def log_root(path: Path) -> Path:

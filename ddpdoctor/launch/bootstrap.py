@@ -93,6 +93,76 @@ def dump_flight_record() -> None:
         pass
 
 
+def install_dump_on_sigterm() -> None:
+    """SIGTERM, how torchrun stops the other ranks once one failed -> this rank's flight record is written
+    first (the post-mortem then compares every rank's last collectives), and the process still ends of
+    SIGTERM (exit -15), as without the bootstrap. Python runs a signal handler only when the main thread runs
+    Python again, which a rank blocked inside a collective does not: the handler's C part also writes the
+    signal to a wakeup fd, and a helper thread acts on it. A script that installs its own SIGTERM handler
+    replaces this one, and the helper then ignores the signal; forked children (DataLoader workers) drop it."""
+    import signal
+    import socket
+    import threading
+
+    if not os.environ.get("DDPDOCTOR_FR_DIR") or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    try:
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        os.register_at_fork(after_in_child=_forget_sigterm)
+        _KEEP.extend([reader, writer])
+        threading.Thread(target=_watch_sigterm, args=(reader,), name="ddpdoctor-sigterm", daemon=True).start()
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
+def _on_sigterm(signum, frame) -> None:  # the main thread, when it runs Python again
+    _die_of_sigterm()
+
+
+def _watch_sigterm(reader) -> None:
+    import signal
+
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            _die_of_sigterm()
+
+
+def _die_of_sigterm() -> None:
+    import signal
+
+    if not _TERM_ONCE.acquire(blocking=False):
+        return  # the other path is at it
+    dump_flight_record()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        libc.signal(signal.SIGTERM, None)  # SIG_DFL, from any thread (signal.signal wants the main one)
+    except (OSError, AttributeError):
+        os._exit(128 + signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _forget_sigterm() -> None:
+    import signal
+
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+
+
 def run(kind: str, target: str, args: list[str]) -> None:
     if kind == "path":
         sys.argv = [target, *args]
@@ -152,6 +222,15 @@ def _ours(filename: str) -> bool:
 _KEEP: list = []  # the stack file and the server live as long as the process
 
 
+def _term_lock():
+    import threading
+
+    return threading.Lock()
+
+
+_TERM_ONCE = _term_lock()
+
+
 def die_with_the_agent() -> None:
     """Linux: SIGKILL this rank when torchrun's agent dies, even by SIGKILL (an orphaned rank blocked in a
     collective would wait forever for peers that are gone). torchrun starts workers from its main thread,
@@ -173,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_the_agent()
     install_stack_dump()
     start_worker_server()
+    install_dump_on_sigterm()
     try:
         run(kind, target, args)
     except Exception as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt pass as under plain python

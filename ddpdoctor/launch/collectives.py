@@ -108,8 +108,13 @@ def signature(entry: dict | None) -> tuple:
 
 
 # ---------------------------------------------------------------- the job
-def judge(evidence: dict[int, dict]) -> dict:
-    """``evidence``: rank -> {"host", "pid", "state", "fr", "stacks"}. Returns the verdict document."""
+def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: str = "live") -> dict:
+    """``evidence``: rank -> {"host", "pid", "state", "fr", "stacks"}. Returns the verdict document.
+
+    ``source`` "live": the ranks are still running (the watchdog asked them); "dumps": flight records written
+    when the ranks ended, possibly after a timeout, in which gloo counts the timed-out collective as completed:
+    then only the ranks' last sequence ids and their calls say who was behind. ``expected``: every rank of the
+    job (from the dumps' pg_config), so that a rank that left no record is named, not forgotten."""
     ranks = sorted(evidence)
     sites = {r: user_site(main_thread_frames(evidence[r].get("stacks"))) for r in ranks}
     bad = [r for r in ranks if evidence[r].get("state") in BAD_STATES]
@@ -118,13 +123,27 @@ def judge(evidence: dict[int, dict]) -> dict:
         return _verdict(cls, bad, evidence, sites, None,
                         f"rank(s) {_list(bad)} {evidence[bad[0]]['state']}; the others wait for them")
     views = {r: pg_views(evidence[r].get("fr")) for r in ranks}
+    absent = sorted(set(expected or []) - {r for r in ranks if evidence[r].get("fr")})
     for pg in sorted({pg for v in views.values() for pg in v}, key=_pg_order):
-        found = _judge_pg(pg, {r: v[pg] for r, v in views.items() if pg in v}, evidence, sites)
+        found = _judge_pg(pg, {r: v[pg] for r, v in views.items() if pg in v}, evidence, sites,
+                          dumps=source == "dumps", absent=absent)
         if found:
             return found
     answered = [r for r in ranks if evidence[r].get("fr") is not None]
     if not answered and not any(evidence[r].get("stacks") for r in ranks):
         return _verdict("unknown", [], evidence, sites, None, "no rank's flight recorder or stack answered")
+    if source == "dumps":
+        # Every record ends at the same collective with the same call: records written after the job ended
+        # cannot tell a rank stuck in its own code from one that timed out with the others.
+        tops = sorted({v[pg]["enqueued"] for v in views.values() for pg in v})
+        if absent:
+            return _verdict("missing_rank", absent, evidence, sites, None,
+                            f"rank(s) {_list(absent)} left no flight record; every other rank's ends at the same "
+                            "collective (likely: the rank(s) without a record are the ones behind)",
+                            silent=absent, likely=True)
+        return _verdict("unknown", [], evidence, sites, None,
+                        f"every rank's flight record ends at the same collective (#{_list(tops)}) with the same "
+                        "call: the dumps do not say which rank was behind")
     # The others' collectives all completed: nobody waits in one, every rank is in its own code.
     return _verdict("outside_collectives", ranks, evidence, sites, None,
                     "no rank waits inside a collective; every rank is stuck in its own code")
@@ -134,45 +153,85 @@ def _pg_order(pg: str):
     return (0, int(pg)) if pg.isdigit() else (1, pg)
 
 
-def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict) -> dict | None:
+def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dumps: bool = False,
+              absent: list[int] | None = None) -> dict | None:
+    """One process group. The collective judged is the newest any rank entered (``top``): ranks whose last
+    sequence id is lower never entered it (missing); ranks at ``top`` whose calls differ from the majority's
+    are a desync. Live, a group where no rank waits (enqueued > completed) is not stalled; from dumps the
+    sequence ids are compared whatever pg_status says (gloo marks a timed-out collective completed)."""
     waiting = [r for r, v in views.items() if v["enqueued"] > v["completed"]]
-    if not waiting:
+    if not waiting and not dumps:
         return None
-    top = max(views[r]["enqueued"] for r in waiting)
-    in_top = [r for r in views if views[r]["enqueued"] >= top]
+    top = max(views[r]["enqueued"] for r in (waiting or views))
+    if top < 0:
+        return None
+    in_top = sorted(r for r in views if views[r]["enqueued"] >= top)
     missing = sorted(r for r in views if views[r]["enqueued"] < top)
     # Ranks of this group with no flight recorder at all (no answer) are missing evidence, not innocent.
-    silent = sorted(r for r in evidence if r not in views and evidence[r].get("state") == "running")
-    entry = next((views[r]["entries"].get(top) for r in in_top if views[r]["entries"].get(top)), None)
+    silent = sorted({r for r in evidence if r not in views and evidence[r].get("state") == "running"} | set(absent or []))
+    calls_at_top = {r: views[r]["entries"].get(top) for r in in_top if views[r]["entries"].get(top)}
+    sigs = {r: signature(e) for r, e in calls_at_top.items()}
+    majority = _majority(sigs)
+    ref = next((calls_at_top[r] for r in sorted(calls_at_top) if majority is None or sigs[r] == majority), None)
     # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside).
-    site = fr_site(entry) or next((sites[r] for r in sorted(in_top) if sites.get(r)), None)
-    collective = {"pg": pg, "seq": top, "op": op_of(entry), "input_sizes": (entry or {}).get("input_sizes"),
-                  "waiting_ranks": sorted(in_top), "call_site": site}
+    site = fr_site(ref) or next((sites[r] for r in in_top if sites.get(r)), None)
+    collective = {"pg": pg, "seq": top, "op": op_of(ref), "input_sizes": (ref or {}).get("input_sizes"),
+                  "waiting_ranks": in_top, "call_site": site,
+                  "ops": {str(r): op_of(e) for r, e in sorted(calls_at_top.items())}}
     if missing:
+        behind = {str(r): views[r]["enqueued"] for r in missing}
+        collective["last_seq"] = {**behind, **{str(r): top for r in in_top}}
+        for r in missing:  # where a rank known only from its record was last seen: its last collective's call
+            last = views[r]["entries"].get(views[r]["enqueued"])
+            if last is not None:
+                collective.setdefault("last_calls", {})[str(r)] = {
+                    "seq": views[r]["enqueued"], "op": op_of(last), **(fr_site(last) or {})}
         return _verdict("missing_rank", missing, evidence, sites, collective,
                         f"rank(s) {_list(missing)} never entered {collective['op']} #{top} (process group {pg}) "
-                        f"that rank(s) {_list(in_top)} wait in", silent=silent)
-    sigs = {r: signature(views[r]["entries"].get(top)) for r in in_top if views[r]["entries"].get(top)}
+                        f"that rank(s) {_list(in_top)} " + ("entered (last sequence ids: " + ", ".join(
+                            f"rank {r}: {s}" for r, s in sorted(collective["last_seq"].items(), key=lambda x: int(x[0])))
+                            + ")" if dumps else "wait in"), silent=silent)
     if len(set(sigs.values())) > 1:
-        counts = Counter(sigs.values())
-        fewest = min(counts.values())
-        odd = sorted(r for r, s in sigs.items() if counts[s] == fewest) if len(counts) > 1 else []
-        if fewest == max(counts.values()):  # a tie (two ranks, two calls): the call new to this job is odd
-            odd = _new_calls(top, sigs, views) or sorted(sigs)
         calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
-                          **(fr_site(views[r]["entries"].get(top)) or sites.get(r) or {})} for r in sorted(sigs)}
+                          **(fr_site(calls_at_top[r]) or sites.get(r) or {})} for r in sorted(sigs)}
         collective["calls"] = calls
-        what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} at {c.get('where', '?')}" for r, c in calls.items())
-        return _verdict("desync", odd, evidence, sites, collective,
-                        f"collective #{top} (process group {pg}) differs across ranks: {what}")
+        what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']} at {c.get('where', '?')}"
+                         for r, c in calls.items())
+        if majority is not None:
+            odd = sorted(r for r, s in sigs.items() if s != majority)
+            why = (f"rank(s) {_list(odd)} differ from the {sum(1 for s in sigs.values() if s == majority)} "
+                   f"rank(s) that agree ({majority[0]} {majority[1]} {majority[2]})")
+            return _verdict("desync", odd, evidence, sites, collective,
+                            f"collective #{top} (process group {pg}) differs across ranks: {why}; {what}",
+                            silent=silent)
+        # No majority (two ranks, or two equal camps): the call new to this job is odd (a rank-guarded
+        # `dist.barrier()`); else no rank is named rather than one picked by its order.
+        odd = _new_calls(top, sigs, views)
+        why = (f"no majority among {len(sigs)} rank(s); the call of rank(s) {_list(odd)} appears nowhere earlier in "
+               "the job" if odd else f"no majority among {len(sigs)} rank(s): either side may be the wrong one")
+        out = _verdict("desync", odd, evidence, sites, collective,
+                       f"collective #{top} (process group {pg}) differs across ranks ({why}): {what}", silent=silent)
+        out["no_majority"] = True
+        return out
     if silent:
         return _verdict("missing_rank", silent, evidence, sites, collective,
-                        f"rank(s) {_list(in_top)} wait in {collective['op']} #{top}; rank(s) {_list(silent)} did "
-                        "not answer (no flight recorder)", silent=silent)
-    hosts = sorted({evidence[r].get("host") for r in in_top})
-    return _verdict("stuck_collective", sorted(in_top), evidence, sites, collective,
+                        f"rank(s) {_list(in_top)} {'entered' if dumps else 'wait in'} {collective['op']} #{top}; "
+                        f"rank(s) {_list(silent)} {'left no flight record' if dumps else 'did not answer (no flight recorder)'}",
+                        silent=silent, likely=dumps)
+    if dumps and not waiting:
+        return None  # records of a job that ended with every rank past the same collective: nothing differs
+    hosts = sorted({str(evidence[r].get("host")) for r in in_top})
+    return _verdict("stuck_collective", in_top, evidence, sites, collective,
                     f"every rank is inside {collective['op']} #{top} (process group {pg}) and none completes; "
-                    f"hosts: {', '.join(map(str, hosts))}")
+                    f"hosts: {', '.join(hosts)}")
+
+
+def _majority(sigs: dict[int, tuple]) -> tuple | None:
+    """The call more ranks made than any other, if one did (a strict plurality); None on a tie."""
+    counts = Counter(sigs.values()).most_common()
+    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+        return None
+    return counts[0][0]
 
 
 def _new_calls(top: int, sigs: dict[int, tuple], views: dict[int, dict]) -> list[int]:
@@ -187,19 +246,32 @@ def _new_calls(top: int, sigs: dict[int, tuple], views: dict[int, dict]) -> list
 
 
 def _verdict(cls: str, culprits: list[int], evidence: dict, sites: dict, collective: dict | None, summary: str,
-             silent: list[int] | None = None) -> dict:
-    out = {"class": cls, "summary": summary, "fix": FIX[cls], "collective": collective,
-           "culprits": [_who(r, evidence, sites) for r in culprits],
-           "consequences": [dict(_who(r, evidence, sites), reason="waited for the culprit(s)")
+             silent: list[int] | None = None, likely: bool = False) -> dict:
+    ops = (collective or {}).get("ops") or {}
+    waited_in = (lambda r: f"{ops[str(r)]} #{collective['seq']}" if str(r) in ops else None)
+    last_calls = (collective or {}).get("last_calls") or {}
+    who = [_who(r, evidence, sites) for r in culprits]
+    calls = (collective or {}).get("calls") or {}
+    for c in who:  # no stack (dumps only): where it was last seen, its last collective's call site
+        seen = last_calls.get(str(c["rank"]))
+        if not c["where"] and (calls.get(str(c["rank"])) or {}).get("where"):
+            c.update(where=calls[str(c["rank"])]["where"], function=calls[str(c["rank"])].get("function"))
+        if not c["where"] and seen and seen.get("where"):
+            c.update(where=seen["where"], function=seen.get("function"),
+                     last_seen=f"{seen['op']} #{seen['seq']}, its last collective")
+    out = {"class": cls, "summary": summary, "fix": FIX[cls], "collective": collective, "culprits": who,
+           "consequences": [dict(_who(r, evidence, sites), reason="waited for the culprit(s)", waited_in=waited_in(r))
                             for r in sorted(evidence) if r not in culprits],
            "call_sites": {str(r): sites[r] for r in sorted(evidence) if sites.get(r)}}
     if silent:
         out["no_evidence"] = silent
+    if likely:
+        out["likely"] = True
     return out
 
 
 def _who(rank: int, evidence: dict, sites: dict) -> dict:
-    ev = evidence[rank]
+    ev = evidence.get(rank) or {}
     site = sites.get(rank) or {}
     return {"rank": rank, "host": ev.get("host"), "node": ev.get("node"), "pid": ev.get("pid"), "state": ev.get("state"),
             "where": site.get("where"), "function": site.get("function")}

@@ -63,6 +63,34 @@ def completed(fr: dict | None) -> int | None:
     return total
 
 
+def pending_deadline(fr: dict | None) -> tuple[float, float] | None:
+    """(when, in epoch seconds, the rank's oldest pending collective hits its process group's timeout; that
+    timeout in seconds). Pending: a sequence id above the group's last completed one. Every flight-recorder
+    entry carries ``timeout_ms`` and ``time_created_ns`` (wall clock), gloo's and NCCL's alike."""
+    if not fr:
+        return None
+    done = {}
+    for pg, status in (fr.get("pg_status") or {}).items():
+        try:
+            done[str(pg)] = int(status.get("last_completed_collective", -1))
+        except (TypeError, ValueError, AttributeError):
+            continue
+    best = None
+    for e in fr.get("entries") or []:
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        try:
+            pg = str(e.get("pg_id", (e.get("process_group") or ["0"])[0]))
+            seq, created, limit = int(e["collective_seq_id"]), int(e["time_created_ns"]) / 1e9, int(e["timeout_ms"]) / 1e3
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        if limit <= 0 or seq <= done.get(pg, -1):
+            continue
+        if best is None or created + limit < best[0]:
+            best = (created + limit, limit)
+    return best
+
+
 def process_state(pid: int | None) -> str:
     """'running', 'gone', 'stopped' (SIGSTOP), 'disk-sleep' (D state, stuck in the kernel), 'zombie'."""
     if pid is None:

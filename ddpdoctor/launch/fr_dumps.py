@@ -63,13 +63,32 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
 
 
 def judge_dumps(dumps: dict[int, tuple[Path, dict]]) -> dict | None:
-    """The hang verdict (collectives.judge) from dumps alone: no stacks, no process state."""
+    """The hang verdict (collectives.judge) from dumps alone: no stacks, no process state. The dumps may have
+    been written after a timeout (gloo then counts the timed-out collective as completed): the judge compares
+    the ranks' last sequence ids and calls, and names the ranks of the job that left no dump."""
     if not dumps:
         return None
     from .collectives import judge
 
     evidence = {r: {"fr": fr, "host": None, "pid": None, "state": None, "stacks": None} for r, (_, fr) in dumps.items()}
-    verdict = judge(evidence)
+    verdict = judge(evidence, expected=job_ranks(dumps), source="dumps")
     verdict["source"] = "flight-recorder dumps"
     verdict["files"] = {str(r): str(p) for r, (p, _) in sorted(dumps.items())}
     return verdict
+
+
+def job_ranks(dumps: dict[int, tuple[Path, dict]], limit: int = 1 << 16) -> list[int]:
+    """Every rank of the job, from the largest process group the dumps describe (pg_config's ``ranks``, a
+    string such as "[0, 1, 2]"); only the ranks found when that says nothing usable."""
+    best: list[int] = []
+    for _, fr in dumps.values():
+        for cfg in (fr.get("pg_config") or {}).values() if isinstance(fr.get("pg_config"), dict) else []:
+            raw = cfg.get("ranks") if isinstance(cfg, dict) else None
+            try:
+                ranks = json.loads(raw) if isinstance(raw, str) and len(raw) < 8 * limit else raw
+            except ValueError:
+                continue
+            if isinstance(ranks, list) and len(ranks) <= limit and all(isinstance(r, int) for r in ranks) \
+                    and len(ranks) > len(best):
+                best = ranks
+    return sorted(set(best) | set(dumps))

@@ -115,6 +115,9 @@ class Watchdog:
         self.node, self.nnodes, self.exchange = node, nnodes, run_dir / "hang"
         self.report: dict | None = None
         self.last_fr: dict[int, dict] = {}
+        # The user's own process-group timeout (the flight recorder's timeout_ms) may expire before the
+        # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
+        self.early: dict | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
@@ -131,11 +134,13 @@ class Watchdog:
         started = None
         seen = None
         pids: set[int] = set()
-        while not self._stop.wait(self.poll):
+        while not self._stop.wait(self.next_wait()):
             if self.agent.poll() is not None:
-                return
+                break
             current = {p.pid for p in workers(self.agent.pid)}
             if current != pids:  # a (re)start of the workers: their start-up is no hang either
+                if current - pids:
+                    self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
                 pids, started, launched = current, None, time.time()
             mark = self.progress()
             now = time.time()
@@ -144,12 +149,75 @@ class Watchdog:
             if mark != seen:
                 if seen is not None or any(mark[0].values()) or mark[1]:
                     self.threshold.progressed(now)
+                    if self.early is not None:
+                        # Before the deadline: the collective completed in time, no hang. After it, the first
+                        # change is the timeout itself (gloo counts a timed-out collective as completed);
+                        # sustained progress means the job went on after it.
+                        self.early["after"] += 1
+                        if now < self.early["deadline"] or self.early["after"] > 2:
+                            self.early = None
                 seen = mark
+            if self.early is None:
+                self.early = self.before_timeout(now)
+            elif now >= self.early["deadline"] + 0.5:
+                # The user's timeout has expired and the collective did not complete before it: the job is
+                # over. Judge what was seen before it (after it, gloo counts the timed-out collective as
+                # completed and the waiting ranks unwind) and stop the job now.
+                self.report = self.from_early(stop=True)
+                return
             fired = started is not None and self.threshold.fired(now, started)
             if fired or self.peer_fired():
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
                 if self.report is not None:
                     return
+        if self.report is None and self.early is not None and self.agent.poll() not in (None, 0):
+            self.report = self.from_early(stop=False)  # the job ended by its own timeout: the evidence before it
+
+    def margin(self, timeout: float) -> float:
+        """How long before the process group's timeout the evidence is taken: one polling period (a poll's own
+        flight-recorder round may be that late) and 3 s for the collection itself, at most half the timeout."""
+        return min(self.poll + 3.0, timeout / 2)
+
+    def next_wait(self) -> float:
+        """The polling period, shortened to wake up when the pending collective nears its process group's
+        timeout (to take the evidence) and right after it expires (to stop the job)."""
+        from . import forensics
+
+        pending = [d for d in (forensics.pending_deadline(fr) for fr in self.last_fr.values()) if d]
+        if not pending:
+            return self.poll
+        deadline, timeout = min(pending)
+        at = deadline - self.margin(timeout) if self.early is None else self.early["deadline"] + 0.5
+        return min(self.poll, max(0.2, at - time.time()))
+
+    def before_timeout(self, now: float) -> dict | None:
+        """Collect every rank's evidence when the oldest pending collective nears its process group's timeout:
+        the job is not stopped (it may still complete); the evidence is judged if the job ends by that timeout."""
+        from . import forensics
+
+        pending = [d for d in (forensics.pending_deadline(fr) for fr in self.last_fr.values()) if d]
+        if not pending:
+            return None
+        deadline, timeout = min(pending)
+        if now < deadline - self.margin(timeout):
+            return None
+        evidence = self.collect(workers(self.agent.pid))
+        if not evidence:
+            return None
+        return {"evidence": evidence, "deadline": deadline, "timeout": timeout, "at": time.time(), "after": 0,
+                "waited_s": round(time.time() - (deadline - timeout), 1)}
+
+    def from_early(self, stop: bool) -> dict:
+        """The report from the evidence taken before the user's process-group timeout expired."""
+        early = self.early
+        lead = early["deadline"] - early["at"]
+        threshold = {"seconds": early["timeout"], "source": "process-group timeout",
+                     "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
+                             f"comes before the hang threshold ({self.threshold.describe()['seconds']} s): every "
+                             f"rank's evidence was taken {lead:.1f} s before it expired"
+                             + ("; when it expired the job was stopped" if stop else
+                                "; the job then ended by that timeout"))}
+        return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:
         """When silence starts to count: once every rank reports collectives (start-up, `import torch` on a
@@ -207,10 +275,19 @@ class Watchdog:
         evidence = self.collect(procs)
         if not evidence and self.agent.poll() is None and self.nnodes == 1:
             return None  # the workers ended meanwhile: a failure torchrun reports, not a hang
+        return self.build_report(evidence, stalled_s, self.threshold.describe(), stop=True, procs=procs)
+
+    def build_report(self, evidence: dict[int, dict], stalled_s: float, threshold: dict, stop: bool,
+                     procs: list[psutil.Process] | None = None) -> dict:
+        """Judge the evidence (with the other nodes' when there are several), then stop the job if asked."""
+        from . import collectives, forensics
+
+        procs = workers(self.agent.pid) if procs is None else procs
         nodes = {self.node: sorted(evidence)}
         if self.nnodes > 1:
             forensics.publish(self.exchange, self.node, evidence)
-            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0)
+            # The job already over (its own timeout ended it): the other nodes' files as they are, briefly.
+            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0 if stop else 3.0)
             for node, theirs in others.items():
                 nodes[node] = sorted(theirs)
                 evidence = {**theirs, **evidence}
@@ -224,10 +301,12 @@ class Watchdog:
         stacks = {r: ev["stacks"] for r, ev in evidence.items() if ev.get("stacks")}
         steps = last_steps(self.run_dir)
         stalled = [c["rank"] for c in (verdict or {}).get("culprits", [])] or behind(steps, stacks)
-        report = {"stalled_s": round(stalled_s, 1), "threshold": self.threshold.describe(),
+        report = {"stalled_s": round(stalled_s, 1), "threshold": threshold,
                   "last_steps": {str(k): v for k, v in sorted(steps.items())}, "stalled_ranks": stalled,
                   "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
                   "flight_recorder": {str(r): _thin(ev.get("fr")) for r, ev in sorted(evidence.items())}}
+        if not stop:
+            return report
         for p in procs:  # a SIGSTOPped rank takes the SIGTERM only once it runs again
             try:
                 p.send_signal(signal.SIGCONT)

@@ -30,8 +30,9 @@ RULES = [
      "the ranks called different collectives (or other shapes or dtypes) at the same point: make every rank issue "
      "the same collectives in the same order with the same shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL names both)"),
     ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout|DistBackendError.*timeout", re.I),
-     "a rank stopped participating in a collective: rerun with `ddpdoctor run-trainer --hang-timeout 300 ...` to "
-     "get every rank's stack and the rank behind; raise the process-group timeout only if the work is legitimately slow"),
+     "a rank stopped participating in a collective: rerun under `ddpdoctor run-trainer` (it collects every rank's "
+     "stack before your process group's timeout expires) to get the rank behind; raise the process-group timeout "
+     "only if the work is legitimately slow"),
     ("nccl", re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL communicator", re.I),
      "run `ddpdoctor preflight` across the nodes and `ddpdoctor nccl-bench`; rerun with NCCL_DEBUG=INFO for the first NCCL WARN"),
 ]
@@ -268,7 +269,9 @@ def _by_text(f: RankFailure, text: str) -> RankFailure:
         f.reason = "waited in a collective for a rank that never came"
     elif f.category == "unknown" and (f.message or f.traceback):
         f.category = "exception"
-        f.fix = f"fix the exception at {f.location}" if f.location else "fix the exception in the traceback"
+        what = f.error_type or "the exception"
+        f.fix = (f"{what} raised at {f.location} ended this rank: correct the code there (the traceback shows how it "
+                 "got there)" if f.location else f"{what} ended this rank: its traceback shows where")
     return _nccl_detail(f, text)
 
 
@@ -371,7 +374,10 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             # run dir is shared (the post-mortem then names the same root cause on every node).
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
-        root, rest = judge(fails)
+        from . import attribution  # reads this module's records: imported here, not at the top
+
+        attribution.refine_timeouts(fails)
+        root, rest = attribution.blame_the_absent(*judge(fails), d, host)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:
@@ -384,21 +390,9 @@ HANG_SHAPED = ("timeout", "nccl", "unknown", "consequence")
 
 
 def adopt_hang_verdict(verdict: Verdict, hang: dict | None) -> None:
-    """When flight-recorder dumps name the rank(s) a hung collective waited for, that rank is the root cause
-    of a job whose first failure was a timeout (the watchdog fired on a waiting rank, a victim): the
-    timed-out rank becomes a consequence. A real error (an exception, a signal) stays the root cause."""
-    if not hang or not hang.get("culprits") or hang.get("class") in ("unknown", "outside_collectives"):
-        return
-    root = verdict.root_cause
-    if root is not None and root.category not in HANG_SHAPED:
-        return
-    culprit = hang["culprits"][0]
-    collective = hang.get("collective") or {}
-    new = RankFailure(rank=culprit.get("rank"), local_rank=None, host=culprit.get("host"), exit_code=None,
-                      category="hang", error_type=hang["class"], message=hang["summary"],
-                      location=(collective.get("calls") or {}).get(str(culprit.get("rank")), {}).get("where")
-                      or culprit.get("where"), fix=hang.get("fix", ""))
-    if root is not None:
-        root.victim, root.reason = True, f"waited for rank {culprit.get('rank')} ({hang['class']})"
-        verdict.consequences.insert(0, root)
-    verdict.root_cause = new
+    """When flight-recorder dumps name the rank(s) a hung collective waited for (or the rank whose call differs
+    from the majority's), that rank is the root cause of a job whose first failure only says who gave up; the
+    judgement is attribution.adopt's."""
+    from . import attribution
+
+    attribution.adopt(verdict, hang)

@@ -44,16 +44,23 @@ def render(doc: dict, console: Console) -> None:
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
         rows.append(Text(f"where: {rc['location']}" + (f" in {func}" if func else "")))
+    if rc.get("reason") and not rc.get("victim"):
+        rows.append(Text(f"note: {rc['reason']}"))
     rows.append(Text(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
         rows.append(Text(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
     if doc.get("hang"):
-        rows += hang_rows(doc["hang"])
+        rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
     if where:
         rows.append(Text(where, style="dim"))
-    console.print(Panel(Group(*rows), title=Text("run-trainer: FAIL — root cause", style="bold red"),
+    console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
                         border_style="red"))
+
+
+def _tool(doc: dict) -> str:
+    """Which command wrote the document: `ddpdoctor postmortem` describes a log dir and writes no run.json."""
+    return "postmortem" if (doc.get("config") or {}).get("source") == "postmortem" else "run-trainer"
 
 
 def records_line(doc: dict) -> str | None:
@@ -67,7 +74,7 @@ def records_line(doc: dict) -> str | None:
     return " · ".join(parts) or None
 
 
-def hang_rows(hang: dict) -> list[Text]:
+def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     """What the hang watchdog saw: the collective the others wait in, every call site, which threshold fired."""
     rows = []
     verdict = hang.get("verdict") or {}
@@ -88,8 +95,11 @@ def hang_rows(hang: dict) -> list[Text]:
         why = f": {t['why']}" if t.get("why") else ""
         rows.append(Text(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
                          f"{human(hang.get('stalled_s'))} s", style="dim"))
-    rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
-                     style="dim"))
+    if saved:
+        rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
+                         style="dim"))
+    elif verdict.get("files"):
+        rows.append(Text(f"read from the flight-recorder dumps of rank(s) {', '.join(verdict['files'])}", style="dim"))
     return rows
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .. import documents
-from . import hang, postmortem, records, torchrun
+from . import attribution, hang, postmortem, records, torchrun
 from ..devices import nvidia_driver_present
 from ..exitcodes import ExitCode
 from ..lifetime import die_with_parent
@@ -262,6 +262,15 @@ def checksums(run_dir: Path) -> bool | None:
     return all(r.get("equal") for r in rows) if rows else None
 
 
+def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
+    """A job that failed without a hang (a collective mismatch gloo aborts at once): the flight records the
+    ranks wrote as they ended (at exit, or on the launcher's SIGTERM) say whose call differs from the majority's,
+    or who was behind; attribution.adopt decides whether they outrank the first failure."""
+    from .fr_dumps import find_dumps, judge_dumps
+
+    attribution.adopt(verdict, judge_dumps(find_dumps([run_dir / "flight_recorder"])))
+
+
 def hang_root_cause(report: dict) -> dict:
     verdict = report.get("verdict") or {}
     culprits = verdict.get("culprits") or []
@@ -298,11 +307,16 @@ def hang_consequences(report: dict) -> list[dict]:
     """The ranks that waited for the culprit, each with where it waited."""
     verdict = report.get("verdict") or {}
     coll = verdict.get("collective") or {}
-    waited = f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
     culprits = ", ".join(str(c["rank"]) for c in verdict.get("culprits", []))
+
+    def waited(c: dict) -> str:  # each rank's own op: a barrier's waiters and an all_reduce's are not the same
+        if c.get("waited_in"):
+            return f"waited in {c['waited_in']}"
+        return f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
+
     return [postmortem.RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"), exit_code=None,
                                    category="hang", location=c.get("where"), victim=True,
-                                   reason=f"{waited} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
+                                   reason=f"{waited(c)} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
                                    fix="nothing to fix on this rank: see the root cause").to_json()
             for c in verdict.get("consequences", [])]
 
@@ -324,12 +338,14 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
                    hang_report: dict | None, interrupted: int | None = None) -> dict:
     run_dir = cfg.records()
     verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
+    if not hang_report and code != 0:
+        adopt_exit_dumps(verdict, run_dir)
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     consequences = [f.to_json() for f in verdict.consequences]
     # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) is
     # the cause; not so a signal (the watchdog's own SIGKILL after the grace) or a collective timeout.
-    if hang_report and root and not root["victim"] and root["category"] not in ("unknown", "signal", "timeout"):
+    if hang_report and root and not root["victim"] and root["category"] not in ("unknown", "signal", "timeout", "hang"):
         pass
     elif hang_report:
         if root:
@@ -366,6 +382,9 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         checksums_equal=checksums(run_dir),
         root_cause=root if failed else None,
         consequences=consequences if failed else [],
+        culprit_ranks=(([c["rank"] for c in (hang_report.get("verdict") or {}).get("culprits", [])]
+                        if hang_report and root and root.get("category") == "hang" else [])
+                       or attribution.culprit_ranks(root, consequences)) if failed else [],
         hang=hang_report,
         logs=str(logs),
         preflight=None,

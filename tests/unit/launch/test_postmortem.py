@@ -51,7 +51,7 @@ def fail(message="", tb="", code=1, ts=None, rank=0):
     ("DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", "nccl", "NCCL_DEBUG"),
     ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)", "timeout", "behind"),
     ("RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.2]:1234", "peer_lost", "root cause"),
-    ("KeyError: 'labels'", "exception", "fix the exception"),
+    ("KeyError: 'labels'", "exception", "KeyError ended this rank"),
 ])
 def test_classification(message, category, needle):
     f = fail(message)

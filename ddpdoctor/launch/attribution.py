@@ -1,0 +1,253 @@
+"""Who the others waited for, from what a finished job left: the ranks' errors and, when there are some, their
+flight-recorder dumps. A rank that timed out inside a collective waited; it is never the root cause.
+
+- ``refine_timeouts``: a timed-out rank's fix, with its own process-group timeout (never advising a
+  --hang-timeout above it);
+- ``blame_the_absent``: no dump: the ranks that never timed out and were stopped by the launcher are the likely
+  culprits; every rank timed out: the one whose call differs from the majority's, else the collective itself;
+- ``adopt``: dumps judged (collectives.judge): their culprit becomes the root cause of a job whose first
+  failure only says who gave up (a timeout, a peer's transport error, the rank gloo aborted on a mismatch).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from .postmortem import FRAME, LIBRARY, RankFailure, Verdict, global_rank_of
+
+# gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
+TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms", re.I)
+# The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
+C10D_FILE = "torch/distributed/distributed_c10d.py"
+ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
+
+
+DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message of another size, which need not "
+            "be the rank whose call differs; the logs do not say whose does (the ranks' flight-recorder dumps do)")
+
+
+NO_MAJORITY = "no majority between two ranks: "
+
+
+def timeout_s(text: str) -> float | None:
+    """The process-group timeout a timed-out collective reports, in seconds."""
+    m = TIMEOUT_MS.search(text or "")
+    if not m:
+        return None
+    return int(next(g for g in m.groups() if g)) / 1000.0
+
+
+def hang_timeout_advice(pg_timeout: float | None) -> str:
+    """How to get every rank's stack next time: run-trainer arms before the process group's timeout; a
+    --hang-timeout, when given, below that timeout (a larger one could never fire first)."""
+    base = ("a rank waited in a collective for a rank that never came: rerun under `ddpdoctor run-trainer` (it "
+            "collects every rank's stack and flight recorder before your process group's timeout expires, and names the "
+            "rank behind)")
+    if pg_timeout is None:
+        return base + "; raise the process-group timeout only if the work is legitimately slow"
+    suggest = max(1, int(pg_timeout * 0.5))
+    return (base + f", or fire sooner with `--hang-timeout {suggest}` (below your {pg_timeout:g} s timeout); raise "
+            "the process-group timeout only if the work is legitimately slow")
+
+
+def refine_timeouts(fails: list[RankFailure]) -> None:
+    for f in fails:
+        if f.category == "timeout":
+            f.fix = hang_timeout_advice(timeout_s("\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)))
+
+
+def waited_call(f: RankFailure) -> tuple[str, str | None]:
+    """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
+    frames = list(FRAME.finditer(f.traceback or ""))
+    op = next((m["func"] for m in reversed(frames) if C10D_FILE in m["file"]), None)
+    if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
+        op = "backward (DDP's all_reduce)"
+    where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
+                  if not any(part in m["file"] for part in LIBRARY)), None)
+    return op or "a collective", where or f.location
+
+
+def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
+                     host: str) -> tuple[RankFailure | None, list[RankFailure]]:
+    """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
+    out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right)."""
+    fails = ([root] if root else []) + rest
+    if root is not None and root.category == "desync" and root.signal == "SIGABRT":
+        root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
+    timed_out = [f for f in fails if f.category == "timeout"]
+    if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):
+        return root, rest
+    waited = {f.rank for f in timed_out}
+    # Stopped by the launcher: SIGTERM/SIGINT, or a script's own handler exiting 128 + the signal without a word.
+    stopped = [f for f in fails if f.rank not in waited and f.category in ("signal", "unknown")
+               and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message))]
+    silent = _ranks_without_record(attempt_dir, fails, host)
+    pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
+    # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
+    # broke (their traceback runs through the collective).
+    inside = timed_out + [f for f in fails if f.category == "peer_lost" and f.rank not in waited
+                          and waited_call(f)[0] != "a collective"]
+    calls = {f.rank: waited_call(f) for f in inside}
+    where = ", ".join(f"rank {r}: {c[0]}" + (f" at {c[1]}" if c[1] else "") for r, c in sorted(calls.items(), key=_key))
+    if stopped or silent:
+        culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
+        names = ", ".join(_name(f) for f in culprits)
+        how = ("stopped by the launcher" if stopped else "left no error") + " without ever timing out"
+        new = RankFailure(
+            rank=culprits[0].rank, local_rank=culprits[0].local_rank, host=culprits[0].host, exit_code=culprits[0].exit_code,
+            signal=culprits[0].signal, attempt=culprits[0].attempt, category="hang", error_type="likely_missing_rank",
+            message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
+                     f"({where}); no flight-recorder dump says for certain"),
+            location=None,
+            fix=("look at what " + names + " was doing (its stack is not in the logs: it was stopped without one); "
+                 + hang_timeout_advice(pg)))
+        out = [f for f in fails if f not in stopped]
+        for f in out:
+            f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
+                                        else f.reason or "failed after the root cause")
+        for f in culprits[1:]:
+            f.victim, f.reason = False, "likely culprit too: " + how
+        return new, culprits[1:] + out
+    # Every failed rank timed out: the call a minority waited in is the odd one (a rank-guarded barrier).
+    counts = Counter(calls.values()).most_common()
+    if len(counts) > 1 and counts[0][1] > counts[1][1]:
+        odd = sorted((f for f in inside if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
+        op, site = calls[odd[0].rank]
+        new = RankFailure(
+            rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
+            attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
+            message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
+                     f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
+                     + " (each inside its own collective when the job ended: they waited for each other)"),
+            fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
+                "`if rank == 0: dist.barrier()`)")
+        for f in fails:
+            f.victim = True
+            f.reason = (f"{'timed out' if f.category == 'timeout' else 'waited'} in {calls[f.rank][0]}"
+                        + ("" if f in odd else f" for {_name(odd[0])}")) if f.rank in calls else f.reason
+        return new, fails
+    no_majority = len(counts) > 1
+    new = RankFailure(
+        rank=None, local_rank=None, host=host, exit_code=None, attempt=timed_out[0].attempt, category="hang",
+        error_type="desync_no_majority" if no_majority else "stuck_collective",
+        message=(f"every rank timed out inside a collective ({where}): " + (
+            f"no majority among {len(calls)} rank(s) says whose call is wrong" if no_majority else
+            "none of them completed it (the communication, or a rank frozen inside it)")),
+        fix=("make every rank issue the same collectives in the same order" if no_majority else
+             "run `ddpdoctor preflight` and `ddpdoctor nccl-bench` across these hosts; " + hang_timeout_advice(pg)))
+    for f in fails:
+        f.victim = True
+        f.reason = f"waited in {calls[f.rank][0]}" if f.rank in calls else f.reason
+    return new, fails
+
+
+def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], host: str) -> list[RankFailure]:
+    """Local ranks of this attempt (torchrun's per-rank dirs) with no failure record at all: the launcher
+    stopped them (without its failure table, that is all their silence can mean)."""
+    if attempt_dir is None or not attempt_dir.is_dir():
+        return []
+    known = {f.local_rank for f in fails}
+    offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
+    out = []
+    try:
+        dirs = sorted((p for p in attempt_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    except OSError:
+        return []
+    for d in dirs[:4096]:
+        local = int(d.name)
+        if local in known:
+            continue
+        rank = global_rank_of(d)
+        if rank is None and len(offsets) == 1:
+            rank = local + next(iter(offsets))
+        out.append(RankFailure(rank=rank, local_rank=local, host=host, exit_code=None, category="signal",
+                               reason="left no error record"))
+    return out
+
+
+def adopt(verdict: Verdict, hang: dict | None) -> None:
+    """The dumps' verdict becomes the root cause when the job's first failure only says who gave up: a timeout,
+    a peer's transport error, a SIGTERM from the launcher, a log-only "likely" guess, or the rank gloo aborted on
+    a mismatch that the majority of the ranks' calls pins on another rank. A real error (an exception, a
+    SIGKILL) stays the root cause. The culprit is never listed as its own consequence."""
+    root = verdict.root_cause
+    if not hang or hang.get("class") in ("unknown", "outside_collectives") or root is None:
+        return  # no rank failed: a live snapshot's skew (one rank a collective ahead) is no failure
+    culprits = [c.get("rank") for c in hang.get("culprits") or []]
+    if not (root.victim or root.category in ADOPTABLE):
+        return
+    if not culprits:
+        if hang.get("no_majority") and root.category == "desync":
+            root.reason = (f"{hang['summary']}; rank {root.rank} is the one gloo aborted, which says only that it "
+                           "received a message of another size")
+        return
+    if root.reason == DETECTOR and hang.get("likely") and culprits == [root.rank]:
+        # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
+        if len(hang.get("files") or {}) >= 2:
+            root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
+                           "this rank, which gloo aborted, left none")
+        else:
+            root.reason = (NO_MAJORITY + f"rank {root.rank}, which gloo aborted on a message of another size, and the "
+                           "one other rank called differently; either call may be the wrong one")
+        return
+    collective = hang.get("collective") or {}
+    first = (hang.get("culprits") or [{}])[0]
+    call = (collective.get("calls") or {}).get(str(first.get("rank"))) or {}
+    likely = "likely: " if hang.get("likely") else ""
+    new = RankFailure(rank=first.get("rank"), local_rank=None, host=first.get("host"), exit_code=None,
+                      category="hang", error_type=hang["class"], message=likely + hang["summary"],
+                      location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
+    if first.get("last_seen") and new.location:
+        new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
+    old = [root] + list(verdict.consequences)
+    consequences = []
+    for f in old:
+        if f.rank == new.rank:  # the culprit's own record: its ending, not a consequence of itself
+            new.exit_code, new.signal, new.local_rank = f.exit_code, f.signal, f.local_rank
+            new.host = new.host or f.host
+            new.location = new.location or f.location
+            if (f.error_type or f.message) and f.category != "hang":  # a real record, not a log-only guess
+                new.message += f" (its own record: {f.error_type + ': ' if f.error_type else ''}{f.message or f.reason})"
+            continue
+        if f.rank in culprits:
+            f.victim, f.reason = False, f"culprit too ({hang['class']}): see the root cause"
+        else:
+            f.victim = True
+            if f is root or f.category in ("timeout", "desync", "peer_lost"):
+                f.reason = _why_waited(f, hang, culprits)
+        consequences.append(f)
+    verdict.root_cause, verdict.consequences = new, consequences
+
+
+def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
+    coll = hang.get("collective") or {}
+    op = (coll.get("ops") or {}).get(str(f.rank)) or coll.get("op")
+    names = ", ".join(map(str, culprits))
+    if f.category == "desync":
+        return (f"gloo aborted it on a message of another size from rank(s) {names}, whose call differs from the "
+                "majority's: it detected the mismatch, it did not cause it")
+    head = f"waited in {op} #{coll['seq']}" if coll.get("seq") is not None and op else "waited"
+    return f"{head} for rank(s) {names} ({hang['class']})"
+
+
+def culprit_ranks(root: dict | None, consequences: list[dict]) -> list[int]:
+    """Every rank the verdict blames: the root cause's and the consequences marked culprits too."""
+    named = root and root.get("rank") is not None and root.get("reason") != DETECTOR \
+        and not str(root.get("reason", "")).startswith(NO_MAJORITY)
+    out = [root["rank"]] if named else []
+    out += [c["rank"] for c in consequences if c.get("rank") is not None and not c.get("victim")
+            and str(c.get("reason", "")).startswith(("culprit too", "likely culprit too"))]
+    return sorted(set(out))
+
+
+def _name(f: RankFailure) -> str:
+    return f"rank {f.rank}" if f.rank is not None else f"local rank {f.local_rank} on {f.host}"
+
+
+def _ranks(fails: list[RankFailure]) -> str:
+    return "rank(s) " + ", ".join(str(f.rank) for f in sorted(fails, key=lambda f: _key((f.rank, 0))))
+
+
+def _key(item) -> int:
+    return item[0] if item[0] is not None else 1 << 30

@@ -1,0 +1,149 @@
+"""Who the others waited for when the user's own process-group timeout fired first: dumps written after a timeout
+(gloo counts the timed-out collective as completed), log dirs without any dump, mismatches judged by majority,
+the watchdog's deadline from the flight recorder's timeout_ms, and advice that never exceeds the user's timeout."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ddpdoctor.launch import attribution, collectives, forensics, fr_dumps
+from ddpdoctor.launch.hang import Watchdog
+from ddpdoctor.launch.postmortem import RankFailure, Verdict, classify, exception_line
+
+USER = "/home/u/train.py"
+
+
+def entry(seq, op="all_reduce", dtype="Float", sizes=((16,),), line=20, created=None, timeout_ms=15000):
+    return {"collective_seq_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "profiling_name": f"gloo:{op}",
+            "input_sizes": [list(s) for s in sizes], "input_dtypes": [dtype] * len(sizes), "is_p2p": False,
+            "time_created_ns": int((created if created is not None else 1000.0 + seq) * 1e9), "timeout_ms": timeout_ms,
+            "frames": [{"name": "main", "filename": USER, "line": line}]}
+
+
+def fr(enqueued, completed, entries, ranks="[0, 1, 2]"):
+    return {"pg_config": {"": {"name": "", "desc": "", "ranks": ranks}},
+            "pg_status": {"0": {"last_enqueued_collective": str(enqueued), "last_completed_collective": str(completed)}},
+            "entries": entries}
+
+
+def dumps(records: dict[int, dict]) -> dict:
+    return {r: (Path(f"/d/rank{r}.json"), rec) for r, rec in records.items()}
+
+
+def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
+    """gloo: the timed-out ranks' pg_status says 14 completed of 14; the culprit's 13 of 13."""
+    hist = [entry(i) for i in range(10, 14)]
+    v = fr_dumps.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])}))
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
+    assert "rank 1: 13" in v["summary"] and v["culprits"][0]["where"] == f"{USER}:20"  # its last collective's call
+    assert [c["rank"] for c in v["consequences"]] == [0, 2]
+
+
+def test_a_rank_without_a_dump_is_named_from_pg_config():
+    hist = [entry(i) for i in range(1, 5)]
+    v = fr_dumps.judge_dumps(dumps({0: fr(4, 4, hist), 2: fr(4, 4, hist)}))
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1] and v["likely"], v
+    assert fr_dumps.judge_dumps(dumps({0: fr(4, 4, hist), 1: fr(4, 4, hist), 2: fr(4, 4, hist)}))["class"] == "unknown"
+
+
+def test_mismatch_by_majority_and_no_majority_on_two_ranks():
+    hist = [entry(i) for i in range(1, 4)]
+    four = {r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")], ranks="[0, 1, 2, 3]") for r in range(4)}
+    v = fr_dumps.judge_dumps(dumps(four))
+    assert v["class"] == "desync" and [c["rank"] for c in v["culprits"]] == [2] and "3 rank(s) that agree" in v["summary"]
+    two = {r: fr(4, 4, hist + [entry(4, sizes=((8,),) if r == 1 else ((16,),))], ranks="[0, 1]") for r in range(2)}
+    v = fr_dumps.judge_dumps(dumps(two))
+    assert v["class"] == "desync" and v["culprits"] == [] and v["no_majority"] and "no majority" in v["summary"]
+
+
+def test_the_aborted_rank_is_not_the_culprit_of_a_mismatch():
+    """4 ranks, rank 2 float64: gloo aborts healthy rank 1; the dumps' majority names rank 2."""
+    aborted = RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, signal="SIGABRT", category="desync",
+                          error_type="EnforceNotMet", message="Received data size doesn't match expected size")
+    odd = RankFailure(rank=2, local_rank=2, host="h", exit_code=1, category="peer_lost", victim=True,
+                      reason="its collective broke because a peer process died", location=f"{USER}:58")
+    verdict = Verdict(root_cause=aborted, consequences=[odd])
+    hist = [entry(i) for i in range(1, 4)]
+    hang = fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
+                                             ranks="[0, 1, 2, 3]") for r in (0, 2, 3)}))
+    attribution.adopt(verdict, hang)
+    assert verdict.root_cause.rank == 2 and verdict.root_cause.location == f"{USER}:20"
+    assert [f.rank for f in verdict.consequences] == [1] and "detected the mismatch" in verdict.consequences[0].reason
+    assert "waited for rank 2" not in verdict.root_cause.message  # never its own consequence
+
+
+def timed_out(rank, op="all_reduce", line=20):
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in main\n'
+          f'  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {op}\n    work.wait()\n'
+          "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation")
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb,
+                    message=tb.splitlines()[-1], location=f"{USER}:{line}")
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
+def test_no_dump_the_rank_stopped_without_timing_out_is_the_likely_culprit(tmp_path):
+    stopped = classify(RankFailure(rank=1, local_rank=1, host="h", exit_code=-15))
+    fails = [timed_out(0), stopped, timed_out(2)]
+    attribution.refine_timeouts(fails)
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    assert root.rank == 1 and root.error_type == "likely_missing_rank" and root.message.startswith("likely rank 1")
+    assert sorted(f.rank for f in rest) == [0, 2] and all(f.victim and "waited in all_reduce" in f.reason for f in rest)
+    assert "--hang-timeout 7" in root.fix and "300" not in root.fix  # below the user's 15 s timeout
+
+
+def test_no_dump_and_no_agent_log_a_rank_dir_without_any_record_is_the_likely_culprit(tmp_path):
+    for r in range(3):
+        (tmp_path / str(r)).mkdir()
+        (tmp_path / str(r) / "stderr.log").write_text("")
+    root, rest = attribution.blame_the_absent(timed_out(0), [timed_out(2)], tmp_path, "h")
+    assert root.rank == 1 and "left no error" in root.message
+
+
+def test_no_dump_every_rank_timed_out_the_minority_call_is_odd():
+    fails = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2)]
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    assert root.rank == 0 and root.error_type == "likely_desync" and root.location == f"{USER}:31"
+    two = [timed_out(0, op="barrier", line=31), timed_out(1)]
+    root, _ = attribution.blame_the_absent(two[0], two[1:], None, "h")
+    assert root.rank is None and root.error_type == "desync_no_majority"  # two ranks: nobody picked by order
+    same = [timed_out(0), timed_out(1)]
+    assert attribution.blame_the_absent(same[0], same[1:], None, "h")[0].error_type == "stuck_collective"
+
+
+def test_an_exception_stays_the_root_cause():
+    real = RankFailure(rank=1, local_rank=1, host="h", exit_code=1, category="exception", error_type="ValueError")
+    root, rest = attribution.blame_the_absent(real, [timed_out(0)], None, "h")
+    assert root is real
+
+
+def test_advice_never_exceeds_the_users_timeout():
+    assert attribution.timeout_s("Timed out waiting 15000ms for recv operation") == 15.0
+    assert attribution.timeout_s("WorkNCCL(SeqNum=5, OpType=ALLREDUCE, Timeout(ms)=600000) ran for") == 600.0
+    for t in (2.0, 15.0, 600.0, 3600.0):
+        advice = attribution.hang_timeout_advice(t)
+        n = int(advice.split("--hang-timeout ")[1].split("`")[0])
+        assert 1 <= n < t or t < 2
+    assert "--hang-timeout" not in attribution.hang_timeout_advice(None)
+
+
+def test_pending_deadline_and_the_margin_before_it():
+    now = time.time()
+    rec = fr(6, 5, [entry(5, created=now - 20), entry(6, created=now - 4, timeout_ms=15000)])
+    deadline, timeout = forensics.pending_deadline(rec)
+    assert timeout == 15.0 and abs(deadline - (now + 11)) < 0.01  # only the pending #6 counts
+    assert forensics.pending_deadline(fr(6, 6, [entry(6)])) is None
+    dog = Watchdog.__new__(Watchdog)
+    dog.poll = 2.0
+    assert dog.margin(15.0) == 5.0 and dog.margin(4.0) == 2.0  # a poll + 3 s, at most half the timeout
+
+
+def test_consequences_name_their_own_op():
+    hist = [entry(i) for i in range(1, 5)]
+    ev = {0: {"fr": fr(5, 4, hist + [entry(5, op="barrier", sizes=(), line=31)])},
+          1: {"fr": fr(5, 4, hist + [entry(5)])}, 2: {"fr": fr(5, 4, hist + [entry(5)])}}
+    v = collectives.judge(ev)
+    assert [c["rank"] for c in v["culprits"]] == [0]
+    assert {c["rank"]: c["waited_in"] for c in v["consequences"]} == {1: "all_reduce #5", 2: "all_reduce #5"}
+    assert json.dumps(v)  # plain data
