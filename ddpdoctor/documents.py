@@ -53,8 +53,17 @@ def now_iso() -> str:
 
 
 def envelope(kind: str, run_id: str | None = None, **body: Any) -> dict:
+    """A document: the envelope, then the body. A run-trainer or nccl-bench body carries text other
+    processes wrote (log tails, exception messages, tracebacks, stacks): it is redacted here, where every
+    such document is made, so run.json, the terminal view and the HTML report all get the redacted text.
+    (A preflight's facts are scrubbed where they are gathered, and its messages are the checks' own words,
+    which name flags such as --token in prose.)"""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
+    if kind != "preflight":
+        from .redact import redact_evidence
+
+        body = redact_evidence(body)
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
