@@ -168,12 +168,12 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def load(path: str | os.PathLike) -> dict:
-    """Read and validate a ddpdoctor document under the input policy (inputs.py: size cap, encoding, depth);
-    any problem is a UsageError naming the file."""
+def load(path: str | os.PathLike, budget=None) -> dict:
+    """Read and validate a ddpdoctor document under the input policy (inputs.py: size cap, encoding, depth,
+    values, and with ``budget`` the command's total); any problem is a UsageError naming the file."""
     from .inputs import load_json_file
 
-    doc = load_json_file(path)
+    doc = load_json_file(path, budget=budget)
     validate(doc, str(path))
     return doc
 

@@ -43,21 +43,22 @@ TREE_NODES = 2_000_000
 TREE_DEPTH = 64
 
 _notes: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ddpdoctor_input_notes", default=None)
-_root: contextvars.ContextVar[Path | None] = contextvars.ContextVar("ddpdoctor_input_root", default=None)
+_roots: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("ddpdoctor_input_roots",
+                                                                                 default=None)
 
 
 @contextlib.contextmanager
-def reading(root: Path | None) -> Iterator[list[str]]:
-    """Reads inside this block stay under ``root`` (links and named paths leaving it are skipped) and their
-    notes are collected in the list it yields."""
+def reading(root: Path | list[Path] | None) -> Iterator[list[str]]:
+    """Reads inside this block stay under ``root`` (one directory or several: links and named paths leaving
+    them are skipped) and their notes are collected in the list it yields."""
     notes: list[str] = []
-    root_real = Path(os.path.realpath(root)) if root is not None else None
-    t1, t2 = _notes.set(notes), _root.set(root_real)
+    roots = None if root is None else tuple(os.path.realpath(r) for r in (root if isinstance(root, list) else [root]))
+    t1, t2 = _notes.set(notes), _roots.set(roots)
     try:
         yield notes
     finally:
         _notes.reset(t1)
-        _root.reset(t2)
+        _roots.reset(t2)
 
 
 def note(message: str) -> None:
@@ -75,11 +76,11 @@ def _kind(mode: int) -> str:
 
 
 def _inside(path: Path) -> bool:
-    root = _root.get()
-    if root is None:
+    roots = _roots.get()
+    if roots is None:
         return True
     real = os.path.realpath(path)
-    return real == str(root) or real.startswith(str(root).rstrip("/") + "/")
+    return any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def open_regular(path: Path) -> int | None:

@@ -5,6 +5,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
+from ..report.console import T  # safe_text, then Text: another process's escapes shown, never obeyed
+
 
 def render(doc: dict, console: Console) -> None:
     from .records import describe_start
@@ -14,33 +16,35 @@ def render(doc: dict, console: Console) -> None:
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
              else f"records in {doc.get('logs')}")
     if doc.get("verdict") == "pass" and "collectives" in s and doc.get("collectives"):
-        console.print(Text(f"run-trainer: PASS · {start} · {collectives_line(doc['collectives'])} · "
+        console.print(T(f"run-trainer: PASS · {start} · {collectives_line(doc['collectives'])} · "
                            f"restarts {doc.get('restarts', 0)}", style="green"))
         return
     if doc.get("verdict") == "pass":
         line = (f"run-trainer: PASS · {start} · {s.get('steps', 0)} steps on {s.get('ranks', 0)} rank(s) · loss "
                 f"{s.get('first_loss')} -> {s.get('final_loss')} · {s.get('tokens_per_s_mean')} tokens/s · "
                 f"restarts {doc.get('restarts', 0)} · checksums equal: {doc.get('checksums_equal')}")
-        console.print(Text(line, style="green"))
+        console.print(T(line, style="green"))
         return
     rc = doc.get("root_cause") or {}
     rows = [
-        Text(start, style="dim"),
-        Text(f"rank {rc.get('rank')} (local rank {rc.get('local_rank')}) on host {rc.get('host')}"
+        T(start, style="dim"),
+        T(f"rank {rc.get('rank')} (local rank {rc.get('local_rank')}) on host {rc.get('host')}"
              f" · exit code {rc.get('exit_code')}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
              + f" · {rc.get('category')}"),
-        Text(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
+        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
     ]
     if rc.get("location"):
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
-        rows.append(Text(f"where: {rc['location']}" + (f" in {func}" if func else "")))
-    rows.append(Text(f"fix: {rc.get('fix') or ''}", style="bold"))
+        rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
+    rows.append(T(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
-        rows.append(Text(f"consequence: rank {c.get('rank')} on {c.get('host')}: {c.get('reason')} "
+        rows.append(T(f"consequence: rank {c.get('rank')} on {c.get('host')}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
     if doc.get("hang"):
         rows += hang_rows(doc["hang"])
+    for line in doc.get("input_notes") or []:  # records the post-mortem skipped (a FIFO, a link out, too big)
+        rows.append(T(f"note: {line}", style="dim"))
     console.print(Panel(Group(*rows), title=Text("run-trainer: FAIL — root cause", style="bold red"),
                         border_style="red"))
 
@@ -52,20 +56,20 @@ def hang_rows(hang: dict) -> list[Text]:
     coll = verdict.get("collective")
     if coll:
         site = coll.get("call_site") or {}
-        rows.append(Text(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
+        rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
                          + (f" called at {site['where']} in {site.get('function')}" if site.get("where") else "")
                          + f"; waiting: rank(s) {', '.join(map(str, coll.get('waiting_ranks', [])))}"))
         for rank, call in (coll.get("calls") or {}).items():
-            rows.append(Text(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
+            rows.append(T(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
                              + (f" at {call['where']}" if call.get("where") else "")))
     if verdict.get("no_evidence"):
-        rows.append(Text(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
+        rows.append(T(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:
-        rows.append(Text(f"threshold: {t.get('seconds')} s ({t.get('source')}: {t.get('why')}); no progress for "
+        rows.append(T(f"threshold: {t.get('seconds')} s ({t.get('source')}: {t.get('why')}); no progress for "
                          f"{hang.get('stalled_s')} s", style="dim"))
-    rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
+    rows.append(T(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                      style="dim"))
     return rows
 
