@@ -40,7 +40,7 @@ RULES = [
 # What a rank says when a peer went away first: gloo's pair.cc, NCCL's remote errors, the TCPStore's socket.
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
                        r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
-                       r"Connection refused|ProcessGroupGloo[^\n]{0,500}?(?:closed|reset)", re.I)
+                       r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
 # Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
 STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
 
