@@ -215,7 +215,19 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             problems.append(str(exc))
         if problems:
             doc["unwritten"] = problems
+            _blame_the_disk(doc, problems, Path(cfg.run_dir))
     return doc
+
+
+def _blame_the_disk(doc: dict, problems: list[str], run_dir: Path) -> None:
+    """A failure whose records say nothing, on a run dir that could not be written: the full disk is the
+    likely cause (the ranks' logs and error files were lost the same way), so the root cause says so."""
+    rc = doc.get("root_cause")
+    if not rc or rc.get("message") or rc.get("category") not in ("unknown", None):
+        return
+    rc["message"] = f"the ranks left no readable record, and {problems[0]}"
+    rc["fix"] = (f"free space where --run-dir points ({run_dir}) or point --run-dir at a disk with room, then "
+                 "rerun: the ranks' logs, error files and run.json are written there")
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
