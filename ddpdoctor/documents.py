@@ -54,8 +54,17 @@ def now_iso() -> str:
 
 
 def envelope(kind: str, run_id: str | None = None, **body: Any) -> dict:
+    """A document: the envelope, then the body. A run-trainer or nccl-bench body carries text other
+    processes wrote (log tails, exception messages, tracebacks, stacks): it is redacted here, where every
+    such document is made, so run.json, the terminal view and the HTML report all get the redacted text.
+    (A preflight's facts are scrubbed where they are gathered, and its messages are the checks' own words,
+    which name flags such as --token in prose.)"""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
+    if kind != "preflight":
+        from .redact import redact_evidence
+
+        body = redact_evidence(body)
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -160,12 +169,12 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def load(path: str | os.PathLike) -> dict:
-    """Read and validate a ddpdoctor document under the input policy (inputs.py: size cap, encoding, depth);
-    any problem is a UsageError naming the file."""
+def load(path: str | os.PathLike, budget=None) -> dict:
+    """Read and validate a ddpdoctor document under the input policy (inputs.py: size cap, encoding, depth,
+    values, and with ``budget`` the command's total); any problem is a UsageError naming the file."""
     from .inputs import load_json_file
 
-    doc = load_json_file(path)
+    doc = load_json_file(path, budget=budget)
     validate(doc, str(path))
     return doc
 

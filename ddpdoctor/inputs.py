@@ -19,6 +19,15 @@ from .errors import UsageError
 MAX_RESULT_BYTES = 64 << 20  # the largest result file seen (512 nodes + mesh probes) is ~4 MB
 MAX_CONFIG_BYTES = 1 << 20
 MAX_DEPTH = 64  # a result document is ~8 levels deep; far deeper is not ours, and recursion has to stop
+# JSON values (counted as `,` `:` `[` `{`, four C-speed counts, before json.loads builds anything): the largest
+# result file seen (512 nodes, or 64 ranks' metrics) holds ~300k; 64 MiB of `[],` would be 21 million lists
+# (3.2 GB). Per file, and in total for one command that reads several (report).
+MAX_JSON_VALUES = 4_000_000
+# One command's inputs together (`ddpdoctor report a.json b.json ...`): at most this many files and bytes.
+# With MAX_JSON_VALUES this bounds report's memory: about 2 x MAX_RESULT_BYTES transient (bytes, then text)
+# plus ~100 B a value, ~0.5 GiB at worst, whatever the number or shape of the files.
+MAX_INPUT_FILES = 256
+MAX_TOTAL_BYTES = 128 << 20
 # The longest wait any flag or config key accepts (timeouts): a week is not a typo, 1e300 s is.
 MAX_TIMEOUT_S = 7 * 86400.0
 # Nodes in one job, for every command: the largest clusters built today are ~12k nodes; more is a typo (and
@@ -31,11 +40,33 @@ _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
          (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
 
 
+class Budget:
+    """What one command may still read in total over all its input files (bytes, JSON values, files)."""
+
+    def __init__(self, files: int = MAX_INPUT_FILES, nbytes: int = MAX_TOTAL_BYTES, values: int = MAX_JSON_VALUES):
+        self.files, self.nbytes, self.values = files, nbytes, values
+
+    def take_file(self, name: str) -> None:
+        self.files -= 1
+        if self.files < 0:
+            raise UsageError(f"{name}: more than {MAX_INPUT_FILES} input files; merge fewer at a time")
+
+
 def read_bounded(path: str | os.PathLike, cap: int) -> bytes:
-    """The file's bytes; more than ``cap`` is an error found after reading cap + 1 bytes, never more."""
+    """The file's bytes; more than ``cap`` is an error found after reading cap + 1 bytes, never more. Only a
+    regular file: a FIFO would block the open, a device (/dev/zero) never ends."""
+    import stat
+
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise UsageError(f"{path}: cannot read ({what}, not a regular file)")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise UsageError(f"{path}: cannot read (not a regular file)")
             raw = fh.read(cap + 1)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from exc
@@ -59,8 +90,16 @@ def decode_utf8(raw: bytes, name: str) -> str:
                          "binary or another encoding") from None
 
 
-def parse_json(text: str, name: str, max_depth: int = MAX_DEPTH) -> Any:
-    """json.loads with its recursion bounded: too deep is a usage error, not a RecursionError."""
+def json_values(text: str) -> int:
+    """An upper bound of the values a JSON text holds (strings' commas and colons counted too)."""
+    return text.count(",") + text.count(":") + text.count("[") + text.count("{")
+
+
+def parse_json(text: str, name: str, max_depth: int = MAX_DEPTH, max_values: int = MAX_JSON_VALUES) -> Any:
+    """json.loads with its recursion and its size bounded: too deep or too many values is a usage error
+    found before anything is built, not a RecursionError or gigabytes of lists."""
+    if json_values(text) > max_values:
+        raise UsageError(f"{name}: more than {max_values} JSON values, far more than any ddpdoctor result file")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -90,10 +129,25 @@ def nesting_depth(doc: Any, stop_at: int) -> int:
     return deepest
 
 
-def load_json_file(path: str | os.PathLike, cap: int = MAX_RESULT_BYTES, max_depth: int = MAX_DEPTH) -> Any:
-    """A JSON file under the whole policy: size cap, encoding, depth."""
+def load_json_file(path: str | os.PathLike, cap: int = MAX_RESULT_BYTES, max_depth: int = MAX_DEPTH,
+                   budget: Budget | None = None) -> Any:
+    """A JSON file under the whole policy: size cap, encoding, depth, values; with a ``budget``, also the
+    command's total over all its files."""
     name = str(path)
-    return parse_json(decode_utf8(read_bounded(path, cap), name), name, max_depth)
+    if budget is None:
+        return parse_json(decode_utf8(read_bounded(path, cap), name), name, max_depth)
+    budget.take_file(name)
+    if budget.nbytes <= 0:
+        raise UsageError(f"{name}: the inputs together exceed {_human(MAX_TOTAL_BYTES)}; merge fewer at a time")
+    raw = read_bounded(path, min(cap, budget.nbytes))
+    budget.nbytes -= len(raw)
+    text = decode_utf8(raw, name)
+    values = json_values(text)
+    if values > budget.values:
+        raise UsageError(f"{name}: the inputs together hold more than {MAX_JSON_VALUES} JSON values; merge fewer "
+                         "at a time")
+    budget.values -= values
+    return parse_json(text, name, max_depth)
 
 
 def _human(nbytes: int) -> str:

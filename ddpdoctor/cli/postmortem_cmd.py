@@ -31,6 +31,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
       ddpdoctor postmortem logs --agent-log torchrun.stderr --json
     """
     from .. import documents
+    from ..launch import evidence_io
     from ..launch import postmortem as pm
     from ..launch.render import render
 
@@ -38,8 +39,13 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
     report_file = common.ensure_writable_file(report_path)
     logs = log_root(Path(log_dir))
     agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
-    verdict = pm.analyse(logs, agent_text, socket.gethostname())
-    hang = judge_dumps(find_dumps([Path(log_dir), *map(Path, fr_dirs)]))
+    # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
+    # --fr-dir given; every read is bounded and a file that is not a regular one is a note (evidence_io).
+    with evidence_io.reading(logs.parent) as notes:
+        verdict = pm.analyse(logs, agent_text, socket.gethostname())
+    fr_roots = [Path(log_dir), *map(Path, fr_dirs)]
+    with evidence_io.reading(fr_roots) as fr_notes:
+        hang = judge_dumps(find_dumps(fr_roots))
     pm.adopt_hang_verdict(verdict, hang)
     failed = verdict.root_cause is not None
     doc = documents.envelope(
@@ -53,7 +59,8 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         root_cause=verdict.root_cause.to_json() if failed else None,
         consequences=[f.to_json() for f in verdict.consequences] if failed else [],
         culprit_ranks=culprit_ranks(verdict) if failed else [],
-        hang={"verdict": hang} if hang and failed else None, logs=str(logs), preflight=None)
+        hang={"verdict": hang} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
+        preflight=None)
     return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, console: _render(d, console, render))
 
@@ -81,19 +88,33 @@ def log_root(path: Path) -> Path:
 
 
 def read_agent_log(path: Path, required: bool) -> str:
+    """torchrun's saved stderr: its last 4 MiB (evidence_io.AGENT_LOG_BYTES), a regular file only (a FIFO
+    would block the read forever)."""
+    import os
+    import stat
+
+    from ..launch.evidence_io import AGENT_LOG_BYTES
     from ..launch.postmortem import tail
 
-    if not path.is_file():
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
         if required:
-            raise UsageError(f"--agent-log {path}: no such file")
+            raise UsageError(f"--agent-log {path}: no such file") from None
         return ""
-    return tail(path, lines=2000, max_bytes=4 * 1024 * 1024)
+    if not stat.S_ISREG(mode):
+        if required:
+            raise UsageError(f"--agent-log {path}: not a regular file (a FIFO, a device or a directory)")
+        return ""
+    return tail(path, lines=2000, max_bytes=AGENT_LOG_BYTES)
 
 
 def _render(doc: dict, console, render) -> None:
     if doc["verdict"] == "pass":
-        from rich.text import Text
+        from ..report.console import T
 
-        console.print(Text(f"postmortem: no failed rank in {doc['logs']}", style="green"))
+        console.print(T(f"postmortem: no failed rank in {doc['logs']}", style="green"))
+        for line in doc.get("input_notes") or []:
+            console.print(T(f"note: {line}", style="dim"))
         return
     render(doc, console)

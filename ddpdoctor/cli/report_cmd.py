@@ -31,12 +31,18 @@ def report(files, output, results_dir):
     from .. import documents
     from ..report.html import write_html
 
+    from ..inputs import MAX_INPUT_FILES, Budget
+
     run_dir = None
     if not files:
         run_dir, files = latest_run(Path(results_dir))
     target = common.ensure_writable_file(output or str(run_dir / "report.html" if run_dir else "ddpdoctor-report.html"),
                                          "-o/--output")
-    docs = [documents.load(f) for f in files]  # a malformed or unknown file is a one-line usage error naming it
+    if len(files) > MAX_INPUT_FILES:
+        raise UsageError(f"{len(files)} files: at most {MAX_INPUT_FILES} in one report; merge fewer at a time")
+    # Memory bounded in total, not only per file: bytes and JSON values over all files (inputs.Budget).
+    budget = Budget()
+    docs = [documents.load(f, budget) for f in files]  # a malformed or unknown file is a one-line usage error naming it
     run_ids = {d.get("run_id") for d in docs}
     if len(run_ids) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node" for d in docs):
         common.warn_line(f"merging {len(run_ids)} different runs; the report says so at the top")

@@ -89,5 +89,15 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                 return ExitCode.FAIL
             cfg.preflight = "forced"
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
-    return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
-                       render=render)
+    # A full --run-dir: the result and its post-mortem are shown first (and go to --output/--report where
+    # those fit), then one line names what could not be written and the free space there (exit 2).
+    unwritten = list(doc.get("unwritten") or [])
+    try:
+        code = common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
+                           render=render)
+    except UsageError as exc:
+        unwritten.append(str(exc))
+        code = documents.EXIT_USAGE
+    if unwritten:
+        raise UsageError("; ".join(unwritten))
+    return code

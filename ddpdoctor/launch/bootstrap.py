@@ -86,9 +86,13 @@ def dump_flight_record() -> None:
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"rank{rank()}.json")
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(c10d._dump_fr_trace_json())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(c10d._dump_fr_trace_json())
+            os.replace(tmp, path)
+        finally:  # a full disk: no half-written temp file left behind
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     except Exception:  # noqa: BLE001
         pass
 

@@ -7,58 +7,102 @@ plain containers and scalars, so a crafted file cannot run anything.
 """
 from __future__ import annotations
 
-import io
 import json
-import pickle
+import os
 import re
 from pathlib import Path
 
-MAX_BYTES = 64 << 20  # per file: a flight record of a few thousand entries is a few MiB
+from . import evidence_io
+
+MAX_BYTES = evidence_io.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
 RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank)(\d{1,6})(?:\.json)?$")
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Dicts, lists, tuples, strings, numbers, bools and None only: any class lookup is refused."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused {module}.{name}: only plain data is read")
+_PlainUnpickler = evidence_io.PlainUnpickler  # the name tests and callers know
 
 
 def read_dump(path: Path) -> dict | None:
-    """One dump as a dict, or None when it is not a readable flight record (too big, not JSON/pickle)."""
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            return None
-        raw = path.read_bytes()
-    except OSError:
+    """One dump as a dict, or None when it is not a readable flight record (not a regular file, too big, not
+    JSON/pickle, a memo or nesting bomb, the wrong shape): each refusal is a note, never an exception."""
+    raw = evidence_io.read_capped(Path(path), MAX_BYTES)
+    if raw is None:
         return None
-    try:
-        data = json.loads(raw.decode("utf-8")) if raw[:1] in (b"{", b"[") else _PlainUnpickler(io.BytesIO(raw)).load()
-    except (ValueError, UnicodeDecodeError, pickle.UnpicklingError, EOFError, RecursionError, TypeError,
-            AttributeError, IndexError, KeyError):
+    if raw[:1] in (b"{", b"["):
+        data = evidence_io.loads_bounded(raw, str(path))
+    else:
+        data = evidence_io.load_plain_pickle(raw, str(path))
+    if data is None or not evidence_io.tree_fits(data, str(path)):
         return None
-    return data if isinstance(data, dict) and ("entries" in data or "pg_status" in data) else None
+    return plain_record(data, str(path))
+
+
+def plain_record(data, name: str) -> dict | None:
+    """The fields the judge reads, each of the type it expects; a dump of another shape is None with a note.
+    `entries`: a list of dicts; `pg_status`: a dict of dicts; an entry's numbers are ints, its frames dicts
+    with a file, an integer line and a name."""
+    if not isinstance(data, dict) or ("entries" not in data and "pg_status" not in data):
+        evidence_io.note(f"skipped {name}: not a flight record (no entries or pg_status)")
+        return None
+    out = dict(data)
+    entries = data.get("entries")
+    status = data.get("pg_status")
+    out["entries"] = [_entry(e) for e in entries if isinstance(e, dict)] if isinstance(entries, (list, tuple)) else []
+    out["pg_status"] = ({str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict)
+                        else {})
+    if not out["entries"] and not out["pg_status"] and (entries or status):
+        evidence_io.note(f"skipped {name}: entries/pg_status of the wrong shape")
+        return None
+    return out
+
+
+def _entry(e: dict) -> dict:
+    out = dict(e)
+    for key in ("collective_seq_id", "pg_id", "time_created_ns", "p2p_seq_id"):
+        if key in out and not _intlike(out[key]):
+            del out[key]
+    if "process_group" in out and not (isinstance(out["process_group"], (list, tuple)) and out["process_group"]):
+        del out["process_group"]
+    frames = out.get("frames")
+    out["frames"] = [f for f in frames if isinstance(f, dict) and _intlike(f.get("line", 0))] \
+        if isinstance(frames, (list, tuple)) else []
+    if not isinstance(out.get("profiling_name", ""), str):
+        out["profiling_name"] = str(out["profiling_name"])[:200]
+    return out
+
+
+def _intlike(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    return isinstance(v, str) and len(v) <= 20 and v.lstrip("-").isdigit()
 
 
 def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, dict]]:
-    """Rank -> (file, flight record) for every readable dump under the roots (bounded in count)."""
-    found: dict[int, tuple[Path, dict]] = {}
+    """Rank -> (file, flight record) for every readable dump under the roots (bounded in count: at most
+    ``limit`` dumps and ``limit`` x 8 directory entries looked at; links are not followed)."""
+    candidates: list[tuple[int, Path]] = []
     seen = 0
     for root in roots:
         if not root.is_dir():
             continue
-        for path in sorted(root.rglob("*")):
-            seen += 1
+        for folder, dirs, files in os.walk(root):  # followlinks=False: a link cannot lead the walk elsewhere
+            dirs.sort()
+            seen += len(dirs) + len(files)
+            for name in sorted(files):
+                m = RANK_IN_NAME.search(name)
+                if m:
+                    candidates.append((int(m.group(1)), Path(folder) / name))
             if seen > limit * 8:
-                return found
-            m = RANK_IN_NAME.search(path.name)
-            if not m or not path.is_file() or int(m.group(1)) in found:
-                continue
-            fr = read_dump(path)
-            if fr is not None:
-                found[int(m.group(1))] = (path, fr)
-                if len(found) >= limit:
-                    return found
+                evidence_io.note(f"{root}: more than {limit * 8} files; the rest not searched for dumps")
+                break
+    found: dict[int, tuple[Path, dict]] = {}
+    for rank, path in candidates:
+        if rank in found:
+            continue
+        fr = read_dump(path)
+        if fr is not None:
+            found[rank] = (path, fr)
+            if len(found) >= limit:
+                break
     return found
 
 

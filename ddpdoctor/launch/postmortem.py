@@ -7,10 +7,11 @@ died or timed out are consequences, listed as such.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from . import evidence_io
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 TAIL_LINES = 40
@@ -29,7 +30,8 @@ RULES = [
                           r"collectives|CollectiveFingerPrint", re.I),
      "the ranks called different collectives (or other shapes or dtypes) at the same point: make every rank issue "
      "the same collectives in the same order with the same shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL names both)"),
-    ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout|DistBackendError.*timeout", re.I),
+    # (`Timeout` under re.I already covers "DistBackendError ... timeout"; its `.*` form was quadratic.)
+    ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.I),
      "a rank stopped participating in a collective: rerun under `ddpdoctor run-trainer` (it collects every rank's "
      "stack before your process group's timeout expires) to get the rank behind; raise the process-group timeout "
      "only if the work is legitimately slow"),
@@ -39,7 +41,7 @@ RULES = [
 # What a rank says when a peer went away first: gloo's pair.cc, NCCL's remote errors, the TCPStore's socket.
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
                        r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
-                       r"Connection refused|ProcessGroupGloo.*(closed|reset)", re.I)
+                       r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
 # Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
 STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
 
@@ -75,9 +77,13 @@ class Verdict:
 
 
 # ---------------------------------------------------------------- reading torch's records
+# Line breaks as [ \t]*\r?\n[ \t]*, never \s*\n\s* (both \s* can take the newlines: quadratic on a run of blank
+# lines); numbers at most 9 digits (int() of a 10 MB digit string is an error, not a rank).
+_NL = r"[ \t]*\r?\n[ \t]*"
 SUMMARY_BLOCK = re.compile(
-    r"\[\d+\]:\s*\n\s*time\s*:\s*(?P<time>\S+)\s*\n\s*host\s*:\s*(?P<host>\S+)\s*\n\s*rank\s*:\s*(?P<rank>-?\d+)\s*"
-    r"\(local_rank:\s*(?P<local>-?\d+)\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)[^\n]*\n\s*error_file\s*:\s*(?P<file>[^\n]+)")
+    rf"\[\d{{1,9}}\]:{_NL}time[ \t]*:[ \t]*(?P<time>\S+){_NL}host[ \t]*:[ \t]*(?P<host>\S+){_NL}rank[ \t]*:[ \t]*"
+    rf"(?P<rank>-?\d{{1,9}})[ \t]*\(local_rank:[ \t]*(?P<local>-?\d{{1,9}})\)[^\n]*\n[ \t]*exitcode[ \t]*:[ \t]*"
+    rf"(?P<code>-?\d{{1,9}})[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -90,27 +96,13 @@ def parse_agent_summary(text: str) -> list[dict]:
 
 
 def read_error_file(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    msg = data.get("message")
-    if isinstance(msg, dict):
-        extra = msg.get("extraInfo") or {}
-        return {"message": str(msg.get("message", "")), "traceback": str(extra.get("py_callstack", "")),
-                "timestamp": _float(extra.get("timestamp"))}
-    return {"message": str(msg or ""), "traceback": "", "timestamp": None}
+    """torch's error file, read under evidence_io's bounds (size, regular file, shape)."""
+    return evidence_io.read_error_file(path)
 
 
-def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 512 * 1024) -> str:
+def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = evidence_io.STDERR_TAIL_BYTES) -> str:
     """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - max_bytes))
-            text = RANK_PREFIX.sub("", fh.read().decode(errors="replace"))
-    except OSError:
-        return ""
+    text = RANK_PREFIX.sub("", evidence_io.read_tail(path, max_bytes))
     return "\n".join(text.splitlines()[-lines:])
 
 
@@ -142,7 +134,8 @@ RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?", re.M)  # torch prefixes
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
            "ddpdoctor/launch/bootstrap.py")
 # A C++ exception nobody caught: std::terminate prints its type and what(), then SIGABRT.
-ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'\s*\n\s*what\(\):\s*(?P<what>[^\n]*)")
+ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,512})'[ \t]*\r?\n[ \t]*what\(\):"
+                   r"[ \t]*(?P<what>[^\n]*)")
 
 
 def user_frame(tb: str) -> str | None:
@@ -168,16 +161,9 @@ def fatal_frame(text: str) -> str | None:
 
 
 def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
-    """('ValueError', 'bad shape') from an error file's message or a traceback's last line."""
-    text = (message or "").strip() or (tb.strip().splitlines()[-1] if tb.strip() else "")
-    first = text.splitlines()[0] if text else ""
-    m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt|Exit|Warning|[A-Z]\w*)):\s*(.*)$", first)
-    if m:
-        return m.group(1).rsplit(".", 1)[-1], m.group(2)
-    bare = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt|Exit))$", first.strip())
-    if bare:  # `KeyboardInterrupt`: an exception without a message
-        return bare.group(1).rsplit(".", 1)[-1], ""
-    return None, first or None
+    """('ValueError', 'bad shape') from an error file's message or a traceback's last line (linear: see
+    evidence_io.exception_line)."""
+    return evidence_io.exception_line(message, tb)
 
 
 def oom_evidence(events: Path = Path("/sys/fs/cgroup/memory.events")) -> str:
@@ -300,11 +286,13 @@ def failure_from(record: dict, attempt: int, rank_dir: Path | None) -> RankFailu
 
 # ---------------------------------------------------------------- the job
 def attempts(logs: Path) -> list[Path]:
-    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first."""
-    runs = sorted((p for p in logs.glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first (a folder
+    that is not attempt_<number>, such as attempt_final, is skipped with a note)."""
+    runs = sorted(evidence_io.subdirs(logs), key=evidence_io.mtime)
     if not runs:
         return []
-    return sorted(runs[-1].glob("attempt_*"), key=lambda p: int(p.name.split("_")[1]))
+    tries = [d for d in evidence_io.subdirs(runs[-1]) if d.name.startswith("attempt_")]
+    return [d for _, d in evidence_io.numbered(tries, "attempt_")]
 
 
 def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: list[dict] | None) -> list[RankFailure]:
@@ -314,7 +302,7 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
         for rec in summary:
             out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
         return out
-    for rank_dir in sorted((p for p in attempt_dir.iterdir() if p.is_dir()), key=lambda p: int(p.name)):
+    for _, rank_dir in evidence_io.numbered(evidence_io.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
         tb = last_traceback(tail(rank_dir / "stderr.log", 200))
         if err.exists() or tb:
@@ -326,17 +314,14 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
 
 def global_rank_of(rank_dir: Path) -> int | None:
     """torch prefixes a worker's traceback lines with its global rank: `[rank5]: ...`."""
-    try:
-        m = re.search(r"^\[rank(\d+)\]:", (rank_dir / "stderr.log").read_text(errors="replace"), re.M)
-    except OSError:
-        return None
+    m = re.search(r"^\[rank(\d{1,9})\]:", evidence_io.read_tail(rank_dir / "stderr.log"), re.M)
     return int(m.group(1)) if m else None
 
 
 def other_nodes(logs: Path) -> list[tuple[str, Path]]:
     """With a shared --run-dir every node's logs sit side by side: (host, latest attempt dir) of the others."""
     out = []
-    for node_dir in sorted(p for p in logs.parent.iterdir() if p.is_dir() and p != logs):
+    for node_dir in sorted(p for p in evidence_io.subdirs(logs.parent) if p != logs):
         tries = attempts(node_dir)
         if tries:
             out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>

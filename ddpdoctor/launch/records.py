@@ -10,7 +10,8 @@ from pathlib import Path
 
 import psutil
 
-# `.latest.pt.tmp<pid>` (snapshots), `corpus.tmp<pid>` (data), `.run.json.<pid>.tmp` (documents).
+# `.latest.pt.tmp<pid>` (snapshots), `corpus.tmp<pid>` (data), `.run.json.<pid>.tmp` (documents),
+# `rank<R>.json.<pid>.tmp` (a rank's flight record at exit).
 TEMP = re.compile(r"\.tmp(\d+)$|\.(\d+)\.tmp$")
 # A writer that is alive keeps touching its file; one untouched this long whose pid is gone here is debris.
 STALE_S = 60.0
@@ -19,7 +20,8 @@ STALE_S = 60.0
 def temp_files(root: Path, run: str = "*") -> list[Path]:
     """Temp files under a --run-dir: of every run (and the shared corpus), or of one run."""
     found = []
-    patterns = [f"{run}/snapshots/.*tmp*", f"{run}/.*.tmp"] + ([".data/*.tmp*", ".*.tmp"] if run == "*" else [])
+    patterns = [f"{run}/snapshots/.*tmp*", f"{run}/.*.tmp", f"{run}/flight_recorder/*.tmp"] + (
+        [".data/*.tmp*", ".*.tmp"] if run == "*" else [])
     for pattern in patterns:
         found += [p for p in root.glob(pattern) if p.is_file() and TEMP.search(p.name)]
     return found

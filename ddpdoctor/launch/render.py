@@ -6,6 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..report.values import human, phrases
+from ..report.console import T  # safe_text, then Text: another process's escapes shown, never obeyed
 
 
 def render(doc: dict, console: Console) -> None:
@@ -26,34 +27,36 @@ def render(doc: dict, console: Console) -> None:
         parts.insert(len(parts) - (0 if "collectives" in s and doc.get("collectives") else 1),
                      f"restarts {human(doc.get('restarts', 0))}")
         for line in phrases(parts, console.width):  # broken between phrases only, never inside one
-            console.print(Text(line, style="green"), soft_wrap=True)
+            console.print(T(line, style="green"), soft_wrap=True)
         if where:
-            console.print(Text(where, style="dim"), soft_wrap=True)
+            console.print(T(where, style="dim"), soft_wrap=True)
         return
     rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message") else v
           for k, v in (doc.get("root_cause") or {}).items()}
     rows = [
-        Text(start, style="dim"),
-        Text(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
+        T(start, style="dim"),
+        T(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
              f"{rc.get('host', human(None))}"
              f" · exit code {rc.get('exit_code', human(None))}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
              + f" · {rc.get('category', human(None))}"),
-        Text(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
+        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
     ]
     if rc.get("location"):
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
-        rows.append(Text(f"where: {rc['location']}" + (f" in {func}" if func else "")))
+        rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
     if rc.get("reason") and not rc.get("victim"):
-        rows.append(Text(f"note: {rc['reason']}"))
-    rows.append(Text(f"fix: {rc.get('fix') or ''}", style="bold"))
+        rows.append(T(f"note: {rc['reason']}"))
+    rows.append(T(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
-        rows.append(Text(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
+        rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
     if doc.get("hang"):
         rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
+    for line in doc.get("input_notes") or []:  # records the post-mortem skipped (a FIFO, a link out, too big)
+        rows.append(T(f"note: {line}", style="dim"))
     if where:
-        rows.append(Text(where, style="dim"))
+        rows.append(T(where, style="dim"))
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
                         border_style="red"))
 
@@ -81,25 +84,25 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     coll = verdict.get("collective")
     if coll:
         site = coll.get("call_site") or {}
-        rows.append(Text(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
+        rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
                          + (f" called at {site['where']} in {site.get('function')}" if site.get("where") else "")
                          + f"; waiting: rank(s) {', '.join(map(str, coll.get('waiting_ranks', [])))}"))
         for rank, call in (coll.get("calls") or {}).items():
-            rows.append(Text(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
+            rows.append(T(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
                              + (f" at {call['where']}" if call.get("where") else "")))
     if verdict.get("no_evidence"):
-        rows.append(Text(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
+        rows.append(T(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:
         why = f": {t['why']}" if t.get("why") else ""
-        rows.append(Text(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
+        rows.append(T(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
                          f"{human(hang.get('stalled_s'))} s", style="dim"))
     if saved:
-        rows.append(Text(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
+        rows.append(T(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                          style="dim"))
     elif verdict.get("files"):
-        rows.append(Text(f"read from the flight-recorder dumps of rank(s) {', '.join(verdict['files'])}", style="dim"))
+        rows.append(T(f"read from the flight-recorder dumps of rank(s) {', '.join(verdict['files'])}", style="dim"))
     return rows
 
 

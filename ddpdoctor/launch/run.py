@@ -4,6 +4,7 @@ workers; what is left after a grace period is killed, so nothing outlives the co
 still runs."""
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import signal
@@ -15,7 +16,9 @@ import time
 from pathlib import Path
 
 from .. import documents
-from . import attribution, hang, postmortem, records, torchrun
+from ..errors import UsageError
+from ..redact import redact_text
+from . import attribution, evidence_io, hang, postmortem, records, torchrun
 from ..devices import nvidia_driver_present
 from ..exitcodes import ExitCode
 from ..lifetime import die_with_parent
@@ -65,18 +68,19 @@ def _write(sink, line: str) -> None:
 
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
           logs: list | None = None) -> None:
-    """Copy one of torchrun's pipes line by line: to ``logs`` always, to ``sinks`` (the terminal) through
-    ``terminal`` when given, so that it can be muted."""
+    """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
+    secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be muted."""
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
             noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
         for sink in logs or ():
             _write(sink, line)
+        shown = redact_text(line) if sinks else line
         for sink in sinks:
             if terminal is not None:
-                terminal.write(sink, line)
+                terminal.write(sink, shown)
             else:
-                _write(sink, line)
+                _write(sink, shown)
 
 
 class _Watchdog(hang.Watchdog):
@@ -91,6 +95,64 @@ class _Watchdog(hang.Watchdog):
         if report is None and self.terminal is not None:
             self.terminal.unmute()  # not a hang after all: the workers had ended; torchrun reports that
         return report
+
+
+class AgentLog:
+    """torchrun's stderr: to agent.stderr.log while the disk takes it, and its last AGENT_LOG_BYTES in memory,
+    so the post-mortem reads the failure table even when the file could not be written (a full --run-dir)."""
+
+    def __init__(self, path: Path, max_bytes: int = evidence_io.AGENT_LOG_BYTES):
+        self.path, self.max_bytes = path, max_bytes
+        self.lines: collections.deque[str] = collections.deque()
+        self.size = 0
+        self.error: OSError | None = None
+        self._lock = threading.Lock()
+        try:
+            self._file = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            self._file, self.error = None, exc
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+            self.size += len(line)
+            while self.size > self.max_bytes and len(self.lines) > 1:
+                self.size -= len(self.lines.popleft())
+            if self._file is not None:
+                try:
+                    self._file.write(line)
+                    self._file.flush()
+                except OSError as exc:  # ENOSPC, EDQUOT: keep the text in memory, stop writing
+                    self.error = exc
+                    self._close_quietly()
+
+    def flush(self) -> None:
+        """Each line is flushed as it is written (a sink like any file)."""
+
+    def text(self) -> str:
+        with self._lock:
+            return "".join(self.lines)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError as exc:
+                    self.error = exc
+                self._file = None
+
+    def _close_quietly(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        self._file = None
+
+
+def _problem(path: Path, exc: OSError) -> str:
+    """'PATH: cannot write (No space left on device); 0 B free in DIR' (documents.write_error's line)."""
+    return str(documents.write_error(path, exc))
 
 
 def _die_with_parent() -> None:
@@ -178,11 +240,12 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 errors="replace", preexec_fn=_die_with_parent)
         stop.attach(proc)
-        with open(agent_log, "w") as agent_file:
+        agent = AgentLog(agent_log)
+        try:
             pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal),
                                       daemon=True),
                      threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr] if echo else [],
-                                                          stop.agent_noticed, terminal, [agent_file]), daemon=True)]
+                                                          stop.agent_noticed, terminal, [agent]), daemon=True)]
             for t in pumps:
                 t.start()
             # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
@@ -200,8 +263,10 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
                     dog.stop()
                 for t in pumps:
                     t.join(5)
+        finally:
+            agent.close()
         records.clean_temps(Path(cfg.run_dir), stale_s=0, run=cfg.run_id)  # this job is over: no writer of its temp files is left
-        doc = build_document(cfg, proc.returncode, agent_log.read_text(errors="replace"), logs,
+        doc = build_document(cfg, proc.returncode, agent.text(), logs,
                              time.time() - started, dog.report if dog else None, interrupted=stop.signum)
         doc["preflight"] = preflight
         doc["collectives"] = dog.collectives()
@@ -209,8 +274,26 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             doc["metrics_summary"] = collectives_summary(doc["collectives"])
         doc["run_json"] = str((cfg.records() / "run.json").resolve())  # the summary and the hang panel name it
         doc["logs"] = str(Path(doc["logs"]).resolve())
-        documents.dump(doc, cfg.records() / "run.json")
+        problems = [_problem(agent_log, agent.error)] if agent.error is not None else []
+        try:
+            documents.dump(doc, cfg.records() / "run.json")
+        except UsageError as exc:  # a full disk: the result is still shown (trainer_cmd), then this line
+            problems.append(str(exc))
+        if problems:
+            doc["unwritten"] = problems
+            _blame_the_disk(doc, problems, Path(cfg.run_dir))
     return doc
+
+
+def _blame_the_disk(doc: dict, problems: list[str], run_dir: Path) -> None:
+    """A failure whose records say nothing, on a run dir that could not be written: the full disk is the
+    likely cause (the ranks' logs and error files were lost the same way), so the root cause says so."""
+    rc = doc.get("root_cause")
+    if not rc or rc.get("message") or rc.get("category") not in ("unknown", None):
+        return
+    rc["message"] = f"the ranks left no readable record, and {problems[0]}"
+    rc["fix"] = (f"free space where --run-dir points ({run_dir}) or point --run-dir at a disk with room, then "
+                 "rerun: the ranks' logs, error files and run.json are written there")
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
@@ -337,9 +420,10 @@ def _said_before(root: dict | None) -> bool:
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
                    hang_report: dict | None, interrupted: int | None = None) -> dict:
     run_dir = cfg.records()
-    verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
-    if not hang_report and code != 0:
-        adopt_exit_dumps(verdict, run_dir)
+    with evidence_io.reading(logs.parent) as notes:  # every node's logs sit under records/logs/
+        verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
+        if not hang_report and code != 0:
+            adopt_exit_dumps(verdict, run_dir)
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     consequences = [f.to_json() for f in verdict.consequences]
@@ -387,5 +471,6 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
                        or attribution.culprit_ranks(root, consequences)) if failed else [],
         hang=hang_report,
         logs=str(logs),
+        input_notes=notes,
         preflight=None,
     )

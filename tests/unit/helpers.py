@@ -19,12 +19,15 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args, env: dict | None = None, clear_env: bool = False, cwd=None, input: str | None = None) -> CliResult:
+def run_cli(*args, env: dict | None = None, clear_env: bool = False, cwd=None, input: str | None = None,
+            timeout: float | None = None) -> CliResult:
     """`ddpdoctor ARGS` in this process, through the same `ddpdoctor.cli.run` the console script calls (the one
     error policy included), with stdin/stdout/stderr and the environment swapped by click's CliRunner.isolation.
 
     ``env`` adds variables (None removes one); ``clear_env`` starts from an empty environment instead (what
-    `subprocess.run(env=...)` does). A few milliseconds instead of a fresh interpreter's second or more: use
+    `subprocess.run(env=...)` does). ``timeout`` is accepted for the callers written against a subprocess; in
+    this process pytest-timeout bounds a command that would hang. A few milliseconds instead of a fresh
+    interpreter's second or more: use
     `run_process` only where the process itself is under test (its exit status, `python -m`, imports, signals).
     """
     from click.testing import CliRunner

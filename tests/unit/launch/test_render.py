@@ -92,3 +92,23 @@ def test_the_pass_line_breaks_between_phrases_at_80_columns():
     lines = console.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines), lines
     assert any("loss 4.86559 -> 2.96885" in line for line in lines)  # never split inside a phrase
+
+
+def test_escape_sequences_in_another_process_text_never_reach_the_terminal_raw():
+    """Issue 25: an error message with escape sequences reached the post-mortem panel raw."""
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.launch.render import render
+
+    evil = "boom \x1b[2J\x1b]0;owned\x07 \x9b31m \u202e"
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True}, "input_notes": [f"skipped {evil}"],
+           "root_cause": {"rank": 1, "local_rank": 1, "host": f"h{evil}", "exit_code": 1, "category": "exception",
+                          "error_type": "ValueError", "message": evil, "location": f"/x.py:3{evil}", "fix": evil},
+           "consequences": [{"rank": 0, "host": evil, "reason": evil, "category": "peer_lost"}]}
+    buf = io.StringIO()
+    render(doc, Console(file=buf, force_terminal=True, width=300, color_system=None))
+    out = buf.getvalue()
+    assert "\x1b[2J" not in out and "\x1b]0;" not in out and "\x07" not in out and "\x9b" not in out
+    assert "\u202e" not in out and "\\x1b[2J" in out
