@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ddpdoctor.cluster import mailbox as mbx
+from ddpdoctor.cluster import messages
 from ddpdoctor.cluster.mailbox import Invalid, Mailbox, Slot, open_envelope, seal
 
 RUN = "a" * 32
@@ -89,28 +90,28 @@ CTX = {"nnodes": 4, "max_nodes": 16384, "slot": Slot(1, 1)}
 ])
 def test_identity_schema_names_the_bad_field(over, reason):
     with pytest.raises(Invalid, match=reason):
-        mbx.check_ident(ident(**over), CTX)
+        messages.check_ident(ident(**over), CTX)
 
 
 def test_identity_without_a_field_is_invalid():
     body = ident()
     del body["host"]
     with pytest.raises(Invalid, match="host"):
-        mbx.check_ident(body, CTX)
+        messages.check_ident(body, CTX)
 
 
 def test_verdict_and_roster_schemas():
-    mbx.check_verdict({"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}, CTX)
+    messages.check_verdict({"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}, CTX)
     for bad in ({"verdict": "ok", "exit_code": 0, "results": [], "nodes": {}},
                 {"verdict": "pass", "exit_code": True, "results": [], "nodes": {}},
                 {"verdict": "pass", "exit_code": 0, "results": {}, "nodes": {}}):
         with pytest.raises(Invalid):
-            mbx.check_verdict(bad, CTX)
-    mbx.check_roster({"status": "aborted", "message": "x"}, CTX)
+            messages.check_verdict(bad, CTX)
+    messages.check_roster({"status": "aborted", "message": "x"}, CTX)
     with pytest.raises(Invalid):
-        mbx.check_roster({"status": "ok", "nodes": [], "master": "m", "rejected": {}}, CTX)
+        messages.check_roster({"status": "ok", "nodes": [], "master": "m", "rejected": {}}, CTX)
     good = dict(ident(rank=0), name="node1")
-    mbx.check_roster({"status": "ok", "nodes": [good], "master": "node1", "rejected": {}}, CTX)
+    messages.check_roster({"status": "ok", "nodes": [good], "master": "node1", "rejected": {}}, CTX)
 
 
 def test_frames_survive_junk_without_newlines():
@@ -150,8 +151,8 @@ def test_oversized_message_is_refused(store):
     mb = Mailbox(store, token=None, nnodes=2, max_nodes=16384)
     mb.run = RUN
     big = {"nonce": "x" * (20 << 10), "file": "f"}
-    store.append("shared-nonce", b"\n" + seal(big, token=None, run=RUN, key="shared-nonce", sender=Slot(0, 1)) + b"\n")
-    assert mb.read("shared") is None and "cap" in mb.findings[0].why
+    store.append("exchange", b"\n" + seal(big, token=None, run=RUN, key="exchange", sender=Slot(0, 1)) + b"\n")
+    assert mb.read("exchange") is None and "cap" in mb.findings[0].why
 
 
 def test_a_frozen_store_call_is_bounded():
@@ -170,13 +171,13 @@ def test_a_frozen_store_call_is_bounded():
 
 def test_verdict_says_where_the_master_wrote_the_cluster_result_and_it_is_validated():
     base = {"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}
-    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": "/shared/out"}}, CTX)
-    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": None}}, CTX)
+    messages.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": "/shared/out"}}, CTX)
+    messages.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": None}}, CTX)
     for bad in ({"node": "node1", "host": "node1", "output_dir": "x" * 5000},
                 {"node": "node1", "host": "bad host\x1b[31m", "output_dir": None},
                 {"node": 7, "host": "node1"}, "node1"):
         with pytest.raises(Invalid):
-            mbx.check_verdict(base | {"master": bad}, CTX)
+            messages.check_verdict(base | {"master": bad}, CTX)
 
 
 # ---------------------------------------------------------------- sealed names, claims, heartbeats, verdicts
@@ -228,8 +229,8 @@ def test_a_heartbeat_someone_else_wrote_is_tampered_not_silence(store):
                                                                                          "summary": "s"}]])
 def test_a_verdict_with_malformed_results_is_invalid_not_a_crash(results):
     with pytest.raises(Invalid, match="results"):
-        mbx.check_verdict({"verdict": "pass", "exit_code": 0, "results": results, "nodes": {}}, CTX)
-    mbx.check_verdict({"verdict": "pass", "exit_code": 0, "nodes": {}, "advice": [],
+        messages.check_verdict({"verdict": "pass", "exit_code": 0, "results": results, "nodes": {}}, CTX)
+    messages.check_verdict({"verdict": "pass", "exit_code": 0, "nodes": {}, "advice": [],
                        "results": [{"check": "c", "level": "pass", "summary": "s", "nodes": ["a"], "fix": ""}]}, CTX)
 
 
@@ -241,4 +242,4 @@ def test_every_message_fits_torchs_store_value_limit():
 @pytest.mark.parametrize("host", ["h" * 64, "a." + "b" * 100, "x" * 254])
 def test_a_host_name_the_resolver_refuses_is_an_invalid_identity(host):
     with pytest.raises(Invalid, match="host"):
-        mbx.check_ident(ident(host=host), CTX)
+        messages.check_ident(ident(host=host), CTX)
