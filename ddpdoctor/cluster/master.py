@@ -170,6 +170,7 @@ class Master(Node):
         view.published = exchanges.publish_all(self.plan, view, rank=self.rank, nnodes=self.cfg.nnodes,
                                                deadline=deadline)
         self.mb.post("exchange", {"values": view.published})
+
     def go_ahead(self, view: ClusterView) -> dict:
         """Collect every node's facts, re-check liveness, decide whether the collective runs, and say so."""
         self.facts = self._collect("facts", view, self.budget.verdict_by - 2 * GRACE_S)

@@ -168,6 +168,7 @@ class Worker(Node):
 
     def go_ahead(self, view: ClusterView) -> dict:
         return self.wait_for("go", self.budget.verdict_by - GRACE_S, about(key_of("go")))
+
     def verdict(self, view: ClusterView) -> dict:
         body = self.wait_for("verdict", self.budget.end, "the verdict")
         try:
