@@ -6,7 +6,8 @@ import time
 
 from . import endpoint as ep
 from .budget import SILENT_S
-from .mailbox import TAMPERED, Mailbox, Slot
+from .mailbox import TAMPERED, Mailbox
+from .messages import Slot
 
 
 class Heartbeats:

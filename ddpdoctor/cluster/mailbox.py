@@ -28,9 +28,9 @@ import hashlib
 import threading
 from typing import Any, Callable
 
-from .envelope import claimed_by, frames, key_id, open_envelope, seal, sealed_name  # noqa: F401 - re-exported
-from .messages import (ABOUT, CLAIM_KEY, COUNTERS, HOST_RE, KINDS, MAX_CLAIMS, MIB, PROTOCOL, Finding,  # noqa: F401
-                       Invalid, Kind, Slot, _need, about, check_hello, key_of)
+from .envelope import claimed_by, frames, open_envelope, seal, sealed_name
+from .messages import (CLAIM_KEY, COUNTERS, KINDS, MAX_CLAIMS, MIB, Finding, Invalid, Slot, _need, about, check_hello,
+                       key_of)
 
 PREFIX = "ddpdoctor"
 OP_TIMEOUT_S = 10.0  # a single store call on a live master answers in milliseconds

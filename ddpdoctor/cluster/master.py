@@ -13,7 +13,9 @@ from . import roster as rosters
 from . import verdict as verdicts
 from .budget import GRACE_S
 from .liveness import Heartbeats, dead_or_silent
-from .mailbox import MAX_CLAIMS, Slot, StoreGone, StoreSilent, bounded, key_id, key_of
+from .envelope import key_id
+from .mailbox import StoreGone, StoreSilent, bounded
+from .messages import MAX_CLAIMS, Slot, key_of
 from .node import POLL_S, Node
 from .view import ClusterView
 

@@ -19,7 +19,8 @@ from . import keyfile
 from .budget import GRACE_S, Budget
 from .config import JoinConfig
 from .liveness import Heartbeats
-from .mailbox import MAX_CLAIMS, PREFIX, Mailbox, Slot, StoreGone, StoreSilent, about, bounded
+from .mailbox import PREFIX, Mailbox, StoreGone, StoreSilent, bounded
+from .messages import MAX_CLAIMS, Slot, about
 from .probe import ProbeServer
 from .progress import Progress
 from .view import ClusterView

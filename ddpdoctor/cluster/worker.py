@@ -11,7 +11,9 @@ from . import exchange as exchanges
 from . import keyfile
 from . import verdict as verdicts
 from .budget import GRACE_S
-from .mailbox import Finding, Invalid, Slot, StoreGone, StoreSilent, about, key_id, key_of, open_envelope
+from .envelope import key_id, open_envelope
+from .mailbox import StoreGone, StoreSilent
+from .messages import Finding, Invalid, Slot, about, key_of
 from .node import POLL_S, Node
 from .view import ClusterView
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ddpdoctor.cluster.mailbox import sealed_name
+from ddpdoctor.cluster.envelope import sealed_name
 from tests.cluster_procs import (ESC, assert_clean, budget_s, cluster, cluster_results,  # noqa: F401 - fixture
                                  identity, sealed)
 

@@ -9,7 +9,7 @@ import pytest
 from ddpdoctor.cluster import join, launcher_env
 from ddpdoctor.cluster.budget import Budget
 from ddpdoctor.cluster.config import from_request
-from ddpdoctor.cluster.mailbox import Finding
+from ddpdoctor.cluster.messages import Finding
 from ddpdoctor.cluster.progress import Progress
 from ddpdoctor.cluster.worker import Worker
 from ddpdoctor.errors import ClusterNotAssembled, UsageError

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from ddpdoctor.cluster import envelope, messages
 from ddpdoctor.cluster import mailbox as mbx
-from ddpdoctor.cluster import messages
-from ddpdoctor.cluster.mailbox import Invalid, Mailbox, Slot, open_envelope, seal
+from ddpdoctor.cluster.envelope import open_envelope, seal
+from ddpdoctor.cluster.mailbox import Mailbox
+from ddpdoctor.cluster.messages import Invalid, Slot
 
 RUN = "a" * 32
 
@@ -116,7 +118,7 @@ def test_verdict_and_roster_schemas():
 
 def test_frames_survive_junk_without_newlines():
     blob = b"junk-without-newline" + b"\n" + sealed(ident()) + b"\n"
-    assert len(mbx.frames(blob)) == 2
+    assert len(envelope.frames(blob)) == 2
 
 
 # ---------------------------------------------------------------- over a real store
@@ -187,7 +189,7 @@ def test_a_sealed_run_keeps_its_keys_under_names_only_the_secret_gives(store):
     mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
     mb.run = RUN
     name = mb.name("facts/1.1")
-    assert name.startswith("facts/1.1~") and name != mbx.sealed_name("other", RUN, "facts/1.1")
+    assert name.startswith("facts/1.1~") and name != envelope.sealed_name("other", RUN, "facts/1.1")
     assert mb.name("hello") == "hello"  # the one public message
     assert Mailbox(store, token=None, nnodes=2, max_nodes=16).name("facts/1.1") == "facts/1.1"
 
@@ -210,8 +212,8 @@ def test_claims_are_compare_set_slots_that_junk_cannot_poison(store):
     assert mb.take_claim(1, "f" * 32) == 2
     assert mb.take_claim(1, "e" * 32) == 3  # a second node with the same rank: the next slot
     assert mb.claimed({"a": (1, 3, True), "b": (1, 4, True)}) == {"a": True, "b": False}
-    for claim in range(1, mbx.MAX_CLAIMS + 1):
-        store.set(mbx.sealed_name("tok", RUN, f"claim/0/{claim}"), b"x")
+    for claim in range(1, messages.MAX_CLAIMS + 1):
+        store.set(envelope.sealed_name("tok", RUN, f"claim/0/{claim}"), b"x")
     assert mb.take_claim(0, "d" * 32) == 0  # a flood: said, never a hang
 
 
@@ -235,7 +237,7 @@ def test_a_verdict_with_malformed_results_is_invalid_not_a_crash(results):
 
 
 def test_every_message_fits_torchs_store_value_limit():
-    for kind, spec in mbx.KINDS.items():
+    for kind, spec in messages.KINDS.items():
         assert spec.cap(16384) + 2 <= mbx.STORE_VALUE_MAX, kind
 
 
