@@ -1,6 +1,17 @@
-"""One node's side of the protocol: the steps every node takes (``Node.run``: connect, claim, meet,
-exchange, gather, go-ahead, collective, verdict) and the ones both roles share; ``Master`` (master.py) and
-``Worker`` (worker.py) fill in the steps where their roles differ."""
+"""One node's side of the protocol: the steps every node takes, in ``Node.run``, and the ones both roles
+share; ``Master`` (master.py) and ``Worker`` (worker.py) fill in the steps where their roles differ.
+
+  connect   raw TCP to the master first, failures classified (endpoint.py); the master posts the run nonce;
+  claim     take a node rank and a claim on it, start the heartbeat, post a signed identity;
+  meet      the master names the missing ranks at the meet deadline and posts the roster (roster.py);
+  exchange  the master's checks publish, every node's gather will answer (exchange.py);
+  gather    cluster-phase checks with the roster (mesh, clock, names...), facts posted (local checks ran
+            meanwhile, on a thread of their own);
+  go-ahead  the master collects the facts (a node found dead or silent is named, not waited for again),
+            re-checks liveness and says whether the collective may run;
+  collective every node runs it through the same store, results posted;
+  verdict   the master compares everything (verdict.py) and posts the verdict; every node prints it.
+"""
 from __future__ import annotations
 
 import os
