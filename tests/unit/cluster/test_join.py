@@ -75,3 +75,22 @@ def test_a_worker_gives_up_naming_what_it_refused():
     worker.progress = Progress(True, "x")
     with pytest.raises(ClusterNotAssembled, match="signature does not match.*--token"):
         worker.wait_for("verdict", time.monotonic() + 0.3, "the verdict")
+
+
+def test_the_launcher_is_detected_once_per_request(monkeypatch):
+    calls = []
+
+    def from_env(env, read_file=None, hostname=""):
+        calls.append(dict(env))
+        return launcher_env.LauncherInfo("slurm", node_rank=1, nnodes=2, master="n0")
+
+    monkeypatch.setattr(launcher_env, "from_env", from_env)
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    request = PreflightRequest(timeout=10)
+    assert request.is_cluster() is True
+    info = request.launcher()
+    c = from_request(request, info, quiet=True)
+    assert (c.node_rank, c.nnodes, c.launcher, c.master.host) == (1, 2, "slurm", "n0")
+    assert len(calls) == 1  # is_cluster, launcher() and the config share one detection
+    assert request.is_cluster({"X": "1"}) is True and len(calls) == 2  # a recorded env is read, never cached
+    assert request.launcher() is info
