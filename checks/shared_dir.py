@@ -1,8 +1,10 @@
 """shared-dir: a directory every node must share (checkpoints, data caches): the master writes a nonce,
-every node must read it back within a time limit; the nodes that cannot are named with their filesystem."""
+every node must read it back within a time limit; the nodes that cannot are named with their filesystem.
+The protocol's exchange step carries the nonce (``publishes``: the master's ``publish`` writes the file)."""
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -28,14 +30,37 @@ class SharedDirCheck(Check):
     description = "--shared-dir is the same directory on every node (the master's nonce is visible everywhere)"
     phase = "cluster"
     options = {"visible_within_s": Option(10.0, "seconds a node may take to see the master's file")}
+    publishes = True  # the master writes the file and publishes its nonce; every node reads it back
+
+    def publish(self, ctx) -> dict | None:
+        view = ctx.cluster
+        if not view.shared_dir:
+            return None
+        nonce = secrets.token_hex(16)
+        path = Path(view.shared_dir) / f".ddpdoctor-shared-{nonce[:8]}"
+        def undo() -> None:
+            path.unlink(missing_ok=True)
+
+        view.on_close(undo)  # before it exists: a SIGTERM during the write still removes it
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, nonce.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            view.cleanups.remove(undo)  # not ours to remove (O_EXCL: it may be someone else's file)
+            return {"nonce": f"unwritable: {exc}", "file": path.name}
+        return {"nonce": nonce, "file": path.name}
 
     def gather(self, ctx) -> dict:
         view = ctx.cluster
         if not view.shared_dir:
             raise Skip("no --shared-dir given")
-        nonce = view.shared_nonce or ""
+        published = view.published.get(self.name) or {}
+        nonce = str(published.get("nonce") or published.get("error") or "")
         facts = {"path": view.shared_dir, **filesystem_of(view.shared_dir), "seen": False, "seconds": None}
-        if nonce.startswith("unwritable"):
+        if nonce.startswith("unwritable") or published.get("error"):
             facts["error"] = f"the master could not write there: {nonce}"
             return facts
         target = Path(view.shared_dir) / f".ddpdoctor-shared-{nonce[:8]}"

@@ -305,9 +305,20 @@ class Check:
     # master's address, the checks selected): fnmatch patterns ("SLURM_*"). A --baseline from another run
     # is never compared on them.
     per_run_keys: tuple[str, ...] = ()
+    # A cluster check that needs the master to publish something every node answers (a nonce to read back,
+    # a file name): the master runs ``publish`` before any node gathers; each node's gather finds the value
+    # in ``ctx.cluster.published.get(self.name)`` (absent: it never came) and answers in its facts; compare
+    # judges the answers. See checks/PLUGINS.md and ddpdoctor/cluster/PROTOCOL.md ("exchange").
+    publishes: bool = False
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def publish(self, ctx: NodeContext) -> dict | None:
+        """On the master only (checks with ``publishes``): a small JSON object for every node's gather, or
+        None to publish nothing. Something to undo at the end goes to ``ctx.cluster.on_close(fn)`` (it runs
+        however the run ends, SIGTERM included). A raise or an overrun publishes {"error": why}."""
+        return None
 
     def compare(self, facts_by_node: Mapping[str, dict], opts: Mapping[str, Any]) -> list[Result]:  # pragma: no cover
         raise NotImplementedError

@@ -1,29 +1,20 @@
 """The preflight engine for one node: plan (checks, options, run settings), gather, compare, document.
 
-The cluster layer (ddpdoctor.cluster) reuses ``Plan`` and ``gather_phase`` on every node and runs
-``compare_all`` on the master over every node's facts.
+``Plan`` and ``gather_phase`` live in the runner, which the cluster layer (ddpdoctor.cluster) uses on every
+node; this module builds the plan, detects the launcher once and hands a cluster run to ``cluster.join``.
 """
 from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping
 
 from . import documents, registry, runner
+from .runner import Plan, gather_phase  # noqa: F401 - re-exported: Plan and gather live in the runner
 from .api import BASELINE, Result
 from .settings import parse_set, read_toml, resolve_check_options, resolve_run
 from .errors import UsageError
-
-
-@dataclass
-class Plan:
-    checks: list[registry.LoadedCheck]
-    opts_by_check: dict[str, dict[str, Any]]
-    run: dict[str, Any]
-
-    def phase(self, name: str) -> list[registry.LoadedCheck]:
-        return [lc for lc in self.checks if lc.check.phase == name]
 
 
 def split_names(values: Iterable[str]) -> list[str]:
@@ -50,14 +41,6 @@ def make_plan(
 
 def node_name() -> str:
     return socket.gethostname() or "localhost"
-
-
-def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None,
-                 deadline: float | None = None):
-    return runner.gather_all(
-        plan.phase(phase), node, rank=rank, nnodes=nnodes, run=plan.run,
-        opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline,
-    )
 
 
 def run_single_node(plan: Plan) -> dict:
@@ -107,6 +90,7 @@ class PreflightRequest:
     local_nodes: int | None = None
     # a known-good run's values (ddpdoctor.baseline.load of --baseline FILE): judged on the master's compare
     baseline: dict | None = None
+    _launcher: Any = field(default=None, init=False, repr=False, compare=False)  # launcher(): detected once
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "PreflightRequest":
@@ -128,13 +112,20 @@ class PreflightRequest:
             return True
         if self.nnodes is not None:
             return self.nnodes > 1
-        import os
-
-        from .cluster.launcher_env import from_env, read_node_file
-
-        env = os.environ if env is None else env
-        info = from_env(env, read_file=read_node_file, hostname=socket.gethostname())
+        info = self.launcher(env)
         return info.source is not None and (info.nnodes or 1) > 1
+
+    def launcher(self, env: Mapping[str, str] | None = None):
+        """What the launcher says about this node (cluster.launcher_env.LauncherInfo), detected once per
+        request from this process's environment (``env``: a recorded one, not cached) and --hosts."""
+        if env is None and self._launcher is not None:
+            return self._launcher
+        from .cluster.launcher_env import detect
+
+        info = detect(env, hosts=self.hosts, master=self.master)
+        if env is None:
+            self._launcher = info
+        return info
 
     def single_node_only_flags(self) -> None:
         for flag, value in (("--node-rank", self.node_rank), ("--local-addr", self.local_addr),
@@ -154,9 +145,5 @@ def run(request: PreflightRequest, *, quiet: bool = False,
         return run_single_node(plan)
     from .cluster import join
 
-    return join.run_from_cli(
-        plan, master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
-        local_addr=request.local_addr, timeout=request.timeout, token=request.token,
-        nproc_per_node=request.nproc_per_node, rdzv_id=request.rdzv_id, code_dir=request.code_dir,
-        shared_dir=request.shared_dir, local_nodes=request.local_nodes, quiet=quiet, hosts=request.hosts,
-        worker_argv=worker_argv)
+    launcher = None if request.local_nodes else request.launcher()
+    return join.run_cluster(plan, request, launcher, quiet=quiet, worker_argv=worker_argv)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
@@ -287,3 +288,24 @@ def exported(data: Mapping, kind: str) -> Any:
     if all(isinstance(v, list) for v in found):
         return [x for v in found for x in v]
     return found[0]
+
+
+# ------------------------------------------------------------------------------------------ the plan
+@dataclass
+class Plan:
+    """Everything decided before any work (preflight.make_plan builds it): which checks, their resolved
+    options, the run's settings. The single-node engine and every node of a cluster run from one."""
+
+    checks: list[LoadedCheck]
+    opts_by_check: dict[str, dict[str, Any]]
+    run: dict[str, Any]
+
+    def phase(self, name: str) -> list[LoadedCheck]:
+        return [lc for lc in self.checks if lc.check.phase == name]
+
+
+def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None,
+                 deadline: float | None = None) -> tuple[dict[str, dict], dict[str, dict]]:
+    """``gather_all`` of one phase's checks of a plan (local, cluster, collective)."""
+    return gather_all(plan.phase(phase), node, rank=rank, nnodes=nnodes, run=plan.run,
+                      opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline)

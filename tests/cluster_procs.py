@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.cluster import mailbox
+from ddpdoctor.cluster import envelope, mailbox, messages
 from ddpdoctor.cluster.budget import SLACK_S
 from ddpdoctor.cluster.local import free_port
 
@@ -231,11 +231,11 @@ class Hostile:
 
     def run_nonce(self, token: str | None) -> str:
         """The live master's run nonce, read from its hello (the hello is readable by anyone)."""
-        for frame in mailbox.frames(self.wait("hello")):
+        for frame in envelope.frames(self.wait("hello")):
             try:  # without a token: the hello may be signed with the run's own key, unknown to an outsider
-                _, body = mailbox.open_envelope(frame, token=token, run=None, key="hello", sender=None,
+                _, body = envelope.open_envelope(frame, token=token, run=None, key="hello", sender=None,
                                                 from_master=True, blind=token is None)
-            except mailbox.Invalid:
+            except messages.Invalid:
                 continue
             return body["nonce"]
         raise AssertionError("no hello from the master")
@@ -251,7 +251,7 @@ class Hostile:
 
 
 def sealed(body: dict, *, key: str, sender: tuple[int, int], run: str, token: str | None) -> bytes:
-    return mailbox.seal(body, token=token, run=run, key=key, sender=mailbox.Slot(*sender))
+    return envelope.seal(body, token=token, run=run, key=key, sender=messages.Slot(*sender))
 
 
 def identity(rank: int, claim: int, *, host: str = "impostor", addr: str = "127.0.0.9", **over) -> dict:

@@ -43,7 +43,7 @@ def error_line(message: str) -> None:
         from rich.console import Console
         from rich.text import Text
 
-        from ..report.console import safe_text
+        from ..text import safe_text
 
         text = safe_text(text)
         Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Error: {text}", style="bold red"))

@@ -81,7 +81,7 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
 def _host_like(host: str) -> bool:
     """An IP address or a name the resolver can take (idna refuses a label over 63 characters with a
     UnicodeError, not an OSError: caught here, as bad input)."""
-    from .mailbox import HOST_RE
+    from .messages import HOST_RE
 
     try:
         ipaddress.ip_address(host.split("%")[0])

@@ -6,7 +6,7 @@ count: public, it only says where to look); its content is ``secrets.token_hex(3
 anything public. The master creates it fresh for each run (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, in a
 0700 directory it owns) and removes it when the run ends (also on SIGTERM and Ctrl-C). A node reads it
 only when it is a regular file owned by this user, not a link, readable by no one else; the hello then
-says whether it is this run's key (``mailbox.key_id``), so a stale file from an earlier run is never used.
+says whether it is this run's key (``envelope.key_id``), so a stale file from an earlier run is never used.
 See PROTOCOL.md, "Authentication".
 """
 from __future__ import annotations

@@ -223,6 +223,19 @@ def from_hosts(hosts: list[str], hostname: str, master: str | None) -> LauncherI
     return LauncherInfo("hosts", rank_in_hosts(hosts, hostname), len(hosts), master or hosts[0], hosts=hosts)
 
 
+def detect(env: Mapping[str, str] | None = None, *, hosts: list[str] | None = None, master: str | None = None,
+           hostname: str | None = None) -> LauncherInfo:
+    """This node's launcher, once per run (the request caches it): --hosts when given, else this process's
+    environment (``env``: os.environ by default) and, for PBS, its node file."""
+    import os
+    import socket
+
+    hostname = socket.gethostname() if hostname is None else hostname
+    if hosts:
+        return from_hosts(hosts, hostname, master)
+    return from_env(os.environ if env is None else env, read_file=read_node_file, hostname=hostname)
+
+
 def rank_in_hosts(hosts: list[str], hostname: str) -> int | None:
     short = hostname.split(".")[0]
     return next((i for i, h in enumerate(hosts) if h == hostname or h.split(".")[0] == short), None)

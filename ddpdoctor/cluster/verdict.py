@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import documents, runner
 from ..api import Level, Result
-from .mailbox import Finding, about
+from .messages import Finding, about
 
 # Reasons an invalid message can have that point at a real node with a wrong --token, not at a stranger.
 TOKEN_WORDS = ("signature does not match", "unsigned, and this node requires", "signed with a token, and this node")

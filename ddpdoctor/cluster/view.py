@@ -17,12 +17,18 @@ class ClusterView:
     endpoint: str  # the rendezvous endpoint as given (HOST:PORT)
     timeout: float = 30.0
     shared_dir: str | None = None
-    shared_nonce: str | None = None
     code_dir: str | None = None
     pg_store: Callable[[str], Any] | None = None  # backend -> the store a process group meets in
     budget: Any = None  # the run's Budget: a collective takes its time limit from what is left
     world_rank: int = 0  # this node's index among accepted nodes (process-group rank)
     extra: dict = field(default_factory=dict)
+    # the exchange step (exchange.py): what the master's checks published, {check name: JSON object}
+    published: dict[str, dict] = field(default_factory=dict)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)  # run at the node's end, even on SIGTERM
+
+    def on_close(self, undo: Callable[[], None]) -> None:
+        """Ask the node to call ``undo`` when its run ends, however it ends (a file a publish created)."""
+        self.cleanups.append(undo)
 
     @property
     def world_size(self) -> int:

@@ -6,7 +6,6 @@ passes ``safe_text`` first, so a peer's control characters and escape sequences 
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,22 +13,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..text import safe_text  # noqa: F401 - re-exported: renderers import safe_text from here
 from .values import UNKNOWN, human  # noqa: F401 - re-exported: renderers import human from here
 
 STYLE = {"pass": "green", "skip": "dim", "warn": "yellow", "fail": "bold red"}
 ICON = {"pass": "PASS", "skip": "SKIP", "warn": "WARN", "fail": "FAIL"}
-
-
-# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), and the invisible
-# bidirectional/zero-width marks that can make a line read differently from what it contains.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
-
-
-def safe_text(value: Any) -> str:
-    """Text a terminal cannot be steered by: unsafe characters become visible escapes (``\\x1b``)."""
-    text = value if isinstance(value, str) else str(value)
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                       text)
 
 
 def stderr_console() -> Console:

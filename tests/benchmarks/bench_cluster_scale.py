@@ -172,8 +172,9 @@ def run_simulated(n: int) -> dict:
 def message_costs(repeat: int = 2000) -> list[dict]:
     """What sealing and verifying one message costs (HMAC, JSON, schema): an identity, and a node's facts
     as a real 3-node run publishes them (read back from a --local-nodes document)."""
-    from ddpdoctor.cluster import mailbox as mbx
-    from ddpdoctor.cluster.mailbox import Slot, open_envelope, seal
+    from ddpdoctor.cluster import messages as mbx
+    from ddpdoctor.cluster.envelope import open_envelope, seal
+    from ddpdoctor.cluster.messages import Slot
 
     ident = {"rank": 1, "claim": 1, "host": "node001", "fqdn": "node001.cluster", "addr": "10.0.0.2",
              "probe_port": 40000, "pid": 1234, "boot_id": "0" * 36, "tool_version": "0.1.0", "launcher": "slurm",

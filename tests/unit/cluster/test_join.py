@@ -1,4 +1,4 @@
-"""join: flags and launcher environments into a JoinConfig, the loopback mistake before any thread, and a
+"""join and config: the typed request and launcher environments into a JoinConfig, the loopback mistake before any thread, and a
 worker's waits that name what it refused."""
 from __future__ import annotations
 
@@ -6,16 +6,24 @@ import time
 
 import pytest
 
-from ddpdoctor.cluster import join
-from ddpdoctor.cluster.mailbox import Finding
+from ddpdoctor.cluster import join, launcher_env
+from ddpdoctor.cluster.budget import Budget
+from ddpdoctor.cluster.config import from_request
+from ddpdoctor.cluster.messages import Finding
+from ddpdoctor.cluster.progress import Progress
+from ddpdoctor.cluster.worker import Worker
 from ddpdoctor.errors import ClusterNotAssembled, UsageError
+from ddpdoctor.preflight import PreflightRequest
 
 
-def cfg(**kw):
+def cfg(env=None, **kw):
+    """A JoinConfig from a typed request and a recorded launcher environment (as preflight.run builds it)."""
     base = dict(master="10.0.0.1:29500", nnodes=2, node_rank=None, local_addr=None, timeout=10, token=None,
-                nproc_per_node=None, rdzv_id=None, code_dir=None, shared_dir=None, quiet=True, env={})
+                nproc_per_node=None, rdzv_id=None, code_dir=None, shared_dir=None)
     base.update(kw)
-    return join.config_from_flags(**base)
+    request = PreflightRequest(**base)
+    return from_request(request, launcher_env.detect(env or {}, hosts=request.hosts, master=request.master),
+                        quiet=True)
 
 
 def test_flags_make_a_typed_config():
@@ -37,7 +45,7 @@ def test_a_second_process_on_a_node_stays_silent():
 
 
 def test_hosts_give_the_rank_by_place(monkeypatch):
-    monkeypatch.setattr(join.socket, "gethostname", lambda: "b")
+    monkeypatch.setattr("socket.gethostname", lambda: "b")
     c = cfg(hosts=["a", "b", "c"], nnodes=None)
     assert (c.node_rank, c.nnodes, c.hosts, c.launcher) == (1, 3, ["a", "b", "c"], "hosts")
 
@@ -60,10 +68,29 @@ class FakeMailbox:
 
 
 def test_a_worker_gives_up_naming_what_it_refused():
-    worker = join.Worker.__new__(join.Worker)
+    worker = Worker.__new__(Worker)
     worker.cfg = cfg()
-    worker.budget = join.Budget(10)
+    worker.budget = Budget(10)
     worker.mb = FakeMailbox([Finding("verdict", "signature does not match this node's token")])
-    worker.progress = join.Progress(True, "x")
+    worker.progress = Progress(True, "x")
     with pytest.raises(ClusterNotAssembled, match="signature does not match.*--token"):
         worker.wait_for("verdict", time.monotonic() + 0.3, "the verdict")
+
+
+def test_the_launcher_is_detected_once_per_request(monkeypatch):
+    calls = []
+
+    def from_env(env, read_file=None, hostname=""):
+        calls.append(dict(env))
+        return launcher_env.LauncherInfo("slurm", node_rank=1, nnodes=2, master="n0")
+
+    monkeypatch.setattr(launcher_env, "from_env", from_env)
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    request = PreflightRequest(timeout=10)
+    assert request.is_cluster() is True
+    info = request.launcher()
+    c = from_request(request, info, quiet=True)
+    assert (c.node_rank, c.nnodes, c.launcher, c.master.host) == (1, 2, "slurm", "n0")
+    assert len(calls) == 1  # is_cluster, launcher() and the config share one detection
+    assert request.is_cluster({"X": "1"}) is True and len(calls) == 2  # a recorded env is read, never cached
+    assert request.launcher() is info

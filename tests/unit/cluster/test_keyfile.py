@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ddpdoctor.cluster import keyfile
-from ddpdoctor.cluster.mailbox import key_id
+from ddpdoctor.cluster.envelope import key_id
 
 
 @pytest.mark.timeout(30)

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
+from ddpdoctor.cluster import envelope, messages
 from ddpdoctor.cluster import mailbox as mbx
-from ddpdoctor.cluster.mailbox import Invalid, Mailbox, Slot, open_envelope, seal
+from ddpdoctor.cluster.envelope import open_envelope, seal
+from ddpdoctor.cluster.mailbox import Mailbox
+from ddpdoctor.cluster.messages import Invalid, Slot
 
 RUN = "a" * 32
 
@@ -89,33 +92,33 @@ CTX = {"nnodes": 4, "max_nodes": 16384, "slot": Slot(1, 1)}
 ])
 def test_identity_schema_names_the_bad_field(over, reason):
     with pytest.raises(Invalid, match=reason):
-        mbx.check_ident(ident(**over), CTX)
+        messages.check_ident(ident(**over), CTX)
 
 
 def test_identity_without_a_field_is_invalid():
     body = ident()
     del body["host"]
     with pytest.raises(Invalid, match="host"):
-        mbx.check_ident(body, CTX)
+        messages.check_ident(body, CTX)
 
 
 def test_verdict_and_roster_schemas():
-    mbx.check_verdict({"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}, CTX)
+    messages.check_verdict({"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}, CTX)
     for bad in ({"verdict": "ok", "exit_code": 0, "results": [], "nodes": {}},
                 {"verdict": "pass", "exit_code": True, "results": [], "nodes": {}},
                 {"verdict": "pass", "exit_code": 0, "results": {}, "nodes": {}}):
         with pytest.raises(Invalid):
-            mbx.check_verdict(bad, CTX)
-    mbx.check_roster({"status": "aborted", "message": "x"}, CTX)
+            messages.check_verdict(bad, CTX)
+    messages.check_roster({"status": "aborted", "message": "x"}, CTX)
     with pytest.raises(Invalid):
-        mbx.check_roster({"status": "ok", "nodes": [], "master": "m", "rejected": {}}, CTX)
+        messages.check_roster({"status": "ok", "nodes": [], "master": "m", "rejected": {}}, CTX)
     good = dict(ident(rank=0), name="node1")
-    mbx.check_roster({"status": "ok", "nodes": [good], "master": "node1", "rejected": {}}, CTX)
+    messages.check_roster({"status": "ok", "nodes": [good], "master": "node1", "rejected": {}}, CTX)
 
 
 def test_frames_survive_junk_without_newlines():
     blob = b"junk-without-newline" + b"\n" + sealed(ident()) + b"\n"
-    assert len(mbx.frames(blob)) == 2
+    assert len(envelope.frames(blob)) == 2
 
 
 # ---------------------------------------------------------------- over a real store
@@ -150,8 +153,8 @@ def test_oversized_message_is_refused(store):
     mb = Mailbox(store, token=None, nnodes=2, max_nodes=16384)
     mb.run = RUN
     big = {"nonce": "x" * (20 << 10), "file": "f"}
-    store.append("shared-nonce", b"\n" + seal(big, token=None, run=RUN, key="shared-nonce", sender=Slot(0, 1)) + b"\n")
-    assert mb.read("shared") is None and "cap" in mb.findings[0].why
+    store.append("exchange", b"\n" + seal(big, token=None, run=RUN, key="exchange", sender=Slot(0, 1)) + b"\n")
+    assert mb.read("exchange") is None and "cap" in mb.findings[0].why
 
 
 def test_a_frozen_store_call_is_bounded():
@@ -170,13 +173,13 @@ def test_a_frozen_store_call_is_bounded():
 
 def test_verdict_says_where_the_master_wrote_the_cluster_result_and_it_is_validated():
     base = {"verdict": "pass", "exit_code": 0, "results": [], "nodes": {}, "advice": []}
-    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": "/shared/out"}}, CTX)
-    mbx.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": None}}, CTX)
+    messages.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": "/shared/out"}}, CTX)
+    messages.check_verdict(base | {"master": {"node": "node1", "host": "node1", "output_dir": None}}, CTX)
     for bad in ({"node": "node1", "host": "node1", "output_dir": "x" * 5000},
                 {"node": "node1", "host": "bad host\x1b[31m", "output_dir": None},
                 {"node": 7, "host": "node1"}, "node1"):
         with pytest.raises(Invalid):
-            mbx.check_verdict(base | {"master": bad}, CTX)
+            messages.check_verdict(base | {"master": bad}, CTX)
 
 
 # ---------------------------------------------------------------- sealed names, claims, heartbeats, verdicts
@@ -186,7 +189,7 @@ def test_a_sealed_run_keeps_its_keys_under_names_only_the_secret_gives(store):
     mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
     mb.run = RUN
     name = mb.name("facts/1.1")
-    assert name.startswith("facts/1.1~") and name != mbx.sealed_name("other", RUN, "facts/1.1")
+    assert name.startswith("facts/1.1~") and name != envelope.sealed_name("other", RUN, "facts/1.1")
     assert mb.name("hello") == "hello"  # the one public message
     assert Mailbox(store, token=None, nnodes=2, max_nodes=16).name("facts/1.1") == "facts/1.1"
 
@@ -209,8 +212,8 @@ def test_claims_are_compare_set_slots_that_junk_cannot_poison(store):
     assert mb.take_claim(1, "f" * 32) == 2
     assert mb.take_claim(1, "e" * 32) == 3  # a second node with the same rank: the next slot
     assert mb.claimed({"a": (1, 3, True), "b": (1, 4, True)}) == {"a": True, "b": False}
-    for claim in range(1, mbx.MAX_CLAIMS + 1):
-        store.set(mbx.sealed_name("tok", RUN, f"claim/0/{claim}"), b"x")
+    for claim in range(1, messages.MAX_CLAIMS + 1):
+        store.set(envelope.sealed_name("tok", RUN, f"claim/0/{claim}"), b"x")
     assert mb.take_claim(0, "d" * 32) == 0  # a flood: said, never a hang
 
 
@@ -228,17 +231,17 @@ def test_a_heartbeat_someone_else_wrote_is_tampered_not_silence(store):
                                                                                          "summary": "s"}]])
 def test_a_verdict_with_malformed_results_is_invalid_not_a_crash(results):
     with pytest.raises(Invalid, match="results"):
-        mbx.check_verdict({"verdict": "pass", "exit_code": 0, "results": results, "nodes": {}}, CTX)
-    mbx.check_verdict({"verdict": "pass", "exit_code": 0, "nodes": {}, "advice": [],
+        messages.check_verdict({"verdict": "pass", "exit_code": 0, "results": results, "nodes": {}}, CTX)
+    messages.check_verdict({"verdict": "pass", "exit_code": 0, "nodes": {}, "advice": [],
                        "results": [{"check": "c", "level": "pass", "summary": "s", "nodes": ["a"], "fix": ""}]}, CTX)
 
 
 def test_every_message_fits_torchs_store_value_limit():
-    for kind, spec in mbx.KINDS.items():
+    for kind, spec in messages.KINDS.items():
         assert spec.cap(16384) + 2 <= mbx.STORE_VALUE_MAX, kind
 
 
 @pytest.mark.parametrize("host", ["h" * 64, "a." + "b" * 100, "x" * 254])
 def test_a_host_name_the_resolver_refuses_is_an_invalid_identity(host):
     with pytest.raises(Invalid, match="host"):
-        mbx.check_ident(ident(host=host), CTX)
+        messages.check_ident(ident(host=host), CTX)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ddpdoctor.cluster import verdict
-from ddpdoctor.cluster.mailbox import Finding
+from ddpdoctor.cluster.messages import Finding
 
 
 def test_findings_token_problem_fails_other_junk_warns():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ddpdoctor.cluster.mailbox import ABOUT, COUNTERS, KINDS, Slot, about, key_of
+from ddpdoctor.cluster.messages import ABOUT, COUNTERS, KINDS, Slot, about, key_of
 
 # The protocol's own names as a person would see them in a message (not words like "identity").
 INTERNAL = re.compile(r"\b(cfacts|ident(?![a-z])|collective-go|shared-nonce|claim/\d|beat/|done/|facts/\d)")
