@@ -26,7 +26,7 @@ computed by the runner on the node right after ``gather`` (so every saved docume
 
 Both receive the check's facts after redaction and must never raise on odd facts (a document written by
 another version); missing facts give ``{}``. Readers tolerate their absence (documents written before
-them): ``ddpdoctor.runner.node_exports`` derives them from the facts with the checks installed.
+them): ``ddpdoctor.exports.node_exports`` derives them from the facts with the checks installed.
 
 Options arrive typed and complete: the runner fills every declared ``Option``'s default and converts what
 the config file and ``--set`` gave, so a check reads ``opts["warn_ms"]``, never restating a default. In a

@@ -35,7 +35,7 @@ def interfaces_from(doc: dict | None) -> dict:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: the interface this node reaches the master through."""
     if not doc:
         return {}
-    from ..runner import exported
+    from ..exports import exported
 
     me = doc.get("this_node")
     iface = (exported((doc.get("nodes") or {}).get(me) or {}, "interface") or {}).get("name")

@@ -5,7 +5,7 @@ are grouped (usable at 512 nodes), facts that differ from the majority, clock of
 matrix, bench curves and per-node figures, the trainer's curves and root cause, and collapsed details.
 
 Nodes are read through the check contract only (ddpdoctor.api: each check's exports and comparables, as the
-documents carry them; ``runner.node_exports`` derives them for documents written before they existed), never
+documents carry them; ``exports.node_exports`` derives them for documents written before they existed), never
 through a check's own facts: a plugin's exports and comparables show here like a built-in check's.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from ..api import BASELINE, Level, split
 from ..grouping import compress_hosts, describe_nodes, group_results, number_ranges
 from ..redact import scrub
-from ..runner import exported, node_comparable
+from ..exports import exported, node_comparable
 from .values import human
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
