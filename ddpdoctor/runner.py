@@ -102,6 +102,54 @@ def preimport(checks: list[LoadedCheck]) -> None:
             pass
 
 
+def plugin_failure(lc: LoadedCheck, nodes: list[str], summary: str, actual: Any, expected: str,
+                   traceback_text: str | None = None) -> Result:
+    """A check's own failure (its gather, its contract methods or its compare raised) as a fail result
+    naming the check and where it comes from: one plugin's bug never loses the other checks' results."""
+    return Result(check=lc.name, level=Level.FAIL, summary=summary, nodes=nodes, actual=actual, expected=expected,
+                  fix=f"report this to the plugin's authors ({lc.source}); run with --skip {lc.name} meanwhile",
+                  details={"traceback": traceback_text} if traceback_text is not None else {})
+
+
+def _node_facts(lc: LoadedCheck, data: Mapping) -> dict:
+    """What this check's compare receives for one node: its own facts, the used checks' and the comparables."""
+    own = dict((data.get("facts") or {}).get(lc.name, {}))
+    if lc.check.uses:
+        own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
+                       if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
+    if lc.check.reads_comparables:
+        own["comparable"] = node_comparable(data)
+    return own
+
+
+def _sort_outcomes(lc: LoadedCheck, nodes: Mapping[str, Mapping]) -> tuple[dict[str, dict], list[Result]]:
+    """This check's facts by node where its gather succeeded, and results for where it did not."""
+    name = lc.name
+    ok_facts: dict[str, dict] = {}
+    skipped: dict[str, list[str]] = {}
+    results: list[Result] = []
+    for node, data in nodes.items():
+        outcome = (data.get("gather") or {}).get(name)
+        if outcome is None:
+            continue  # this node did not run the check (the parity check reports that)
+        status = outcome.get("status")
+        if status == OK:
+            ok_facts[node] = _node_facts(lc, data)
+            error = data.get("contract_errors", {}).get(name)
+            if error:
+                results.append(plugin_failure(lc, [node], f"check {name!r} raised in exports() or comparable(): "
+                                              f"{error}", error, "pure functions of the facts"))
+        elif status == SKIPPED:
+            skipped.setdefault(outcome.get("message", ""), []).append(node)
+        else:
+            results.append(plugin_failure(lc, [node], f"check {name!r} could not gather facts: "
+                                          f"{outcome.get('message', status)}", outcome.get("message"),
+                                          "gather returns facts", outcome.get("traceback", "")))
+    for reason, where in sorted(skipped.items()):
+        results.append(Result(check=name, level=Level.SKIP, summary=reason, nodes=sorted(where)))
+    return ok_facts, results
+
+
 def compare_all(
     checks: Iterable[LoadedCheck],
     nodes: Mapping[str, Mapping],
@@ -117,58 +165,22 @@ def compare_all(
     lift_contract(nodes)
     results: list[Result] = []
     for lc in checks:
-        name = lc.name
-        ok_facts: dict[str, dict] = {}
-        skipped: dict[str, list[str]] = {}
-        for node, data in nodes.items():
-            outcome = (data.get("gather") or {}).get(name)
-            if outcome is None:
-                continue  # this node did not run the check (the parity check reports that)
-            status = outcome.get("status")
-            if status == OK:
-                own = dict((data.get("facts") or {}).get(name, {}))
-                if lc.check.uses:
-                    own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
-                                   if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
-                if lc.check.reads_comparables:
-                    own["comparable"] = node_comparable(data)
-                ok_facts[node] = own
-                if data.get("contract_errors", {}).get(name):
-                    results.append(Result(
-                        check=name, level=Level.FAIL, nodes=[node],
-                        summary=f"check {name!r} raised in exports() or comparable(): {data['contract_errors'][name]}",
-                        actual=data["contract_errors"][name], expected="pure functions of the facts",
-                        fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile"))
-            elif status == SKIPPED:
-                skipped.setdefault(outcome.get("message", ""), []).append(node)
-            else:
-                results.append(Result(
-                    check=name, level=Level.FAIL,
-                    summary=f"check {name!r} could not gather facts: {outcome.get('message', status)}",
-                    nodes=[node], actual=outcome.get("message"), expected="gather returns facts",
-                    fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
-                    details={"traceback": outcome.get("traceback", "")},
-                ))
-        for reason, where in sorted(skipped.items()):
-            results.append(Result(check=name, level=Level.SKIP, summary=reason, nodes=sorted(where)))
+        ok_facts, failures = _sort_outcomes(lc, nodes)
+        results.extend(failures)
         if not ok_facts:
             continue
         opts = dict(run or {})
-        opts.update(opts_by_check.get(name, {}))
+        opts.update(opts_by_check.get(lc.name, {}))
         opts = lc.check.with_defaults(opts)
         try:
             produced = lc.check.compare(ok_facts, opts)
             for r in produced:
                 if not isinstance(r, Result):
                     raise TypeError(f"compare() yielded {type(r).__name__}, not a Result")
-                r.check = r.check or name
+                r.check = r.check or lc.name
             results.extend(produced)
         except Exception as exc:  # noqa: BLE001
-            results.append(Result(
-                check=name, level=Level.FAIL,
-                summary=f"check {name!r} raised while comparing facts: {type(exc).__name__}: {exc}",
-                nodes=sorted(ok_facts), actual=f"{type(exc).__name__}: {exc}", expected="a list of Results",
-                fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
-                details={"traceback": traceback.format_exc()},
-            ))
+            results.append(plugin_failure(lc, sorted(ok_facts), f"check {lc.name!r} raised while comparing facts: "
+                                          f"{type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}",
+                                          "a list of Results", traceback.format_exc()))
     return results
