@@ -191,8 +191,8 @@ class NodeContext:
 EXPORTS: dict[str, str] = {
     "interface": '{"name", "addr", "mtu"}: the interface this node reaches the master through (names)',
     "links": '[{"peer", "ok", "rtt_ms", "error_class"}]: TCP links probed from this node to peers (mesh)',
-    "clock": '{"offset_ms", "bound_ms"}: this node\'s clock minus the master\'s and its error bound; '
-             'offset_ms None: no sample (clock-skew)',
+    "clock": '{"offset_ms", "bound_ms", "limit_ms"}: this node\'s clock minus the master\'s, its error bound and '
+             'the |offset| above which the check warns; offset_ms None: no sample (clock-skew)',
     "versions": '{"python", "torch", "cuda", "nccl", "driver"}: version strings (torch-build, gpu)',
     "gpus": '{"count", "models": {model: n}, "lost"}: GPUs NVML lists, working ones by model (gpu)',
     "summary": '{column: text}: short per-node cells for the report\'s per-node table (any check, plugins too)',

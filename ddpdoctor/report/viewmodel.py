@@ -15,12 +15,12 @@ import json
 import math
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Mapping
 
 from ..api import BASELINE, Level, split
 from ..grouping import compress_hosts, describe_nodes, group_results, number_ranges
 from ..redact import scrub
-from ..exports import exported, node_comparable
+from ..exports import exported, node_comparable, node_exports
 from .values import human
 
 SEVERITY = {lv.value: lv.severity for lv in Level}
@@ -62,7 +62,7 @@ def build(docs: list[dict]) -> dict:
                            + (f" (at {rc['location']})" if rc.get("location") else ""),
                 "fix": rc.get("fix", ""), "actual": None, "expected": None}))
     verdicts = [d.get("verdict", "pass") for d in docs]
-    clock, limit = clock_offsets(nodes, results, labels), clock_limit(results)
+    clock, limit = clock_offsets(nodes, results, labels), clock_limit(nodes)
     return {
         "verdict": worst(verdicts) if verdicts else "pass",
         "counts": dict(Counter(r.get("level") for r in results)),
@@ -344,12 +344,20 @@ def _natural(text: str) -> list:
 
 
 # ------------------------------------------------------------------------------------------------- clocks
+def clock_checks(nodes: dict[str, dict]) -> set[str]:
+    """The checks that export a node's clock (the contract's "clock" kind), whatever their names."""
+    return {check for data in nodes.values() for check, e in node_exports(data).items()
+            if isinstance(e, Mapping) and isinstance(e.get("clock"), Mapping)}
+
+
 def clock_offsets(nodes: dict[str, dict], results: list[dict] | None = None,
                   labels: dict[str, str] | None = None) -> list[dict]:
-    """Each node's offset from the master with its error bound; ``bad``: its clock-skew result warned or failed."""
+    """Each node's offset from the master with its error bound (the "clock" export); ``bad``: a check that
+    exports the clock warned or failed on that node."""
+    sources = clock_checks(nodes)
     level: dict[str, str] = {}
     for r in results or []:
-        if r.get("check") == "clock-skew" and r.get("level") in ("warn", "fail"):
+        if r.get("check") in sources and r.get("level") in ("warn", "fail"):
             for n in r.get("nodes") or []:
                 level[n] = r["level"]
     out = []
@@ -394,16 +402,14 @@ def clock_axis(points: list[dict], limit: float | None, min_half: float = CLOCK_
             "worst": f"{far['node']} {far['offset_ms']:+.3f} ms ± {far['bound_ms']:.3f}"}
 
 
-def clock_limit(results: list[dict], default: float = 100.0) -> float:
-    """The clock-skew warning limit the run used (its results say ``|offset| <= 100 ms``)."""
-    for r in results:
-        if r.get("check") == "clock-skew":
-            m = re.search(r"<=\s*([\d.]+)\s*ms", str(r.get("expected") or ""))
-            if m:
-                try:
-                    return float(m.group(1))
-                except ValueError:
-                    break
+def clock_limit(nodes: dict[str, dict], default: float = 100.0) -> float:
+    """The warning limit the run's clock check used, as its "clock" export says (``limit_ms``); ``default``
+    for documents written before the export carried it."""
+    for name in sorted(nodes, key=_natural):
+        f = exported(nodes[name], "clock")
+        limit = f.get("limit_ms") if isinstance(f, dict) else None
+        if _finite(limit) and limit > 0:
+            return float(limit)
     return default
 
 
