@@ -1,6 +1,7 @@
 """Who the others waited for, from what a finished job left: the ranks' errors and, when there are some, their
 flight-recorder dumps. A rank that timed out inside a collective waited; it is never the root cause.
 
+- ``judge``: the root cause is the earliest failure that is not a consequence, everything else a consequence;
 - ``refine_timeouts``: a timed-out rank's fix, with its own process-group timeout (never advising a
   --hang-timeout above it);
 - ``blame_the_absent``: no dump: the ranks that never timed out and were stopped by the launcher are the likely
@@ -14,7 +15,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .postmortem import FRAME, LIBRARY, RankFailure, Verdict, global_rank_of
+from .classify import FRAME, LIBRARY, RankFailure, Verdict
+from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
 TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms", re.I)
@@ -66,6 +68,25 @@ def waited_call(f: RankFailure) -> tuple[str, str | None]:
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
                   if not any(part in m["file"] for part in LIBRARY)), None)
     return op or "a collective", where or f.location
+
+
+def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
+    """Root cause: the earliest failure that is not a consequence; everything else is a consequence."""
+    if not failures:
+        return None, []
+    real = [f for f in failures if not f.victim]
+    # A collective timeout is a consequence when anything else went wrong first.
+    primary = [f for f in real if f.category != "timeout"] or real or failures
+    root = min(primary, key=lambda f: (f.timestamp if f.timestamp is not None else float("inf"), f.rank or 0))
+    rest = []
+    for f in failures:
+        if f is root:
+            continue
+        if not f.reason:
+            f.reason = "failed after the root cause"
+        f.victim = True
+        rest.append(f)
+    return root, rest
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
