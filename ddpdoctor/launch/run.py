@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import documents
 from ..errors import UsageError
 from ..redact import redact_text
-from . import evidence_io, hang, records, torchrun
+from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, socket_dir
@@ -200,13 +200,13 @@ class StopOnSignal:
     def _start_stopping(self) -> None:
         if self.terminal is not None:
             self.terminal.mute()
-        self._known = hang.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
+        self._known = procs.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
         self._stopper = threading.Thread(target=self._stop, name="ddpdoctor-stop", daemon=True)
         self._stopper.start()
 
     def _stop(self) -> None:
         noticed = self.agent_noticed.wait(2.0)
-        hang.stop_agent(self.proc, self.grace, sig=None if noticed else self.signum, known=self._known)
+        procs.stop_agent(self.proc, self.grace, sig=None if noticed else self.signum, known=self._known)
 
 
 def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = False,
