@@ -227,6 +227,10 @@ class Check:
     # master's address, the checks selected): fnmatch patterns ("SLURM_*"). A --baseline from another run
     # is never compared on them.
     per_run_keys: tuple[str, ...] = ()
+    # An opt-in measurement (slow, or loading the machine): the group of preflight flag that turns it on
+    # ("perf": `preflight --perf`). Such a check declares a boolean Option "enabled" (default False), skips
+    # while it is off, and the flag sets it for every installed check of that group, plugins included.
+    opt_in: str = ""
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError

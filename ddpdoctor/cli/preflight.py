@@ -78,7 +78,8 @@ def _worker_argv(params: dict):
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these checks.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="ddpdoctor.toml with [run] and [checks.NAME] tables.")
 @click.option("--set", "sets", multiple=True, metavar="CHECK.KEY=VALUE", help="Override a check option, e.g. clock-skew.warn_ms=200.")
-@click.option("--perf", is_flag=True, help="Also measure every GPU (GEMM, memory and host copy bandwidth): gpu-perf.")
+@click.option("--perf", is_flag=True, help="Also run the opt-in measurements (checks declaring opt_in = \"perf\"; "
+              "built in: gpu-perf, every GPU's GEMM, memory and host copy bandwidth).")
 @click.option("--gpus-per-node", type=click.IntRange(min=0, max=4096), help="GPUs every node must have; fewer is a fail.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
