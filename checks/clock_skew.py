@@ -15,6 +15,7 @@ FIX = ("enable time sync on every node: `timedatectl set-ntp true`, or with chro
 
 class ClockSkewCheck(Check):
     name = "clock-skew"
+    facts_shape = {"offset_ms": "number", "bound_ms": "number", "warn_ms": "number"}
     description = "Wall-clock offset of every node from the master (NTP-style, error bound = RTT/2)"
     phase = "cluster"
     options = {

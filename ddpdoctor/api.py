@@ -231,6 +231,11 @@ class Check:
     # ("perf": `preflight --perf`). Such a check declares a boolean Option "enabled" (default False), skips
     # while it is off, and the flag sets it for every installed check of that group, plugins included.
     opt_in: str = ""
+    # The shape of this check's facts, as plain data, checked when a document is read (documents.validate), so a
+    # hand-edited or damaged file is one line naming the key, not an error deep in exports(): a dict is an
+    # object whose listed keys, when present and not null, have the given shapes; [X] a list of X; "number",
+    # "text", "scalar", "any" or "object", with a trailing "?" when null is allowed too. None: not checked.
+    facts_shape: Any = None
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError

@@ -11,7 +11,6 @@ API, the registry (to derive) and redaction, nothing that runs checks.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Mapping
 
 from .api import Check
@@ -61,11 +60,10 @@ def lift_contract(nodes: Mapping[str, dict]) -> None:
                     data.setdefault(where, {})[name] = outcome.pop(key)
 
 
-@lru_cache(maxsize=1)
 def _installed_checks() -> dict[str, Check]:
-    from .registry import discover  # the installed checks, for documents written before the contract
+    from .registry import installed  # the installed checks, for documents written before the contract
 
-    return {lc.name: lc.check for lc in discover()}
+    return installed()
 
 
 def _derived(data: Mapping, key: str) -> dict[str, Any]:
