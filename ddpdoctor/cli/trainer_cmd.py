@@ -47,7 +47,6 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
       ddpdoctor run-trainer --nproc-per-node 2 --steps 50
       ddpdoctor run-trainer --nnodes 2 --nproc-per-node 8 --master node0:29500 -- train.py --lr 3e-4
     """
-    from .. import documents
     from ..launch.config import TrainerConfig, validate
     from ..launch.gate import run_preflight
     from .preflight import request_from_args
@@ -84,7 +83,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                            render=render)
     except UsageError as exc:
         unwritten.append(str(exc))
-        code = documents.EXIT_USAGE
+        code = ExitCode.USAGE
     if unwritten:
         raise UsageError("; ".join(unwritten))
     return code
