@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from . import common
 
@@ -139,7 +140,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     request = engine.PreflightRequest.from_params(dict(params, output_dir=str(written_to) if written_to else None))
     doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(params))
     if doc is None:
-        return 0  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
+        return ExitCode.OK  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 
     # The master's document holds every node's facts; the others write their own view beside it.
     if doc.get("scope") == "cluster":
