@@ -11,7 +11,8 @@ API, the registry (to derive) and redaction, nothing that runs checks.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .api import Check
 from .redact import scrub

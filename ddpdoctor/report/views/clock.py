@@ -6,7 +6,7 @@ check exports it; a node is drawn as bad where that check warned or failed. No c
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from ...exports import exported, node_exports
 from .common import _finite, _natural
