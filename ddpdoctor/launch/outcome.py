@@ -154,7 +154,7 @@ def _said_before(root: dict | None) -> bool:
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
                    hang_report: dict | None, interrupted: int | None = None) -> dict:
     run_dir = cfg.records()
-    with evidence_io.reading(logs.parent) as notes:  # every node's logs sit under records/logs/
+    with evidence_io.reading(run_dir) as notes:  # the run's records: every node's logs, the flight-recorder dumps
         verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
         if not hang_report and code != 0:
             adopt_exit_dumps(verdict, run_dir)
