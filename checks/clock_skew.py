@@ -6,8 +6,7 @@ expires credentials (munge, S3 signatures) and garbles merged logs.
 """
 from __future__ import annotations
 
-from ddpdoctor.api import Check, Option, per_node
-from ddpdoctor.cluster.probe import best_sample, time_exchange
+from ddpdoctor.api import Check, Option, best_sample, per_node, time_exchange
 
 FIX = ("enable time sync on every node: `timedatectl set-ntp true`, or with chrony `chronyc makestep` "
        "(and `systemctl enable --now chronyd`)")

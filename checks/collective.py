@@ -10,10 +10,10 @@ import tempfile
 import threading
 import time
 
-from ddpdoctor.api import Check, Option, Skip, per_node
-from ddpdoctor.nccl_log import parse_nccl_transport
+from ddpdoctor.api import Check, Option, Skip, measure_collective, per_node
 
 from .support.cuda import has_cuda
+from .support.nccl_log import parse_nccl_transport
 
 BW_BYTES = 4 << 20
 
@@ -23,8 +23,6 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
     nccl-bench's harness (the same timing, checking and busbw definition as `ddpdoctor nccl-bench`)."""
     import torch
     import torch.distributed as dist
-
-    from ddpdoctor.bench.harness import BenchConfig, Context, measure
 
     rank, world = view.world_rank, view.world_size
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
@@ -39,10 +37,9 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
         expected = world * (world - 1) / 2
         out["result"] = float(t.item())
         out["result_ok"] = abs(out["result"] - expected) < 1e-6
-        cfg = BenchConfig(ops=["all_reduce"], sizes=[bw_bytes], warmup=1, iters=3, check=True, backend=backend,
-                          timeout_s=timeout)
-        row = measure("all_reduce", bw_bytes, Context(device), cfg)
-        figures = row.in_place
+        row = measure_collective("all_reduce", bw_bytes, device, backend=backend, timeout_s=timeout,
+                                 warmup=1, iters=3, check=True)
+        figures = row["in_place"]
         out["busbw_gbps"] = figures["busbw_gbs"]
         out["algbw_gbps"] = figures["algbw_gbs"]
         out["time_us"] = figures["time_us"]

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import os
 
-from ddpdoctor.api import Check, passed_if_quiet, per_node
-from ddpdoctor.cluster.launcher_env import nnodes_from_world
-from ddpdoctor.ifnames import gloo_ifname_problem, nccl_ifname_matches
-from ddpdoctor.redact import REDACTED, redact_env
+from ddpdoctor.api import REDACTED, Check, nnodes_from_world, passed_if_quiet, per_node, redact_env
 
+from .support.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from .support.launchers import per_node as launcher_per_node
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",

@@ -1,7 +1,7 @@
 """gpu-perf: how fast each GPU really is (issue #7 item 2; failure catalog E6, stragglers). Opt-in.
 
 Enabled with ``--perf`` or ``--set gpu-perf.enabled=true``. gather measures every visible GPU of the node
-at once (ddpdoctor.gpuperf: bf16 GEMM TFLOP/s, device copy GB/s, pinned host->device GB/s); compare judges
+at once (support/gpuperf.py: bf16 GEMM TFLOP/s, device copy GB/s, pinned host->device GB/s); compare judges
 each GPU two ways: against a table of achievable figures for its SKU, and against the job's other GPUs of
 the same model on every node (the job runs at its slowest GPU's pace).
 """
@@ -80,7 +80,7 @@ class GpuPerfCheck(Check):
             raise Skip(f"torch cannot be imported: {exc}") from None
         if not has_cuda():
             raise Skip(f"no CUDA device for torch {torch.__version__} on this node")
-        from ddpdoctor.gpuperf import PerfConfig, measure_node
+        from .support.gpuperf import PerfConfig, measure_node
 
         cfg = PerfConfig(gemm_n=opts["gemm_n"], copy_bytes=opts["copy_mib"] << 20, h2d_bytes=opts["h2d_mib"] << 20,
                          iters=opts["iters"])
@@ -100,7 +100,7 @@ class GpuPerfCheck(Check):
                 if g.get("error"):
                     found.append(self.fail(f"{gpu_label(node, g)}: measurement failed: {g['error']}", [node],
                                            actual=g["error"], expected="figures", details=gpu_details(g),
-                                           fix="run `python -m ddpdoctor.gpuperf --device "
+                                           fix="run `python -m ddpdoctor_checks.support.gpuperf --device "
                                                f"{g.get('index')}` on {node} to see the error; check the GPU with "
                                                "nvidia-smi"))
                     continue

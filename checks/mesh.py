@@ -1,14 +1,13 @@
 """mesh: every node connects to every peer's probe listener (TCP), so a firewall between two nodes is named.
 
-Up to 64 nodes all pairs are probed; above, ring neighbours plus k random peers (see ClusterView).
+Up to 64 nodes all pairs are probed; above, ring neighbours plus k random peers (see ClusterContext.peers_to_probe in ddpdoctor.api).
 A failed link is reported as the directed pair (a -> b) with its class: refused, timed out, unreachable.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ddpdoctor.api import Check, Option, per_node
-from ddpdoctor.cluster.endpoint import FIXES, ping
+from ddpdoctor.api import Check, Option, connect_fix, connect_probe, per_node
 
 PORTS_NOTE = ("NCCL and gloo open connections on ephemeral ports between every pair of nodes, not only to the "
               "master port: allow all TCP between job nodes")
@@ -32,10 +31,11 @@ class MeshCheck(Check):
         def probe(peer: dict) -> dict:
             # A slow first round trip gets two more tries, best kept: one busy moment on either host must not
             # read as a slow link. A fast one is final, so a large mesh costs one connect per link.
-            res = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+            res = connect_probe(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
             slow = ctx.opts["warn_rtt_ms"] / 2
             for _ in range(2 if res.ok and (res.rtt_ms or 0.0) > slow else 0):
-                again = ping(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+                again = connect_probe(peer["addr"], peer["probe_port"], timeout, source=view.me["addr"],
+                                      payload=b"P\n")
                 if again.ok and again.rtt_ms < res.rtt_ms:
                     res = again
             return {"peer": peer["name"], "addr": f"{peer['addr']}:{peer['probe_port']}", "ok": res.ok,
@@ -44,7 +44,7 @@ class MeshCheck(Check):
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
             probes = list(pool.map(probe, peers))
         master = view.master
-        to_master = ping(master["addr"], master["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
+        to_master = connect_probe(master["addr"], master["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
         return {"probes": probes, "peers_total": len(view.nodes) - 1,
                 "master": {"ok": to_master.ok, "rtt_ms": to_master.rtt_ms, "error_class": to_master.error_class}}
 
@@ -63,7 +63,7 @@ class MeshCheck(Check):
                 yield self.fail(
                     f"link {node} -> {p['peer']} {cls} (TCP to {p['addr']})", [node, p["peer"]],
                     actual=cls, expected="TCP connect succeeds",
-                    fix=f"{FIXES.get(cls, '')}. {PORTS_NOTE}, e.g. on {p['peer']}: "
+                    fix=f"{connect_fix(cls)}. {PORTS_NOTE}, e.g. on {p['peer']}: "
                         f"iptables -I INPUT -s <{node} address> -p tcp -j ACCEPT",
                     details={"src": node, "dst": p["peer"], "class": cls, "message": p.get("message")},
                 )

@@ -8,9 +8,10 @@ import os
 import socket
 import threading
 
-from ddpdoctor.api import Check, Option, odd_ones, per_node
-from ddpdoctor.cluster.endpoint import LOOKUP_CAP_S, is_loopback, lookup, source_addr_towards
-from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
+from ddpdoctor.api import LOOKUP_CAP_S, Check, Option, is_loopback, lookup, odd_ones, per_node, route_source_addr
+
+from .support.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
+
 
 class NamesCheck(Check):
     name = "names"
@@ -24,10 +25,10 @@ class NamesCheck(Check):
         me = view.me
         # The master reaches itself through the address it advertises; the others through their route to it.
         is_master = view.master["name"] == me["name"]
-        route = iface_of_addr(me["addr"] if is_master else source_addr_towards(view.master["addr"]))
+        route = iface_of_addr(me["addr"] if is_master else route_source_addr(view.master["addr"]))
         peer_ifaces: dict[str, int] = {}
         for peer in view.peers_to_probe():
-            info = iface_of_addr(source_addr_towards(peer["addr"]))
+            info = iface_of_addr(route_source_addr(peer["addr"]))
             key = (info or {}).get("iface") or "?"
             peer_ifaces[key] = peer_ifaces.get(key, 0) + 1
         hostname = socket.gethostname()

@@ -8,7 +8,7 @@ yet, nvidia/nccl/lib/libnccl.so.2 in site-packages; its ``ncclGetVersion`` throu
 compare: loaded != built on a node warns (LD_LIBRARY_PATH/LD_PRELOAD picked another NCCL); a loaded version
 that differs across nodes fails (mixed NCCL versions hang or corrupt); EFA without a net plugin warns; and,
 when the collective check ran NCCL with NCCL_DEBUG=INFO, sockets chosen while IB/EFA exist warns
-(ddpdoctor.nccl_log). A CPU build of torch is a Skip.
+(support/nccl_log.py). A CPU build of torch is a Skip.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import sys
 from typing import Any
 
 from ddpdoctor.api import Check, Option, Skip, odd_ones, passed_if_quiet, per_node
-from ddpdoctor.nccl_log import judge_transport
+
+from .support.nccl_log import judge_transport
 
 SYS_IB = "/sys/class/infiniband"
 PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
-from ddpdoctor.cluster.endpoint import is_loopback, lookup
+from ddpdoctor.api import Check, Option, is_loopback, lookup, passed_if_quiet, per_node
 
 def resolve_name(host: str) -> dict:
     res = lookup("forward", host)

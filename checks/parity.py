@@ -16,7 +16,8 @@ from pathlib import Path
 
 from typing import Any
 
-from ddpdoctor.api import Check, Split, baseline_name, baseline_values, nodes_text, passed_if_quiet, split
+from ddpdoctor.api import (TOOL_VERSION, Check, Split, baseline_name, baseline_values, nodes_text, passed_if_quiet,
+                           split)
 
 HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")  # env variables whose difference fails (others warn)
 CODE_HASH_LIMIT = 20000  # files hashed outside git; beyond that the fingerprint says it is partial
@@ -111,10 +112,8 @@ class ParityCheck(Check):
     per_run_keys = ("ddpdoctor", "checks", "code")  # the tool, the checks selected and the code change between runs
 
     def gather(self, ctx) -> dict:
-        from ddpdoctor import __version__
-
         view = ctx.cluster
-        facts = {"ddpdoctor": __version__, "checks": view.me.get("checks", [])}
+        facts = {"ddpdoctor": TOOL_VERSION, "checks": view.me.get("checks", [])}
         if view.code_dir:
             facts["code"] = {"dir": view.code_dir, **code_fingerprint(view.code_dir)}
         return facts

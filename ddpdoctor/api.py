@@ -1,4 +1,4 @@
-"""The check API: everything a check plugin imports (Check, Level, Result, Option, Skip, NodeContext).
+"""The check API: everything a check plugin imports (Check, Level, Result, Option, Skip, NodeContext, helpers).
 
 A check is two functions. ``gather(ctx)`` runs on every node and returns JSON-serialisable facts about
 that node. ``compare(facts_by_node, opts)`` is pure: it turns the facts of one or many nodes (a dict
@@ -32,13 +32,30 @@ Options arrive typed and complete: the runner fills every declared ``Option``'s 
 the config file and ``--set`` gave, so a check reads ``opts["warn_ms"]``, never restating a default. In a
 test, ``check.with_defaults({"warn_ms": 5})`` builds the same mapping.
 
-This module must stay light: no torch, no rich, no network.
+Cluster checks
+--------------
+A check with ``phase = "cluster"`` (or ``"collective"``) finds the other nodes in ``ctx.cluster``, a
+``ClusterContext``: the roster (``nodes``, each a ``RosterNode`` dict with name, rank, host, addr and
+probe_port), this node (``me``), the master, the peers to probe, the process-group store. Every node runs a
+probe listener at ``(addr, probe_port)``; the helpers at the end of this module talk to it and to the
+network with a time limit each (``time_exchange``, ``connect_probe``, ``lookup``, ``route_source_addr``),
+so a plugin measures what the built-in cluster checks measure, the same way. They are thin wrappers over
+the engine's implementation (imported when called, so importing this module stays cheap).
+
+This module must stay light: no torch, no rich, no network at import.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, TypedDict, runtime_checkable
+
+from . import __version__ as TOOL_VERSION  # noqa: F401 - public: the running ddpdoctor's version (parity)
+from .redact import REDACTED  # noqa: F401 - public: what a redacted value reads as
+
+if TYPE_CHECKING:  # types of the helpers' results, for readers and type checkers only
+    from .cluster.endpoint import PingResult
+    from .cluster.probe import ClockSample
 
 
 class Level(str, enum.Enum):
@@ -167,13 +184,74 @@ def _to_number(value: Any, conv: type) -> int | float:
     return float(number)
 
 
+class RosterNode(TypedDict, total=False):
+    """One node of a cluster run as the roster names it (a plain dict: ``node["addr"]``). Every node that
+    joined has all of these; ``launch`` and ``checks`` are what that node was started with."""
+
+    name: str  # the node's name in results ("node0", or its host name)
+    rank: int  # its node rank (the launcher's, or the order it joined in)
+    claim: str  # the token it claimed its rank with (two nodes claiming one rank are told apart by it)
+    host: str  # socket.gethostname() on that node
+    fqdn: str  # socket.getfqdn() on that node
+    addr: str  # the address it advertises: its probe listener's, the one its peers should reach it at
+    probe_port: int  # its probe listener's TCP port (answers "P\n" and the time echo, see time_exchange)
+    pid: int
+    boot_id: str
+    tool_version: str  # the ddpdoctor version it runs
+    launcher: str | None  # the launcher it detected (torchrun, slurm, ...)
+    fresh: bool
+    launch: dict  # {"nnodes", "nproc_per_node", "rdzv_id", "endpoint"} as that node was told
+    checks: list[str]  # the checks it runs
+
+
+class RunBudget(Protocol):
+    """The run's one deadline, as a cluster context hands it to the collective phase."""
+
+    def collective_limit(self, wanted_s: float) -> float:
+        """A process group's timeout: ``wanted_s`` capped by what the run has left (0 when nothing is)."""
+        ...
+
+
+@runtime_checkable
+class ClusterContext(Protocol):
+    """``NodeContext.cluster`` in a cluster run: what a cluster or collective check sees of the other nodes.
+
+    Read-only for checks. ``nodes`` holds every node that joined, in rank order (``me`` and ``master`` among
+    them); a node that never joined is not there (the verdict names it). ``peers_to_probe()`` is the other
+    nodes up to 64, ring neighbours plus 8 random peers above (the probe fan-out a check should keep to:
+    every node probing every other one is N^2 connections).
+    """
+
+    me: RosterNode  # this node
+    nodes: list[RosterNode]  # every node that joined, in rank order
+    master: RosterNode  # the master (node rank 0)
+    endpoint: str  # the rendezvous endpoint as given (HOST:PORT)
+    timeout: float  # the run's --timeout, seconds
+    shared_dir: str | None  # --shared-dir, when given
+    code_dir: str | None  # --code-dir, when given
+    world_rank: int  # this node's index in ``nodes`` (its rank in a process group of one process per node)
+    # backend ("gloo", "nccl") -> the torch.distributed store a process group of the nodes meets in:
+    # ``dist.init_process_group(backend, store=ctx.cluster.pg_store(backend), rank=world_rank, ...)``.
+    pg_store: Callable[[str], Any] | None
+    budget: RunBudget | None  # the run's deadline; a collective takes its timeout from budget.collective_limit
+
+    @property
+    def world_size(self) -> int:
+        """How many nodes joined (len(nodes))."""
+        ...
+
+    def peers_to_probe(self, seed: int = 0) -> list[RosterNode]:
+        """The other nodes this node should probe (all of them up to 64 nodes)."""
+        ...
+
+
 @dataclass
 class NodeContext:
     """What ``gather`` knows about where it runs.
 
     ``run`` holds run-wide settings every node shares (nnodes, gpus_per_node, master, ...).
-    ``cluster`` is None on a single-node run; in a cluster run it gives network-phase checks what they
-    need from the other nodes (peers' probe addresses, the master's time echo, the shared nonce...).
+    ``cluster`` is None on a single-node run; in a cluster run (phases "cluster" and "collective") it is a
+    ``ClusterContext``: the other nodes, their probe listeners, the process-group store.
     """
 
     node: str
@@ -181,7 +259,7 @@ class NodeContext:
     nnodes: int = 1
     run: dict = field(default_factory=dict)
     opts: dict = field(default_factory=dict)  # this check's resolved options
-    cluster: Any = None
+    cluster: ClusterContext | None = None
     deadline: float | None = None  # time.monotonic() value by which gather should return
 
 
@@ -436,3 +514,111 @@ def baseline_name(opts: Mapping[str, Any]) -> str | None:
     """"the baseline FILE" for a message, or None when the run has no baseline."""
     ref = opts.get(BASELINE) if isinstance(opts, Mapping) else None
     return f"the baseline {ref.get('file')}" if isinstance(ref, Mapping) else None
+
+
+# ---- helpers for checks ---------------------------------------------------------------------------------
+# Thin wrappers over the engine's own implementation, imported when called (the engine may move its
+# modules; these names and signatures are what plugins rely on). Every network call has a time limit.
+
+LOOKUP_CAP_S = 6.0  # lookup(): a lookup still unanswered by then is recorded as such; its thread abandoned
+
+
+def time_exchange(host: str, port: int, samples: int = 8, timeout: float = 2.0) -> list["ClockSample"]:
+    """NTP-style time samples against a node's probe listener (``node["addr"], node["probe_port"]``): each
+    ``ClockSample`` has ``offset_ms`` (that node's clock minus this one's) and ``rtt_ms``; the offset's error
+    bound is rtt / 2. One TCP connection, ``timeout`` seconds per step; raises OSError when it fails."""
+    from .cluster.probe import time_exchange as exchange
+
+    return exchange(host, port, samples, timeout=timeout)
+
+
+def best_sample(samples: list["ClockSample"]) -> "ClockSample | None":
+    """The sample with the smallest round trip (the tightest bound on its offset); None for no samples."""
+    from .cluster.probe import best_sample as best
+
+    return best(samples)
+
+
+def connect_probe(host: str, port: int, timeout: float, source: str | None = None,
+                  payload: bytes | None = b"P\n") -> "PingResult":
+    """One TCP connect to ``host:port`` (a node's probe listener answers ``payload`` "P\\n" with "P\\n"),
+    from the local address ``source`` when given; never raises. The ``PingResult`` has ``ok``, ``rtt_ms``,
+    ``error_class`` (one of "refused", "timed out", "unreachable", "dns"; see ``connect_fix``) and
+    ``message``. ``payload=None``: connect only."""
+    from .cluster.endpoint import ping
+
+    return ping(host, port, timeout, source=source, payload=payload)
+
+
+def connect_fix(error_class: str | None) -> str:
+    """What to do about a failed connect of that class (``PingResult.error_class``): a sentence with a
+    command to paste; "" for an unknown class."""
+    from .cluster.endpoint import FIXES
+
+    return FIXES.get(error_class or "", "")
+
+
+def lookup(kind: str, query: str, cap_s: float = LOOKUP_CAP_S) -> dict:
+    """A forward (``kind="forward"``: name -> sorted addresses) or reverse (``"reverse"``: address -> name)
+    lookup, timed and bounded by ``cap_s`` (the resolver has no timeout of its own: the call runs on a
+    daemon thread abandoned at the cap). Returns ``{"kind", "query", "answer", "error", "seconds"}``."""
+    from .cluster.endpoint import lookup as bounded_lookup
+
+    return bounded_lookup(kind, query, cap_s)
+
+
+def is_loopback(addr: str) -> bool:
+    """The address is a loopback address (127.x, ::1); False for anything that is not an IP address."""
+    from .cluster.endpoint import is_loopback as loopback
+
+    return loopback(addr)
+
+
+def route_source_addr(host: str) -> str | None:
+    """The local address the kernel would use to reach ``host`` (so: which interface routes there); sends
+    nothing. None when there is no route."""
+    from .cluster.endpoint import source_addr_towards
+
+    return source_addr_towards(host)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as safe to publish: secret names (TOKEN, KEY, PASSWORD, ...) and
+    secret-looking values become ``REDACTED``. Facts are redacted again before they leave the node; a check
+    that shows env values in a message redacts them itself."""
+    from .redact import redact_env as redact
+
+    return redact(dict(env))
+
+
+def nnodes_from_world(env: Mapping[str, str]) -> int | None:
+    """The node count a torchrun-style environment implies (WORLD_SIZE // LOCAL_WORLD_SIZE), or None."""
+    from .cluster.launcher_env import nnodes_from_world as nnodes
+
+    return nnodes(env)
+
+
+def cuda_available() -> bool:
+    """torch imports and sees at least one usable CUDA device; never raises. Costs a torch import."""
+    from .devices import cuda_available as available
+
+    return available()
+
+
+def measure_collective(op: str, nbytes: int, device: Any, *, backend: str, timeout_s: float,
+                       warmup: int = 1, iters: int = 3, check: bool = True, group: Any = None) -> dict | None:
+    """Time one collective the way ``ddpdoctor nccl-bench`` does (same checking, timing and bus-bandwidth
+    definition), inside a process group this process has already joined (``torch.distributed``).
+    ``op``: "all_reduce", "all_gather", "reduce_scatter", "broadcast", ... (nccl-bench's ``--ops``);
+    ``device``: a torch.device. Every rank must call it with the same arguments. Returns the row as a dict:
+    ``{"op", "size", "count", ..., "out_of_place": FIGURES, "in_place": FIGURES}`` where FIGURES is
+    ``{"time_us", "time_us_max", "algbw_gbs", "busbw_gbs", "wrong"}`` (``wrong``: elements that came out
+    wrong, summed over ranks); None when the op does not apply (too few ranks, a size of 0 elements)."""
+    from dataclasses import asdict
+
+    from .bench.harness import BenchConfig, Context, measure
+
+    cfg = BenchConfig(ops=[op], sizes=[nbytes], warmup=warmup, iters=iters, check=check, backend=backend,
+                      timeout_s=timeout_s)
+    row = measure(op, nbytes, Context(device, group), cfg)
+    return asdict(row) if row is not None else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def has_cuda() -> bool:
     """torch imports and sees at least one usable CUDA device; never raises (ddpdoctor.devices' one meaning)."""
-    from ddpdoctor.devices import cuda_available
+    from ddpdoctor.api import cuda_available
 
     return cuda_available()
 

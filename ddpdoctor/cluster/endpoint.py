@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..api import LOOKUP_CAP_S  # a lookup unanswered by then is recorded so (one value, public to plugins)
 from ..errors import UsageError
 
 REFUSED, TIMED_OUT, UNREACHABLE, DNS, LOOPBACK = "refused", "timed out", "unreachable", "dns", "loopback"
@@ -97,9 +98,6 @@ def resolve(host: str) -> list[str]:
         if sockaddr[0] not in addrs:
             addrs.append(sockaddr[0])
     return addrs
-
-
-LOOKUP_CAP_S = 6.0  # a lookup still unanswered by then is recorded as such; its thread is abandoned
 
 
 def lookup(kind: str, query: str, cap_s: float = LOOKUP_CAP_S) -> dict:

@@ -2,7 +2,7 @@
 
     python tests/benchmarks/bench_gpu_perf.py [--json OUT.json] [--gemm-n 8192] [--copy-mib 1024]
 
-1. Times ``ddpdoctor.gpuperf.measure_node`` over every visible GPU, as the gpu-perf check runs it (one worker
+1. Times ``ddpdoctor_checks.support.gpuperf.measure_node`` over every visible GPU, as the gpu-perf check runs it (one worker
    per GPU, all at once): the node's wall time must stay under 15 s.
 2. Then, in this process, one GPU at a time, the plainest loop: warm up, synchronize, N back-to-back ops,
    synchronize, wall clock -> TFLOP/s and GB/s (read + written).
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to benchmark", file=sys.stderr)
         return 2
-    from ddpdoctor.gpuperf import PerfConfig, measure_node
+    from ddpdoctor_checks.support.gpuperf import PerfConfig, measure_node
 
     devices = list(range(torch.cuda.device_count()))
     cfg = PerfConfig(gemm_n=args.gemm_n, copy_bytes=args.copy_mib << 20, h2d_bytes=args.h2d_mib << 20)

@@ -61,7 +61,7 @@ def test_gpu_health_reads_every_gpu_and_listens_for_xids():
 def test_gpuperf_one_gpu_in_process_and_uuid_matches_nvml():
     import pynvml
 
-    from ddpdoctor import gpuperf
+    from ddpdoctor_checks.support import gpuperf
 
     if os.environ.get("CUDA_VISIBLE_DEVICES"):
         pytest.skip("index mapping check needs CUDA_VISIBLE_DEVICES unset")
@@ -119,7 +119,7 @@ t = torch.ones(1024, device="cuda"); dist.all_reduce(t); torch.cuda.synchronize(
 def test_parse_nccl_transport_on_a_real_nccl_log():
     import socket
 
-    from ddpdoctor.nccl_log import parse_nccl_transport
+    from ddpdoctor_checks.support.nccl_log import parse_nccl_transport
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -47,6 +47,15 @@ def readme_plugin_example() -> tuple[str, str]:
     return code, toml
 
 
+def plugin_cluster_example() -> tuple[str, str]:
+    """The plugin guide's cluster-check example and its entry-point table, exactly as written there."""
+    text = (ROOT / "checks" / "PLUGINS.md").read_text()
+    code = re.search(r"```python\n(# my_checks/master_rtt.py\n.*?)```", text, re.S).group(1)
+    toml = re.search(r"```toml\n# pyproject.toml of a distribution with the cluster check\n(.*?)```", text,
+                     re.S).group(1)
+    return code, toml
+
+
 @pytest.fixture(scope="module")
 def plugins(tmp_path_factory):
     base = tmp_path_factory.mktemp("plugins")
@@ -136,6 +145,37 @@ def test_built_wheel_installs_checks_and_trainer_under_their_own_names(tmp_path)
     p = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--only", "packages,env-vars", "--json"],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and json.loads(p.stdout)["verdict"] == "pass", p.stderr
+
+
+@pytest.mark.timeout(300)
+def test_plugin_guide_cluster_check_runs_in_a_two_node_cluster(tmp_path):
+    target = tmp_path / "site"
+    code, toml = plugin_cluster_example()
+    pip_install(write_project(tmp_path / "rtt", "ddpdoctor-master-rtt", toml,
+                              {"my_checks/__init__.py": "", "my_checks/master_rtt.py": code}), target)
+    p = ddpdoctor(target, "checks")
+    assert p.returncode == 0, p.stderr
+    assert "ddpdoctor-master-rtt" in next(ln for ln in p.stdout.splitlines() if "master-rtt" in ln)
+    # Two nodes on this machine, started by --local-nodes: the plugin's gather runs on both, after they met.
+    p = ddpdoctor(target, "preflight", "--local-nodes", "2", "--only", "master-rtt", "--timeout", "30", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert len(doc["nodes"]) == 2 and doc["local_nodes"]["exit_codes"] == [0, 0]
+    master = next(n for n, d in doc["nodes"].items() if d["rank"] == 0)
+    for name, node in doc["nodes"].items():
+        facts = node["facts"]["master-rtt"]
+        assert facts["ok"] is True and facts["master"] == master and facts["rtt_ms"] >= 0, facts
+        assert node["exports"]["master-rtt"] == {"summary": {"master RTT": f"{facts['rtt_ms']:.2f} ms"}}
+    (r,) = [r for r in doc["results"] if r["check"] == "master-rtt"]
+    assert r["level"] == "pass" and sorted(r["nodes"]) == sorted(doc["nodes"]), r
+    assert r["summary"].startswith("every node connects to the master; slowest ")
+    # An option set on the command line reaches every node's compare: no connect is fast enough, both warn.
+    p = ddpdoctor(target, "preflight", "--local-nodes", "2", "--only", "master-rtt", "--timeout", "30", "--json",
+                  "--set", "master-rtt.warn_ms=0")
+    doc = json.loads(p.stdout)
+    warned = sorted(n for r in doc["results"] if r["check"] == "master-rtt" and r["level"] == "warn"
+                    for n in r["nodes"])
+    assert warned == sorted(doc["nodes"]), doc["results"]
 
 
 CONTRACT_PROBE = r"""

@@ -104,6 +104,8 @@ def test_exception_on_rank_1_is_the_root_cause(tmp_path):
     assert "step 4 on rank 1" in rc["message"] and rc["location"].endswith("faults.py:24")
     assert [c["rank"] for c in doc["consequences"]] == [0]
     assert doc["consequences"][0]["victim"] is True and doc["consequences"][0]["reason"]
+    # the run's own records (logs, flight-recorder dumps written at exit) are read, none skipped as "outside"
+    assert not [n for n in doc["input_notes"] if "outside" in n], doc["input_notes"]
 
 
 @pytest.mark.timeout(300)

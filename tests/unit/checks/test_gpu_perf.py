@@ -7,7 +7,7 @@ import sys
 import pytest
 from ddpdoctor_checks.gpu_perf import GpuPerfCheck, reference_for
 
-from ddpdoctor import gpuperf
+from ddpdoctor_checks.support import gpuperf
 from ddpdoctor.api import Level, NodeContext, Skip
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -89,7 +89,7 @@ def test_measurement_error_fails_for_that_gpu():
     facts = {"n1": {"gpus": [gpu(0), {"index": 1, "error": "did not finish within 90 s"}]}}
     [r] = bad(GpuPerfCheck().compare(facts, GpuPerfCheck().with_defaults(OPTS)))
     assert r.level is Level.FAIL and "GPU 1" in r.summary and "did not finish" in r.summary
-    assert "python -m ddpdoctor.gpuperf --device 1" in r.fix
+    assert "python -m ddpdoctor_checks.support.gpuperf --device 1" in r.fix
 
 
 @pytest.mark.parametrize("name,label", [

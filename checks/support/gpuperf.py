@@ -2,8 +2,9 @@
 
 Every figure is timed with CUDA events after a warm-up, one event pair per repetition, and the median is
 kept (robust to a stray slow repetition). ``measure_node`` measures all GPUs at once, one worker process per
-GPU (``python -m ddpdoctor.gpuperf --device I``, answering one JSON line on stdout): separate processes so
-each GPU gets its own CUDA context and Python interpreter, and a stuck worker is killed at the timeout.
+GPU (``python -m ddpdoctor_checks.support.gpuperf --device I``, answering one JSON line on stdout):
+separate processes so each GPU gets its own CUDA context and Python interpreter, and a stuck worker is
+killed at the timeout.
 Host->device copies share the host's memory and PCIe root complexes, so workers take turns for that one
 figure (an flock on a shared file) and each GPU's link is measured on its own.
 
@@ -143,7 +144,7 @@ def measure_node(devices: list[int], cfg: PerfConfig, timeout_s: float = 60.0) -
         lock = os.path.join(tmp, "h2d.lock")
         procs = {}
         for d in devices:
-            cmd = [sys.executable, "-m", "ddpdoctor.gpuperf", "--device", str(d), "--lock", lock,
+            cmd = [sys.executable, "-m", "ddpdoctor_checks.support.gpuperf", "--device", str(d), "--lock", lock,
                    "--config", json.dumps(asdict(cfg))]
             out = open(os.path.join(tmp, f"{d}.out"), "w+")
             err = open(os.path.join(tmp, f"{d}.err"), "w+")
@@ -186,7 +187,7 @@ def _parse_worker(device: int, rc: int, out: str, err: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddpdoctor.gpuperf", description="measure one GPU (JSON on stdout)")
+    ap = argparse.ArgumentParser(prog="python -m ddpdoctor_checks.support.gpuperf", description="measure one GPU (JSON on stdout)")
     ap.add_argument("--device", type=int, required=True)
     ap.add_argument("--lock", default=None)
     ap.add_argument("--config", default="{}", help="PerfConfig fields as JSON")

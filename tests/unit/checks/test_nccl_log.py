@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.nccl_log import judge_transport, parse_nccl_transport
+from ddpdoctor_checks.support.nccl_log import judge_transport, parse_nccl_transport
 
 # One rank on the H100 baseline machine (gpu-baseline-h100.md): IB probed, no device, sockets chosen.
 BASELINE_SOCKET = """\

@@ -1,9 +1,9 @@
-"""Unit tests of ddpdoctor/ifnames.py."""
+"""Unit tests of checks/support/ifnames.py."""
 from __future__ import annotations
 
 import pytest
 
-from ddpdoctor.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
+from ddpdoctor_checks.support.ifnames import gloo_ifname_problem, iface_of_addr, nccl_ifname_matches
 
 
 @pytest.mark.parametrize("spec,iface,expected", [
