@@ -14,6 +14,7 @@ FIX = ("enable time sync on every node: `timedatectl set-ntp true`, or with chro
 
 class ClockSkewCheck(Check):
     name = "clock-skew"
+    facts_shape = {"offset_ms": "number", "bound_ms": "number", "warn_ms": "number"}
     description = "Wall-clock offset of every node from the master (NTP-style, error bound = RTT/2)"
     phase = "cluster"
     options = {
@@ -25,23 +26,27 @@ class ClockSkewCheck(Check):
 
     def gather(self, ctx) -> dict:
         view = ctx.cluster
+        # The warning limit travels with the facts so that the clock export carries it (the report draws it).
+        limit = {"warn_ms": ctx.opts["warn_ms"]}
         if view.me["name"] == view.master["name"]:
-            return {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0, "samples": 0, "reference": True}
+            return {"offset_ms": 0.0, "bound_ms": 0.0, "rtt_ms": 0.0, "samples": 0, "reference": True, **limit}
         try:
             samples = time_exchange(view.master["addr"], view.master["probe_port"], ctx.opts["samples"],
                                     timeout=ctx.opts["reply_timeout_s"])
         except OSError as exc:
             # The mesh check judges reachability; here it only means no clock measurement.
-            return {"offset_ms": None, "error": f"{type(exc).__name__}: {exc}", "samples": 0, "reference": False}
+            return {"offset_ms": None, "error": f"{type(exc).__name__}: {exc}", "samples": 0, "reference": False,
+                    **limit}
         best = best_sample(samples)
         # The sample's offset is master minus this node; report this node minus the master (positive: ahead).
         return {"offset_ms": round(-best.offset_ms, 3), "bound_ms": round(best.rtt_ms / 2, 3),
-                "rtt_ms": round(best.rtt_ms, 3), "samples": len(samples), "reference": False}
+                "rtt_ms": round(best.rtt_ms, 3), "samples": len(samples), "reference": False, **limit}
 
     def exports(self, facts: dict) -> dict:
         if "offset_ms" not in facts:
             return {}
-        return {"clock": {"offset_ms": facts.get("offset_ms"), "bound_ms": facts.get("bound_ms")}}
+        return {"clock": {"offset_ms": facts.get("offset_ms"), "bound_ms": facts.get("bound_ms"),
+                          "limit_ms": facts.get("warn_ms")}}
 
     def compare(self, facts_by_node, opts):
         warn_ms, fail_ms = opts["warn_ms"], opts["fail_ms"]

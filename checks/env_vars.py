@@ -41,6 +41,7 @@ def interface_names() -> list[str]:
 
 class EnvVarsCheck(Check):
     name = "env-vars"
+    facts_shape = {"vars": "object"}
     description = "Launcher/NCCL/GLOO/TORCH/CUDA env vars (secrets redacted): ifnames exist, RANK/WORLD_SIZE, MASTER_ADDR"
     # the launcher's variables of one job (ids, node lists, sizes, the master's address) agree across its nodes
     # but change from job to job: never compared with a --baseline from another run

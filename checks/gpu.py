@@ -48,6 +48,7 @@ def _needed(facts: dict) -> tuple[int | None, str]:
 
 class GpuCheck(Check):
     name = "gpu"
+    facts_shape = {"gpus": ["object"]}
     description = "NVIDIA driver, GPUs visible to CUDA and torch vs the GPUs the job needs; compute mode, MIG, busy GPUs"
     phase = "local"
     imports = ("torch",)

@@ -54,6 +54,7 @@ class GpuPerfCheck(Check):
     name = "gpu-perf"
     description = "Opt-in (--perf): bf16 GEMM, memory and host-copy bandwidth per GPU vs its SKU and vs the job's other GPUs"
     phase = "local"
+    opt_in = "perf"  # `preflight --perf` sets "enabled"
     imports = ("torch",)
     timeout_s = 120.0
     options = {

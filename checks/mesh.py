@@ -15,6 +15,7 @@ PORTS_NOTE = ("NCCL and gloo open connections on ephemeral ports between every p
 
 class MeshCheck(Check):
     name = "mesh"
+    facts_shape = {"probes": [{"peer": "text", "error_class": "scalar"}]}
     description = "TCP reachability between every pair of nodes (directed), with round-trip times"
     phase = "cluster"
     options = {

@@ -26,7 +26,7 @@ computed by the runner on the node right after ``gather`` (so every saved docume
 
 Both receive the check's facts after redaction and must never raise on odd facts (a document written by
 another version); missing facts give ``{}``. Readers tolerate their absence (documents written before
-them): ``ddpdoctor.runner.node_exports`` derives them from the facts with the checks installed.
+them): ``ddpdoctor.exports.node_exports`` derives them from the facts with the checks installed.
 
 Options arrive typed and complete: the runner fills every declared ``Option``'s default and converts what
 the config file and ``--set`` gave, so a check reads ``opts["warn_ms"]``, never restating a default. In a
@@ -269,8 +269,8 @@ class NodeContext:
 EXPORTS: dict[str, str] = {
     "interface": '{"name", "addr", "mtu"}: the interface this node reaches the master through (names)',
     "links": '[{"peer", "ok", "rtt_ms", "error_class"}]: TCP links probed from this node to peers (mesh)',
-    "clock": '{"offset_ms", "bound_ms"}: this node\'s clock minus the master\'s and its error bound; '
-             'offset_ms None: no sample (clock-skew)',
+    "clock": '{"offset_ms", "bound_ms", "limit_ms"}: this node\'s clock minus the master\'s, its error bound and '
+             'the |offset| above which the check warns; offset_ms None: no sample (clock-skew)',
     "versions": '{"python", "torch", "cuda", "nccl", "driver"}: version strings (torch-build, gpu)',
     "gpus": '{"count", "models": {model: n}, "lost"}: GPUs NVML lists, working ones by model (gpu)',
     "summary": '{column: text}: short per-node cells for the report\'s per-node table (any check, plugins too)',
@@ -310,6 +310,15 @@ class Check:
     # in ``ctx.cluster.published.get(self.name)`` (absent: it never came) and answers in its facts; compare
     # judges the answers. See checks/PLUGINS.md and ddpdoctor/cluster/PROTOCOL.md ("exchange").
     publishes: bool = False
+    # An opt-in measurement (slow, or loading the machine): the group of preflight flag that turns it on
+    # ("perf": `preflight --perf`). Such a check declares a boolean Option "enabled" (default False), skips
+    # while it is off, and the flag sets it for every installed check of that group, plugins included.
+    opt_in: str = ""
+    # The shape of this check's facts, as plain data, checked when a document is read (documents.validate), so a
+    # hand-edited or damaged file is one line naming the key, not an error deep in exports(): a dict is an
+    # object whose listed keys, when present and not null, have the given shapes; [X] a list of X; "number",
+    # "text", "scalar", "any" or "object", with a trailing "?" when null is allowed too. None: not checked.
+    facts_shape: Any = None
 
     def gather(self, ctx: NodeContext) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
@@ -522,7 +531,14 @@ def baseline_name(opts: Mapping[str, Any]) -> str | None:
 # Thin wrappers over the engine's own implementation, imported when called (the engine may move its
 # modules; these names and signatures are what plugins rely on). Every network call has a time limit.
 
-LOOKUP_CAP_S = 6.0  # lookup(): a lookup still unanswered by then is recorded as such; its thread abandoned
+def __getattr__(name: str) -> Any:
+    """``LOOKUP_CAP_S``: seconds after which lookup() records a lookup as unanswered (its thread abandoned).
+    One value, the engine's (cluster/endpoint.py), read when asked: the engine imports nothing back from here."""
+    if name == "LOOKUP_CAP_S":
+        from .cluster.endpoint import LOOKUP_CAP_S
+
+        return LOOKUP_CAP_S
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def time_exchange(host: str, port: int, samples: int = 8, timeout: float = 2.0) -> list["ClockSample"]:
@@ -560,13 +576,14 @@ def connect_fix(error_class: str | None) -> str:
     return FIXES.get(error_class or "", "")
 
 
-def lookup(kind: str, query: str, cap_s: float = LOOKUP_CAP_S) -> dict:
+def lookup(kind: str, query: str, cap_s: float | None = None) -> dict:
     """A forward (``kind="forward"``: name -> sorted addresses) or reverse (``"reverse"``: address -> name)
     lookup, timed and bounded by ``cap_s`` (the resolver has no timeout of its own: the call runs on a
-    daemon thread abandoned at the cap). Returns ``{"kind", "query", "answer", "error", "seconds"}``."""
-    from .cluster.endpoint import lookup as bounded_lookup
+    daemon thread abandoned at the cap, ``LOOKUP_CAP_S`` by default). Returns ``{"kind", "query", "answer",
+    "error", "seconds"}``."""
+    from .cluster.endpoint import LOOKUP_CAP_S, lookup as bounded_lookup
 
-    return bounded_lookup(kind, query, cap_s)
+    return bounded_lookup(kind, query, LOOKUP_CAP_S if cap_s is None else cap_s)
 
 
 def is_loopback(addr: str) -> bool:

@@ -22,7 +22,7 @@ from .errors import UsageError
 
 def load(path: str) -> dict:
     """The reference of the preflight result at ``path`` (a master's cluster.json or a node's node-HOST.json)."""
-    from . import documents, registry, runner
+    from . import documents, exports, registry
 
     doc = documents.load(path)
     if doc["kind"] != "preflight":
@@ -32,7 +32,7 @@ def load(path: str) -> dict:
     accepted: dict[str, dict[str, list[Any]]] = {}
     used = []
     for name, data in sorted(doc["nodes"].items()):
-        comparable = runner.node_comparable(data)
+        comparable = exports.node_comparable(data)
         if not isinstance(comparable, Mapping) or not comparable:
             continue
         used.append(name)

@@ -179,6 +179,13 @@ def load(path: str | os.PathLike, budget=None) -> dict:
     return doc
 
 
+def facts_shapes() -> dict[str, Any]:
+    """The installed checks' declared facts shapes (``Check.facts_shape``), by check name."""
+    from .registry import installed
+
+    return {name: check.facts_shape for name, check in installed().items() if getattr(check, "facts_shape", None)}
+
+
 def validate(doc: Any, name: str = "document") -> None:
     from .shapes import check_document
 
@@ -194,4 +201,4 @@ def validate(doc: Any, name: str = "document") -> None:
         for key in ("nodes", "results", "verdict"):
             if key not in doc:
                 raise UsageError(f"{name}: preflight file lacks {key!r}")
-    check_document(doc, name)
+    check_document(doc, name, facts_shapes())

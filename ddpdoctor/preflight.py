@@ -29,11 +29,14 @@ def make_plan(
     config_path: str | None = None,
     sets: Iterable[str] = (),
     run_flags: Mapping[str, Any] | None = None,
+    opt_in: Iterable[str] = (),
 ) -> Plan:
-    """Everything decided before any work: which checks, with which options, for which run."""
+    """Everything decided before any work: which checks, with which options, for which run. ``opt_in``:
+    the groups of opt-in checks turned on (``Check.opt_in``: "perf" for --perf)."""
     file_cfg = read_toml(config_path)
     loaded = registry.discover()
     chosen = registry.select(loaded, split_names(only), split_names(skip))
+    sets = (*sets, *registry.opt_in_sets(loaded, opt_in))
     opts = resolve_check_options(loaded, file_cfg, parse_set(sets), source=config_path or "")
     run = resolve_run(file_cfg, dict(run_flags or {}), source=config_path or "")
     return Plan(checks=chosen, opts_by_check=opts, run=run)
@@ -99,12 +102,11 @@ class PreflightRequest:
         return cls(**{k: v for k, v in params.items() if k in known})
 
     def plan(self) -> Plan:
-        sets = (*self.sets, "gpu-perf.enabled=true") if self.perf else tuple(self.sets)
         run_flags = {"gpus_per_node": self.gpus_per_node, "nnodes": self.nnodes, "timeout": self.timeout,
                      "output_dir": self.output_dir, "nproc_per_node": self.nproc_per_node,
                      BASELINE: self.baseline}
-        return make_plan(only=self.only, skip=self.skip, config_path=self.config_path, sets=sets,
-                         run_flags=run_flags)
+        return make_plan(only=self.only, skip=self.skip, config_path=self.config_path, sets=self.sets,
+                         run_flags=run_flags, opt_in=("perf",) if self.perf else ())
 
     def is_cluster(self, env: Mapping[str, str] | None = None) -> bool:
         """Flags decide; without them, a launcher that started this on several nodes (srun, torchrun...) does."""

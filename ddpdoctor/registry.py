@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import metadata
 from typing import Iterable, Mapping
 
@@ -138,3 +139,17 @@ def select(
 
 def by_name(loaded: list[LoadedCheck]) -> Mapping[str, LoadedCheck]:
     return {lc.name: lc for lc in loaded}
+
+
+def opt_in_sets(loaded: Iterable[LoadedCheck], groups: Iterable[str]) -> tuple[str, ...]:
+    """``--set`` items turning on every check that declares ``opt_in`` in ``groups`` (its "enabled" option):
+    `preflight --perf` enables whichever installed checks say ``opt_in = "perf"``, none known by name here."""
+    wanted = set(groups)
+    return tuple(f"{lc.name}.enabled=true" for lc in loaded
+                 if getattr(lc.check, "opt_in", "") in wanted and "enabled" in (lc.check.options or {}))
+
+
+@lru_cache(maxsize=1)
+def installed() -> dict[str, Check]:
+    """The installed checks by name, discovered once per process (readers of documents ask many times)."""
+    return {lc.name: lc.check for lc in discover()}

@@ -7,7 +7,8 @@ to other nodes; the cluster layer moves facts between nodes and calls ``compare_
 The check contract (ddpdoctor.api): right after a gather, on the node, the check's ``exports`` and
 ``comparable`` of those facts are computed and travel in the gather outcome; ``compare_all`` lifts them into
 the node's entry (``nodes[NODE]["exports"][CHECK]``, ``["comparable"][CHECK]``), where documents keep them.
-``node_exports``/``node_comparable``/``exported`` are how every other module reads them.
+Reading them (``node_exports``/``node_comparable``/``exported``) lives in ``ddpdoctor.exports``, below the
+engine, so that the renderer reads a document without importing the engine.
 """
 from __future__ import annotations
 
@@ -15,26 +16,16 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-from .api import Check, Level, NodeContext, Result, Skip
+from .api import Level, NodeContext, Result, Skip
+from .exports import (  # noqa: F401 - the contract's readers, re-exported for the engine's callers
+    LIST_KINDS, _json_safe, contract, exported, lift_contract, node_comparable, node_exports)
 from .redact import scrub
 from .registry import LoadedCheck
 
 # A gather's outcome, stored beside its facts: {"status": ok|skip|error|timeout, "message", "seconds"}.
 OK, SKIPPED, ERROR, TIMEOUT = "ok", "skip", "error", "timeout"
-
-
-def _json_safe(obj: Any) -> Any:
-    """Facts must survive JSON; coerce what a careless plugin returns (tuples, sets, paths, numbers)."""
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [_json_safe(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
 
 
 def _gather_one(lc: LoadedCheck, ctx: NodeContext, box: dict) -> None:
@@ -112,6 +103,54 @@ def preimport(checks: list[LoadedCheck]) -> None:
             pass
 
 
+def plugin_failure(lc: LoadedCheck, nodes: list[str], summary: str, actual: Any, expected: str,
+                   traceback_text: str | None = None) -> Result:
+    """A check's own failure (its gather, its contract methods or its compare raised) as a fail result
+    naming the check and where it comes from: one plugin's bug never loses the other checks' results."""
+    return Result(check=lc.name, level=Level.FAIL, summary=summary, nodes=nodes, actual=actual, expected=expected,
+                  fix=f"report this to the plugin's authors ({lc.source}); run with --skip {lc.name} meanwhile",
+                  details={"traceback": traceback_text} if traceback_text is not None else {})
+
+
+def _node_facts(lc: LoadedCheck, data: Mapping) -> dict:
+    """What this check's compare receives for one node: its own facts, the used checks' and the comparables."""
+    own = dict((data.get("facts") or {}).get(lc.name, {}))
+    if lc.check.uses:
+        own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
+                       if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
+    if lc.check.reads_comparables:
+        own["comparable"] = node_comparable(data)
+    return own
+
+
+def _sort_outcomes(lc: LoadedCheck, nodes: Mapping[str, Mapping]) -> tuple[dict[str, dict], list[Result]]:
+    """This check's facts by node where its gather succeeded, and results for where it did not."""
+    name = lc.name
+    ok_facts: dict[str, dict] = {}
+    skipped: dict[str, list[str]] = {}
+    results: list[Result] = []
+    for node, data in nodes.items():
+        outcome = (data.get("gather") or {}).get(name)
+        if outcome is None:
+            continue  # this node did not run the check (the parity check reports that)
+        status = outcome.get("status")
+        if status == OK:
+            ok_facts[node] = _node_facts(lc, data)
+            error = data.get("contract_errors", {}).get(name)
+            if error:
+                results.append(plugin_failure(lc, [node], f"check {name!r} raised in exports() or comparable(): "
+                                              f"{error}", error, "pure functions of the facts"))
+        elif status == SKIPPED:
+            skipped.setdefault(outcome.get("message", ""), []).append(node)
+        else:
+            results.append(plugin_failure(lc, [node], f"check {name!r} could not gather facts: "
+                                          f"{outcome.get('message', status)}", outcome.get("message"),
+                                          "gather returns facts", outcome.get("traceback", "")))
+    for reason, where in sorted(skipped.items()):
+        results.append(Result(check=name, level=Level.SKIP, summary=reason, nodes=sorted(where)))
+    return ok_facts, results
+
+
 def compare_all(
     checks: Iterable[LoadedCheck],
     nodes: Mapping[str, Mapping],
@@ -127,167 +166,25 @@ def compare_all(
     lift_contract(nodes)
     results: list[Result] = []
     for lc in checks:
-        name = lc.name
-        ok_facts: dict[str, dict] = {}
-        skipped: dict[str, list[str]] = {}
-        for node, data in nodes.items():
-            outcome = (data.get("gather") or {}).get(name)
-            if outcome is None:
-                continue  # this node did not run the check (the parity check reports that)
-            status = outcome.get("status")
-            if status == OK:
-                own = dict((data.get("facts") or {}).get(name, {}))
-                if lc.check.uses:
-                    own["uses"] = {u: (data.get("facts") or {}).get(u) for u in lc.check.uses
-                                   if ((data.get("gather") or {}).get(u) or {}).get("status") == OK}
-                if lc.check.reads_comparables:
-                    own["comparable"] = node_comparable(data)
-                ok_facts[node] = own
-                if data.get("contract_errors", {}).get(name):
-                    results.append(Result(
-                        check=name, level=Level.FAIL, nodes=[node],
-                        summary=f"check {name!r} raised in exports() or comparable(): {data['contract_errors'][name]}",
-                        actual=data["contract_errors"][name], expected="pure functions of the facts",
-                        fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile"))
-            elif status == SKIPPED:
-                skipped.setdefault(outcome.get("message", ""), []).append(node)
-            else:
-                results.append(Result(
-                    check=name, level=Level.FAIL,
-                    summary=f"check {name!r} could not gather facts: {outcome.get('message', status)}",
-                    nodes=[node], actual=outcome.get("message"), expected="gather returns facts",
-                    fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
-                    details={"traceback": outcome.get("traceback", "")},
-                ))
-        for reason, where in sorted(skipped.items()):
-            results.append(Result(check=name, level=Level.SKIP, summary=reason, nodes=sorted(where)))
+        ok_facts, failures = _sort_outcomes(lc, nodes)
+        results.extend(failures)
         if not ok_facts:
             continue
         opts = dict(run or {})
-        opts.update(opts_by_check.get(name, {}))
+        opts.update(opts_by_check.get(lc.name, {}))
         opts = lc.check.with_defaults(opts)
         try:
             produced = lc.check.compare(ok_facts, opts)
             for r in produced:
                 if not isinstance(r, Result):
                     raise TypeError(f"compare() yielded {type(r).__name__}, not a Result")
-                r.check = r.check or name
+                r.check = r.check or lc.name
             results.extend(produced)
         except Exception as exc:  # noqa: BLE001
-            results.append(Result(
-                check=name, level=Level.FAIL,
-                summary=f"check {name!r} raised while comparing facts: {type(exc).__name__}: {exc}",
-                nodes=sorted(ok_facts), actual=f"{type(exc).__name__}: {exc}", expected="a list of Results",
-                fix=f"report this to the plugin's authors ({lc.source}); run with --skip {name} meanwhile",
-                details={"traceback": traceback.format_exc()},
-            ))
+            results.append(plugin_failure(lc, sorted(ok_facts), f"check {lc.name!r} raised while comparing facts: "
+                                          f"{type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}",
+                                          "a list of Results", traceback.format_exc()))
     return results
-
-
-# ------------------------------------------------------------------------------------------ the contract
-def contract(check: Check, facts: dict, *, redact: bool = True) -> dict:
-    """{"exports", "comparable"} of one check's facts on its node (JSON-safe, redacted), or {"contract_error"}
-    when the check's methods raise (a plugin's bug must not lose its facts). ``redact=False`` for facts read
-    back from a document: they were redacted before they were written."""
-    try:
-        exports, comparable = check.exports(facts), check.comparable(facts)
-        if not isinstance(exports, dict) or not isinstance(comparable, dict):
-            raise TypeError("exports() and comparable() return dicts")
-    except Exception as exc:  # noqa: BLE001
-        return {"contract_error": f"{type(exc).__name__}: {exc}"}
-    clean = (lambda v: scrub(_json_safe(v))) if redact else _json_safe
-    return {"exports": clean(exports), "comparable": clean(comparable)}
-
-
-def lift_contract(nodes: Mapping[str, dict]) -> None:
-    """Move each node's exports and comparables out of its gather outcomes into the node's entry, where
-    documents keep them (nodes[NODE]["exports"][CHECK]); a contract error is kept beside them for
-    ``compare_all`` to report. Entries that already carry them are left alone."""
-    for data in nodes.values():
-        if not isinstance(data, dict):
-            continue
-        for name, outcome in (data.get("gather") or {}).items():
-            if not isinstance(outcome, dict):
-                continue
-            for key, where in (("exports", "exports"), ("comparable", "comparable"),
-                               ("contract_error", "contract_errors")):
-                if key in outcome:
-                    data.setdefault(where, {})[name] = outcome.pop(key)
-
-
-@lru_cache(maxsize=1)
-def _installed_checks() -> dict[str, Check]:
-    from .registry import discover
-
-    return {lc.name: lc.check for lc in discover()}
-
-
-def _derived(data: Mapping, key: str) -> dict[str, Any]:
-    """A node's exports or comparables, by check: the entry's own, else its gather outcomes', else derived
-    from its facts by the installed checks (a document written before the contract existed)."""
-    if not isinstance(data, Mapping):
-        return {}
-    if isinstance(data.get(key), Mapping):
-        return dict(data[key])
-    out: dict[str, Any] = {}
-    outcomes = data.get("gather") if isinstance(data.get("gather"), Mapping) else {}
-    facts = data.get("facts") if isinstance(data.get("facts"), Mapping) else {}
-    for name in sorted(set(outcomes) | set(facts)):
-        outcome = outcomes.get(name)
-        if isinstance(outcome, Mapping) and key in outcome:
-            out[name] = outcome[key]
-        elif isinstance(facts.get(name), dict) and name in _installed_checks():
-            out[name] = contract(_installed_checks()[name], facts[name], redact=False).get(key, {})
-    if isinstance(data, dict) and facts:
-        data[key] = out  # derived once per node and document: a 512-node report asks for each many times
-    return out
-
-
-def node_exports(data: Mapping) -> dict[str, dict]:
-    """{check: exports} of one node's entry in a document (or on the wire)."""
-    return _derived(data, "exports")
-
-
-def node_comparable(data: Mapping) -> dict[str, dict]:
-    """{check: {key: value}} of one node's entry in a document (or on the wire)."""
-    return _derived(data, "comparable")
-
-
-# The vocabulary's kinds that are lists of records; every other kind is one record (api.EXPORTS).
-LIST_KINDS = {"links": "peer"}
-
-
-def _conform(kind: str, value: Any) -> Any:
-    """An export as its kind's declared shape, or None: a document may come from another version or be
-    damaged, and readers index what they get (a link's peer is a key of the report's matrix)."""
-    if value is None:
-        return None
-    if kind in LIST_KINDS:
-        key = LIST_KINDS[kind]
-        if not isinstance(value, list):
-            return None
-        return [x for x in value if isinstance(x, Mapping) and isinstance(x.get(key), str)]
-    return value if isinstance(value, Mapping) else None
-
-
-def exported(data: Mapping, kind: str) -> Any:
-    """One kind of export (api.EXPORTS) of a node, merged across its checks in name order: dicts key by key
-    (the first non-empty value wins), lists concatenated, anything else the first. None when no check has it."""
-    found = [v for _, e in sorted(node_exports(data).items()) if isinstance(e, Mapping)
-             for v in [_conform(kind, e.get(kind))] if v is not None]
-    if not found:
-        return None
-    if all(isinstance(v, Mapping) for v in found):
-        merged: dict[str, Any] = {}
-        for v in found:
-            for k, x in v.items():
-                if merged.get(k) in (None, "") and x not in (None, ""):
-                    merged[k] = x
-                merged.setdefault(k, x)
-        return merged
-    if all(isinstance(v, list) for v in found):
-        return [x for v in found for x in v]
-    return found[0]
 
 
 # ------------------------------------------------------------------------------------------ the plan

@@ -53,15 +53,25 @@ SCALAR = "scalar"  # str, number, bool or null: usable as a dict key or sort key
 OUTCOME = Opt(Obj({"busbw_gbs": Opt(NUMBER), "algbw_gbs": Opt(NUMBER), "time_us": Opt(NUMBER), "wrong": Opt(NUMBER)}))
 
 FACTS = MapOf(Opt(Obj({})))
-# The facts the report reads beyond "some object": flattened for the differences, the clock and mesh charts.
-KNOWN_FACTS = {
-    "torch-build": Obj({}),
-    "env-vars": Obj({"vars": Opt(MapOf(ANY))}),
-    "packages": Obj({"packages": Opt(ListOf(SCALAR))}),
-    "gpu": Obj({"gpus": Opt(ListOf(Obj({})))}),
-    "clock-skew": Obj({"offset_ms": Opt(NUMBER), "bound_ms": Opt(NUMBER)}),
-    "mesh": Obj({"probes": Opt(ListOf(Obj({"peer": TEXT, "error_class": Opt(SCALAR)}, required=("peer",))))}),
-}
+# A check's own facts are its business: their shape is declared by the check (``Check.facts_shape``, plain
+# data read by ``from_spec``) and checked here for the installed checks, the ones whose contract may be
+# derived from those facts (a document written before the contract). Nothing here names a check.
+SPEC_NAMES = {"number": NUMBER, "text": TEXT, "scalar": SCALAR, "any": ANY, "object": Obj({})}
+
+
+def from_spec(spec: Any) -> Any:
+    """A declared facts shape as this module's shapes: a dict is an object whose listed keys, when present and
+    not null, have the given shapes; ``[X]`` a list of X; "number", "text", "scalar", "any" or "object", with
+    a trailing "?" when null is allowed too. A spec outside this grammar is a ValueError."""
+    if isinstance(spec, dict):
+        return Obj({str(k): Opt(from_spec(v)) for k, v in spec.items()})
+    if isinstance(spec, list) and len(spec) == 1:
+        return ListOf(from_spec(spec[0]))
+    if isinstance(spec, str) and spec.rstrip("?") in SPEC_NAMES:
+        inner = SPEC_NAMES[spec.rstrip("?")]
+        return Opt(inner) if spec.endswith("?") else inner
+    raise ValueError(f"not a facts shape: {spec!r}")
+
 
 COMMON = {"schema": TEXT, "schema_version": NUMBER, "kind": TEXT, "run_id": Opt(TEXT), "created": Opt(SCALAR),
           "tool_version": Opt(SCALAR), "verdict": OneOf(LEVELS), "exit_code": Opt(NUMBER)}
@@ -108,15 +118,22 @@ BODIES = {
 }
 
 
-def check_document(doc: Mapping, name: str) -> None:
-    """Raise a UsageError naming the file and the first key whose value has the wrong shape."""
+def check_document(doc: Mapping, name: str, facts_shapes: Mapping[str, Any] | None = None) -> None:
+    """Raise a UsageError naming the file and the first key whose value has the wrong shape. ``facts_shapes``:
+    each installed check's declared ``facts_shape`` by name (its facts are checked against it)."""
     kind = doc.get("kind")
     body = BODIES[kind]
     check(doc, Obj({**COMMON, **body.keys}, required=body.required), name, "")
+    shapes = {}
+    for check_name, spec in (facts_shapes or {}).items():
+        try:
+            shapes[check_name] = from_spec(spec)
+        except ValueError:  # a plugin's malformed declaration: its facts are simply not checked
+            continue
     for node, data in (doc.get("nodes") or {}).items() if kind == "preflight" else ():
         for check_name, facts in (data.get("facts") or {}).items():
-            if check_name in KNOWN_FACTS and facts is not None:
-                check(facts, KNOWN_FACTS[check_name], name, f"nodes.{node}.facts.{check_name}")
+            if check_name in shapes and facts is not None:
+                check(facts, shapes[check_name], name, f"nodes.{node}.facts.{check_name}")
 
 
 def check(value: Any, shape: Any, name: str, where: str) -> None:

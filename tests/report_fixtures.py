@@ -43,7 +43,7 @@ def preflight(n: int = 8, evil: bool = True, seed: int = 0, run_id: str | None =
             "gpu": {"driver_version": "550.54", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}] * 8},
             "names": {"route_to_master": {"iface": iface[0], "addr": f"10.0.{i // 250}.{i % 250}", "mtu": iface[1],
                                           "up": True}},
-            "clock-skew": {"offset_ms": offset, "bound_ms": bound, "reference": i == 0},
+            "clock-skew": {"offset_ms": offset, "bound_ms": bound, "reference": i == 0, "warn_ms": 100.0},
             "mesh": {"probes": probes},
         }, "gather": {}}
         for check in ("torch-build", "packages", "env-vars", "gpu", "network", "names", "resources", "clock-skew",

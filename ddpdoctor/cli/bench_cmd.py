@@ -8,6 +8,7 @@ import tempfile
 import click
 
 from ..errors import UsageError
+from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from . import common
 
@@ -119,11 +120,11 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
     if launched:
         run_in_this_process(cfg.to_json())
         if int(os.environ.get("RANK", "0")) != 0:
-            return 0  # rank 0 speaks for the job
+            return ExitCode.OK  # rank 0 speaks for the job
     else:
         start_ranks(cfg.to_json(), plan)
     if not os.path.exists(cfg.result_path):
-        return 0  # a node other than the one holding global rank 0
+        return ExitCode.OK  # a node other than the one holding global rank 0
     from ..bench.render import render
 
     return common.emit(documents.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,

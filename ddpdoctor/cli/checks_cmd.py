@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..exitcodes import ExitCode
 from . import common
 
 
@@ -22,7 +23,7 @@ def checks(as_json: bool) -> int:
     loaded = discover()
     if as_json:
         common.print_json([lc.describe() for lc in loaded])
-        return 0
+        return ExitCode.OK
     from rich.table import Table
     from rich.text import Text
 
@@ -37,4 +38,4 @@ def checks(as_json: bool) -> int:
     common.console().print(table)
     if not common.STATE.verbose:
         print("options: ddpdoctor checks -v", flush=True)
-    return 0
+    return ExitCode.OK

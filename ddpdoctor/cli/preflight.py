@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from . import common
 
@@ -78,7 +79,8 @@ def _worker_argv(params: dict):
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these checks.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="ddpdoctor.toml with [run] and [checks.NAME] tables.")
 @click.option("--set", "sets", multiple=True, metavar="CHECK.KEY=VALUE", help="Override a check option, e.g. clock-skew.warn_ms=200.")
-@click.option("--perf", is_flag=True, help="Also measure every GPU (GEMM, memory and host copy bandwidth): gpu-perf.")
+@click.option("--perf", is_flag=True, help="Also run the opt-in measurements (checks declaring opt_in = \"perf\"; "
+              "built in: gpu-perf, every GPU's GEMM, memory and host copy bandwidth).")
 @click.option("--gpus-per-node", type=click.IntRange(min=0, max=4096), help="GPUs every node must have; fewer is a fail.")
 @click.option("--master", metavar="HOST:PORT", envvar="DDPDOCTOR_MASTER",
               help="Where the nodes meet (node rank 0 hosts it). Default: $MASTER_ADDR:$MASTER_PORT with --nnodes.")
@@ -138,7 +140,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     request = engine.PreflightRequest.from_params(dict(params, output_dir=str(written_to) if written_to else None))
     doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(params))
     if doc is None:
-        return 0  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
+        return ExitCode.OK  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 
     # The master's document holds every node's facts; the others write their own view beside it.
     if doc.get("scope") == "cluster":

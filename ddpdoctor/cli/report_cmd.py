@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..exitcodes import ExitCode
 from . import common
 
 
@@ -55,7 +56,7 @@ def report(files, output, results_dir):
                                         + ", ".join(Path(f).name for f in files)), soft_wrap=True)
         common.console().print(Text(f"wrote {target} ({target.stat().st_size / 1024:.0f} KiB, "
                                     f"{len(docs)} file{'s' if len(docs) != 1 else ''})"), soft_wrap=True)
-    return 0
+    return ExitCode.OK
 
 
 def latest_run(root: Path) -> tuple[Path, list[str]]:

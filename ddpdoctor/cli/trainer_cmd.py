@@ -47,7 +47,6 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
       ddpdoctor run-trainer --nproc-per-node 2 --steps 50
       ddpdoctor run-trainer --nnodes 2 --nproc-per-node 8 --master node0:29500 -- train.py --lr 3e-4
     """
-    from .. import documents
     from ..launch.config import TrainerConfig, validate
     from ..launch.gate import run_preflight
     from .preflight import request_from_args
@@ -56,20 +55,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
-    args = list(script_and_args)
-    script = module = None
-    if args and args[0].endswith(".py"):
-        script, args = args[0], args[1:]
-    elif args and args[0] == "-m":
-        if len(args) < 2:
-            raise UsageError("-m: expected a module name after it, e.g. -- -m package.train")
-        module, args = args[1], args[2:]
-    elif args and not args[0].startswith("-"):
-        raise UsageError(f"{args[0]!r}: expected a Python script (.py), -m MODULE, or trainer options after --")
-    if steps is not None:
-        if script or module:
-            raise UsageError("--steps is the reference trainer's; pass your script's own options after it")
-        args = ["--steps", str(steps), *args]
+    script, module, args = what_to_run(list(script_and_args), steps)
     try:
         extra_preflight = shlex.split(preflight_args)
     except ValueError as exc:
@@ -82,7 +68,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                                  script=script, module=module, script_args=args))
     pre = None
     if not no_preflight:
-        pre = run_preflight(cfg, request, quiet=as_json or common.STATE.quiet)
+        pre = run_preflight(cfg, request, show=None if as_json or common.STATE.quiet else show_preflight)
         if pre["verdict"] == "fail":
             if not force:
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
@@ -97,7 +83,36 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                            render=render)
     except UsageError as exc:
         unwritten.append(str(exc))
-        code = documents.EXIT_USAGE
+        code = ExitCode.USAGE
     if unwritten:
         raise UsageError("; ".join(unwritten))
     return code
+
+
+def what_to_run(args: list[str], steps: int | None) -> tuple[str | None, str | None, list[str]]:
+    """(script, module, its arguments) from what follows ``--``: a .py script, -m MODULE, or the reference
+    trainer's own options (``--steps`` is the reference trainer's only)."""
+    script = module = None
+    if args and args[0].endswith(".py"):
+        script, args = args[0], args[1:]
+    elif args and args[0] == "-m":
+        if len(args) < 2:
+            raise UsageError("-m: expected a module name after it, e.g. -- -m package.train")
+        module, args = args[1], args[2:]
+    elif args and not args[0].startswith("-"):
+        raise UsageError(f"{args[0]!r}: expected a Python script (.py), -m MODULE, or trainer options after --")
+    if steps is not None:
+        if script or module:
+            raise UsageError("--steps is the reference trainer's; pass your script's own options after it")
+        args = ["--steps", str(steps), *args]
+    return script, module, args
+
+
+def show_preflight(doc: dict) -> None:
+    """The gate's preflight on stderr: one summary per cluster, the master's (srun merges outputs)."""
+    from ..report.console import render_preflight, render_worker_line, stderr_console
+
+    if doc.get("role") == "worker":
+        render_worker_line(doc, stderr_console(), hints=False)
+    else:
+        render_preflight(doc, stderr_console(), verbose=0, quiet=True)

@@ -1,6 +1,7 @@
 """Who the others waited for, from what a finished job left: the ranks' errors and, when there are some, their
 flight-recorder dumps. A rank that timed out inside a collective waited; it is never the root cause.
 
+- ``judge``: the root cause is the earliest failure that is not a consequence, everything else a consequence;
 - ``refine_timeouts``: a timed-out rank's fix, with its own process-group timeout (never advising a
   --hang-timeout above it);
 - ``blame_the_absent``: no dump: the ranks that never timed out and were stopped by the launcher are the likely
@@ -14,7 +15,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .postmortem import FRAME, LIBRARY, RankFailure, Verdict, global_rank_of
+from .classify import FRAME, LIBRARY, RankFailure, Verdict
+from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
 TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms", re.I)
@@ -68,6 +70,25 @@ def waited_call(f: RankFailure) -> tuple[str, str | None]:
     return op or "a collective", where or f.location
 
 
+def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
+    """Root cause: the earliest failure that is not a consequence; everything else is a consequence."""
+    if not failures:
+        return None, []
+    real = [f for f in failures if not f.victim]
+    # A collective timeout is a consequence when anything else went wrong first.
+    primary = [f for f in real if f.category != "timeout"] or real or failures
+    root = min(primary, key=lambda f: (f.timestamp if f.timestamp is not None else float("inf"), f.rank or 0))
+    rest = []
+    for f in failures:
+        if f is root:
+            continue
+        if not f.reason:
+            f.reason = "failed after the root cause"
+        f.victim = True
+        rest.append(f)
+    return root, rest
+
+
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
                      host: str) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
@@ -89,49 +110,71 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     inside = timed_out + [f for f in fails if f.category == "peer_lost" and f.rank not in waited
                           and waited_call(f)[0] != "a collective"]
     calls = {f.rank: waited_call(f) for f in inside}
-    where = ", ".join(f"rank {r}: {c[0]}" + (f" at {c[1]}" if c[1] else "") for r, c in sorted(calls.items(), key=_key))
     if stopped or silent:
-        culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
-        names = ", ".join(_name(f) for f in culprits)
-        how = ("stopped by the launcher" if stopped else "left no error") + " without ever timing out"
-        new = RankFailure(
-            rank=culprits[0].rank, local_rank=culprits[0].local_rank, host=culprits[0].host, exit_code=culprits[0].exit_code,
-            signal=culprits[0].signal, attempt=culprits[0].attempt, category="hang", error_type="likely_missing_rank",
-            message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
-                     f"({where}); no flight-recorder dump says for certain"),
-            location=None,
-            fix=("look at what " + names + " was doing (its stack is not in the logs: it was stopped without one); "
-                 + hang_timeout_advice(pg)))
-        out = [f for f in fails if f not in stopped]
-        for f in out:
-            f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
-                                        else f.reason or "failed after the root cause")
-        for f in culprits[1:]:
-            f.victim, f.reason = False, "likely culprit too: " + how
-        return new, culprits[1:] + out
+        return _blame_the_quiet(fails, timed_out, stopped, silent, calls, pg)
     # Every failed rank timed out: the call a minority waited in is the odd one (a rank-guarded barrier).
     counts = Counter(calls.values()).most_common()
     if len(counts) > 1 and counts[0][1] > counts[1][1]:
-        odd = sorted((f for f in inside if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
-        op, site = calls[odd[0].rank]
-        new = RankFailure(
-            rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
-            attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
-            message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
-                     f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
-                     + " (each inside its own collective when the job ended: they waited for each other)"),
-            fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
-                "`if rank == 0: dist.barrier()`)")
-        for f in fails:
-            f.victim = True
-            f.reason = (f"{'timed out' if f.category == 'timeout' else 'waited'} in {calls[f.rank][0]}"
-                        + ("" if f in odd else f" for {_name(odd[0])}")) if f.rank in calls else f.reason
-        return new, fails
-    no_majority = len(counts) > 1
+        return _blame_the_odd_call(fails, inside, calls, counts)
+    return _stuck_collective(fails, timed_out, calls, len(counts) > 1, host, pg)
+
+
+def _where(calls: dict) -> str:
+    """Each rank's call as a sentence: "rank 0: all_reduce at train.py:12, rank 1: barrier"."""
+    return ", ".join(f"rank {r}: {c[0]}" + (f" at {c[1]}" if c[1] else "") for r, c in sorted(calls.items(), key=_key))
+
+
+def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], stopped: list[RankFailure],
+                     silent: list[RankFailure], calls: dict, pg: float | None) -> tuple[RankFailure, list[RankFailure]]:
+    """The ranks the launcher stopped without their ever timing out, or that left no error: likely culprits."""
+    culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
+    names = ", ".join(_name(f) for f in culprits)
+    how = ("stopped by the launcher" if stopped else "left no error") + " without ever timing out"
+    first = culprits[0]
+    new = RankFailure(
+        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=first.exit_code,
+        signal=first.signal, attempt=first.attempt, category="hang", error_type="likely_missing_rank",
+        message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
+                 f"({_where(calls)}); no flight-recorder dump says for certain"),
+        location=None,
+        fix=("look at what " + names + " was doing (its stack is not in the logs: it was stopped without one); "
+             + hang_timeout_advice(pg)))
+    out = [f for f in fails if f not in stopped]
+    for f in out:
+        f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
+                                    else f.reason or "failed after the root cause")
+    for f in culprits[1:]:
+        f.victim, f.reason = False, "likely culprit too: " + how
+    return new, culprits[1:] + out
+
+
+def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], calls: dict,
+                        counts: list) -> tuple[RankFailure, list[RankFailure]]:
+    """Every failed rank timed out and a minority waited in another call: that minority is the likely desync."""
+    odd = sorted((f for f in inside if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
+    op, site = calls[odd[0].rank]
+    new = RankFailure(
+        rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
+        attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
+        message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
+                 f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
+                 + " (each inside its own collective when the job ended: they waited for each other)"),
+        fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
+            "`if rank == 0: dist.barrier()`)")
+    for f in fails:
+        f.victim = True
+        f.reason = (f"{'timed out' if f.category == 'timeout' else 'waited'} in {calls[f.rank][0]}"
+                    + ("" if f in odd else f" for {_name(odd[0])}")) if f.rank in calls else f.reason
+    return new, fails
+
+
+def _stuck_collective(fails: list[RankFailure], timed_out: list[RankFailure], calls: dict, no_majority: bool,
+                      host: str, pg: float | None) -> tuple[RankFailure, list[RankFailure]]:
+    """Every rank timed out and no minority stands out: the collective itself, or a tie nobody can break."""
     new = RankFailure(
         rank=None, local_rank=None, host=host, exit_code=None, attempt=timed_out[0].attempt, category="hang",
         error_type="desync_no_majority" if no_majority else "stuck_collective",
-        message=(f"every rank timed out inside a collective ({where}): " + (
+        message=(f"every rank timed out inside a collective ({_where(calls)}): " + (
             f"no majority among {len(calls)} rank(s) says whose call is wrong" if no_majority else
             "none of them completed it (the communication, or a rank frozen inside it)")),
         fix=("make every rank issue the same collectives in the same order" if no_majority else

@@ -179,40 +179,9 @@ def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dump
                   "waiting_ranks": in_top, "call_site": site,
                   "ops": {str(r): op_of(e) for r, e in sorted(calls_at_top.items())}}
     if missing:
-        behind = {str(r): views[r]["enqueued"] for r in missing}
-        collective["last_seq"] = {**behind, **{str(r): top for r in in_top}}
-        for r in missing:  # where a rank known only from its record was last seen: its last collective's call
-            last = views[r]["entries"].get(views[r]["enqueued"])
-            if last is not None:
-                collective.setdefault("last_calls", {})[str(r)] = {
-                    "seq": views[r]["enqueued"], "op": op_of(last), **(fr_site(last) or {})}
-        return _verdict("missing_rank", missing, evidence, sites, collective,
-                        f"rank(s) {_list(missing)} never entered {collective['op']} #{top} (process group {pg}) "
-                        f"that rank(s) {_list(in_top)} " + ("entered (last sequence ids: " + ", ".join(
-                            f"rank {r}: {s}" for r, s in sorted(collective["last_seq"].items(), key=lambda x: int(x[0])))
-                            + ")" if dumps else "wait in"), silent=silent)
+        return _missing_verdict(pg, top, views, missing, in_top, collective, evidence, sites, silent, dumps)
     if len(set(sigs.values())) > 1:
-        calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
-                          **(fr_site(calls_at_top[r]) or sites.get(r) or {})} for r in sorted(sigs)}
-        collective["calls"] = calls
-        what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']} at {c.get('where', '?')}"
-                         for r, c in calls.items())
-        if majority is not None:
-            odd = sorted(r for r, s in sigs.items() if s != majority)
-            why = (f"rank(s) {_list(odd)} differ from the {sum(1 for s in sigs.values() if s == majority)} "
-                   f"rank(s) that agree ({majority[0]} {majority[1]} {majority[2]})")
-            return _verdict("desync", odd, evidence, sites, collective,
-                            f"collective #{top} (process group {pg}) differs across ranks: {why}; {what}",
-                            silent=silent)
-        # No majority (two ranks, or two equal camps): the call new to this job is odd (a rank-guarded
-        # `dist.barrier()`); else no rank is named rather than one picked by its order.
-        odd = _new_calls(top, sigs, views)
-        why = (f"no majority among {len(sigs)} rank(s); the call of rank(s) {_list(odd)} appears nowhere earlier in "
-               "the job" if odd else f"no majority among {len(sigs)} rank(s): either side may be the wrong one")
-        out = _verdict("desync", odd, evidence, sites, collective,
-                       f"collective #{top} (process group {pg}) differs across ranks ({why}): {what}", silent=silent)
-        out["no_majority"] = True
-        return out
+        return _desync_verdict(pg, top, views, sigs, calls_at_top, majority, collective, evidence, sites, silent)
     if silent:
         return _verdict("missing_rank", silent, evidence, sites, collective,
                         f"rank(s) {_list(in_top)} {'entered' if dumps else 'wait in'} {collective['op']} #{top}; "
@@ -224,6 +193,49 @@ def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dump
     return _verdict("stuck_collective", in_top, evidence, sites, collective,
                     f"every rank is inside {collective['op']} #{top} (process group {pg}) and none completes; "
                     f"hosts: {', '.join(hosts)}")
+
+
+def _missing_verdict(pg: str, top: int, views: dict[int, dict], missing: list[int], in_top: list[int],
+                     collective: dict, evidence: dict, sites: dict, silent: list[int], dumps: bool) -> dict:
+    """Ranks whose last sequence id is below ``top`` never entered the collective the others are in."""
+    behind = {str(r): views[r]["enqueued"] for r in missing}
+    collective["last_seq"] = {**behind, **{str(r): top for r in in_top}}
+    for r in missing:  # where a rank known only from its record was last seen: its last collective's call
+        last = views[r]["entries"].get(views[r]["enqueued"])
+        if last is not None:
+            collective.setdefault("last_calls", {})[str(r)] = {
+                "seq": views[r]["enqueued"], "op": op_of(last), **(fr_site(last) or {})}
+    return _verdict("missing_rank", missing, evidence, sites, collective,
+                    f"rank(s) {_list(missing)} never entered {collective['op']} #{top} (process group {pg}) "
+                    f"that rank(s) {_list(in_top)} " + ("entered (last sequence ids: " + ", ".join(
+                        f"rank {r}: {s}" for r, s in sorted(collective["last_seq"].items(), key=lambda x: int(x[0])))
+                        + ")" if dumps else "wait in"), silent=silent)
+
+
+def _desync_verdict(pg: str, top: int, views: dict[int, dict], sigs: dict, calls_at_top: dict, majority,
+                    collective: dict, evidence: dict, sites: dict, silent: list[int]) -> dict:
+    """The ranks at ``top`` called different collectives (op, sizes or dtypes): the minority, or no one."""
+    calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
+                      **(fr_site(calls_at_top[r]) or sites.get(r) or {})} for r in sorted(sigs)}
+    collective["calls"] = calls
+    what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']} at {c.get('where', '?')}"
+                     for r, c in calls.items())
+    if majority is not None:
+        odd = sorted(r for r, s in sigs.items() if s != majority)
+        why = (f"rank(s) {_list(odd)} differ from the {sum(1 for s in sigs.values() if s == majority)} "
+               f"rank(s) that agree ({majority[0]} {majority[1]} {majority[2]})")
+        return _verdict("desync", odd, evidence, sites, collective,
+                        f"collective #{top} (process group {pg}) differs across ranks: {why}; {what}",
+                        silent=silent)
+    # No majority (two ranks, or two equal camps): the call new to this job is odd (a rank-guarded
+    # `dist.barrier()`); else no rank is named rather than one picked by its order.
+    odd = _new_calls(top, sigs, views)
+    why = (f"no majority among {len(sigs)} rank(s); the call of rank(s) {_list(odd)} appears nowhere earlier in "
+           "the job" if odd else f"no majority among {len(sigs)} rank(s): either side may be the wrong one")
+    out = _verdict("desync", odd, evidence, sites, collective,
+                   f"collective #{top} (process group {pg}) differs across ranks ({why}): {what}", silent=silent)
+    out["no_majority"] = True
+    return out
 
 
 def _majority(sigs: dict[int, tuple]) -> tuple | None:

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import pickle
+import re
 import stat
 import struct
 from pathlib import Path
@@ -366,3 +367,9 @@ def tree_fits(obj: Any, name: str, nodes: int = TREE_NODES, depth: int = TREE_DE
             return False
         stack.extend((c, level + 1) for c in children)
     return True
+
+
+def global_rank_of(rank_dir: Path) -> int | None:
+    """torch prefixes a worker's traceback lines with its global rank: `[rank5]: ...`."""
+    m = re.search(r"^\[rank(\d{1,9})\]:", read_tail(rank_dir / "stderr.log"), re.M)
+    return int(m.group(1)) if m else None

@@ -1,9 +1,8 @@
 """The hang watchdog: no rank makes progress for longer than the threshold (calibrated, or --hang-timeout) ->
-collect every rank's flight recorder, stacks and process state, judge (collectives.py), stop the job."""
+collect every rank's flight recorder, stacks and process state, judge (collectives.py), stop the job (procs.py)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import threading
@@ -11,6 +10,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from .procs import py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 
 COLLECTIVE_FRAMES = ("all_reduce", "allreduce", "barrier", "backward", "wait", "broadcast", "all_gather",
                      "reduce_scatter", "_engine_run_backward", "all_to_all", "recv", "send")
@@ -38,15 +39,6 @@ def progress_mark(run_dir: Path, logs: Path) -> float:
             except OSError:
                 continue
     return newest
-
-
-def workers(agent_pid: int) -> list[psutil.Process]:
-    """The agent's worker processes: its direct children (a rank's own children, DataLoader workers, carry
-    the same RANK and must not stand in for it)."""
-    try:
-        return [c for c in psutil.Process(agent_pid).children() if "python" in c.name().lower()]
-    except psutil.Error:
-        return []
 
 
 def behind(steps: dict[int, int], stacks: dict[int, str]) -> list[int]:
@@ -319,7 +311,7 @@ class Watchdog:
         """Every rank's evidence at once (threads: a rank that does not answer costs its timeout only once)."""
         from . import forensics
 
-        by_rank = {rank: p for p, rank in zip(procs, _ranks(procs)) if rank is not None}
+        by_rank = {rank: p for p, rank in zip(procs, rank_per_process(procs)) if rank is not None}
         evidence: dict[int, dict] = {}
 
         def one(rank: int, proc: psutil.Process) -> None:
@@ -358,21 +350,7 @@ class Watchdog:
             text = path.read_text(errors="replace")[before.get(path, 0):]
             if text.strip():
                 out[int(path.stem[4:])] = text
-        return out or _py_spy(procs)
-
-
-def _ranks(procs: list[psutil.Process]) -> list[int | None]:
-    out = []
-    for p in procs:
-        try:
-            out.append(int(p.environ().get("RANK", "")))
-        except (psutil.Error, ValueError):
-            out.append(None)
-    return out
-
-
-def ranks_of(procs: list[psutil.Process]) -> list[int]:
-    return sorted(r for r in _ranks(procs) if r is not None)
+        return out or py_spy_stacks(procs)
 
 
 def _thin(fr: dict | None, keep: int = 20) -> dict | None:
@@ -380,65 +358,3 @@ def _thin(fr: dict | None, keep: int = 20) -> dict | None:
     if not fr:
         return None
     return {"pg_status": fr.get("pg_status"), "entries": (fr.get("entries") or [])[-keep:]}
-
-
-def _py_spy(procs) -> dict[int, str]:
-    """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside."""
-    from .config import py_spy
-
-    tool = py_spy()
-    if not tool:
-        return {}
-    import subprocess
-
-    out = {}
-    for p in procs:
-        try:
-            rank = int(p.environ().get("RANK", "-1"))
-            res = subprocess.run([tool, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
-            out[rank] = res.stdout
-        except (psutil.Error, OSError, subprocess.TimeoutExpired, ValueError):
-            continue
-    return out
-
-
-def family(pid: int) -> list[psutil.Process]:
-    """A process and all its descendants, as they are now (torchrun's workers outlive it if it is killed)."""
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def reap(procs: list[psutil.Process], grace: float) -> None:
-    """Wait up to ``grace`` for the processes to end, then SIGKILL what is left."""
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-
-
-def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
-               known: list[psutil.Process] | None = None) -> None:
-    """Signal the agent (it stops its workers; ``sig=None``: it has the signal already); whatever is left after
-    the grace period gets SIGKILL. The agent itself is waited for through its Popen only: a second waitpid
-    here would reap it and leave the caller's Popen without its exit code."""
-    import subprocess
-
-    deadline = time.monotonic() + grace
-    kids = (known or []) + family(agent.pid)[1:]
-    if sig is not None:
-        try:
-            os.kill(agent.pid, sig)
-        except ProcessLookupError:
-            pass
-    try:
-        agent.wait(grace)
-    except subprocess.TimeoutExpired:
-        kids += family(agent.pid)[1:]
-        agent.kill()
-    reap(kids, max(0.0, deadline - time.monotonic()))

@@ -59,10 +59,3 @@ def start_info(records: Path, resumed_run: str | None) -> dict:
         return {"fresh": True}
     return {"fresh": False, "from_run": resumed_run, "step": (data or {}).get("step"),
             "snapshot": (data or {}).get("snapshot")}
-
-
-def describe_start(start: dict | None) -> str:
-    if not start or start.get("fresh", True):
-        return "fresh"
-    step = start.get("step")
-    return f"resumed from run {start.get('from_run')}" + (f" at step {step}" if step is not None else "")

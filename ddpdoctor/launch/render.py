@@ -10,8 +10,6 @@ from ..report.console import T  # safe_text, then Text: another process's escape
 
 
 def render(doc: dict, console: Console) -> None:
-    from .records import describe_start
-
     s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
@@ -64,6 +62,14 @@ def render(doc: dict, console: Console) -> None:
 def _tool(doc: dict) -> str:
     """Which command wrote the document: `ddpdoctor postmortem` describes a log dir and writes no run.json."""
     return "postmortem" if (doc.get("config") or {}).get("source") == "postmortem" else "run-trainer"
+
+
+def describe_start(start: dict | None) -> str:
+    """How the run started, from the document's "start" (records.start_info): fresh, or resumed from a run."""
+    if not start or start.get("fresh", True):
+        return "fresh"
+    step = start.get("step")
+    return f"resumed from run {start.get('from_run')}" + (f" at step {step}" if step is not None else "")
 
 
 def records_line(doc: dict) -> str | None:

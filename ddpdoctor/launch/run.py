@@ -1,14 +1,12 @@
 """Running a job: torchrun as a child (its output passed through), the hang watchdog beside it, then the
-post-mortem and the run-trainer document (run.json). SIGTERM or Ctrl-C stops torchrun, which stops its
-workers; what is left after a grace period is killed, so nothing outlives the command, and the post-mortem
-still runs."""
+post-mortem and the run-trainer document (run.json, built by ``outcome``). SIGTERM or Ctrl-C stops
+torchrun, which stops its workers; what is left after a grace period is killed, so nothing outlives the
+command, and the post-mortem still runs."""
 from __future__ import annotations
 
 import collections
-import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,13 +16,11 @@ from pathlib import Path
 from .. import documents
 from ..errors import UsageError
 from ..redact import redact_text
-from . import attribution, evidence_io, hang, postmortem, records, torchrun
+from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
-from ..exitcodes import ExitCode
 from ..lifetime import die_with_parent
-from .config import TrainerConfig, node_label, resumed_run, socket_dir
-
-MAX_POINTS = 500
+from .config import TrainerConfig, node_label, socket_dir
+from .outcome import blame_the_disk, build_document, collectives_summary
 
 
 class Terminal:
@@ -204,13 +200,13 @@ class StopOnSignal:
     def _start_stopping(self) -> None:
         if self.terminal is not None:
             self.terminal.mute()
-        self._known = hang.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
+        self._known = procs.family(self.proc.pid)[1:]  # now: the workers, before torchrun can exit without them
         self._stopper = threading.Thread(target=self._stop, name="ddpdoctor-stop", daemon=True)
         self._stopper.start()
 
     def _stop(self) -> None:
         noticed = self.agent_noticed.wait(2.0)
-        hang.stop_agent(self.proc, self.grace, sig=None if noticed else self.signum, known=self._known)
+        procs.stop_agent(self.proc, self.grace, sig=None if noticed else self.signum, known=self._known)
 
 
 def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = False,
@@ -281,196 +277,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             problems.append(str(exc))
         if problems:
             doc["unwritten"] = problems
-            _blame_the_disk(doc, problems, Path(cfg.run_dir))
+            blame_the_disk(doc, problems, Path(cfg.run_dir))
     return doc
 
 
-def _blame_the_disk(doc: dict, problems: list[str], run_dir: Path) -> None:
-    """A failure whose records say nothing, on a run dir that could not be written: the full disk is the
-    likely cause (the ranks' logs and error files were lost the same way), so the root cause says so."""
-    rc = doc.get("root_cause")
-    if not rc or rc.get("message") or rc.get("category") not in ("unknown", None):
-        return
-    rc["message"] = f"the ranks left no readable record, and {problems[0]}"
-    rc["fix"] = (f"free space where --run-dir points ({run_dir}) or point --run-dir at a disk with room, then "
-                 "rerun: the ranks' logs, error files and run.json are written there")
-
-
-def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
-    out = {}
-    for path in sorted((run_dir / "metrics").glob("rank*.jsonl")):
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
-        stride = max(1, len(rows) // MAX_POINTS)
-        out[path.stem[4:]] = rows[::stride] if stride > 1 else rows
-    return out
-
-
-def metrics_summary(metrics: dict[str, list[dict]]) -> dict:
-    if not metrics:
-        return {}
-    rank0 = metrics.get("0") or next(iter(metrics.values()))
-    per_rank_tps = [sum(r["tokens_per_s"] for r in rows) / len(rows) for rows in metrics.values() if rows]
-    steps = [r["step_time_s"] for rows in metrics.values() for r in rows]
-    return {
-        "steps": max((r["step"] for rows in metrics.values() for r in rows), default=0),
-        "first_loss": rank0[0]["loss"] if rank0 else None,
-        "final_loss": rank0[-1]["loss"] if rank0 else None,
-        "tokens_per_s_mean": round(sum(per_rank_tps), 1),  # the job's throughput: every rank's share added
-        "step_time_s_mean": round(sum(steps) / len(steps), 5) if steps else None,
-        "peak_mem_bytes": max((r.get("peak_mem_bytes") or 0 for rows in metrics.values() for r in rows), default=0),
-        "ranks": len(metrics),
-    }
-
-
-def collectives_summary(summary: dict) -> dict:
-    ranks = summary.get("ranks") or {}
-    done = [r["completed"] for r in ranks.values() if r.get("completed") is not None]
-    gaps = sorted(r["interval_s_median"] for r in ranks.values() if r.get("interval_s_median") is not None)
-    straggler = summary.get("straggler") or {}
-    return {"collectives": max(done) if done else 0, "collective_interval_s": gaps[len(gaps) // 2] if gaps else None,
-            "ranks": len(ranks), "straggler_rank": straggler.get("rank"),
-            "straggler_late_s": straggler.get("late_s_median")}
-
-
-def checksums(run_dir: Path) -> bool | None:
-    path = run_dir / "checksums.jsonl"
-    if not path.exists():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return all(r.get("equal") for r in rows) if rows else None
-
-
-def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
-    """A job that failed without a hang (a collective mismatch gloo aborts at once): the flight records the
-    ranks wrote as they ended (at exit, or on the launcher's SIGTERM) say whose call differs from the majority's,
-    or who was behind; attribution.adopt decides whether they outrank the first failure."""
-    from .fr_dumps import find_dumps, judge_dumps
-
-    attribution.adopt(verdict, judge_dumps(find_dumps([run_dir / "flight_recorder"])))
-
-
-def hang_root_cause(report: dict) -> dict:
-    verdict = report.get("verdict") or {}
-    culprits = verdict.get("culprits") or []
-    ranks = [c["rank"] for c in culprits] or report.get("stalled_ranks") or []
-    threshold = report.get("threshold") or {}
-    first = culprits[0] if culprits else {}
-    if verdict:
-        message = f"{verdict['summary']} (no progress for {report['stalled_s']:.0f} s; threshold " \
-                  f"{threshold.get('seconds')} s, {threshold.get('source')})"
-    else:
-        who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
-        message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
-    return postmortem.RankFailure(
-        rank=ranks[0] if ranks else None, local_rank=None, host=first.get("host") or socket.gethostname(),
-        exit_code=None, category="hang", error_type=verdict.get("class", "Hang"), message=message,
-        location=first.get("where") or _hang_location(report, ranks),
-        traceback="\n".join(f"--- rank {r} ---\n{s}" for r, s in report.get("stacks", {}).items()),
-        fix=verdict.get("fix") or "look at the stack of the rank(s) behind: a rank that never reaches the "
-            "collective the others wait in (a data loader stall, a rank-dependent branch, a deadlock) hangs the job",
-    ).to_json()
-
-
-def _hang_location(report: dict, ranks: list[int]) -> str | None:
-    """Without a verdict (no flight recorder answered): the innermost user frame of a stalled rank's stack."""
-    for r in ranks:
-        frames = postmortem.FRAME.findall(report.get("stacks", {}).get(str(r), ""))
-        for file, line, _ in frames:  # faulthandler prints the innermost frame first
-            if not any(part in file for part in postmortem.LIBRARY):
-                return f"{file}:{line}"
-    return None
-
-
-def hang_consequences(report: dict) -> list[dict]:
-    """The ranks that waited for the culprit, each with where it waited."""
-    verdict = report.get("verdict") or {}
-    coll = verdict.get("collective") or {}
-    culprits = ", ".join(str(c["rank"]) for c in verdict.get("culprits", []))
-
-    def waited(c: dict) -> str:  # each rank's own op: a barrier's waiters and an all_reduce's are not the same
-        if c.get("waited_in"):
-            return f"waited in {c['waited_in']}"
-        return f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
-
-    return [postmortem.RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"), exit_code=None,
-                                   category="hang", location=c.get("where"), victim=True,
-                                   reason=f"{waited(c)} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
-                                   fix="nothing to fix on this rank: see the root cause").to_json()
-            for c in verdict.get("consequences", [])]
-
-
-def interrupted_root(signum: int) -> dict:
-    name = signal.Signals(signum).name
-    return postmortem.RankFailure(
-        rank=None, local_rank=None, host=socket.gethostname(), exit_code=128 + signum, signal=name,
-        category="interrupted", message=f"run-trainer received {name}: torchrun and every worker were stopped",
-        fix="nothing to fix: the run was stopped on request (continue it with --resume RUN_ID)").to_json()
-
-
-def _said_before(root: dict | None) -> bool:
-    """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
-    return bool(root) and not root["victim"] and root["category"] not in ("unknown", "stopped")
-
-
-def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
-                   hang_report: dict | None, interrupted: int | None = None) -> dict:
-    run_dir = cfg.records()
-    with evidence_io.reading(run_dir) as notes:  # the run's records: every node's logs, the flight-recorder dumps
-        verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
-        if not hang_report and code != 0:
-            adopt_exit_dumps(verdict, run_dir)
-    metrics = read_metrics(run_dir)
-    root = verdict.root_cause.to_json() if verdict.root_cause else None
-    consequences = [f.to_json() for f in verdict.consequences]
-    # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) is
-    # the cause; not so a signal (the watchdog's own SIGKILL after the grace) or a collective timeout.
-    if hang_report and root and not root["victim"] and root["category"] not in ("unknown", "signal", "timeout", "hang"):
-        pass
-    elif hang_report:
-        if root:
-            consequences.insert(0, dict(root, victim=True, reason="stopped by the hang watchdog"))
-        root = hang_root_cause(hang_report)
-        consequences = hang_consequences(hang_report) or consequences
-    elif interrupted and not _said_before(root):
-        # Only a real failure that came before the signal stays the root cause; the rest followed the signal.
-        if root:
-            consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
-        root = interrupted_root(interrupted)
-    failed = code != 0 or hang_report is not None or interrupted is not None
-    if failed and root is None:
-        root = postmortem.RankFailure(
-            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
-            message=f"torchrun exited with code {code} and no rank left an error record",
-            fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
-            log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
-    exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
-    return documents.envelope(
-        "run-trainer",
-        run_id=cfg.rendezvous_id(),
-        config=cfg.to_json(),
-        verdict="fail" if failed else "pass",
-        exit_code=exit_code,
-        interrupted=signal.Signals(interrupted).name if interrupted else None,
-        start=records.start_info(run_dir, resumed_run(cfg)),
-        torchrun_exit_code=code,
-        restarts=max(0, len(verdict.attempts) - 1),
-        attempts=verdict.attempts,
-        wall_s=round(wall, 2),
-        metrics=metrics,
-        metrics_summary=metrics_summary(metrics),
-        checksums_equal=checksums(run_dir),
-        root_cause=root if failed else None,
-        consequences=consequences if failed else [],
-        culprit_ranks=(([c["rank"] for c in (hang_report.get("verdict") or {}).get("culprits", [])]
-                        if hang_report and root and root.get("category") == "hang" else [])
-                       or attribution.culprit_ranks(root, consequences)) if failed else [],
-        hang=hang_report,
-        logs=str(logs),
-        input_notes=notes,
-        preflight=None,
-    )

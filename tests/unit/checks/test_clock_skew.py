@@ -27,3 +27,10 @@ def test_clock_skew_error_bar_at_the_fail_threshold():
     assert res["sure"].actual == {"offset_ms": -1050.0, "bound_ms": 10.0}
     custom = ClockSkewCheck().compare({"n": {"offset_ms": 60.0, "bound_ms": 1.0}}, ClockSkewCheck().with_defaults({"warn_ms": 10, "fail_ms": 50}))
     assert custom[0].level is Level.FAIL  # thresholds are configurable
+
+
+def test_clock_skew_exports_its_offset_and_warning_limit():
+    """The report's clock chart reads only the "clock" export: offset, bound and the limit the run used."""
+    facts = {"offset_ms": 3.2, "bound_ms": 0.1, "rtt_ms": 0.2, "samples": 8, "reference": False, "warn_ms": 5.0}
+    assert ClockSkewCheck().exports(facts) == {"clock": {"offset_ms": 3.2, "bound_ms": 0.1, "limit_ms": 5.0}}
+    assert ClockSkewCheck().exports({}) == {}

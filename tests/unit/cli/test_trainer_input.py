@@ -31,3 +31,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_an_unwritable_output_after_the_run_is_exit_2_not_4(tmp_path, monkeypatch):
+    """The result could not be saved where --output/--report point (a full disk): one line, exit 2. The
+    command used a name that does not exist (documents.EXIT_USAGE) on this path, which made it an exit 4."""
+    from ddpdoctor.cli import common
+    from ddpdoctor.errors import UsageError
+    from ddpdoctor.launch import run
+
+    monkeypatch.setattr(run, "launch", lambda cfg, **kw: {"kind": "run-trainer", "verdict": "pass"})
+
+    def full(doc, **kw):
+        raise UsageError(f"{tmp_path}/out/run.json: cannot write (No space left on device)")
+
+    monkeypatch.setattr(common, "emit", full)
+    script = tmp_path / "job.py"
+    script.write_text("print('hi')\n")
+    p = run_cli("run-trainer", "--no-preflight", "--run-dir", tmp_path / "run", "--", script)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "No space left on device" in p.stderr and "internal error" not in p.stderr.lower()

@@ -204,3 +204,22 @@ def test_report_oversized_input_is_refused_without_reading_it(tmp_path):
     assert_usage_error(proc, "huge.json", "larger than 64 MiB")
     assert int(proc.stdout.strip()) < 400, f"peak RSS {proc.stdout.strip()} MiB"
     assert time.monotonic() - started < 0 + 60  # refused without reading; 60 s: an interpreter's start-up, loaded
+
+
+def test_facts_are_checked_against_the_shape_their_check_declares():
+    """shapes knows no check: the installed checks declare their facts' shape (Check.facts_shape), a plugin
+    the same way; a malformed declaration leaves that check's facts unchecked rather than refusing the file."""
+    from ddpdoctor import shapes
+
+    doc = fx.preflight(n=3, evil=False)
+    node = next(iter(doc["nodes"]))
+    doc["nodes"][node]["facts"]["my-plugin"] = {"temps": [41, None]}
+    shapes.check_document(doc, "p.json", {"my-plugin": {"temps": ["number?"]}})  # null allowed, a string not:
+    doc["nodes"][node]["facts"]["my-plugin"]["temps"] = [41, "hot"]
+    with pytest.raises(UsageError, match=r"facts\.my-plugin\.temps\[1\] should be a number"):
+        shapes.check_document(doc, "p.json", {"my-plugin": {"temps": ["number"]}})
+    shapes.check_document(doc, "p.json", {"my-plugin": {"temps": ["no such type"]}})  # ignored, not a crash
+    assert "KNOWN_FACTS" not in vars(shapes)
+    declared = documents.facts_shapes()
+    assert {"clock-skew", "mesh"} <= set(declared) and all(shapes.from_spec(s) for s in declared.values())
+

@@ -44,3 +44,22 @@ def test_one_entry_returns_the_document_with_groups():
     doc = preflight.run(PreflightRequest(only=("resources",), nnodes=1))
     assert doc["kind"] == "preflight" and doc["scope"] == "node"
     assert [g["check"] for g in doc["groups"]] == ["resources"]
+
+
+def test_perf_turns_on_every_check_that_declares_opt_in_perf_by_its_declaration():
+    """--perf is not tied to a check's name: any installed check with opt_in = "perf" and an "enabled"
+    option is turned on (a plugin's too); a check without the option, or of another group, is left alone."""
+    from ddpdoctor.api import Check, Option
+    from ddpdoctor.registry import LoadedCheck, opt_in_sets
+
+    def loaded(name, opt_in, options):
+        cls = type(name, (Check,), {"name": name, "opt_in": opt_in, "options": options})
+        return LoadedCheck(cls(), "plugin 1.0", f"p:{name}")
+
+    checks = [loaded("disk-bw", "perf", {"enabled": Option(False, "measure")}),
+              loaded("no-switch", "perf", {}), loaded("soak", "soak", {"enabled": Option(False, "x")}),
+              loaded("plain", "", {"enabled": Option(False, "x")})]
+    assert opt_in_sets(checks, ["perf"]) == ("disk-bw.enabled=true",)
+    assert opt_in_sets(checks, []) == ()
+    plan = PreflightRequest(only=("gpu-perf",), perf=False).plan()
+    assert plan.opts_by_check["gpu-perf"]["enabled"] is False

@@ -20,17 +20,10 @@ EXEMPT_FUNCTIONS = {"main"}  # the trainer's main (and any script's main) reads 
 # Still over, to be split (path -> lines today, for the reader; the test reads the file, not this number).
 MODULES_OVER = {
     "ddpdoctor/api.py": 440,
-    "ddpdoctor/launch/hang.py": 444,
-    "ddpdoctor/launch/run.py": 476,
-    "ddpdoctor/report/viewmodel.py": 663,
     "checks/gpu.py": 265,
     "checks/support/nvml.py": 318,
 }
 FUNCTIONS_OVER = {
-    "ddpdoctor/cli/trainer_cmd.py:run_trainer": 64,
-    "ddpdoctor/launch/attribution.py:blame_the_absent": 72,
-    "ddpdoctor/launch/collectives.py:_judge_pg": 71,
-    "ddpdoctor/runner.py:compare_all": 70,
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ddpdoctor.launch.records import describe_start
+from ddpdoctor.launch.render import describe_start
 from ddpdoctor.launch.render import render
 
 

@@ -294,3 +294,20 @@ def test_facts_diff_of_two_nodes_has_no_majority_and_a_baseline_gives_one():
     doc["run"] = {}
     page = html.build_html([doc])
     assert "Facts that differ between nodes" in page and "no majority" in page
+
+
+def test_clock_view_reads_any_checks_clock_export_and_its_limit():
+    """The clock chart goes through the contract: a plugin named anything that exports "clock" (with its
+    warning limit) is drawn, its warn/fail results mark the node; no check is known by name."""
+    nodes = {f"n{i}": {"host": f"n{i}", "facts": {}, "exports": {"my-clock": {"clock": {
+        "offset_ms": 0.0 if i == 0 else 7.5 * i, "bound_ms": 0.1, "limit_ms": 5.0}}}} for i in range(3)}
+    results = [{"check": "my-clock", "level": "warn", "summary": "n2 is 15 ms ahead", "nodes": ["n2"]},
+               {"check": "other", "level": "fail", "summary": "unrelated", "nodes": ["n1"]}]
+    doc = {"kind": "preflight", "verdict": "warn", "nodes": nodes, "results": results}
+    v = view.build([doc])
+    assert v["clock_limit_ms"] == 5.0
+    assert [(p["node"], p["offset_ms"], p["bad"]) for p in v["clock"]] == [("n0", 0.0, False), ("n1", 7.5, False),
+                                                                          ("n2", 15.0, True)]
+    del nodes["n1"]["exports"]["my-clock"]["clock"]["limit_ms"], nodes["n0"]["exports"]["my-clock"]["clock"]["limit_ms"]
+    del nodes["n2"]["exports"]["my-clock"]["clock"]["limit_ms"]
+    assert view.build([doc])["clock_limit_ms"] == 100.0  # a document from before the export carried its limit

@@ -1,0 +1,230 @@
+"""Classifying one rank's failure: what its records say (exception, traceback, signal, log) mapped to a
+category (oom, cuda, nccl, timeout, desync, peer_lost, signal, exception, ...) with its fix.
+
+The records (``RankFailure``, ``Verdict``), the rules (``RULES``: the first match wins), the exception and
+traceback parsing (the user's frame, C++ aborts) and ``classify``. Pure apart from ``oom_evidence`` (the
+cgroup's counter). Reading the files is ``postmortem``'s (through ``evidence_io``); choosing the root cause
+among the failures is ``attribution``'s.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import evidence_io
+
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+# (category, pattern, fix); the first match wins, so the specific ones come first.
+RULES = [
+    ("launcher_env", re.compile(r"environment variable (WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT) expected"),
+     "launch with torchrun (or `ddpdoctor run-trainer`), which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
+    ("cuda", re.compile(r"invalid device ordinal", re.I),
+     "use LOCAL_RANK, not RANK, for the device: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"),
+    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
+     "reduce the micro-batch size (raise gradient accumulation to keep the global batch), or use activation checkpointing"),
+    ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error", re.I),
+     "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check `ddpdoctor preflight --only gpu,gpu-health` on that host"),
+    ("desync", re.compile(r"collective mismatch|Received data size doesn't match|Detected mismatch between "
+                          r"collectives|CollectiveFingerPrint", re.I),
+     "the ranks called different collectives (or other shapes or dtypes) at the same point: make every rank issue "
+     "the same collectives in the same order with the same shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL names both)"),
+    # (`Timeout` under re.I already covers "DistBackendError ... timeout"; its `.*` form was quadratic.)
+    ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.I),
+     "a rank stopped participating in a collective: rerun under `ddpdoctor run-trainer` (it collects every rank's "
+     "stack before your process group's timeout expires) to get the rank behind; raise the process-group timeout "
+     "only if the work is legitimately slow"),
+    ("nccl", re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL communicator", re.I),
+     "run `ddpdoctor preflight` across the nodes and `ddpdoctor nccl-bench`; rerun with NCCL_DEBUG=INFO for the first NCCL WARN"),
+]
+# What a rank says when a peer went away first: gloo's pair.cc, NCCL's remote errors, the TCPStore's socket.
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
+                       r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
+                       r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
+# Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
+STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
+
+
+@dataclass
+class RankFailure:
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    exit_code: int | None
+    signal: str | None = None
+    attempt: int = 0
+    timestamp: float | None = None
+    category: str = "unknown"
+    error_type: str | None = None
+    message: str | None = None
+    location: str | None = None
+    fix: str = ""
+    traceback: str = ""
+    log_tail: str = ""
+    victim: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Verdict:
+    root_cause: RankFailure | None
+    consequences: list[RankFailure] = field(default_factory=list)
+    attempts: list[dict] = field(default_factory=list)
+
+
+# Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
+           "ddpdoctor/launch/bootstrap.py")
+# A C++ exception nobody caught: std::terminate prints its type and what(), then SIGABRT.
+ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,512})'[ \t]*\r?\n[ \t]*what\(\):"
+                   r"[ \t]*(?P<what>[^\n]*)")
+
+
+def last_traceback(text: str) -> str:
+    """The last `Traceback (most recent call last):` block of a log, up to its exception line."""
+    idx = text.rfind("Traceback (most recent call last):")
+    if idx < 0:
+        return ""
+    block = text[idx:].splitlines()
+    out = [block[0]]
+    for line in block[1:]:
+        out.append(line)
+        if line and not line.startswith((" ", "\t")):
+            break
+    return "\n".join(out)
+
+
+def user_frame(tb: str) -> str | None:
+    """file:line of the innermost frame that is not a library's: where the user's code failed."""
+    frames = [m for m in FRAME.finditer(tb or "")]
+    for m in reversed(frames):
+        if not any(part in m["file"] for part in LIBRARY):
+            return f"{m['file']}:{m['line']}"
+    return f"{frames[-1]['file']}:{frames[-1]['line']}" if frames else None
+
+
+def fatal_frame(text: str) -> str | None:
+    """file:line of the user's innermost frame in faulthandler's "Fatal Python error" dump (innermost first)."""
+    idx = (text or "").rfind("Fatal Python error")
+    if idx < 0:
+        return None
+    block = text[idx:].split("\n\n", 2)
+    frames = FRAME.findall("\n".join(block[1:3]) if len(block) > 1 else "")
+    for file, line, _ in frames:
+        if not any(part in file for part in LIBRARY):
+            return f"{file}:{line}"
+    return None
+
+
+def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
+    """('ValueError', 'bad shape') from an error file's message or a traceback's last line (linear: see
+    evidence_io.exception_line)."""
+    return evidence_io.exception_line(message, tb)
+
+
+def oom_evidence(events: Path = Path("/sys/fs/cgroup/memory.events")) -> str:
+    """The cgroup's OOM-kill counter, where readable: the usual sender of a SIGKILL nobody asked for."""
+    try:
+        fields = dict(line.split() for line in events.read_text().splitlines() if line.strip())
+    except (OSError, ValueError):
+        return ""
+    kills = int(fields.get("oom_kill", "0") or 0)
+    return f"; this cgroup's memory.events counts {kills} OOM kill(s)" if kills else ""
+
+
+def classify(f: RankFailure) -> RankFailure:
+    """Decided by what the failure says before how it ended: a rank whose own exception is in its records
+    failed of it even if a signal ended it later, and a rank that reports a peer's transport error (or died of
+    SIGABRT right after one) is a consequence of that peer."""
+    text = "\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)
+    said = _own_error(f)
+    if f.exit_code is not None and f.exit_code < 0:
+        sig = -f.exit_code
+        f.signal = SIGNALS.get(sig, f"signal {sig}")
+        if said and not PEER_LOST.search(said) and f.error_type not in STOPPED:
+            return _by_text(f, said)  # e.g. the InjectedFailure of a rank the launcher then SIGTERMed
+        if PEER_LOST.search(text) and sig != 9:
+            return _peer_lost(f, "its collective broke because a peer process died, then it ended with "
+                                 f"{f.signal}")
+        abort = ABORT.search(text) if sig == 6 else None
+        if abort:
+            return _aborted(f, abort, text)
+        return _by_signal(f, sig)
+    if f.error_type in STOPPED:
+        f.category, f.victim, f.reason = "stopped", True, f"stopped ({f.error_type})"
+        f.fix = "nothing to fix on this rank: see the root cause"
+        return f
+    return _by_text(f, said or text)
+
+
+def _own_error(f: RankFailure) -> str:
+    """The rank's own final error: its error message and the last traceback (not the whole log tail)."""
+    tb = f.traceback or last_traceback(f.log_tail)
+    return "\n".join(x for x in (f.message or "", tb.strip().splitlines()[-1] if tb.strip() else "") if x)
+
+
+def _peer_lost(f: RankFailure, reason: str) -> RankFailure:
+    f.category, f.victim, f.reason = "peer_lost", True, reason
+    f.fix = "nothing to fix on this rank: see the root cause"
+    return f
+
+
+def _aborted(f: RankFailure, abort: re.Match, text: str) -> RankFailure:
+    """SIGABRT after an uncaught C++ exception: its type and what() say what went wrong."""
+    f.error_type, f.message = abort["type"].rsplit("::", 1)[-1], abort["what"].strip()
+    f.location = f.location or fatal_frame(text)
+    _by_text(f, f.message)
+    if f.category in ("exception", "unknown"):
+        f.category = "signal"
+        f.fix = (f"the process aborted on an uncaught C++ {abort['type']}"
+                 + (f" at {f.location}" if f.location else "") + ": see its what() message")
+    return f
+
+
+def _by_signal(f: RankFailure, sig: int) -> RankFailure:
+    f.category = "signal"
+    if sig in (2, 15):
+        f.victim, f.reason = True, f"stopped by the launcher ({f.signal}) after another rank failed"
+        f.fix = "nothing to fix on this rank: see the root cause"
+    elif sig == 9:
+        f.message = f.message or f"killed by SIGKILL (signal 9){oom_evidence()}"
+        f.fix = ("killed with SIGKILL: usually the kernel OOM killer or the scheduler; check `dmesg | grep -i -e oom "
+                 "-e killed` and the job's memory limit, lower the batch size or the DataLoader workers")
+    else:
+        f.message = f.message or f"killed by {f.signal}"
+        f.fix = f"the process died of {f.signal}: its stderr log above shows the last Python stack (PYTHONFAULTHANDLER)"
+    return f
+
+
+def _by_text(f: RankFailure, text: str) -> RankFailure:
+    for category, pattern, fix in RULES[:4]:  # launcher env, CUDA, OOM: real on whichever rank says them
+        if pattern.search(text):
+            f.category, f.fix = category, fix
+            return _nccl_detail(f, text)
+    if PEER_LOST.search(text):
+        return _peer_lost(f, "its collective broke because a peer process died")
+    for category, pattern, fix in RULES[4:]:
+        if pattern.search(text):
+            f.category, f.fix = category, fix
+            break
+    if f.category == "timeout":
+        f.reason = "waited in a collective for a rank that never came"
+    elif f.category == "unknown" and (f.message or f.traceback):
+        f.category = "exception"
+        what = f.error_type or "the exception"
+        f.fix = (f"{what} raised at {f.location} ended this rank: correct the code there (the traceback shows how it "
+                 "got there)" if f.location else f"{what} ended this rank: its traceback shows where")
+    return _nccl_detail(f, text)
+
+
+def _nccl_detail(f: RankFailure, text: str) -> RankFailure:
+    if f.category == "nccl":
+        full = "\n".join(x for x in (text, f.log_tail) if x)
+        warn = next((ln.strip() for ln in full.splitlines() if "NCCL WARN" in ln), None)
+        if warn:
+            f.message = f"{f.message or ''} — first: {warn}".strip(" —")
+    return f

@@ -1,0 +1,94 @@
+"""The job's processes: torchrun's workers and their ranks, their stacks read from outside (py-spy), and
+stopping the agent so that nothing outlives the command (signal, grace period, SIGKILL, reap)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+
+def workers(agent_pid: int) -> list[psutil.Process]:
+    """The agent's worker processes: its direct children (a rank's own children, DataLoader workers, carry
+    the same RANK and must not stand in for it)."""
+    try:
+        return [c for c in psutil.Process(agent_pid).children() if "python" in c.name().lower()]
+    except psutil.Error:
+        return []
+
+
+def rank_per_process(procs: list[psutil.Process]) -> list[int | None]:
+    out = []
+    for p in procs:
+        try:
+            out.append(int(p.environ().get("RANK", "")))
+        except (psutil.Error, ValueError):
+            out.append(None)
+    return out
+
+
+def ranks_of(procs: list[psutil.Process]) -> list[int]:
+    return sorted(r for r in rank_per_process(procs) if r is not None)
+
+
+def py_spy_stacks(procs) -> dict[int, str]:
+    """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside."""
+    from .config import py_spy
+
+    tool = py_spy()
+    if not tool:
+        return {}
+    import subprocess
+
+    out = {}
+    for p in procs:
+        try:
+            rank = int(p.environ().get("RANK", "-1"))
+            res = subprocess.run([tool, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
+            out[rank] = res.stdout
+        except (psutil.Error, OSError, subprocess.TimeoutExpired, ValueError):
+            continue
+    return out
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, as they are now (torchrun's workers outlive it if it is killed)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def reap(procs: list[psutil.Process], grace: float) -> None:
+    """Wait up to ``grace`` for the processes to end, then SIGKILL what is left."""
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
+               known: list[psutil.Process] | None = None) -> None:
+    """Signal the agent (it stops its workers; ``sig=None``: it has the signal already); whatever is left after
+    the grace period gets SIGKILL. The agent itself is waited for through its Popen only: a second waitpid
+    here would reap it and leave the caller's Popen without its exit code."""
+    import subprocess
+
+    deadline = time.monotonic() + grace
+    kids = (known or []) + family(agent.pid)[1:]
+    if sig is not None:
+        try:
+            os.kill(agent.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        agent.wait(grace)
+    except subprocess.TimeoutExpired:
+        kids += family(agent.pid)[1:]
+        agent.kill()
+    reap(kids, max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,87 @@
+"""The view of run-trainer documents: loss and throughput curves, the per-rank table with its odd ranks,
+the run in a line, the root cause and its consequences (pure; no HTML)."""
+from __future__ import annotations
+
+from ..values import human
+from .common import _finite, single_group
+
+
+def rank_table(metrics: dict) -> dict:
+    """Per rank: steps, mean and worst step time, throughput, peak memory, from the metrics the run wrote
+    (only the columns some rank has); a rank well off the median (slower, more memory) is marked odd."""
+    def nums(rows, key):
+        return [r.get(key) for r in rows if isinstance(r, dict) and _finite(r.get(key))]
+
+    def order(rank):
+        return (0, int(rank), "") if str(rank).isdigit() else (1, 0, str(rank))
+
+    ranks = []
+    for rank in sorted(metrics, key=order):
+        rows = metrics[rank] if isinstance(metrics[rank], list) else []
+        st, tps, mem, steps = nums(rows, "step_time_s"), nums(rows, "tokens_per_s"), nums(rows, "peak_mem_bytes"), \
+            nums(rows, "step")
+        ranks.append({"rank": rank, "steps": int(max(steps)) if steps else None,
+                      "step_ms": 1000 * sum(st) / len(st) if st else None,
+                      "step_ms_max": 1000 * max(st) if st else None,
+                      "tokens_per_s": sum(tps) / len(tps) if tps else None,
+                      "mem_gib": max(mem) / 2**30 if mem else None})
+    cols = [k for k in ("steps", "step_ms", "step_ms_max", "tokens_per_s", "mem_gib") if any(r[k] is not None
+                                                                                         for r in ranks)]
+    for key, factor in (("step_ms", 1.15), ("step_ms_max", 1.5), ("mem_gib", 1.10)):
+        vals = sorted(r[key] for r in ranks if r[key] is not None)
+        med = vals[len(vals) // 2] if vals else None
+        for r in ranks:
+            r[f"{key}_odd"] = bool(len(vals) > 2 and med and r[key] is not None and r[key] > med * factor)
+    tps = sorted(r["tokens_per_s"] for r in ranks if r["tokens_per_s"] is not None)
+    for r in ranks:
+        r["tokens_per_s_odd"] = bool(len(tps) > 2 and r["tokens_per_s"] is not None and
+                                     r["tokens_per_s"] < tps[len(tps) // 2] / 1.15)
+    return {"columns": cols, "ranks": ranks if cols else []}
+
+
+def trainer_view(d: dict) -> dict:
+    metrics = d.get("metrics") or {}
+    summary = d.get("metrics_summary") or {}
+    return {"config": d.get("config") or {}, "verdict": d.get("verdict"), "restarts": d.get("restarts", 0),
+            "summary": summary, "line": trainer_line(summary, d), "root_cause": d.get("root_cause"),
+            "consequences": d.get("consequences") or [], "checksums_equal": d.get("checksums_equal"),
+            "loss": {f"rank {r}": [(m["step"], m.get("loss")) for m in rows] for r, rows in sorted(metrics.items())},
+            "throughput": {f"rank {r}": [(m["step"], m.get("tokens_per_s")) for m in rows]
+                           for r, rows in sorted(metrics.items())},
+            "ranks": rank_table(metrics), "run_id": d.get("run_id"),
+            "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight")}
+
+
+def trainer_line(s: dict, d: dict) -> list[str]:
+    """The run in a few phrases, only what the document holds (a user script may write no metrics)."""
+    out = []
+    if _finite(s.get("steps")) and s.get("steps"):
+        out.append(f"{s['steps']:g} steps on {s.get('ranks')} rank(s)" if s.get("ranks") else f"{s['steps']:g} steps")
+    if _finite(s.get("first_loss")) and _finite(s.get("final_loss")):
+        out.append(f"loss {s['first_loss']:.4g} → {s['final_loss']:.4g}")
+    if _finite(s.get("tokens_per_s_mean")) and s.get("tokens_per_s_mean"):
+        out.append(f"{s['tokens_per_s_mean']:,.0f} tokens/s")
+    if _finite(s.get("step_time_s_mean")):
+        out.append(f"step {1000 * s['step_time_s_mean']:.1f} ms (mean)")
+    if _finite(s.get("peak_mem_bytes")) and s.get("peak_mem_bytes"):
+        out.append(f"peak memory {s['peak_mem_bytes'] / 2**30:.2f} GiB")
+    if not out:
+        out.append("no training metrics recorded")
+    restarts = d.get("restarts")
+    out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
+    ce = d.get("checksums_equal")
+    out.append("checksums " + ("not compared" if ce is None else "equal" if ce is True else "DIFFER"))
+    return out
+
+
+def trainer_finding(d: dict) -> dict | None:
+    """A run's root cause as a finding of its own (rank, host, error, where, the fix), else None."""
+    rc = d.get("root_cause")
+    if not rc:
+        return None
+    return single_group({
+        "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
+        "summary": f"rank {human(rc.get('rank'))} on {human(rc.get('host'))}: "
+                   f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}"
+                   + (f" (at {rc['location']})" if rc.get("location") else ""),
+        "fix": rc.get("fix", ""), "actual": None, "expected": None})
