@@ -168,8 +168,9 @@ class Watchdog:
                 # completed and the waiting ranks unwind) and stop the job now.
                 self.report = self.from_early(stop=True)
                 return
-            fired = (started is not None and self.threshold.fired(now, started)
-                     and not self.starting_up(moved, launched, now) and not self.exiting(launched, now))
+            if started is not None and not moved and self.starting_up(moved, launched, now):
+                started = now  # start-up silence does not count: the stall counts from its end
+            fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
             if fired or self.peer_fired():
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
                 if self.report is not None:
@@ -238,17 +239,19 @@ class Watchdog:
         return None
 
     def starting_up(self, moved: bool, launched: float, now: float) -> bool:
-        """Still starting up, so silence is no hang: armed (every rank has completed its first collectives) but
-        no progress since. A job's first collectives are often followed by seconds of work in every rank's own
-        code before the next ones: the reference trainer's barrier after preparing the data, then `import
-        torch._dynamo` (AdamW, DDP) and the model, which on a loaded node outlast a short --hang-timeout;
-        judged then, every rank is "outside collectives" and the first is blamed. It ends at the first progress
-        after arming, at once for a stopped rank (SIGSTOP: no start-up), and at the latest a minute (or two
-        thresholds) after the launch, as armed_at's own bound (a rank that hangs right after the first
-        collective is named then)."""
+        """Still starting up, so silence is no hang (the stall counts from its end): armed (every rank has
+        completed its first collectives), no progress since, and no rank waiting in a collective. A job's first
+        collectives are often followed by seconds of work in every rank's own code: the reference trainer's
+        barrier after preparing the data, then `import torch._dynamo` (AdamW, DDP) and the model, which on a
+        loaded node outlast a short --hang-timeout; judged then, every rank is "outside collectives" and the
+        first is blamed. It ends at the first progress after arming, as soon as a rank waits in a collective
+        (the others may never come), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
+        minute (or two thresholds) after the launch, as armed_at's own bound."""
         from . import forensics
 
         if moved or not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
+            return False
+        if any(forensics.waiting(fr) for fr in self.last_fr.values()):
             return False
         return not any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
 

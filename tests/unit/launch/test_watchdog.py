@@ -158,6 +158,27 @@ def test_silence_after_the_first_collectives_is_start_up_not_a_hang(ranks):
     assert w.fired_at >= first_stall, f"fired at poll {w.fired_at}, during the start-up silence"
 
 
+def test_a_rank_waiting_right_after_the_first_collectives_fires_within_the_threshold(ranks):
+    """Armed late (every step before the stall done between two polls): no progress after arming, but rank 0
+    waits in a collective for rank 1, so the stall counts at once, not after start-up's one-minute bound."""
+    ranks(2)
+
+    class Waiting(Scripted):
+        def progress(self):
+            mark = super().progress()
+            if self.polls > 3:  # rank 0 entered the next all_reduce, rank 1 never comes
+                self.last_fr = {0: {"pg_status": {"0": {"last_enqueued_collective": 6, "last_completed_collective": 5}}},
+                                1: fr(5)}
+            return mark
+
+    w = Waiting([{0: 5, 1: 5}], timeout=0.1).start()
+    deadline = time.monotonic() + 20
+    while w.report is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    w.stop()
+    assert w.report is not None and w.report["stalled_s"] < 5, w.report
+
+
 def test_start_up_ends_at_progress_a_stopped_rank_or_the_bound(ranks):
     procs = ranks(2)
     w = dog(timeout=5.0)
@@ -166,6 +187,10 @@ def test_start_up_ends_at_progress_a_stopped_rank_or_the_bound(ranks):
     assert w.starting_up(False, launched=100.0, now=161.0) is False  # at most a minute (or two thresholds)
     assert dog(timeout=40.0).starting_up(False, launched=100.0, now=170.0) is True
     assert dog(sockets=None).starting_up(False, launched=100.0, now=101.0) is False  # no worker servers
+    w.last_fr = {0: {"pg_status": {"0": {"last_enqueued_collective": 4, "last_completed_collective": 3}}}, 1: fr(3)}
+    assert w.starting_up(False, launched=100.0, now=110.0) is False  # rank 0 waits in a collective
+    assert forensics.waiting(w.last_fr[0]) and not forensics.waiting(fr(3)) and not forensics.waiting(None)
+    w.last_fr = {}
     procs[1].suspend()
     deadline = time.monotonic() + 10
     while procs[1].status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
