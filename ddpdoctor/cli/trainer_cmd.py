@@ -50,7 +50,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     from ..launch.config import TrainerConfig, validate
     from ..launch.gate import run_preflight
     from .preflight import request_from_args
-    from ..launch.render import render
+    from ..launch.render import render, render_node_line
     from ..launch.run import launch
 
     out_dir = common.ensure_writable_dir(output_dir)
@@ -80,7 +80,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     unwritten = list(doc.get("unwritten") or [])
     try:
         code = common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
-                           render=render)
+                           render=lambda d, con: shown(d, con, render, render_node_line))
     except UsageError as exc:
         unwritten.append(str(exc))
         code = ExitCode.USAGE
@@ -116,3 +116,14 @@ def show_preflight(doc: dict) -> None:
         render_worker_line(doc, stderr_console(), hints=False)
     else:
         render_preflight(doc, stderr_console(), verbose=0, quiet=True)
+
+
+def shown(doc: dict, console, full, one_line) -> None:
+    """One full result per cluster: node rank 0 prints it; every other node one line (unless -v), so a launcher
+    that merges the nodes' output (srun) shows it once. A node that does not know its node rank (no worker
+    started: the rendezvous failed) prints its full result. --json is unchanged: every node's whole document."""
+    rank = (doc.get("node") or {}).get("node_rank")
+    if rank and not common.STATE.verbose:
+        one_line(doc, console)
+    else:
+        full(doc, console)

@@ -6,6 +6,8 @@ script as plain `python script.py` would (sys.argv, sys.path[0], `__main__`, exi
 - torch's error file for an uncaught exception, exactly as `@record` writes it (the post-mortem reads it);
 - SIGUSR1 -> every thread's Python stack into DDPDOCTOR_STACKS_DIR/rank<R>.txt (faulthandler, not chained:
   a script without a handler would otherwise die of the signal);
+- local rank 0: this node's node rank (torchrun's GROUP_RANK, decided at the rendezvous) into
+  DDPDOCTOR_NODE_FILE, so run-trainer knows whether it is node rank 0, the node that prints the full result;
 - torch's worker server on DDPDOCTOR_WORKER_SOCKET ({rank} replaced): its C++ thread answers while the
   main thread is blocked inside a collective: stacks (`dump_traceback`), the flight recorder
   (`fr_trace_json`).
@@ -49,6 +51,31 @@ def install_stack_dump() -> None:
         _KEEP.append(out)
     except (OSError, ValueError, RuntimeError):
         pass
+
+
+def record_node_rank() -> None:
+    """{"node_rank", "nnodes", "master_addr"} of this attempt into DDPDOCTOR_NODE_FILE (local rank 0 only;
+    a restart's rendezvous may change it, so every attempt rewrites it)."""
+    path = os.environ.get("DDPDOCTOR_NODE_FILE")
+    if not path or os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        import json
+
+        record = {"node_rank": int(os.environ["GROUP_RANK"]), "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", "0")),
+                  "master_addr": os.environ.get("MASTER_ADDR")}
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, path)
+    except (OSError, ValueError, KeyError):
+        pass
+    finally:
+        if os.path.exists(tmp):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def start_worker_server() -> None:
@@ -254,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"python: can't open file {target!r}: [Errno 2] No such file or directory", file=sys.stderr)
         raise SystemExit(2)
     die_with_the_agent()
+    record_node_rank()
     install_stack_dump()
     start_worker_server()
     install_dump_on_sigterm()

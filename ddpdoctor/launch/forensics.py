@@ -63,6 +63,17 @@ def completed(fr: dict | None) -> int | None:
     return total
 
 
+def waiting(fr: dict | None) -> bool:
+    """The rank has entered a collective that has not completed (enqueued above completed, in any group)."""
+    for status in ((fr or {}).get("pg_status") or {}).values():
+        try:
+            if int(status.get("last_enqueued_collective", -1)) > int(status.get("last_completed_collective", -1)):
+                return True
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return False
+
+
 def pending_deadline(fr: dict | None) -> tuple[float, float] | None:
     """(when, in epoch seconds, the rank's oldest pending collective hits its process group's timeout; that
     timeout in seconds). Pending: a sequence id above the group's last completed one. Every flight-recorder

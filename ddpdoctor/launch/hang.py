@@ -126,6 +126,7 @@ class Watchdog:
         started = None
         seen = None
         pids: set[int] = set()
+        moved = False  # progress seen after arming: the job is past its start-up
         while not self._stop.wait(self.next_wait()):
             if self.agent.poll() is not None:
                 break
@@ -133,12 +134,14 @@ class Watchdog:
             if current != pids:  # a (re)start of the workers: their start-up is no hang either
                 if current - pids:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
-                pids, started, launched = current, None, time.time()
+                pids, started, launched, moved = current, None, time.time(), False
             mark = self.progress()
             now = time.time()
+            was_armed = started is not None
             if started is None:
                 started = self.armed_at(mark[0], launched, now)
             if mark != seen:
+                moved = moved or was_armed
                 if seen is not None or any(mark[0].values()) or mark[1]:
                     self.threshold.progressed(now)
                     if self.early is not None:
@@ -157,7 +160,9 @@ class Watchdog:
                 # completed and the waiting ranks unwind) and stop the job now.
                 self.report = self.from_early(stop=True)
                 return
-            fired = started is not None and self.threshold.fired(now, started)
+            if started is not None and not moved and self.starting_up(moved, launched, now):
+                started = now  # start-up silence does not count: the stall counts from its end
+            fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
             if fired or self.peer_fired():
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
                 if self.report is not None:
@@ -224,6 +229,40 @@ class Watchdog:
         if not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
             return launched
         return None
+
+    def starting_up(self, moved: bool, launched: float, now: float) -> bool:
+        """Still starting up, so silence is no hang (the stall counts from its end): armed (every rank has
+        completed its first collectives), no progress since, and no rank waiting in a collective. A job's first
+        collectives are often followed by seconds of work in every rank's own code: the reference trainer's
+        barrier after preparing the data, then `import torch._dynamo` (AdamW, DDP) and the model, which on a
+        loaded node outlast a short --hang-timeout; judged then, every rank is "outside collectives" and the
+        first is blamed. It ends at the first progress after arming, as soon as a rank waits in a collective
+        (the others may never come), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
+        minute (or two thresholds) after the launch, as armed_at's own bound."""
+        from . import forensics
+
+        if moved or not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
+            return False
+        if any(forensics.waiting(fr) for fr in self.last_fr.values()):
+            return False
+        return not any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+
+    def exiting(self, since: float, now: float) -> bool:
+        """Every rank of this node has written its flight record at exit (the bootstrap's atexit, after the
+        script's last line; or on torchrun's SIGTERM after a failure, which torchrun reports): the job is
+        ending, not hung. Seen under load with a short --hang-timeout: a finished job's ranks spent seconds in
+        interpreter shutdown ("Garbage-collecting"), were judged "outside collectives" and stopped. Bounded like
+        the start-up: a minute (or two thresholds) after the first rank's record, silence counts again."""
+        ranks = ranks_of(workers(self.agent.pid))
+        if not ranks:
+            return False
+        times = []
+        for rank in ranks:
+            try:
+                times.append((self.run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime)
+            except OSError:
+                return False
+        return min(times) >= since and now - min(times) <= max(60.0, 2 * (self.threshold.fixed or 0.0))
 
     def collectives(self) -> dict | None:
         """Per-rank progress of the job from its collectives (any script), with the straggler if there is one."""

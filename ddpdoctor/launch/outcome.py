@@ -205,6 +205,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
                        or attribution.culprit_ranks(root, consequences)) if failed else [],
         hang=hang_report,
         logs=str(logs),
+        node=records.node_of(logs),  # node rank 0 prints the full result; the others one line (trainer_cmd)
         input_notes=notes,
         preflight=None,
     )

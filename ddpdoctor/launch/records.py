@@ -59,3 +59,39 @@ def start_info(records: Path, resumed_run: str | None) -> dict:
         return {"fresh": True}
     return {"fresh": False, "from_run": resumed_run, "step": (data or {}).get("step"),
             "snapshot": (data or {}).get("snapshot")}
+
+
+def node_of(logs: Path) -> dict | None:
+    """This node's place in the job as its local rank 0 recorded it (bootstrap.record_node_rank):
+    {"node_rank", "nnodes", "master_addr"}, plus, when the run dir is shared, "master_logs": the log dir of
+    node rank 0. None when no worker started (a failed rendezvous): then every node shows its full result."""
+    from .evidence_io import subdirs
+    from .torchrun import NODE_FILE
+
+    mine = _node_file(logs / NODE_FILE)
+    if mine is None:
+        return None
+    if mine["node_rank"] != 0:
+        for other in subdirs(logs.parent):
+            theirs = _node_file(other / NODE_FILE) if other != logs else None
+            if theirs is not None and theirs["node_rank"] == 0:
+                mine["master_logs"] = str(other.resolve())
+                break
+    return mine
+
+
+def _node_file(path: Path) -> dict | None:
+    from .evidence_io import read_capped
+
+    try:
+        raw = read_capped(path, 4096)  # never blocks on a FIFO, never reads a huge file
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        rank = data["node_rank"]
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            return None
+        return {"node_rank": rank, "nnodes": data.get("nnodes") if isinstance(data.get("nnodes"), int) else None,
+                "master_addr": data.get("master_addr") if isinstance(data.get("master_addr"), str) else None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

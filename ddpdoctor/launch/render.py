@@ -6,7 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..report.values import human, phrases
-from ..report.console import T  # safe_text, then Text: another process's escapes shown, never obeyed
+from ..report.console import T, safe_text  # safe_text, then Text: another process's escapes shown, never obeyed
 
 
 def render(doc: dict, console: Console) -> None:
@@ -57,6 +57,29 @@ def render(doc: dict, console: Console) -> None:
         rows.append(T(where, style="dim"))
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
                         border_style="red"))
+
+
+def render_node_line(doc: dict, console: Console) -> None:
+    """A node other than node rank 0: one line (its verdict, exit code, the root cause it found, where its full
+    result is), so a launcher that merges every node's output (srun) shows one full result per cluster: node
+    rank 0's. Every node's run.json holds its whole result; -v prints it on every node."""
+    node = doc.get("node") or {}
+    rc = doc.get("root_cause") or {}
+    verdict = doc.get("verdict") or "fail"
+    of = f" of {node['nnodes']}" if node.get("nnodes") else ""
+    head = f"run-trainer [node rank {node.get('node_rank')}{of}]: "
+    parts = [f"exit {human(doc.get('exit_code'))}"]
+    if verdict != "pass" and rc:
+        who = f"rank {rc['rank']}" if rc.get("rank") is not None else f"host {human(rc.get('host'))}"
+        what = rc.get("error_type") or rc.get("category") or "failure"
+        parts.append(f"root cause: {who}, {what}")
+    master = "node rank 0" + (f" ({node['master_addr']})" if node.get("master_addr") else "")
+    where = f"{master} printed the full result"
+    if doc.get("run_json"):
+        where += f"; this node's is in {doc['run_json']}"
+    line = Text.assemble((safe_text(head), "bold"), (verdict.upper(), "green" if verdict == "pass" else "bold red"),
+                         f" ({safe_text(', '.join(parts))}): {safe_text(where)}; -v prints it here too")
+    console.print(line, soft_wrap=True)
 
 
 def _tool(doc: dict) -> str:

@@ -279,5 +279,3 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             doc["unwritten"] = problems
             blame_the_disk(doc, problems, Path(cfg.run_dir))
     return doc
-
-

@@ -14,6 +14,7 @@ BOOTSTRAP = "ddpdoctor.launch.bootstrap"
 # Per process: ~480 bytes of JSON each, serialised by the rank's server thread at every watchdog poll; a
 # hang is judged from the last few collectives only, and the exit dump covers the summary.
 FR_ENTRIES = "200"
+NODE_FILE = "node.json"  # in this node's log dir: its node rank, written by its local rank 0 (bootstrap)
 
 
 def log_dir(cfg: TrainerConfig, label: str | None = None) -> Path:
@@ -51,6 +52,7 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     env.setdefault("TORCH_FR_BUFFER_SIZE", FR_ENTRIES)
     env["DDPDOCTOR_STACKS_DIR"] = str(cfg.records().resolve() / "stacks")
     env["DDPDOCTOR_FR_DIR"] = str(cfg.records().resolve() / "flight_recorder")  # each rank's at its exit
+    env["DDPDOCTOR_NODE_FILE"] = str(log_dir(cfg, label).resolve() / NODE_FILE)  # this node's node rank
     env["DDPDOCTOR_WORKER_SOCKET"] = str(socket_dir(cfg, label or node_label(cfg)) / "{rank}.sock")
     env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
     env["PYTHONUNBUFFERED"] = "1"

@@ -165,6 +165,8 @@ def test_srun_run_trainer_reference_trainer_passes_on_three_nodes(slurm, tmp_pat
     assert len(docs) == 3 and all(d["verdict"] == "pass" for d in docs), [d.get("verdict") for d in docs]
     assert all(sorted(d["metrics"]) == ["0", "1", "2"] for d in docs)
     assert all(d["checksums_equal"] is True for d in docs)
+    # each node knows its node rank from torch's rendezvous: node rank 0 prints the full result (terminal)
+    assert sorted(d["node"]["node_rank"] for d in docs) == [0, 1, 2], [d.get("node") for d in docs]
 
 
 HANGS_ON_NODE3 = """\

@@ -145,3 +145,31 @@ def test_bootstrap_parses_a_script_or_a_module_as_python_would():
         with pytest.raises(SystemExit) as exc:
             bootstrap.parse(bad)
         assert exc.value.code == bootstrap.USAGE
+
+
+def test_bootstrap_records_the_node_rank_on_local_rank_0_and_run_trainer_reads_it(tmp_path, monkeypatch):
+    """GROUP_RANK from torchrun's rendezvous -> <logs>/node.json; records.node_of reads it and, on a shared run
+    dir, finds node rank 0's log dir. Only local rank 0 writes; nonsense or a FIFO reads as unknown."""
+    import os
+
+    from ddpdoctor.launch import bootstrap, records
+
+    master, me = tmp_path / "logs" / "n0-127.0.0.1-1", tmp_path / "logs" / "n1-127.0.0.2-2"
+    for d in (master, me):
+        d.mkdir(parents=True)
+    for d, group_rank, local_rank in ((master, "0", "0"), (me, "1", "1"), (me, "1", "0")):
+        monkeypatch.setenv("DDPDOCTOR_NODE_FILE", str(d / "node.json"))
+        monkeypatch.setenv("GROUP_RANK", group_rank)
+        monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        bootstrap.record_node_rank()
+    assert records.node_of(me) == {"node_rank": 1, "nnodes": 2, "master_addr": "127.0.0.1",
+                                   "master_logs": str(master.resolve())}
+    assert records.node_of(master) == {"node_rank": 0, "nnodes": 2, "master_addr": "127.0.0.1"}
+    assert not list(tmp_path.glob("logs/*/*.tmp"))
+    (me / "node.json").write_text('{"node_rank": "zero"}')
+    assert records.node_of(me) is None
+    (me / "node.json").unlink()
+    os.mkfifo(me / "node.json")  # never blocks
+    assert records.node_of(me) is None and records.node_of(tmp_path / "nowhere") is None

@@ -112,3 +112,65 @@ def test_escape_sequences_in_another_process_text_never_reach_the_terminal_raw()
     out = buf.getvalue()
     assert "\x1b[2J" not in out and "\x1b]0;" not in out and "\x07" not in out and "\x9b" not in out
     assert "\u202e" not in out and "\\x1b[2J" in out
+
+
+# -- one full result per cluster: node rank 0's; the other nodes one line (issue 20) --------------------------
+def _node_doc(**over) -> dict:
+    doc = {"kind": "run-trainer", "verdict": "fail", "exit_code": 1, "run_id": "r", "start": {"fresh": True},
+           "run_json": "/shared/runs/r/run.json", "logs": "/shared/runs/r/logs/n1-127.0.0.2-42",
+           "node": {"node_rank": 1, "nnodes": 3, "master_addr": "node1"},
+           "root_cause": {"rank": 3, "host": "node2", "category": "exception", "error_type": "InjectedFailure",
+                          "message": "injected failure at step 4 on rank 3", "fix": "look at rank 3"},
+           "consequences": [{"rank": 0, "host": "node1", "reason": "peer closed", "category": "exception"}]}
+    doc.update(over)
+    return doc
+
+
+def _one_line(doc: dict, width: int = 80) -> str:
+    from ddpdoctor.launch.render import render_node_line
+
+    console = Console(record=True, width=width, force_terminal=False)
+    render_node_line(doc, console)
+    return console.export_text()
+
+
+def test_node_line_is_one_line_with_verdict_exit_code_root_cause_and_run_json():
+    text = _one_line(_node_doc())  # narrower than the line: soft-wrapped by the terminal, never by us
+    assert text.count("\n") == 1, text
+    assert text.startswith("run-trainer [node rank 1 of 3]: FAIL (exit 1, root cause: rank 3, InjectedFailure): ")
+    assert "node rank 0 (node1) printed the full result; this node's is in /shared/runs/r/run.json" in text
+    assert text.rstrip().endswith("-v prints it here too")
+    assert "Traceback" not in text and "consequence" not in text and "fix:" not in text
+    ok = _one_line(_node_doc(verdict="pass", exit_code=0, root_cause=None, node={"node_rank": 2}), width=300)
+    assert ok.startswith("run-trainer [node rank 2]: PASS (exit 0): node rank 0 printed the full result;")
+
+
+def test_node_line_shows_another_nodes_text_escaped_never_obeyed():
+    doc = _node_doc(node={"node_rank": 1, "nnodes": 2, "master_addr": "\x1b[2Jevil"},
+                    root_cause={"rank": None, "host": "h\x07", "category": "unknown"})
+    text = _one_line(doc, width=300)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "node rank 0 (\\x1b[2Jevil)" in text and "root cause: host h\\x07, unknown" in text
+
+
+def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and_with_v():
+    from ddpdoctor.cli import common
+    from ddpdoctor.cli.trainer_cmd import shown as choose
+
+    calls = []
+
+    def full(d, c):
+        calls.append("full")
+
+    def line(d, c):
+        calls.append("line")
+
+    for node, verbose, expected in [({"node_rank": 0}, 0, "full"), (None, 0, "full"), ({"node_rank": 1}, 0, "line"),
+                                    ({"node_rank": 1}, 1, "full")]:
+        calls.clear()
+        old, common.STATE.verbose = common.STATE.verbose, verbose
+        try:
+            choose(_node_doc(node=node), None, full, line)
+        finally:
+            common.STATE.verbose = old
+        assert calls == [expected], (node, verbose)

@@ -120,6 +120,84 @@ def test_a_stopped_rank_arms_at_once(ranks):
     assert w.armed_at({0: 3, 1: None}, launched=100.0, now=105.0) == 105.0
 
 
+class Scripted(hang.Watchdog):
+    """The watchdog's own loop, with each poll's progress taken from a script (the ranks' completed collectives)."""
+
+    def __init__(self, marks: list[dict], timeout: float):
+        super().__init__(Agent(), Path("/nonexistent"), Path("/nonexistent"), timeout, poll=0.02,
+                         sockets="/nonexistent/{rank}.sock")
+        self.marks, self.polls, self.fired_at = marks, 0, None
+
+    def progress(self):
+        mark = self.marks[min(self.polls, len(self.marks) - 1)]
+        self.polls += 1
+        return mark, 0.0
+
+    def fire(self, stalled_s):
+        self.fired_at = self.polls - 1  # the poll whose mark it judged
+        return {"stalled_s": stalled_s}
+
+
+def test_silence_after_the_first_collectives_is_start_up_not_a_hang(ranks):
+    """The false alarm seen under load: the reference trainer's barrier (every rank's first collective), then
+    seconds of `import torch._dynamo` (AdamW, DDP) on every rank, longer than a short --hang-timeout; it fired
+    "outside_collectives" and blamed rank 0. Start-up ends at the first progress after arming; a stall after
+    that fires as before."""
+    ranks(2)
+    importing = [{0: None, 1: None}] * 3
+    after_barrier = [{0: 1, 1: 1}] * 40  # 40 polls of 20 ms: far beyond the 0.1 s threshold
+    training = [{0: 3, 1: 3}, {0: 5, 1: 5}]
+    marks = importing + after_barrier + training + [{0: 5, 1: 5}]  # then rank 1 hangs: nothing moves again
+    w = Scripted(marks, timeout=0.1).start()
+    deadline = time.monotonic() + 30
+    while w.report is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    w.stop()
+    assert w.report is not None, "a real stall after start-up must still fire"
+    first_stall = len(importing) + len(after_barrier) + len(training)
+    assert w.fired_at >= first_stall, f"fired at poll {w.fired_at}, during the start-up silence"
+
+
+def test_a_rank_waiting_right_after_the_first_collectives_fires_within_the_threshold(ranks):
+    """Armed late (every step before the stall done between two polls): no progress after arming, but rank 0
+    waits in a collective for rank 1, so the stall counts at once, not after start-up's one-minute bound."""
+    ranks(2)
+
+    class Waiting(Scripted):
+        def progress(self):
+            mark = super().progress()
+            if self.polls > 3:  # rank 0 entered the next all_reduce, rank 1 never comes
+                self.last_fr = {0: {"pg_status": {"0": {"last_enqueued_collective": 6, "last_completed_collective": 5}}},
+                                1: fr(5)}
+            return mark
+
+    w = Waiting([{0: 5, 1: 5}], timeout=0.1).start()
+    deadline = time.monotonic() + 20
+    while w.report is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    w.stop()
+    assert w.report is not None and w.report["stalled_s"] < 5, w.report
+
+
+def test_start_up_ends_at_progress_a_stopped_rank_or_the_bound(ranks):
+    procs = ranks(2)
+    w = dog(timeout=5.0)
+    assert w.starting_up(False, launched=100.0, now=110.0) is True
+    assert w.starting_up(True, launched=100.0, now=110.0) is False  # the collectives moved after arming
+    assert w.starting_up(False, launched=100.0, now=161.0) is False  # at most a minute (or two thresholds)
+    assert dog(timeout=40.0).starting_up(False, launched=100.0, now=170.0) is True
+    assert dog(sockets=None).starting_up(False, launched=100.0, now=101.0) is False  # no worker servers
+    w.last_fr = {0: {"pg_status": {"0": {"last_enqueued_collective": 4, "last_completed_collective": 3}}}, 1: fr(3)}
+    assert w.starting_up(False, launched=100.0, now=110.0) is False  # rank 0 waits in a collective
+    assert forensics.waiting(w.last_fr[0]) and not forensics.waiting(fr(3)) and not forensics.waiting(None)
+    w.last_fr = {}
+    procs[1].suspend()
+    deadline = time.monotonic() + 10
+    while procs[1].status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert w.starting_up(False, launched=100.0, now=110.0) is False  # SIGSTOP is no start-up
+
+
 def test_workers_and_their_ranks(ranks):
     ranks(3)
     found = hang.workers(os.getpid())
@@ -217,3 +295,19 @@ def test_nodes_swap_evidence_through_the_run_dir(tmp_path):
 
 def test_rank_sockets_fill_the_template():
     assert forensics.rank_sockets("/run/s/{rank}.sock", [0, 2]) == {0: Path("/run/s/0.sock"), 2: Path("/run/s/2.sock")}
+
+
+def test_ranks_that_wrote_their_exit_record_are_ending_not_hung(ranks, tmp_path):
+    """A finished job's ranks in interpreter shutdown for seconds on a loaded node (their flight record at exit
+    written) are no hang; a record of an earlier attempt, or one rank without its record, changes nothing."""
+    ranks(2)
+    w = hang.Watchdog(Agent(), tmp_path, tmp_path, 2.0, sockets="/nonexistent/{rank}.sock")
+    (tmp_path / "flight_recorder").mkdir()
+    now = time.time()
+    assert w.exiting(since=now - 10, now=now) is False  # no record yet
+    (tmp_path / "flight_recorder" / "rank0.json").write_text("{}")
+    assert w.exiting(since=now - 10, now=now) is False  # rank 1 still in its code: it may be the one behind
+    (tmp_path / "flight_recorder" / "rank1.json").write_text("{}")
+    assert w.exiting(since=now - 10, now=now + 1) is True
+    assert w.exiting(since=now + 5, now=now + 6) is False  # written before these workers started: an earlier attempt
+    assert w.exiting(since=now - 10, now=now + 61) is False  # bounded: a rank stuck in its exit is named after all
