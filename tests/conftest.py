@@ -65,3 +65,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"a real SLURM cluster {why}"))
         if "browser" in item.keywords and not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
             item.add_marker(pytest.mark.skip(reason="needs Debian's chromium"))
+
+
+@pytest.fixture
+def broken_torch(tmp_path) -> str:
+    """A directory to put first on a node's PYTHONPATH: its `torch` raises on import, as a missing shared library
+    makes it (tests of a node whose torch does not import)."""
+    pkg = tmp_path / "broken" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n')
+    return str(pkg.parent)

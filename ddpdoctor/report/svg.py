@@ -212,7 +212,7 @@ def heatmap(title: str, labels: list[str], cells: list[tuple[int, int, str, str]
     out = [f'<svg viewBox="0 0 {side + pad + 4} {side + pad + 4}" width="{side + pad + 4}" class="heatmap" '
            f'role="img" aria-label="{escape(title)}" data-cell="{cell}">', f"<title>{escape(title)}</title>",
            f'<rect x="{pad}" y="{pad}" width="{side}" height="{side}" fill="#f3f3f3"/>',
-           f'<path d="' + "".join(f"M{pad + i * cell},{pad + i * cell}h{cell}v{cell}h-{cell}z" for i in range(n))
+           '<path d="' + "".join(f"M{pad + i * cell},{pad + i * cell}h{cell}v{cell}h-{cell}z" for i in range(n))
            + '" fill="#616161"/>']
     every = 1
     while n / every > 16:

@@ -9,15 +9,6 @@ import pytest
 from tests.cluster_procs import assert_clean, budget_s, cluster  # noqa: F401 - fixture
 
 TIMEOUT = 8
-BROKEN = 'raise ImportError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n'
-
-
-@pytest.fixture
-def broken_torch(tmp_path) -> str:
-    pkg = tmp_path / "broken" / "torch"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(BROKEN)
-    return str(pkg.parent)
 
 
 @pytest.mark.timeout(120)

@@ -5,19 +5,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.unit.helpers import run_process
-
-BROKEN = 'raise ImportError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n'
-
-
-@pytest.fixture
-def broken_torch(tmp_path) -> str:
-    pkg = tmp_path / "broken" / "torch"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(BROKEN)
-    return str(pkg.parent)
 
 
 def test_the_worker_ends_without_waiting_for_the_master(broken_torch):
