@@ -158,10 +158,10 @@ TRAINER = ["ddpdoctor", "run-trainer", "--nnodes", "3", "--nproc-per-node", "1"]
 @pytest.mark.timeout(240)
 def test_srun_run_trainer_reference_trainer_passes_on_three_nodes(slurm, tmp_path):
     run_dir = tmp_path / "runs"
-    p = srun(slurm, *TRAINER, "--master", "node1:29558", "--run-dir", str(run_dir), "--json",
+    p = srun(slurm, *per_task(tmp_path), *TRAINER, "--master", "node1:29558", "--run-dir", str(run_dir), "--json",
              "--", "--steps", "10", *FAST, timeout=220)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    docs = [json.loads(chunk) for chunk in _json_objects(p.stdout)]
+    docs = _task_documents(tmp_path)
     assert len(docs) == 3 and all(d["verdict"] == "pass" for d in docs), [d.get("verdict") for d in docs]
     assert all(sorted(d["metrics"]) == ["0", "1", "2"] for d in docs)
     assert all(d["checksums_equal"] is True for d in docs)
@@ -192,10 +192,10 @@ def test_srun_run_trainer_user_script_hanging_on_node3_is_named_by_every_node(sl
     script = tmp_path / "train_hangs.py"
     script.write_text(HANGS_ON_NODE3)
     run_dir = tmp_path / "runs"
-    p = srun(slurm, *TRAINER, "--master", "node1:29559", "--run-dir", str(run_dir), "--json", "--no-preflight",
-             "--hang-timeout", "8", "--", str(script), timeout=220)
+    p = srun(slurm, *per_task(tmp_path), *TRAINER, "--master", "node1:29559", "--run-dir", str(run_dir), "--json",
+             "--no-preflight", "--hang-timeout", "8", "--", str(script), timeout=220)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
-    docs = [json.loads(chunk) for chunk in _json_objects(p.stdout)]
+    docs = _task_documents(tmp_path)
     assert len(docs) == 3, p.stdout[-3000:]
     for doc in docs:
         rc = doc["root_cause"]
@@ -203,17 +203,14 @@ def test_srun_run_trainer_user_script_hanging_on_node3_is_named_by_every_node(sl
         assert "train_hangs.py" in (rc.get("location") or ""), rc
 
 
-def _json_objects(text: str) -> list[str]:
-    """srun merges the nodes' stdout: split it into the top-level JSON documents."""
-    decoder, out, i = json.JSONDecoder(), [], 0
-    while True:
-        i = text.find("{", i)
-        if i < 0:
-            return out
-        try:
-            _, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i += 1
-            continue
-        out.append(text[i:end])
-        i = end
+def per_task(where) -> list[str]:
+    """srun's options giving each task its own stdout and stderr files."""
+    return [f"--output={where}/task-%t.json", f"--error={where}/task-%t.err"]
+
+
+def _task_documents(where) -> list[dict]:
+    """Each task's --json document. srun merges the tasks' stdout line by line, so three multi-line documents
+    interleave: as a user would, the tests give each task its own files (srun --output=DIR/task-%t.json and
+    --error: without it srun writes stderr into the --output file too)."""
+    files = sorted(where.glob("task-*.json"))
+    return [json.loads(f.read_text()) for f in files]
