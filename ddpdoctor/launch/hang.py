@@ -110,7 +110,9 @@ class Watchdog:
         # The user's own process-group timeout (the flight recorder's timeout_ms) may expire before the
         # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
         self.early: dict | None = None
+        self.judged_at: float | None = None  # when the judging that made self.report began
         self._stop = threading.Event()
+        self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
@@ -120,6 +122,18 @@ class Watchdog:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+    def stand_down(self) -> None:
+        """The job is being stopped on request (a signal to run-trainer): from now on nothing is judged. The
+        stop ends the ranks one by one, and a rank left waiting for one already gone is no hang."""
+        self._standing_down.set()
+        self._stop.set()
+
+    def report_before(self, at: float | None) -> dict | None:
+        """The report, if its judging began before ``at`` (the moment of a stop request; None: no request)."""
+        if self.report is None or at is None:
+            return self.report
+        return self.report if self.judged_at is not None and self.judged_at < at else None
 
     def _run(self) -> None:
         launched = time.time()
@@ -158,16 +172,20 @@ class Watchdog:
                 # The user's timeout has expired and the collective did not complete before it: the job is
                 # over. Judge what was seen before it (after it, gloo counts the timed-out collective as
                 # completed and the waiting ranks unwind) and stop the job now.
+                self.judged_at = now
                 self.report = self.from_early(stop=True)
                 return
             if started is not None and not moved and self.starting_up(moved, launched, now):
                 started = now  # start-up silence does not count: the stall counts from its end
             fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
             if fired or self.peer_fired():
+                self.judged_at = now
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
                 if self.report is not None:
                     return
-        if self.report is None and self.early is not None and self.agent.poll() not in (None, 0):
+        if (self.report is None and self.early is not None and not self._standing_down.is_set()
+                and self.agent.poll() not in (None, 0)):
+            self.judged_at = time.time()
             self.report = self.from_early(stop=False)  # the job ended by its own timeout: the evidence before it
 
     def margin(self, timeout: float) -> float:

@@ -146,9 +146,14 @@ def interrupted_root(signum: int) -> dict:
         fix="nothing to fix: the run was stopped on request (continue it with --resume RUN_ID)").to_json()
 
 
+# What a stop on request leaves behind by itself: the signal's own marks, a rank that lost its peer as the stop
+# ended it, and a post-mortem's hang guess from ranks the stop ended one by one.
+STOP_MARKS = ("unknown", "stopped", "signal", "peer_lost", "consequence", "hang")
+
+
 def _said_before(root: dict | None) -> bool:
     """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
-    return bool(root) and not root["victim"] and root["category"] not in ("unknown", "stopped")
+    return bool(root) and not root["victim"] and root["category"] not in STOP_MARKS
 
 
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
@@ -156,7 +161,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
     run_dir = cfg.records()
     with evidence_io.reading(run_dir) as notes:  # the run's records: every node's logs, the flight-recorder dumps
         verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
-        if not hang_report and code != 0:
+        if not hang_report and code != 0 and not interrupted:  # after a stop the dumps show the stop, not a hang
             adopt_exit_dumps(verdict, run_dir)
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None

@@ -167,6 +167,8 @@ class StopOnSignal:
 
     def __init__(self, grace: float = 40.0):
         self.grace, self.signum, self.proc = grace, None, None
+        self.at: float | None = None  # when the signal came
+        self.watchdog: hang.Watchdog | None = None
         self.agent_noticed = threading.Event()
         self._old: dict = {}
         self._stopper: threading.Thread | None = None
@@ -187,13 +189,22 @@ class StopOnSignal:
         if self.signum is not None:
             self._start_stopping()
 
+    def watch(self, dog: hang.Watchdog) -> None:
+        """The hang watchdog stands down when the stop begins: the ranks the stop ends first leave the others
+        waiting, and that is no hang (seen in CI: a SIGINT judged as a hang of the rank that ended first)."""
+        self.watchdog = dog
+        if self.signum is not None:
+            dog.stand_down()
+
     def wait_stopped(self) -> None:
         if self._stopper is not None:
             self._stopper.join()
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is None:  # a second Ctrl-C changes nothing: the job is being stopped already
-            self.signum = signum
+            self.signum, self.at = signum, time.time()
+            if self.watchdog is not None:
+                self.watchdog.stand_down()
             if self.proc is not None:
                 self._start_stopping()
 
@@ -250,6 +261,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
                             sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
             dog.terminal = terminal
+            stop.watch(dog)
             dog.start()
             try:
                 proc.wait()
@@ -263,7 +275,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             agent.close()
         records.clean_temps(Path(cfg.run_dir), stale_s=0, run=cfg.run_id)  # this job is over: no writer of its temp files is left
         doc = build_document(cfg, proc.returncode, agent.text(), logs,
-                             time.time() - started, dog.report if dog else None, interrupted=stop.signum)
+                             time.time() - started, dog.report_before(stop.at), interrupted=stop.signum)
         doc["preflight"] = preflight
         doc["collectives"] = dog.collectives()
         if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps

@@ -1,0 +1,73 @@
+"""A stop on request (SIGTERM/SIGINT to run-trainer) against the hang watchdog and the post-mortem: the ranks the
+stop ends one by one leave the others waiting, and that is reported as the interruption, never as a hang (seen in
+CI: a SIGINT read as rank 0's hang from the flight records the stop itself wrote)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from ddpdoctor.launch import hang, outcome
+from ddpdoctor.launch.run import StopOnSignal
+
+
+class _Agent:
+    pid = 0
+
+    def poll(self):
+        return None
+
+
+def _dog(tmp_path) -> hang.Watchdog:
+    return hang.Watchdog(_Agent(), tmp_path, tmp_path, timeout=None)
+
+
+def test_a_report_judged_after_the_stop_request_is_dropped(tmp_path):
+    dog = _dog(tmp_path)
+    dog.report, dog.judged_at = {"verdict": {"class": "outside_collectives"}}, 100.0
+    assert dog.report_before(None) is dog.report  # no stop request: the report stands
+    assert dog.report_before(150.0) is dog.report  # judged before the signal: a real hang, kept
+    assert dog.report_before(50.0) is None  # judged after it: the stop's own doing
+    dog.report = None
+    assert dog.report_before(150.0) is None
+
+
+def test_the_signal_makes_the_watchdog_stand_down_whenever_it_comes(tmp_path):
+    # before the watchdog exists: it stands down as soon as it is watched
+    early = StopOnSignal()
+    early._on_signal(signal.SIGINT, None)
+    assert early.signum == signal.SIGINT and early.at is not None
+    dog = _dog(tmp_path)
+    early.watch(dog)
+    assert dog._standing_down.is_set() and dog._stop.is_set()
+    # after: the handler itself stands it down, and a second signal changes nothing
+    stop, dog2 = StopOnSignal(), _dog(tmp_path)
+    stop.watch(dog2)
+    assert not dog2._standing_down.is_set()
+    stop._on_signal(signal.SIGTERM, None)
+    first_at = stop.at
+    stop._on_signal(signal.SIGINT, None)
+    assert dog2._standing_down.is_set() and stop.signum == signal.SIGTERM and stop.at == first_at
+
+
+def test_a_standing_down_watchdog_judges_nothing_even_with_early_evidence(tmp_path):
+    agent = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    agent.wait()
+    dog = hang.Watchdog(agent, tmp_path, tmp_path, timeout=None, poll=0.05)
+    dog.early = {"evidence": {0: {}}, "deadline": time.time(), "timeout": 15.0, "at": time.time(), "after": 0,
+                 "waited_s": 1.0}
+    dog.stand_down()
+    dog._run()  # returns at once: stopped, and the job's failed end is not read as its own timeout
+    assert dog.report is None and dog.judged_at is None
+
+
+def test_a_stop_s_own_marks_never_pass_for_the_failure_that_came_before_it():
+    def root(category, victim=False):
+        return {"category": category, "victim": victim}
+
+    for category in ("hang", "peer_lost", "signal", "stopped", "unknown", "consequence"):
+        assert not outcome._said_before(root(category)), category
+    assert outcome._said_before(root("exception"))  # a real error before the signal stays the root cause
+    assert not outcome._said_before(root("exception", victim=True))
+    assert not outcome._said_before(None)
