@@ -19,31 +19,11 @@ from typing import Any, Iterable
 
 from ddpdoctor.api import Check, Option, is_quiet, per_node
 
-from .support.cuda import cuda_version_str, resolve_visible, torch_view, version_tuple
+from .support.cuda import cuda_version_str, gpus_needed, int_env, resolve_visible, torch_view, version_tuple
 from .support.nvml import (NVML_ERROR_LIB_RM_VERSION_MISMATCH, NvmlUnavailable, Reader, gpu_details, gpu_label,
                            nvml_session, snapshot, text)
 
 __all__ = ["GpuCheck", "resolve_visible", "torch_view"]
-
-
-def _int_env(name: str) -> int | None:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
-        return None
-
-
-def _needed(facts: dict) -> tuple[int | None, str]:
-    """How many GPUs this node's own job needs, and what says so: --gpus-per-node, else the processes it
-    starts (--nproc-per-node given to the preflight, else the launcher's LOCAL_WORLD_SIZE); (None, "")."""
-    exp = facts.get("expected") if isinstance(facts.get("expected"), dict) else {}
-    for key, source in (("gpus_per_node", "--gpus-per-node"),
-                        ("nproc_per_node", f"--nproc-per-node {exp.get('nproc_per_node')}: this node's processes"),
-                        ("local_world_size", "LOCAL_WORLD_SIZE (processes per node)")):
-        value = exp.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, source
-    return None, ""
 
 
 class GpuCheck(Check):
@@ -63,7 +43,7 @@ class GpuCheck(Check):
             "nvml_error": None, "nvml_error_code": None,
             "expected": {"gpus_per_node": (ctx.run or {}).get("gpus_per_node"),
                          "nproc_per_node": (ctx.run or {}).get("nproc_per_node"),
-                         "local_world_size": _int_env("LOCAL_WORLD_SIZE"), "local_rank": _int_env("LOCAL_RANK")},
+                         "local_world_size": int_env("LOCAL_WORLD_SIZE"), "local_rank": int_env("LOCAL_RANK")},
         }
         raw_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
@@ -99,7 +79,7 @@ class GpuCheck(Check):
         gpus = [g for g in facts["gpus"] if isinstance(g, dict)]
         out = {"driver_version": facts.get("driver_version"), "count": len(gpus),
                "models": sorted({str(g["name"]) for g in gpus if g.get("name") is not None})}
-        if _needed(facts)[0]:
+        if gpus_needed(facts)[0]:
             del out["count"]
         return out
 
@@ -110,7 +90,7 @@ class GpuCheck(Check):
     def _judge(self, node: str, f: dict, opts) -> Iterable:
         # --gpus-per-node on the master holds for every node; otherwise each node's own processes (nodes may
         # differ: heterogeneous --nproc-per-node)
-        expected, source = (opts["gpus_per_node"], "--gpus-per-node") if opts.get("gpus_per_node") else _needed(f)
+        expected, source = (opts["gpus_per_node"], "--gpus-per-node") if opts.get("gpus_per_node") else gpus_needed(f)
         if f.get("nvml_error"):
             if source.startswith("--nproc-per-node"):  # a CPU node (gloo) may start processes without any GPU
                 expected = None

@@ -21,7 +21,8 @@ from ddpdoctor.api import Check, Option, Skip, passed_if_quiet, per_node
 
 from .support.kernel_log import bus_key, parse_kernel_xids, read_kernel_log
 from .support.kernel_log import uptime as _uptime
-from .support.nvml import NvmlUnavailable, gpu_details, gpu_label, health_fields, nvml_session, watch_xids
+from .support.nvml import NvmlUnavailable, gpu_details, gpu_label, nvml_session
+from .support.nvml_health import health_fields, watch_xids
 
 HW_SLOW = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
 __all__ = ["GpuHealthCheck", "bus_key", "parse_kernel_xids", "read_kernel_log"]

@@ -37,10 +37,12 @@ Cluster checks
 A check with ``phase = "cluster"`` (or ``"collective"``) finds the other nodes in ``ctx.cluster``, a
 ``ClusterContext``: the roster (``nodes``, each a ``RosterNode`` dict with name, rank, host, addr and
 probe_port), this node (``me``), the master, the peers to probe, the process-group store. Every node runs a
-probe listener at ``(addr, probe_port)``; the helpers at the end of this module talk to it and to the
-network with a time limit each (``time_exchange``, ``connect_probe``, ``lookup``, ``route_source_addr``),
-so a plugin measures what the built-in cluster checks measure, the same way. They are thin wrappers over
-the engine's implementation (imported when called, so importing this module stays cheap).
+probe listener at ``(addr, probe_port)``; the helpers re-exported here from check_helpers.py talk to it and
+to the network with a time limit each (``time_exchange``, ``connect_probe``, ``lookup``,
+``route_source_addr``), so a plugin measures what the built-in cluster checks measure, the same way. They
+are thin wrappers over the engine's implementation (imported when called, so importing this stays cheap).
+Comparing a value across nodes (``split``, ``majority``, the baseline's values) lives in majority.py and a
+check's ``Option`` in options.py; plugins import all of them from here.
 
 This module must stay light: no torch, no rich, no network at import.
 """
@@ -48,14 +50,18 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, TypedDict, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, TypedDict, runtime_checkable
 
 from . import __version__ as TOOL_VERSION  # noqa: F401 - public: the running ddpdoctor's version (parity)
 from .redact import REDACTED  # noqa: F401 - public: what a redacted value reads as
 
-if TYPE_CHECKING:  # types of the helpers' results, for readers and type checkers only
-    from .cluster.endpoint import PingResult
-    from .cluster.probe import ClockSample
+# Public too: comparing a value across nodes (majority.py) and the helpers for checks (check_helpers.py).
+from .check_helpers import (best_sample, connect_fix, connect_probe, cuda_available, is_loopback,  # noqa: F401
+                            lookup, lookup_cap_s, measure_collective, nnodes_from_world, redact_env,
+                            route_source_addr, time_exchange)
+from .options import Option  # noqa: F401
+from .majority import (BASELINE, NoMajority, Split, baseline_name, baseline_values, majority,  # noqa: F401
+                       nodes_text, split)
 
 
 class Level(str, enum.Enum):
@@ -119,69 +125,6 @@ class Result:
 
 class Skip(Exception):
     """Raised by ``gather`` when the check cannot apply on this node; the message says why."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """A threshold or setting of a check. Settable in ddpdoctor.toml ([checks.NAME] key = value)
-    and on the command line (``--set NAME.key=value``).
-
-    Numbers are finite and within [min, max] (default 0 .. 1e9: no check's threshold is negative, and a
-    larger one is a typo); an int option takes no bool and no fraction; TOML values keep their own type
-    (``timeout = "soon"`` is an error, not a string), while ``--set`` strings are parsed."""
-
-    default: Any
-    help: str
-    type: Callable[[Any], Any] | None = None  # converter; defaults to type(default)
-    min: float | None = 0
-    max: float | None = 1e9
-
-    def convert(self, value: Any) -> Any:
-        conv = self.type or (type(self.default) if self.default is not None else None)
-        if conv is None or value is None:
-            return value
-        if conv is bool:
-            return _to_bool(value)
-        if conv in (int, float):
-            return self._bounded(_to_number(value, conv))
-        if conv is str and not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
-        return conv(value)
-
-    def _bounded(self, number: float) -> float:
-        if self.min is not None and number < self.min:
-            raise ValueError(f"{number!r} is below the minimum {self.min:g}")
-        if self.max is not None and number > self.max:
-            raise ValueError(f"{number!r} is above the maximum {self.max:g}")
-        return number
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
-    raise ValueError(f"expected true/false, got {value!r}")
-
-
-def _to_number(value: Any, conv: type) -> int | float:
-    """int or float from a TOML number or a --set string; bool is not a number here (True would be 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got {value!r}")
-    try:
-        number = float(value) if isinstance(value, str) else value
-    except ValueError:
-        raise ValueError(f"expected a number, got {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")):  # NaN compares false with every bound
-        raise ValueError(f"expected a finite number, got {value!r}")
-    if conv is int:
-        if number != int(number):
-            raise ValueError(f"expected a whole number, got {value!r}")
-        return int(number)
-    return float(number)
 
 
 class RosterNode(TypedDict, total=False):
@@ -376,99 +319,6 @@ def per_node(
     return out
 
 
-class NoMajority(str):
-    """What ``odd_ones`` hands a judge as the common value when there is none (a caller without ``tie``):
-    the text of every side, never one side's value, so no message or fix picks a side by accident."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-@dataclass(frozen=True)
-class Split:
-    """How the nodes divide over one value, and which of them are odd (``split``).
-
-    ``sides``: each distinct value with its nodes (sorted), the most nodes first, then by their first node.
-    ``basis`` says what the odd nodes differ from, ``reference`` is that value (``accepted``: every value the
-    reference allows):
-      "baseline"  a known-good run's value (``--baseline``): a node is odd when its value is not accepted,
-                  however many nodes share it (two nodes; a whole cluster that upgraded torch);
-      "majority"  the value more nodes hold than any other value (all nodes, when they agree);
-      ""          none: the nodes disagree and no value leads (two nodes; 2 against 2; 1, 1 and 1). ``odd``
-                  then holds every node, and nothing may say, or fix, as if one side were right.
-    """
-
-    sides: tuple[tuple[Any, tuple[str, ...]], ...] = ()
-    basis: str = ""
-    reference: Any = None
-    accepted: tuple = ()
-    odd: tuple[str, ...] = ()
-
-    @property
-    def no_majority(self) -> bool:
-        """The nodes disagree and nothing says which of them is right."""
-        return self.basis == "" and bool(self.odd)
-
-    def value_of(self, node: str) -> Any:
-        return next((v for v, nodes in self.sides if node in nodes), None)
-
-    def reference_text(self, show: Callable[[Any], str] = repr) -> str:
-        if len(self.accepted) > 1:
-            return "one of " + ", ".join(show(v) for v in self.accepted)
-        return show(self.reference)
-
-    def sides_text(self, show: Callable[[Any], str] = repr, only: Iterable[str] | None = None, limit: int = 6) -> str:
-        """"'2.1.3' on node2; '2.4.6' on node1" (the nodes of ``only``, when given; at most ``limit`` sides)."""
-        keep = set(only) if only is not None else None
-        parts = []
-        for value, nodes in self.sides:
-            shown = [n for n in nodes if keep is None or n in keep]
-            if shown:
-                parts.append(f"{show(value)} on {nodes_text(shown)}")
-        more = len(parts) - limit
-        return "; ".join(parts[:limit]) + (f"; +{more} more value(s)" if more > 0 else "")
-
-
-def nodes_text(nodes: Iterable[str], limit: int = 4) -> str:
-    """"a, b, c" or "a, b, c, d (+60 more nodes)": node names for a message (a result's ``nodes`` has them all)."""
-    nodes = list(nodes)
-    if len(nodes) <= limit:
-        return ", ".join(nodes)
-    return f"{', '.join(nodes[:limit])} (+{len(nodes) - limit} more nodes)"
-
-
-def split(values_by_node: Mapping[str, Any], baseline: Iterable[Any] | None = None) -> Split:
-    """The nodes' values grouped, and the odd nodes: those not among ``baseline`` (the accepted values of a
-    known-good run) when it is given and not empty, else those not holding the value most nodes hold. With
-    no value held by more nodes than every other (a tie: two nodes that differ, 2 against 2) there is no
-    majority: ``basis`` is "" and every node is odd (see ``Split``). Values are compared by repr (lists too)."""
-    groups: dict[str, tuple[Any, list[str]]] = {}
-    for node in sorted(values_by_node):
-        value = values_by_node[node]
-        groups.setdefault(repr(value), (value, []))[1].append(node)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[1][1][0]))  # then in node order
-    sides = tuple((value, tuple(nodes)) for _, (value, nodes) in ordered)
-    accepted = tuple(baseline) if baseline is not None else ()
-    if accepted:
-        allowed = {repr(v) for v in accepted}
-        odd = tuple(sorted(n for key, (_, nodes) in groups.items() if key not in allowed for n in nodes))
-        return Split(sides, "baseline", accepted[0], accepted, odd)
-    if not sides:
-        return Split()
-    if len(sides) == 1 or len(sides[0][1]) > len(sides[1][1]):
-        common = sides[0][0]
-        odd = tuple(sorted(n for _, nodes in sides[1:] for n in nodes))
-        return Split(sides, "majority", common, (common,), odd)
-    return Split(sides, "", None, (), tuple(sorted(values_by_node)))
-
-
-def majority(values_by_node: Mapping[str, Any]) -> tuple[Any, list[str]]:
-    """The value most nodes hold and the nodes whose value differs from it. On a tie there is no majority:
-    ``(None, every node)`` (``split`` says more: the sides and their values)."""
-    s = split(values_by_node)
-    return s.reference, list(s.odd)
-
-
 def is_quiet(results: Iterable[Result]) -> bool:
     """No warning and no failure among these results."""
     return not any(r.level in (Level.WARN, Level.FAIL) for r in results)
@@ -500,144 +350,9 @@ def odd_ones(values_by_node: Mapping[str, Any], judge: Callable[[str, Any, Any],
     return [judge(n, values[n], s.reference) for n in s.odd]
 
 
-# The run setting (so: every compare's ``opts``) that holds a known-good run's values (preflight --baseline;
-# ddpdoctor/baseline.py): {"file", "nodes", "verdict", "comparable": {check: {key: [accepted values]}}}.
-BASELINE = "baseline"
-
-
-def baseline_values(opts: Mapping[str, Any], check: str, key: str, missing: Any = None) -> list[Any] | None:
-    """The values the baseline in a compare's ``opts`` accepts for ``check``'s comparable ``key``; None when
-    there is no baseline or it says nothing of that key (compare with the majority then). A key the
-    baseline's check had on none of its nodes is accepted as ``missing`` when the caller has such a value
-    (a package the known-good run did not have)."""
-    ref = opts.get(BASELINE) if isinstance(opts, Mapping) else None
-    if not isinstance(ref, Mapping) or not isinstance(ref.get("comparable"), Mapping):
-        return None
-    values = ref["comparable"].get(check)
-    if not isinstance(values, Mapping):
-        return None
-    if isinstance(values.get(key), list) and values[key]:
-        return list(values[key])
-    return [missing] if missing is not None else None
-
-
-def baseline_name(opts: Mapping[str, Any]) -> str | None:
-    """"the baseline FILE" for a message, or None when the run has no baseline."""
-    ref = opts.get(BASELINE) if isinstance(opts, Mapping) else None
-    return f"the baseline {ref.get('file')}" if isinstance(ref, Mapping) else None
-
-
-# ---- helpers for checks ---------------------------------------------------------------------------------
-# Thin wrappers over the engine's own implementation, imported when called (the engine may move its
-# modules; these names and signatures are what plugins rely on). Every network call has a time limit.
-
 def __getattr__(name: str) -> Any:
     """``LOOKUP_CAP_S``: seconds after which lookup() records a lookup as unanswered (its thread abandoned).
-    One value, the engine's (cluster/endpoint.py), read when asked: the engine imports nothing back from here."""
+    One value, the engine's, read when asked: the engine imports nothing back from here."""
     if name == "LOOKUP_CAP_S":
-        from .cluster.endpoint import LOOKUP_CAP_S
-
-        return LOOKUP_CAP_S
+        return lookup_cap_s()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def time_exchange(host: str, port: int, samples: int = 8, timeout: float = 2.0) -> list["ClockSample"]:
-    """NTP-style time samples against a node's probe listener (``node["addr"], node["probe_port"]``): each
-    ``ClockSample`` has ``offset_ms`` (that node's clock minus this one's) and ``rtt_ms``; the offset's error
-    bound is rtt / 2. One TCP connection, ``timeout`` seconds per step; raises OSError when it fails."""
-    from .cluster.probe import time_exchange as exchange
-
-    return exchange(host, port, samples, timeout=timeout)
-
-
-def best_sample(samples: list["ClockSample"]) -> "ClockSample | None":
-    """The sample with the smallest round trip (the tightest bound on its offset); None for no samples."""
-    from .cluster.probe import best_sample as best
-
-    return best(samples)
-
-
-def connect_probe(host: str, port: int, timeout: float, source: str | None = None,
-                  payload: bytes | None = b"P\n") -> "PingResult":
-    """One TCP connect to ``host:port`` (a node's probe listener answers ``payload`` "P\\n" with "P\\n"),
-    from the local address ``source`` when given; never raises. The ``PingResult`` has ``ok``, ``rtt_ms``,
-    ``error_class`` (one of "refused", "timed out", "unreachable", "dns"; see ``connect_fix``) and
-    ``message``. ``payload=None``: connect only."""
-    from .cluster.endpoint import ping
-
-    return ping(host, port, timeout, source=source, payload=payload)
-
-
-def connect_fix(error_class: str | None) -> str:
-    """What to do about a failed connect of that class (``PingResult.error_class``): a sentence with a
-    command to paste; "" for an unknown class."""
-    from .cluster.endpoint import FIXES
-
-    return FIXES.get(error_class or "", "")
-
-
-def lookup(kind: str, query: str, cap_s: float | None = None) -> dict:
-    """A forward (``kind="forward"``: name -> sorted addresses) or reverse (``"reverse"``: address -> name)
-    lookup, timed and bounded by ``cap_s`` (the resolver has no timeout of its own: the call runs on a
-    daemon thread abandoned at the cap, ``LOOKUP_CAP_S`` by default). Returns ``{"kind", "query", "answer",
-    "error", "seconds"}``."""
-    from .cluster.endpoint import LOOKUP_CAP_S, lookup as bounded_lookup
-
-    return bounded_lookup(kind, query, LOOKUP_CAP_S if cap_s is None else cap_s)
-
-
-def is_loopback(addr: str) -> bool:
-    """The address is a loopback address (127.x, ::1); False for anything that is not an IP address."""
-    from .cluster.endpoint import is_loopback as loopback
-
-    return loopback(addr)
-
-
-def route_source_addr(host: str) -> str | None:
-    """The local address the kernel would use to reach ``host`` (so: which interface routes there); sends
-    nothing. None when there is no route."""
-    from .cluster.endpoint import source_addr_towards
-
-    return source_addr_towards(host)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment variables as safe to publish: secret names (TOKEN, KEY, PASSWORD, ...) and
-    secret-looking values become ``REDACTED``. Facts are redacted again before they leave the node; a check
-    that shows env values in a message redacts them itself."""
-    from .redact import redact_env as redact
-
-    return redact(dict(env))
-
-
-def nnodes_from_world(env: Mapping[str, str]) -> int | None:
-    """The node count a torchrun-style environment implies (WORLD_SIZE // LOCAL_WORLD_SIZE), or None."""
-    from .cluster.launcher_env import nnodes_from_world as nnodes
-
-    return nnodes(env)
-
-
-def cuda_available() -> bool:
-    """torch imports and sees at least one usable CUDA device; never raises. Costs a torch import."""
-    from .devices import cuda_available as available
-
-    return available()
-
-
-def measure_collective(op: str, nbytes: int, device: Any, *, backend: str, timeout_s: float,
-                       warmup: int = 1, iters: int = 3, check: bool = True, group: Any = None) -> dict | None:
-    """Time one collective the way ``ddpdoctor nccl-bench`` does (same checking, timing and bus-bandwidth
-    definition), inside a process group this process has already joined (``torch.distributed``).
-    ``op``: "all_reduce", "all_gather", "reduce_scatter", "broadcast", ... (nccl-bench's ``--ops``);
-    ``device``: a torch.device. Every rank must call it with the same arguments. Returns the row as a dict:
-    ``{"op", "size", "count", ..., "out_of_place": FIGURES, "in_place": FIGURES}`` where FIGURES is
-    ``{"time_us", "time_us_max", "algbw_gbs", "busbw_gbs", "wrong"}`` (``wrong``: elements that came out
-    wrong, summed over ranks); None when the op does not apply (too few ranks, a size of 0 elements)."""
-    from dataclasses import asdict
-
-    from .bench.harness import BenchConfig, Context, measure
-
-    cfg = BenchConfig(ops=[op], sizes=[nbytes], warmup=warmup, iters=iters, check=check, backend=backend,
-                      timeout_s=timeout_s)
-    row = measure(op, nbytes, Context(device, group), cfg)
-    return asdict(row) if row is not None else None

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .api import Option
+from .options import Option
 from .errors import UsageError
 from .inputs import MAX_CONFIG_BYTES, MAX_TIMEOUT_S, read_bounded
 from .registry import LoadedCheck

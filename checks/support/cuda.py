@@ -2,6 +2,8 @@
 CUDA_VISIBLE_DEVICES read the way CUDA reads it. torch is imported inside functions only."""
 from __future__ import annotations
 
+import os
+
 
 def has_cuda() -> bool:
     """torch imports and sees at least one usable CUDA device; never raises (ddpdoctor.devices' one meaning)."""
@@ -78,3 +80,24 @@ def _match_entry(entry: str, gpus: list[dict]) -> int | None:
         hits = [g["index"] for g in gpus if (g.get("uuid") or "").lower().startswith(low)]
         return hits[0] if len(hits) == 1 else None
     return None
+
+
+def int_env(name: str) -> int | None:
+    """An integer environment variable of this process (LOCAL_RANK, LOCAL_WORLD_SIZE), or None."""
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def gpus_needed(facts: dict) -> tuple[int | None, str]:
+    """How many GPUs this node's own job needs, and what says so: --gpus-per-node, else the processes it
+    starts (--nproc-per-node given to the preflight, else the launcher's LOCAL_WORLD_SIZE); (None, "")."""
+    exp = facts.get("expected") if isinstance(facts.get("expected"), dict) else {}
+    for key, source in (("gpus_per_node", "--gpus-per-node"),
+                        ("nproc_per_node", f"--nproc-per-node {exp.get('nproc_per_node')}: this node's processes"),
+                        ("local_world_size", "LOCAL_WORLD_SIZE (processes per node)")):
+        value = exp.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, source
+    return None, ""

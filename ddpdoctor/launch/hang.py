@@ -12,85 +12,8 @@ from pathlib import Path
 import psutil
 
 from .procs import py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
-
-COLLECTIVE_FRAMES = ("all_reduce", "allreduce", "barrier", "backward", "wait", "broadcast", "all_gather",
-                     "reduce_scatter", "_engine_run_backward", "all_to_all", "recv", "send")
-
-
-def last_steps(run_dir: Path) -> dict[int, int]:
-    """Global rank -> last step it logged."""
-    out = {}
-    for path in (run_dir / "metrics").glob("rank*.jsonl"):
-        try:
-            lines = path.read_text().strip().splitlines()
-            out[int(path.stem[4:])] = json.loads(lines[-1])["step"] if lines else 0
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
-
-
-def progress_mark(run_dir: Path, logs: Path) -> float:
-    """The newest modification time among the progress files: metrics, else the ranks' logs."""
-    newest = 0.0
-    for pattern in ((run_dir / "metrics").glob("rank*.jsonl"), logs.glob("*/attempt_*/*/std*.log")):
-        for p in pattern:
-            try:
-                newest = max(newest, p.stat().st_mtime)
-            except OSError:
-                continue
-    return newest
-
-
-def behind(steps: dict[int, int], stacks: dict[int, str]) -> list[int]:
-    """Ranks behind the others: a lower last step; or, all equal, the ranks not waiting inside a collective."""
-    if steps and len(set(steps.values())) > 1:
-        low = min(steps.values())
-        return sorted(r for r, s in steps.items() if s == low)
-    if stacks:
-        outside = [r for r, text in stacks.items() if text and not any(f in text for f in COLLECTIVE_FRAMES)]
-        if outside and len(outside) < len(stacks):
-            return sorted(outside)
-    return []
-
-
-class Threshold:
-    """When silence becomes a hang. Fixed (--hang-timeout), or calibrated from what the job has shown: a
-    multiple of the longest gap between progress events after a warm-up, never under a floor, so a slow first
-    step or an evaluation pause is no alarm. Calibrated, it is armed only once the job has made progress."""
-
-    def __init__(self, fixed: float | None, floor: float = 30.0, factor: float = 5.0, warmup: int = 5):
-        self.fixed, self.floor, self.factor, self.warmup = fixed, floor, factor, warmup
-        self.events = 0
-        self.last: float | None = None
-        self.longest_gap = 0.0
-
-    def progressed(self, now: float) -> None:
-        if self.last is not None and self.events > self.warmup:
-            self.longest_gap = max(self.longest_gap, now - self.last)
-        self.events += 1
-        self.last = now
-
-    def value(self) -> float | None:
-        if self.fixed is not None:
-            return self.fixed
-        if self.last is None:
-            return None
-        return max(self.floor, self.factor * self.longest_gap)
-
-    def stalled(self, now: float, started: float) -> float:
-        return now - max(self.last if self.last is not None else started, started)
-
-    def fired(self, now: float, started: float) -> bool:
-        limit = self.value()
-        return limit is not None and self.stalled(now, started) > limit
-
-    def describe(self) -> dict:
-        if self.fixed is not None:
-            return {"seconds": self.fixed, "source": "--hang-timeout", "why": "set by --hang-timeout"}
-        why = (f"{self.factor:g} x the longest gap between progress events after {self.warmup} warm-up events "
-               f"({self.longest_gap:.1f} s), at least {self.floor:g} s")
-        return {"seconds": round(self.value() or self.floor, 1), "source": "calibrated", "why": why}
-
+# What counts as progress and when silence is a hang (stall.py); imported by name here too (tests, callers).
+from .stall import Threshold, behind, last_steps, progress_mark  # noqa: F401
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
@@ -316,10 +239,6 @@ class Watchdog:
         return done, progress_mark(self.run_dir, logs)
 
     def fire(self, stalled_s: float) -> dict:
-        from . import collectives
-
-        from . import forensics
-
         procs = workers(self.agent.pid)
         evidence = self.collect(procs)
         if not evidence and self.agent.poll() is None and self.nnodes == 1:

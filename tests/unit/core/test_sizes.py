@@ -19,9 +19,6 @@ EXEMPT_FUNCTIONS = {"main"}  # the trainer's main (and any script's main) reads 
 
 # Still over, to be split (path -> lines today, for the reader; the test reads the file, not this number).
 MODULES_OVER = {
-    "ddpdoctor/api.py": 440,
-    "checks/gpu.py": 265,
-    "checks/support/nvml.py": 318,
 }
 FUNCTIONS_OVER = {
 }
