@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping
 
 from . import documents, registry, runner
-from .runner import Plan, gather_phase  # noqa: F401 - re-exported: Plan and gather live in the runner
+from .runner import Plan, gather_phase
 from .api import BASELINE, Result
 from .settings import parse_set, read_toml, resolve_check_options, resolve_run
 from .errors import UsageError

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .api import Level, NodeContext, Result, Skip
-from .exports import (  # noqa: F401 - the contract's readers, re-exported for the engine's callers
-    LIST_KINDS, _json_safe, contract, exported, lift_contract, node_comparable, node_exports)
+from .exports import _json_safe, contract, lift_contract, node_comparable
 from .redact import scrub
 from .registry import LoadedCheck
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from ddpdoctor import documents
-from ddpdoctor.runner import node_comparable, node_exports
+from ddpdoctor.exports import node_comparable, node_exports
 from ddpdoctor.api import Level, Result
 
 EVIL = "<img src=x onerror=alert(1)>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from ..api import Level
-from ..runner import exported
+from ..exports import exported
 
 
 def chosen_interfaces(nodes: dict) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 
-from .. import runner
+from .. import exports
 from ..errors import ClusterNotAssembled
 from . import exchange as exchanges
 from . import keyfile
@@ -186,7 +186,7 @@ class Master(Node):
         if self.silent:
             return False, f"node(s) {', '.join(sorted(self.silent))} stopped answering"
         for nm, data in self.facts.items():
-            for link in runner.exported(data, "links") or []:  # the links any check probed (mesh's, a plugin's)
+            for link in exports.exported(data, "links") or []:  # the links any check probed (mesh's, a plugin's)
                 if isinstance(link, dict) and link.get("ok") is False:
                     return False, f"link {nm} -> {link.get('peer')} failed ({link.get('error_class')})"
         return True, ""

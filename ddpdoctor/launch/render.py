@@ -6,7 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..report.values import human, phrases
-from ..report.console import T, safe_text  # safe_text, then Text: another process's escapes shown, never obeyed
+from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
 
 
 def render(doc: dict, console: Console) -> None:
@@ -77,9 +77,7 @@ def render_node_line(doc: dict, console: Console) -> None:
     where = f"{master} printed the full result"
     if doc.get("run_json"):
         where += f"; this node's is in {doc['run_json']}"
-    line = Text.assemble((safe_text(head), "bold"), (verdict.upper(), "green" if verdict == "pass" else "bold red"),
-                         f" ({safe_text(', '.join(parts))}): {safe_text(where)}; -v prints it here too")
-    console.print(line, soft_wrap=True)
+    console.print(other_node_line(head, verdict, ", ".join(parts), where, "; -v prints it here too"), soft_wrap=True)
 
 
 def _tool(doc: dict) -> str:

@@ -107,6 +107,13 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         console.print(T(line), soft_wrap=True)
 
 
+def other_node_line(head: str, verdict: str, detail: str, where: str, hint: str = "") -> Text:
+    """The one line a node other than the cluster's printing node shows (preflight's workers, run-trainer's
+    nodes past rank 0): "HEAD VERDICT (DETAIL): WHERE; HINT". Every part is made display-safe here."""
+    return Text.assemble((safe_text(head), "bold"), (verdict.upper(), STYLE.get(verdict, "")),
+                         f" ({safe_text(detail)}): ", safe_text(where), safe_text(hint))
+
+
 def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> None:
     """A node other than the master: one line (the cluster's verdict, its exit code, where the master printed
     the summary and wrote the cluster result), so a launcher that merges every node's output (srun) shows one
@@ -126,10 +133,9 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
         where = f"{who} printed the full summary (add --output DIR to keep the cluster result in DIR/cluster.json)"
     else:
         where = f"{who} printed the full summary"
-    console.print(Text.assemble(
-        (f"ddpdoctor preflight [{safe_text(doc.get('this_node', ''))}] ", "bold"), ("cluster verdict: ", "bold"),
-        (verdict.upper(), STYLE.get(verdict, "")), f" (exit {doc.get('exit_code', 0)}, {tally}): ",
-        safe_text(where), "; -v prints it here too" if hints else ""), soft_wrap=True)
+    head = f"ddpdoctor preflight [{doc.get('this_node', '')}] cluster verdict: "
+    console.print(other_node_line(head, verdict, f"exit {doc.get('exit_code', 0)}, {tally}", where,
+                                  "; -v prints it here too" if hints else ""), soft_wrap=True)
     own = results[master["results"]:] if isinstance(master.get("results"), int) else []
     for r in own:
         if r["level"] in ("fail", "warn"):

@@ -117,7 +117,7 @@ def test_start_info_and_its_description(tmp_path):
 
 # -- gate.py --------------------------------------------------------------------------------------------
 def _doc(iface: str) -> dict:
-    """A preflight document as the gate reads it: this node's exports, by check (runner.exported)."""
+    """A preflight document as the gate reads it: this node's exports, by check (exports.exported)."""
     return {"this_node": "n1", "nodes": {"n1": {"exports": {"network": {"interface": {"name": iface}},
                                                             "mesh": {"interface": {"addr": "10.0.0.2"}}}}}}
 
