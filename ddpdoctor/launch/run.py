@@ -94,8 +94,9 @@ class _Watchdog(hang.Watchdog):
 
 
 class AgentLog:
-    """torchrun's stderr: to agent.stderr.log while the disk takes it, and its last AGENT_LOG_BYTES in memory,
-    so the post-mortem reads the failure table even when the file could not be written (a full --run-dir)."""
+    """torchrun's stderr: to agent.stderr.log while the disk takes it (secrets redacted: the run dir is what
+    users share), and its last AGENT_LOG_BYTES in memory, so the post-mortem reads the failure table even when
+    the file could not be written (a full --run-dir)."""
 
     def __init__(self, path: Path, max_bytes: int = evidence_io.AGENT_LOG_BYTES):
         self.path, self.max_bytes = path, max_bytes
@@ -116,7 +117,7 @@ class AgentLog:
                 self.size -= len(self.lines.popleft())
             if self._file is not None:
                 try:
-                    self._file.write(line)
+                    self._file.write(redact_text(line))
                     self._file.flush()
                 except OSError as exc:  # ENOSPC, EDQUOT: keep the text in memory, stop writing
                     self.error = exc
