@@ -61,3 +61,21 @@ def test_env_warns_on_slow_debug_settings_and_empty_cvd():
 def test_env_localhost_is_fine_on_one_node():
     assert levels(judge_env({"MASTER_ADDR": "localhost"}, nnodes=1)) == [Level.PASS]
     assert only(judge_env({"MASTER_ADDR": "localhost"}, nnodes=2), Level.FAIL)
+
+
+def test_loopback_master_addr_of_nodes_on_one_machine_is_legal():
+    # torchrun --nnodes 2 --local-addr 127.0.0.2/3 on one machine sets MASTER_ADDR=127.0.0.2 on both nodes: they
+    # share one loopback, so it reaches the master (the nodes met through it); on two machines it cannot
+    check = env_vars.EnvVarsCheck()
+    facts = check.gather(ctx())
+    assert len(facts["loopback_scope"]) == 16
+    env = {"MASTER_ADDR": "127.0.0.2", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    same = {n: dict(facts, vars=env) for n in ("a", "b")}
+    assert levels(check.compare(same, check.with_defaults({"nnodes": 2}))) == [Level.PASS, Level.PASS]
+    apart = dict(same, b=dict(facts, vars=env, loopback_scope="0" * 16))
+    fails = only(check.compare(apart, check.with_defaults({"nnodes": 2})), Level.FAIL)
+    assert {tuple(r.nodes) for r in fails} == {("a",), ("b",)} and "dial themselves" in fails[0].summary
+    # one node's facts (the others never joined) prove nothing: still a fail
+    assert only(check.compare({"a": same["a"]}, check.with_defaults({"nnodes": 2})), Level.FAIL)
+    unknown = {n: dict(f, loopback_scope=None) for n, f in same.items()}
+    assert len(only(check.compare(unknown, check.with_defaults({"nnodes": 2})), Level.FAIL)) == 2
