@@ -253,7 +253,8 @@ class Node:
         )
 
     def gather_cluster(self, view: ClusterView, local: dict) -> None:
-        self.progress.say(f"all {len(view.nodes)} nodes joined as {self.me['name']}; testing links")
+        self.progress.say(f"{f'all {len(view.nodes)} nodes' if len(view.nodes) > 1 else 'the one node'} joined as "
+                          f"{self.me['name']}; testing links")
         self.exchange(view)
         facts, gather = runner.gather_phase(self.plan, "cluster", self.me["name"], rank=self.rank, nnodes=self.cfg.nnodes,
                                      cluster=view, deadline=self.budget.verdict_by - 2 * GRACE_S)
