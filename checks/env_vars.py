@@ -9,6 +9,7 @@ from ddpdoctor.api import REDACTED, Check, nnodes_from_world, passed_if_quiet, p
 
 from .support.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from .support.launchers import per_node as launcher_per_node
+from .support.loopback import loopback_scope, sharing_loopback
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",
             "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
@@ -63,26 +64,11 @@ class EnvVarsCheck(Check):
                 if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)}
 
     def compare(self, facts_by_node, opts):
-        scopes = {f.get("loopback_scope") for f in facts_by_node.values()}
         # every node on one machine and network namespace (torchrun's nodes on 127.x, --local-nodes): they share
         # one loopback, so a loopback MASTER_ADDR reaches the master from each of them
-        sharing = len(facts_by_node) if len(scopes) == 1 and None not in scopes else 1
+        sharing = sharing_loopback(facts_by_node)
         return per_node(facts_by_node, lambda node, f: judge_env(self, node, f.get("vars") or {},
                                                                f.get("ifaces") or [], opts, sharing))
-
-
-def loopback_scope() -> str | None:
-    """Which loopback this process sees: the kernel's boot id and the network namespace, hashed (two nodes with
-    the same scope are on one machine in one namespace, where 127.x reaches the same listeners)."""
-    import hashlib
-
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip()
-        netns = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        return None
-    return hashlib.sha256(f"{boot}/{netns}".encode()).hexdigest()[:16]
 
 
 def expected_nodes(env: dict, opts) -> int:
@@ -100,8 +86,8 @@ def expected_nodes(env: dict, opts) -> int:
     return best
 
 
-def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, sharing_loopback: int = 1) -> list:
-    """One node's variables; ``sharing_loopback``: how many of the run's nodes share this node's loopback."""
+def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, sharing: int = 1) -> list:
+    """One node's variables; ``sharing``: how many of the run's nodes share this node's loopback."""
     out = []
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         spec = env.get(var)
@@ -127,7 +113,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, shari
                               fix="launch with torchrun (it sets both), or export WORLD_SIZE=<total processes>"))
     master = (env.get("MASTER_ADDR") or "").strip()
     nnodes = expected_nodes(env, opts)
-    if master and nnodes > sharing_loopback and (master.lower() in LOOPBACK_NAMES or master.startswith("127.")):
+    if master and nnodes > sharing and (master.lower() in LOOPBACK_NAMES or master.startswith("127.")):
         out.append(check.fail(f"MASTER_ADDR={master} on a {nnodes}-node job: other nodes would dial themselves",
                               [node], actual=master, expected="the master node's routable address",
                               fix="export MASTER_ADDR=<hostname or IP of node 0 that the other nodes can reach>"))
