@@ -13,8 +13,8 @@ from .support.loopback import loopback_scope, sharing_loopback
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",
             "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
-NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-         "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "NODE_RANK", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
 # What legitimately differs per node is decided by the launchers' table (support/launchers.py: identities,
 # hostnames, per-node device lists, from each launcher's documentation) and, for interface names, by the names
 # check (the *_SOCKET_IFNAME suffixes): those are not comparable across nodes; every other variable must agree.
@@ -60,8 +60,12 @@ class EnvVarsCheck(Check):
         }
 
     def comparable(self, facts: dict) -> dict:
-        return {k: v for k, v in (facts.get("vars") or {}).items()
-                if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)}
+        env = facts.get("vars") or {}
+        # torchrun sets OMP_NUM_THREADS=1 itself on a node with --nproc-per-node > 1 (and only there, when unset):
+        # nodes starting different process counts legitimately differ in it (torch/distributed/run.py)
+        torchrun_default = "TORCHELASTIC_RUN_ID" in env and env.get("OMP_NUM_THREADS") == "1"
+        return {k: v for k, v in env.items() if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)
+                and not (k == "OMP_NUM_THREADS" and torchrun_default)}
 
     def compare(self, facts_by_node, opts):
         # every node on one machine and network namespace (torchrun's nodes on 127.x, --local-nodes): they share

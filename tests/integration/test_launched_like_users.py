@@ -64,11 +64,13 @@ def test_two_nodes_on_127_0_0_2_and_3_healthy_every_check(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_two_torchrun_agents_on_one_machine_healthy_every_check(tmp_path):
+    """With 3 processes on one node and 1 on the other (legal): WORLD_SIZE 4 // LOCAL_WORLD_SIZE 1 once read as
+    a 4-node job, and torchrun's own OMP_NUM_THREADS=1 (set where nproc > 1) as drift."""
     port = free_port()
-    argv = lambda addr: [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",  # noqa: E731
-                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.2:{port}", "--local-addr", addr,
-                         "-m", "ddpdoctor", "preflight", "--timeout", "30", "--output", str(tmp_path)]
-    res = _run_all([argv("127.0.0.2"), argv("127.0.0.3")])
+    argv = lambda addr, n: [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", n,  # noqa: E731
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.2:{port}", "--local-addr", addr,
+                            "-m", "ddpdoctor", "preflight", "--timeout", "30", "--output", str(tmp_path)]
+    res = _run_all([argv("127.0.0.2", "3"), argv("127.0.0.3", "1")])
     doc = json.loads((tmp_path / "cluster.json").read_text())
     assert not _launch_findings(doc), _launch_findings(doc)
     assert [code for code, _, _ in res] == [1 if _machine_failed(doc) else 0] * 2, [e[-1500:] for _, _, e in res]
