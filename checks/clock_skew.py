@@ -50,6 +50,9 @@ class ClockSkewCheck(Check):
 
     def compare(self, facts_by_node, opts):
         warn_ms, fail_ms = opts["warn_ms"], opts["fail_ms"]
+        # Offsets are against the master's clock; when most nodes agree with each other and not with the master,
+        # the master is the odd clock: judge every node against the majority then (it names the master).
+        ref, agree, bound_ref = consensus(facts_by_node, warn_ms)
 
         def judge(node, f):
             off, bound = f.get("offset_ms"), f.get("bound_ms") or 0.0
@@ -58,14 +61,24 @@ class ClockSkewCheck(Check):
                                 actual=f.get("error"), expected="the master's time echo answers",
                                 fix="see the mesh check for the link to the master; rerun the preflight")
                 return
-            if f.get("reference"):
+            if f.get("reference") and ref == 0.0:
                 yield self.passed("reference clock (the master)", [node], actual=0.0)
                 return
-            ahead = "ahead of" if off > 0 else "behind"
-            text = f"{node} is {abs(off):.2f} ms ± {bound:.2f} ms {ahead} the master"
+            dev = off - ref
+            if f.get("reference"):
+                bound = bound_ref
+                text = (f"{node} (the master) is {abs(dev):.2f} ms ± {bound:.2f} ms {'ahead of' if dev > 0 else 'behind'} "
+                        f"the other nodes ({len(agree)} of {len(facts_by_node)} agree with each other)")
+            else:
+                text = f"{node} is {abs(off):.2f} ms ± {bound:.2f} ms {'ahead of' if off > 0 else 'behind'} the master"
+                if ref != 0.0:
+                    text += f"; {abs(dev):.2f} ms from most nodes"
             # Judge the smallest offset consistent with the measurement, so a slow link is not called skew.
-            least = max(0.0, abs(off) - bound)
-            kw = dict(actual={"offset_ms": off, "bound_ms": bound}, expected=f"|offset| <= {warn_ms:g} ms")
+            least = max(0.0, abs(dev) - bound)
+            measured = {"offset_ms": off, "bound_ms": bound}
+            if f.get("reference"):  # the master against the majority's clock, not its own 0
+                measured = {"offset_ms": round(dev, 3), "bound_ms": bound, "against": "most nodes"}
+            kw = dict(actual=measured, expected=f"|offset| <= {warn_ms:g} ms")
             if least > fail_ms:
                 yield self.fail(text, [node], fix=FIX, **kw)
             elif least > warn_ms:
@@ -74,3 +87,18 @@ class ClockSkewCheck(Check):
                 yield self.passed(text, [node], **kw)
 
         return per_node(facts_by_node, judge)
+
+
+def consensus(facts_by_node, warn_ms: float) -> tuple[float, list[str], float]:
+    """(the offset most nodes share, those nodes, the largest error bound among them) when more than half of
+    the measured nodes agree within ``warn_ms`` around an offset further than that from the master's clock;
+    else (0.0, [], 0.0): the master's clock is the reference. Two nodes that differ are a tie: the master stays."""
+    offs = {n: f["offset_ms"] for n, f in facts_by_node.items()
+            if isinstance(f.get("offset_ms"), (int, float)) and not isinstance(f.get("offset_ms"), bool)}
+    if len(offs) < 3:
+        return 0.0, [], 0.0
+    mid = sorted(offs.values())[len(offs) // 2]
+    agree = [n for n, v in offs.items() if abs(v - mid) <= warn_ms]
+    if len(agree) * 2 <= len(offs) or abs(mid) <= warn_ms:
+        return 0.0, [], 0.0
+    return mid, sorted(agree), max(float(facts_by_node[n].get("bound_ms") or 0.0) for n in agree)

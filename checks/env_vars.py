@@ -9,11 +9,12 @@ from ddpdoctor.api import REDACTED, Check, nnodes_from_world, passed_if_quiet, p
 
 from .support.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from .support.launchers import per_node as launcher_per_node
+from .support.loopback import loopback_scope, sharing_loopback
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "CUDA_", "FI_", "SLURM_", "PBS_", "OMPI_", "PMI_",
             "UCX_", "MASTER_", "NVIDIA_", "PYTORCH_")
-NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-         "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
+NAMES = ("OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "NODE_RANK", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "CONDA_PREFIX", "VIRTUAL_ENV")
 # What legitimately differs per node is decided by the launchers' table (support/launchers.py: identities,
 # hostnames, per-node device lists, from each launcher's documentation) and, for interface names, by the names
 # check (the *_SOCKET_IFNAME suffixes): those are not comparable across nodes; every other variable must agree.
@@ -55,15 +56,23 @@ class EnvVarsCheck(Check):
             "vars": dict(sorted(safe.items())),
             "redacted": sorted(k for k, v in safe.items() if v == REDACTED or REDACTED in v),
             "ifaces": interface_names(),
+            "loopback_scope": loopback_scope(),
         }
 
     def comparable(self, facts: dict) -> dict:
-        return {k: v for k, v in (facts.get("vars") or {}).items()
-                if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)}
+        env = facts.get("vars") or {}
+        # torchrun sets OMP_NUM_THREADS=1 itself on a node with --nproc-per-node > 1 (and only there, when unset):
+        # nodes starting different process counts legitimately differ in it (torch/distributed/run.py)
+        torchrun_default = "TORCHELASTIC_RUN_ID" in env and env.get("OMP_NUM_THREADS") == "1"
+        return {k: v for k, v in env.items() if launcher_per_node(k) is None and not k.endswith(PER_NODE_SUFFIXES)
+                and not (k == "OMP_NUM_THREADS" and torchrun_default)}
 
     def compare(self, facts_by_node, opts):
+        # every node on one machine and network namespace (torchrun's nodes on 127.x, --local-nodes): they share
+        # one loopback, so a loopback MASTER_ADDR reaches the master from each of them
+        sharing = sharing_loopback(facts_by_node)
         return per_node(facts_by_node, lambda node, f: judge_env(self, node, f.get("vars") or {},
-                                                               f.get("ifaces") or [], opts))
+                                                               f.get("ifaces") or [], opts, sharing))
 
 
 def expected_nodes(env: dict, opts) -> int:
@@ -81,7 +90,8 @@ def expected_nodes(env: dict, opts) -> int:
     return best
 
 
-def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts) -> list:
+def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, sharing: int = 1) -> list:
+    """One node's variables; ``sharing``: how many of the run's nodes share this node's loopback."""
     out = []
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         spec = env.get(var)
@@ -107,7 +117,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts) -> li
                               fix="launch with torchrun (it sets both), or export WORLD_SIZE=<total processes>"))
     master = (env.get("MASTER_ADDR") or "").strip()
     nnodes = expected_nodes(env, opts)
-    if master and nnodes > 1 and (master.lower() in LOOPBACK_NAMES or master.startswith("127.")):
+    if master and nnodes > sharing and (master.lower() in LOOPBACK_NAMES or master.startswith("127.")):
         out.append(check.fail(f"MASTER_ADDR={master} on a {nnodes}-node job: other nodes would dial themselves",
                               [node], actual=master, expected="the master node's routable address",
                               fix="export MASTER_ADDR=<hostname or IP of node 0 that the other nodes can reach>"))

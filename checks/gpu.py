@@ -92,7 +92,9 @@ class GpuCheck(Check):
         # differ: heterogeneous --nproc-per-node)
         expected, source = (opts["gpus_per_node"], "--gpus-per-node") if opts.get("gpus_per_node") else gpus_needed(f)
         if f.get("nvml_error"):
-            if source.startswith("--nproc-per-node"):  # a CPU node (gloo) may start processes without any GPU
+            # a CPU node (gloo) may start processes without any GPU: a process count (--nproc-per-node, or
+            # torchrun's LOCAL_WORLD_SIZE, set on CPU nodes too) asks for GPUs only where there is a driver
+            if source.startswith(("--nproc-per-node", "LOCAL_WORLD_SIZE")):
                 expected = None
             yield from self._no_nvml(node, f, expected, source)
             return

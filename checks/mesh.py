@@ -5,6 +5,7 @@ A failed link is reported as the directed pair (a -> b) with its class: refused,
 """
 from __future__ import annotations
 
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 
 from ddpdoctor.api import Check, Option, connect_fix, connect_probe, per_node
@@ -45,7 +46,7 @@ class MeshCheck(Check):
             probes = list(pool.map(probe, peers))
         master = view.master
         to_master = connect_probe(master["addr"], master["probe_port"], timeout, source=view.me["addr"], payload=b"P\n")
-        return {"probes": probes, "peers_total": len(view.nodes) - 1,
+        return {"probes": probes, "peers_total": len(view.nodes) - 1, "addr": view.me["addr"],
                 "master": {"ok": to_master.ok, "rtt_ms": to_master.rtt_ms, "error_class": to_master.error_class}}
 
     def exports(self, facts: dict) -> dict:
@@ -55,6 +56,8 @@ class MeshCheck(Check):
                           for p in facts["probes"] if isinstance(p, dict)]}
 
     def compare(self, facts_by_node, opts):
+        into = failed_into(facts_by_node)
+
         def judge(node, facts):
             probes = facts.get("probes", [])
             bad = [p for p in probes if not p.get("ok")]
@@ -63,8 +66,7 @@ class MeshCheck(Check):
                 yield self.fail(
                     f"link {node} -> {p['peer']} {cls} (TCP to {p['addr']})", [node, p["peer"]],
                     actual=cls, expected="TCP connect succeeds",
-                    fix=f"{connect_fix(cls)}. {PORTS_NOTE}, e.g. on {p['peer']}: "
-                        f"iptables -I INPUT -s <{node} address> -p tcp -j ACCEPT",
+                    fix=f"{connect_fix(cls)}. {PORTS_NOTE}; on {p['peer']}: {accept_lines(into.get(p['peer'], []))}",
                     details={"src": node, "dst": p["peer"], "class": cls, "message": p.get("message")},
                 )
             rtts = [p["rtt_ms"] for p in probes if p.get("ok") and p.get("rtt_ms") is not None]
@@ -81,3 +83,23 @@ class MeshCheck(Check):
                 yield self.skip("single node: no peers to probe", [node])
 
         return per_node(facts_by_node, judge)
+
+
+def failed_into(facts_by_node) -> dict[str, list[str]]:
+    """Node -> the addresses (or names, where a node's facts lack its address) of the peers whose link into
+    it failed: every one needs its ACCEPT rule there, so each link's fix lists them all."""
+    into: dict[str, list[str]] = {}
+    for node, facts in facts_by_node.items():
+        # another node's text goes into a line to paste: quoted (the placeholder is for the reader to replace)
+        src = shlex.quote(facts["addr"]) if isinstance(facts.get("addr"), str) else f"<{node} address>"
+        for p in facts.get("probes") or []:
+            if isinstance(p, dict) and not p.get("ok") and src not in into.setdefault(str(p.get("peer")), []):
+                into[str(p.get("peer"))].append(src)
+    return into
+
+
+def accept_lines(sources: list[str], most: int = 8) -> str:
+    """The iptables lines to paste on a node that must accept TCP from ``sources`` (at most ``most``)."""
+    lines = "; ".join(f"iptables -I INPUT -s {a} -p tcp -j ACCEPT" for a in sources[:most])
+    more = len(sources) - most
+    return lines + (f"  (and the same for the other {more} nodes, or their subnet)" if more > 0 else "")

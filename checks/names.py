@@ -103,7 +103,7 @@ class NamesCheck(Check):
                                     fix=f"export {var}={'=' if var.startswith('NCCL') else ''}{iface}  # on {node}")
             yield self.passed(f"{node} reaches the master through {iface} (mtu {route.get('mtu')})", [node], actual=route)
         others = {k: v for k, v in (f.get("routes_to_peers") or {}).items() if k != iface}
-        if others:
+        if others and iface:  # no interface known for the master: nothing to hold the peers' routes against
             yield self.warn(f"{node} reaches some peers through {', '.join(others)}, the master through {iface}",
                             [node], actual=f.get("routes_to_peers"), expected=f"all through {iface}",
                             fix="pin one interface on every node: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME")

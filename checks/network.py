@@ -6,6 +6,9 @@ import socket
 
 from ddpdoctor.api import Check, Option, is_loopback, lookup, passed_if_quiet, per_node
 
+from .support.loopback import loopback_scope, sharing_loopback
+
+
 def resolve_name(host: str) -> dict:
     res = lookup("forward", host)
     return {"addrs": res["answer"], "error": res["error"]}
@@ -68,12 +71,16 @@ class NetworkCheck(Check):
             "resolves": {h: resolve_name(h) for h in sorted({host, fqdn}) if h and h != "localhost"},
             "interfaces": interfaces(),
             "default_route": default_route_ifaces(),
+            "loopback_scope": loopback_scope(),
         }
 
     def compare(self, facts_by_node, opts):
-        return per_node(facts_by_node, lambda node, f: self.judge(node, f, opts))
+        # every node of the run on one machine and network namespace: a hostname on 127.x reaches them all
+        shared = int(opts.get("nnodes") or 1) > 1 and sharing_loopback(facts_by_node) >= int(opts.get("nnodes") or 1)
+        return per_node(facts_by_node, lambda node, f: self.judge(node, f, opts, shared))
 
-    def judge(self, node: str, f: dict, opts) -> list:
+    def judge(self, node: str, f: dict, opts, shared: bool = False) -> list:
+        """One node; ``shared``: every node of the run shares this node's loopback."""
         out = []
         multi = int(opts.get("nnodes") or 1) > 1
         host = f.get("hostname") or "?"
@@ -96,7 +103,7 @@ class NetworkCheck(Check):
                 make = self.fail if multi else self.warn
                 out.append(make(f"{name} does not resolve: {res['error']}", [node], actual=res["error"],
                                 expected="an address", fix=f"add '<this node's IP> {name}' to /etc/hosts or fix DNS"))
-            elif addrs and all(is_loopback(a) for a in addrs):
+            elif addrs and all(is_loopback(a) for a in addrs) and not shared:
                 # gloo binds the address the hostname resolves to: peers would be told 127.x. A warning here;
                 # in a cluster run the names check knows the advertised address and fails it where it matters.
                 out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): gloo and c10d would "

@@ -90,7 +90,8 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def nnodes_from_world(env: Mapping[str, str]) -> int | None:
-    """The node count a torchrun-style environment implies (WORLD_SIZE // LOCAL_WORLD_SIZE), or None."""
+    """The node count a torchrun-style environment implies (GROUP_WORLD_SIZE, else WORLD_SIZE //
+    LOCAL_WORLD_SIZE), or None."""
     from .cluster.launcher_env import nnodes_from_world as nnodes
 
     return nnodes(env)

@@ -101,6 +101,24 @@ def group_results(results: list[dict], total_nodes: int) -> list[dict]:
     for g in out:
         g["count"] = len(g["members"])
         g["where"] = describe_nodes(g["nodes"], total_nodes) if g["nodes"] else ""
-    out.sort(key=lambda g: (-SEVERITY.get(g["level"], 0), len(g["nodes"]) or 1e9 if g["level"] != "pass" else 0,
-                            g["check"]))
+        common = _common_nodes(g, results)
+        if common:
+            # links a -> c and b -> c: "all 3 nodes" would hide c, the one node every finding names
+            others = [n for n in g["nodes"] if n not in common]
+            g["common"] = common
+            g["where"] = f"{compress_hosts(common)} (with {describe_nodes(others, 0)})"
+    out.sort(key=lambda g: (-SEVERITY.get(g["level"], 0),
+                            len(g.get("common") or g["nodes"]) or 1e9 if g["level"] != "pass" else 0, g["check"]))
     return out
+
+
+def _common_nodes(group: dict, results: list[dict]) -> list[str]:
+    """The nodes named by every member of a group of findings about several nodes each (a link's two ends),
+    when they are fewer than the group's nodes: the node the findings have in common. [] otherwise."""
+    if group["count"] < 2 or group["level"] == "pass":
+        return []
+    named = [results[i].get("nodes") or [] for i in group["members"]]
+    if any(len(nodes) < 2 for nodes in named):
+        return []
+    common = [n for n in group["nodes"] if all(n in nodes for nodes in named)]
+    return common if len(common) < len(group["nodes"]) else []

@@ -36,6 +36,11 @@ def _hosts(value):
     names = list(dict.fromkeys(names))
     if not names or len(names) > MAX_NODES:
         raise click.BadParameter(f"expected 1 to {MAX_NODES} host names", param_hint="--hosts")
+    from ..cluster.config import address_like
+
+    bad = next((h for h in names if not address_like(h)), None)
+    if bad is not None:  # 'b;c' from a mistyped list would be named in messages and fix lines as a host
+        raise click.BadParameter(f"{bad[:80]!r} is neither a host name nor an IP address", param_hint="--hosts")
     return names
 
 

@@ -53,6 +53,12 @@ def advice_lines(nodes: dict, view, cfg, results) -> list[str]:
                          f"# the interface that works on every node {IFNAME_NOTE}")
         else:
             lines.append(f"# interfaces differ per node: set them per node {IFNAME_NOTE}")
+    if getattr(cfg, "external_store", False):
+        # Under torchrun the nodes met in its agents' store (MASTER_ADDR:MASTER_PORT, a port torchrun drew for
+        # this run): no line made from it is the user's rendezvous. The line they launched with is the one.
+        lines.append("# your torchrun command works: launch the training with it on every node, your script in place "
+                     "of ddpdoctor preflight")
+        return lines
     default_nproc = cfg.nproc_per_node or _gpus(nodes) or 1
     master_addr = view.master.get("addr") or cfg.master.host
     by_command: dict[tuple[str, int], list[str]] = {}

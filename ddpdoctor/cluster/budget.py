@@ -17,6 +17,7 @@ GRACE_S = 5.0  # how much longer a non-master waits for the roster than the mast
 VERDICT_RESERVE_S = 4.0  # the master's verdict is out this long before the others give up on it
 COLLECTIVE_RESERVE_S = 8.0  # after the collective: posting results, the master's comparison, the verdict
 SILENT_S = 8.0  # a node whose heartbeat has not moved for this long is named silent (frozen or stuck)
+PING_AFTER_S = 2.5  # in the collective, a peer whose heartbeat has not moved for this long has its probe listener tried
 
 
 @dataclass

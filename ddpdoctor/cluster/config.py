@@ -77,11 +77,12 @@ def _check_paths(request) -> None:
         raise UsageError(f"--shared-dir {request.shared_dir}: not a directory on this node")
     if request.code_dir is not None and not Path(request.code_dir).is_dir():
         raise UsageError(f"--code {request.code_dir}: not a directory")
-    if request.local_addr is not None and not _address_like(request.local_addr):
+    if request.local_addr is not None and not address_like(request.local_addr):
         raise UsageError(f"--local-addr {request.local_addr!r}: expected an IP address or a host name of this node")
 
 
-def _address_like(text: str) -> bool:
+def address_like(text: str) -> bool:
+    """An IP address or a host name (--local-addr, a --hosts entry)."""
     try:
         ipaddress.ip_address(text.split("%")[0])
         return True

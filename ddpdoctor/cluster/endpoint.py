@@ -47,6 +47,11 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     text = (text or "").strip()
     if not text:
         raise UsageError("--master is empty: expected HOST:PORT")
+    if "://" in text:
+        raise UsageError(f"--master {text[:80]!r}: expected HOST:PORT, not a URL (e.g. node0:29500)")
+    if text.endswith(":") and not text.endswith("::"):
+        # `--master node0:$PORT` with PORT unset: a default port here could differ from the other nodes'
+        raise UsageError(f"--master {text[:80]!r}: the port after ':' is empty (an unset variable?); expected HOST:PORT")
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep:

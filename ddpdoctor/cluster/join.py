@@ -94,6 +94,8 @@ def _resolve_master(cfg: JoinConfig) -> list[str]:
 def _am_master(cfg: JoinConfig, master_addrs: list[str]) -> bool:
     if cfg.node_rank is not None:
         return cfg.node_rank == 0
+    if cfg.nnodes == 1 and not cfg.external_store:
+        return True  # the only node hosts the meeting (mpiexec -n 4 on one host: one node, rank assigned)
     if cfg.external_store:
         return False
     if cfg.local_addr:

@@ -277,6 +277,10 @@ def start_everywhere_fix(source: str | None, command: str, *, others_joined: boo
 
 
 def nnodes_from_world(env: Mapping[str, str]) -> int | None:
+    """torchrun's GROUP_WORLD_SIZE (the node count), else WORLD_SIZE // LOCAL_WORLD_SIZE (equal processes per
+    node: with 3 on one node and 1 on the other, 4 // 1 would say 4 nodes)."""
+    if _int(env, "GROUP_WORLD_SIZE"):
+        return _int(env, "GROUP_WORLD_SIZE")
     world, local = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE")
     if world and local:
         return max(1, world // local)

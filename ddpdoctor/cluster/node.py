@@ -27,9 +27,9 @@ from ..errors import ClusterNotAssembled, UsageError
 from ..inputs import MAX_NODES
 from . import endpoint as ep
 from . import keyfile
-from .budget import GRACE_S, Budget
+from .budget import GRACE_S, PING_AFTER_S, Budget
 from .config import JoinConfig
-from .liveness import Heartbeats
+from .liveness import Heartbeats, dead_or_silent
 from .mailbox import PREFIX, Mailbox, StoreGone, StoreSilent, bounded
 from .messages import MAX_CLAIMS, Slot, about
 from .probe import ProbeServer
@@ -253,7 +253,8 @@ class Node:
         )
 
     def gather_cluster(self, view: ClusterView, local: dict) -> None:
-        self.progress.say(f"all {len(view.nodes)} nodes joined as {self.me['name']}; testing links")
+        self.progress.say(f"{f'all {len(view.nodes)} nodes' if len(view.nodes) > 1 else 'the one node'} joined as "
+                          f"{self.me['name']}; testing links")
         self.exchange(view)
         facts, gather = runner.gather_phase(self.plan, "cluster", self.me["name"], rank=self.rank, nnodes=self.cfg.nnodes,
                                      cluster=view, deadline=self.budget.verdict_by - 2 * GRACE_S)
@@ -291,16 +292,16 @@ class Node:
         """Wait for the collective while watching every peer's heartbeat: a node that freezes inside it is
         named after SILENT_S instead of after the process group's timeout. Returns that node's name."""
         beats = Heartbeats(view.nodes)
-        peers = [n["name"] for n in view.nodes if n["name"] != self.me["name"]
+        peers = [n for n in view.nodes if n["name"] != self.me["name"]
                  # a node without the run's key cannot read the sealed heartbeats of the nodes with it
                  and (not self.mb.blind or Slot(n["rank"], n["claim"]) in self.mb.open_slots)]
         while work.is_alive() and time.monotonic() < self.budget.verdict_by:
             work.join(1.0)
             if not work.is_alive():
                 break
-            for nm, quiet in beats.stalled(self.mb, peers).items():
-                self.note_silent(nm, f"stopped answering during the collective: no heartbeat for {quiet:.0f} s "
-                                     f"(process frozen, stopped or stuck)")
+            # a killed peer is named at once by its closed probe listener, a frozen one after SILENT_S
+            for nm, why in dead_or_silent(self.mb, beats, peers, "during the collective", ping_after=PING_AFTER_S).items():
+                self.note_silent(nm, why)
                 return nm
         return None
 

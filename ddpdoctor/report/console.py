@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..grouping import compress_hosts
 from ..text import safe_text  # noqa: F401 - re-exported: renderers import safe_text from here
 from .values import UNKNOWN, human  # noqa: F401 - re-exported: renderers import human from here
 
@@ -149,7 +150,9 @@ def _group_view(group: dict, results: list[dict]) -> dict:
     first = results[group["members"][0]]
     view = dict(first, nodes=[group["where"]] if group["where"] else [])
     if group["count"] > 1:
-        view["summary"] = f"{first['summary']}  [same on {len(group['nodes']) or group['count']} nodes]"
+        alike = (f"{group['count']} alike, each naming {compress_hosts(group['common'])}" if group.get("common")
+                 else f"same on {len(group['nodes']) or group['count']} nodes")
+        view["summary"] = f"{first['summary']}  [{alike}]"
         view["actual"] = f"{human(first.get('actual'))} (on {first['nodes'][0]})" if first.get("nodes") else first.get("actual")
     return view
 

@@ -68,6 +68,10 @@ def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase
         assert n.proc.returncode in (1, 3), c.report()
         assert n.elapsed <= budget_s(TIMEOUT), c.report()
         assert _names(n.stdout + n.stderr, rank), c.report()
+        if victim == "worker" and phase != "before-joining" and sig == signal.SIGKILL:
+            # a killed node is named as killed (its probe listener is gone), inside the collective too, where it
+            # once waited out the heartbeat's 8 s and read "frozen, stopped or stuck"
+            assert "probe listener is gone" in n.stdout, c.report()
     if sig == signal.SIGSTOP:
         assert target.proc.poll() is None  # it really was frozen all along (the finalizer resumes and kills it)
 

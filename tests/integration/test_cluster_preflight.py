@@ -175,6 +175,22 @@ def test_clock_skew_under_faketime_is_named(cluster_factory):
     assert "ahead of the master" in skew[0]["summary"]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (apt-get install faketime)")
+def test_a_skewed_master_is_named_when_the_others_agree(cluster_factory):
+    """faketime +5s on the master of 3: the two nodes that agree with each other once were the ones named."""
+    c = cluster_factory(3)
+    for r in range(3):
+        c.start(r, only="clock-skew,launch-args", prefix=("faketime", "-f", "+5s") if r == 0 else ())
+    res = c.wait(90)
+    code, doc, err = res[0]
+    assert code == 1, err
+    (skew,) = [x for x in _fails(doc) if x["check"] == "clock-skew"]
+    master = next(n for n, d in doc["nodes"].items() if d["rank"] == 0)
+    assert skew["nodes"] == [master] and "(the master)" in skew["summary"], doc["results"]
+    assert 4000 < skew["actual"]["offset_ms"] < 6000 and "ahead of the other nodes" in skew["summary"]
+
+
 @pytest.mark.timeout(60)
 def test_master_localhost_with_two_nodes_fails_at_once():
     port = free_port()

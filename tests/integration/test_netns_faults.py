@@ -172,6 +172,11 @@ def test_firewall_on_one_node_fails_every_link_into_it(fabric):
     fails = link_failures(doc)
     assert {r["details"]["dst"] for r in fails} == {next(n for n, v in doc["nodes"].items() if v["addr"] == fab.addr(2))}
     assert len(fails) == 2 and all("timed out" in r["summary"] for r in fails)
+    # one finding that leads with that node (not "all 3 nodes"), and a fix to paste there naming both sources
+    (group,) = [g for g in doc["groups"] if g["check"] == "mesh" and g["level"] == "fail"]
+    dst = fails[0]["details"]["dst"]
+    assert group["common"] == [dst] and group["where"].startswith(dst), group
+    assert all(f"iptables -I INPUT -s {fab.addr(i)} -p tcp -j ACCEPT" in fails[0]["fix"] for i in (0, 1))
 
 
 @pytest.mark.timeout(180)

@@ -34,3 +34,24 @@ def test_clock_skew_exports_its_offset_and_warning_limit():
     facts = {"offset_ms": 3.2, "bound_ms": 0.1, "rtt_ms": 0.2, "samples": 8, "reference": False, "warn_ms": 5.0}
     assert ClockSkewCheck().exports(facts) == {"clock": {"offset_ms": 3.2, "bound_ms": 0.1, "limit_ms": 5.0}}
     assert ClockSkewCheck().exports({}) == {}
+
+
+def test_a_skewed_master_is_named_not_the_nodes_that_agree():
+    # faketime +5s on the master of 3: both other nodes measured 5 s "behind the master" and were named, the
+    # master passed as the reference clock; they agree with each other, so the master is the odd clock
+    opts = ClockSkewCheck().with_defaults({"warn_ms": 100.0, "fail_ms": 1000.0})
+    facts = {"m": {"offset_ms": 0.0, "bound_ms": 0.0, "reference": True},
+             "a": {"offset_ms": -5000.0, "bound_ms": 0.5}, "b": {"offset_ms": -4990.0, "bound_ms": 0.3}}
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(facts, opts)}
+    assert res["m"].level is Level.FAIL and res["a"].level is Level.PASS and res["b"].level is Level.PASS
+    assert res["m"].summary.startswith("m (the master) is 4990.00 ms ± 0.50 ms ahead of the other nodes (2 of 3 agree")
+    assert res["m"].actual == {"offset_ms": 4990.0, "bound_ms": 0.5, "against": "most nodes"}
+    assert "5000.00 ms ± 0.50 ms behind the master; 10.00 ms from most nodes" in res["a"].summary
+    # two nodes are a tie: the master's clock stays the reference (the worker is said to be behind it)
+    two = {k: facts[k] for k in ("m", "a")}
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(two, opts)}
+    assert res["m"].level is Level.PASS and res["a"].level is Level.FAIL
+    # a majority with the master: unchanged, the odd worker is named
+    three = dict(facts, b={"offset_ms": 3.0, "bound_ms": 0.2})
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(three, opts)}
+    assert [n for n, r in res.items() if r.level is not Level.PASS] == ["a"] and "reference clock" in res["m"].summary

@@ -61,3 +61,36 @@ def test_env_warns_on_slow_debug_settings_and_empty_cvd():
 def test_env_localhost_is_fine_on_one_node():
     assert levels(judge_env({"MASTER_ADDR": "localhost"}, nnodes=1)) == [Level.PASS]
     assert only(judge_env({"MASTER_ADDR": "localhost"}, nnodes=2), Level.FAIL)
+
+
+def test_loopback_master_addr_of_nodes_on_one_machine_is_legal():
+    # torchrun --nnodes 2 --local-addr 127.0.0.2/3 on one machine sets MASTER_ADDR=127.0.0.2 on both nodes: they
+    # share one loopback, so it reaches the master (the nodes met through it); on two machines it cannot
+    check = env_vars.EnvVarsCheck()
+    facts = check.gather(ctx())
+    assert len(facts["loopback_scope"]) == 16
+    env = {"MASTER_ADDR": "127.0.0.2", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    same = {n: dict(facts, vars=env) for n in ("a", "b")}
+    assert levels(check.compare(same, check.with_defaults({"nnodes": 2}))) == [Level.PASS, Level.PASS]
+    apart = dict(same, b=dict(facts, vars=env, loopback_scope="0" * 16))
+    fails = only(check.compare(apart, check.with_defaults({"nnodes": 2})), Level.FAIL)
+    assert {tuple(r.nodes) for r in fails} == {("a",), ("b",)} and "dial themselves" in fails[0].summary
+    # one node's facts (the others never joined) prove nothing: still a fail
+    assert only(check.compare({"a": same["a"]}, check.with_defaults({"nnodes": 2})), Level.FAIL)
+    unknown = {n: dict(f, loopback_scope=None) for n, f in same.items()}
+    assert len(only(check.compare(unknown, check.with_defaults({"nnodes": 2})), Level.FAIL)) == 2
+
+
+def test_torchrun_with_different_processes_per_node_is_no_drift_and_no_4_node_job():
+    # torchrun --nproc-per-node 3 on one node and 1 on the other: WORLD_SIZE 4 // LOCAL_WORLD_SIZE 1 read as a
+    # "4-node job", and OMP_NUM_THREADS=1 (torchrun's own default where nproc > 1) as drift between the nodes
+    check = env_vars.EnvVarsCheck()
+    common = {"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "10.0.0.1", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}
+    three = dict(common, LOCAL_WORLD_SIZE="3", OMP_NUM_THREADS="1")
+    one = dict(common, LOCAL_WORLD_SIZE="1")
+    assert env_vars.expected_nodes(one, {}) == 2
+    assert env_vars.wanted("GROUP_WORLD_SIZE")  # gathered, so the compare on the master sees it
+    assert check.comparable({"vars": three}) == check.comparable({"vars": one})
+    # set by the user to another value, or outside torchrun, it is compared as before
+    assert check.comparable({"vars": dict(three, OMP_NUM_THREADS="8")})["OMP_NUM_THREADS"] == "8"
+    assert check.comparable({"vars": {"OMP_NUM_THREADS": "1"}}) == {"OMP_NUM_THREADS": "1"}

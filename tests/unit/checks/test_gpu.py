@@ -268,3 +268,14 @@ def test_more_processes_than_gpus_on_a_node_fails_there_and_a_cpu_node_may_start
                        torch=dict(CUDA_TORCH, torch_device_count=1))
     (wanted,) = bad(GpuCheck().compare({"d": gpus_flag}, GpuCheck().with_defaults({"gpus_per_node": 2})))
     assert "--gpus-per-node" in wanted.summary  # --gpus-per-node holds for every node
+
+
+def test_a_cpu_node_under_torchrun_is_no_missing_gpu(env):
+    # torchrun sets LOCAL_WORLD_SIZE on a CPU node too (gloo): like --nproc-per-node, a process count asks for
+    # GPUs only where there is a driver; `torchrun ... -m ddpdoctor preflight` on CPU nodes once failed here
+    env.setenv("LOCAL_WORLD_SIZE", "2")
+    f = gather(env, fake_nvml.make_no_driver())
+    [r] = judge(f)
+    assert r.level is Level.SKIP and "no NVIDIA driver" in r.summary
+    [r] = judge(f, gpus_per_node=2)
+    assert r.level is Level.FAIL and "2 GPU(s) expected" in r.summary

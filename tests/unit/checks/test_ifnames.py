@@ -36,3 +36,10 @@ def test_iface_of_loopback_address():
     assert found["addr"] == "127.0.0.1" and found["iface"]  # "lo" on Linux
     assert iface_of_addr(None) is None
     assert iface_of_addr("192.0.2.254")["iface"] is None  # TEST-NET address held by no interface
+
+
+def test_any_127_address_is_on_the_loopback_interface():
+    # lo holds 127.0.0.1/8: a master on --local-addr 127.0.0.2 reaches itself through lo, like its peers do
+    # (it once read as "iface None" and warned "reaches some peers through lo, the master through None").
+    assert iface_of_addr("127.0.0.2")["iface"] == iface_of_addr("127.0.0.1")["iface"]
+    assert iface_of_addr("127.3.4.5")["mtu"] == iface_of_addr("127.0.0.1")["mtu"]

@@ -49,3 +49,23 @@ def test_mesh_all_open_passes_with_the_max_rtt_and_single_node_skips():
     assert [r.level for r in res] == [Level.PASS] and res[0].actual == 0.9
     solo = MeshCheck().compare({"a": {"probes": [], "peers_total": 0}}, MeshCheck().with_defaults({}))
     assert [r.level for r in solo] == [Level.SKIP]
+
+
+def test_mesh_fix_lists_the_accept_rule_for_every_peer_that_could_not_get_in():
+    # c drops incoming TCP: the fix to paste on c names each source's address (it once said "<a address>")
+    facts = {"a": {"probes": [probe("b"), probe("c", False, "timed out")], "peers_total": 2, "addr": "10.0.0.1"},
+             "b": {"probes": [probe("a"), probe("c", False, "timed out")], "peers_total": 2, "addr": "10.0.0.2"},
+             "c": {"probes": [probe("a"), probe("b")], "peers_total": 2, "addr": "10.0.0.3"}}
+    res = fails(MeshCheck().compare(facts, MeshCheck().with_defaults({})))
+    assert len(res) == 2 and {r.fix for r in res} == {res[0].fix}
+    assert res[0].fix.endswith("on c: iptables -I INPUT -s 10.0.0.1 -p tcp -j ACCEPT; "
+                               "iptables -I INPUT -s 10.0.0.2 -p tcp -j ACCEPT")
+    old = {n: {k: v for k, v in f.items() if k != "addr"} for n, f in facts.items()}  # facts without the address
+    assert "iptables -I INPUT -s <a address> -p tcp" in fails(MeshCheck().compare(old, MeshCheck().with_defaults({})))[0].fix
+
+
+def test_mesh_fix_quotes_an_address_another_node_sent():
+    facts = {"a": {"probes": [probe("c", False, "refused")], "peers_total": 1, "addr": "1.2.3.4; rm -rf ~"},
+             "c": {"probes": [probe("a")], "peers_total": 1, "addr": "10.0.0.3"}}
+    (r,) = fails(MeshCheck().compare(facts, MeshCheck().with_defaults({})))
+    assert "iptables -I INPUT -s '1.2.3.4; rm -rf ~' -p tcp -j ACCEPT" in r.fix

@@ -78,3 +78,11 @@ def test_names_mtu_fix_names_the_interface():
     facts["c"] = names_facts(route_to_master={"iface": "ib0", "mtu": 2044})
     (mtu,) = [r for r in levels(NamesCheck().compare(facts, NamesCheck().with_defaults({})), Level.FAIL)]
     assert mtu.nodes == ["c"] and mtu.fix.endswith("ip link set dev ib0 mtu 1500")
+
+
+def test_names_no_split_route_warning_without_the_masters_interface():
+    # an address no interface held (once: the master on --local-addr 127.0.0.2) read "the master through None"
+    facts = {"m": names_facts(route_to_master={"iface": None, "addr": "127.0.0.2", "mtu": None},
+                              routes_to_peers={"lo": 1})}
+    res = NamesCheck().compare(facts, NamesCheck().with_defaults({}))
+    assert not any("None" in r.summary for r in res), [r.summary for r in res]

@@ -75,3 +75,17 @@ def test_hostname_on_loopback_in_a_cluster_names_no_guessed_interface():
     (w,) = only(res, Level.WARN)
     assert "loopback" in w.summary and "/etc/hosts" in w.fix
     assert "SOCKET_IFNAME" not in w.fix and "eth0" not in w.fix
+
+
+def test_a_loopback_hostname_is_fine_when_every_node_shares_this_loopback():
+    # torchrun's or --local-nodes' nodes on one machine: gloo's 127.x reaches every peer (the collective passes),
+    # so "other nodes cannot reach" is false there; nodes in other namespaces or machines still get the warning
+    check = network.NetworkCheck()
+    scope = network.NetworkCheck().gather(ctx())["loopback_scope"]
+    loop = net_facts(resolves={"node1": {"addrs": ["127.0.0.1"], "error": None}}, loopback_scope=scope)
+    opts = check.with_defaults({"nnodes": 2})
+    assert {r.level for r in check.compare({"a": loop, "b": loop}, opts)} == {Level.PASS}
+    apart = {"a": loop, "b": dict(loop, loopback_scope="0" * 16)}
+    assert len(only(check.compare(apart, opts), Level.WARN)) == 2
+    assert only(check.compare({"a": loop}, opts), Level.WARN)  # the other node never reported: proves nothing
+    assert only(judge_net(loop), Level.WARN)  # one node alone: a multi-node job would advertise 127.x

@@ -33,3 +33,19 @@ def test_preflight_timeout_is_finite_and_bounded(value):
 
 def test_preflight_set_nan_exit_2():
     assert_usage_error(run_cli("preflight", "--set", "clock-skew.warn_ms=nan"), "--set", "warn_ms", "finite")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--hosts", "a,b;c"], "'b;c' is neither a host name nor an IP address"),
+    (["--hosts", "node1,node 2"], "'node 2' is neither"),
+    (["--master", "node0:", "--nnodes", "2"], "port after ':' is empty"),
+    (["--master", "http://node0:29500", "--nnodes", "2"], "not a URL"),
+])
+def test_preflight_bad_hosts_and_master_exit_2(args, needle):
+    assert_usage_error(run_cli("preflight", *args), needle)
+
+
+def test_preflight_hosts_take_names_and_addresses():
+    from ddpdoctor.cli.preflight import _hosts
+
+    assert _hosts("node1,10.0.0.2,fe80::1,node-4.example.com") == ["node1", "10.0.0.2", "fe80::1", "node-4.example.com"]

@@ -98,3 +98,13 @@ def test_values_from_other_nodes_are_shell_quoted_in_lines_to_paste():
     assert argv[0] == f"NCCL_SOCKET_IFNAME=={evil}" and argv[1] == f"GLOO_SOCKET_IFNAME={evil}"
     assert argv[2] == "torchrun" and "sudo" not in argv[3:]
     assert argv[argv.index("--rdzv-id") + 1] == "x; rm -rf ~"
+
+
+def test_under_torchrun_no_made_up_rendezvous_line():
+    # torchrun's workers see MASTER_PORT, the agents' store port drawn for this run, never the --rdzv-endpoint
+    # the user typed: a torchrun line built from it (once `--rdzv-endpoint 127.0.0.1:42051`) is no line to paste
+    cfg = SimpleNamespace(**vars(_cfg(nproc=1)), external_store=True)
+    lines = advice_lines(_nodes({"a": "eth0", "b": "eth0"}), _view(["a", "b"]), cfg, [SimpleNamespace(level=Level.PASS)])
+    assert not any(ln.startswith("torchrun") or "--rdzv-endpoint" in ln for ln in lines), lines
+    assert lines[0].startswith("export NCCL_SOCKET_IFNAME==eth0")  # the interface advice stays
+    assert "your torchrun command works" in lines[-1]

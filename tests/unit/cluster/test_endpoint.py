@@ -29,6 +29,17 @@ def test_bad_endpoints(text, needle):
         ep.parse_endpoint(text)
 
 
+@pytest.mark.parametrize("text,needle", [
+    # `--master node0:$PORT` with PORT unset once ran on the default port, maybe not the other nodes' port
+    ("node0:", "port after ':' is empty"), ("[fe80::1]:", "port after ':' is empty"),
+    # a URL once read "an IPv6 address needs brackets"
+    ("http://node0:29500", "not a URL"), ("tcp://10.0.0.1:29500", "not a URL"),
+])
+def test_an_empty_port_or_a_url_is_bad_input_even_with_a_default_port(text, needle):
+    with pytest.raises(UsageError, match=needle):
+        ep.parse_endpoint(text, default_port=29500)
+
+
 def test_str_brackets_ipv6():
     assert str(ep.Endpoint("fe80::1", 5)) == "[fe80::1]:5" and str(ep.Endpoint("h", 5)) == "h:5"
 

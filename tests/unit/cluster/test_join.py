@@ -94,3 +94,14 @@ def test_the_launcher_is_detected_once_per_request(monkeypatch):
     assert len(calls) == 1  # is_cluster, launcher() and the config share one detection
     assert request.is_cluster({"X": "1"}) is True and len(calls) == 2  # a recorded env is read, never cached
     assert request.launcher() is info
+
+
+def test_the_only_node_hosts_the_meeting_whatever_its_address():
+    # `mpiexec -n 3 ddpdoctor preflight --master 127.0.0.1:PORT` on one host: local rank 0 speaks for the one
+    # node, its rank is assigned on arrival; it once waited as a client for a master that was itself (exit 3)
+    one = cfg(env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                   "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, master="127.0.0.1:29500", nnodes=None)
+    assert (one.nnodes, one.node_rank) == (1, None)
+    assert join._am_master(one, ["127.0.0.1"]) and join._am_master(one, ["10.9.9.9"])
+    two = cfg(master="127.0.0.1:29500", nnodes=2)
+    assert not join._am_master(two, ["127.0.0.1"])  # several nodes on loopback: a rank or --local-addr decides

@@ -87,3 +87,23 @@ def test_peer_text_cannot_steer_the_terminal():
 
 def test_zero_padded_families_cross_a_power_of_ten():
     assert compress_hosts([f"node{i:03d}" for i in range(512)]) == "node[000-511]"
+
+
+def test_links_into_one_node_name_that_node_not_all_nodes():
+    # node c's firewall drops incoming TCP: a -> c and b -> c group (names and numbers masked), and the group
+    # once said "all 3 nodes", hiding c; now c leads, with the others beside it, and sorts like one node
+    rs = [dict(result("mesh", "fail", "x", f"link {s} -> node3 timed out"), nodes=[s, "node3"]) for s in ("node1", "node2")]
+    rs.append(result("clock-sync", "warn", "node2", "clock not synchronised on node2"))
+    rs += [result("clock-sync", "warn", n, f"clock not synchronised on {n}") for n in ("node1", "node3")]
+    groups = group_results(rs, 3)
+    mesh = groups[0]
+    assert mesh["check"] == "mesh" and mesh["common"] == ["node3"] and mesh["count"] == 2
+    assert mesh["where"] == "node3 (with node[1-2])"
+    assert "common" not in groups[1] and groups[1]["where"] == "all 3 nodes"  # one node each: nothing in common
+    text = "\n".join(render({"kind": "preflight", "scope": "cluster", "verdict": "fail", "results": rs,
+                             "nodes": {n: {} for n in ("node1", "node2", "node3")}, "advice": []}))
+    assert "[2 alike, each naming node3]" in text and "node(s): node3 (with node[1-2])" in text
+    # a link failing both ways names two nodes, both in every member: the whole group, nothing to single out
+    both = [dict(result("mesh", "fail", "x", "link a -> b timed out"), nodes=["a", "b"]),
+            dict(result("mesh", "fail", "x", "link b -> a timed out"), nodes=["b", "a"])]
+    assert "common" not in group_results(both, 2)[0]
