@@ -54,6 +54,38 @@ def test_hostile_node_data_is_shown_literally():
     assert page.count("<script>") == 1  # ours, inline
 
 
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+
+
+def test_control_characters_from_a_document_are_shown_never_raw():
+    """A host name, a result's text and an env value carrying terminal escape sequences (OSC title, clear screen,
+    a one-byte CSI, a right-to-left override): the report shows them as \\x1b..., in the tables and in the SVG
+    labels alike, so `cat report.html` or a copy from the page is not steered by them."""
+    doc = fx.preflight(4, evil=False, name_format="n{:02d}" + ESCAPES)
+    doc["results"][0]["summary"] += ESCAPES
+    doc["results"][0]["fix"] = "run " + ESCAPES
+    bench = fx.bench(4)
+    bench["rows"][0]["op"] = "all_reduce" + ESCAPES
+    page = html.build_html([doc, bench, fx.trainer()])
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", page), \
+        re.search(".{40}[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e].{10}", page)
+    assert "n00\\x1b]0;pwned\\x07" in page and "all_reduce\\x1b]0;pwned" in page
+
+
+def test_only_the_reports_own_script_may_run():
+    """script-src is the hash of report.js, not 'unsafe-inline': markup that slipped past the escaping (an
+    injected <script> or an onerror= handler) would not run (tests/browser checks it in chromium)."""
+    import base64
+    import hashlib
+
+    page = unescape(html.build_html([fx.preflight(2)]))
+    js = (html.TEMPLATES / "report.js").read_text()
+    digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
+    csp = re.search(r'Content-Security-Policy" content="([^"]*)"', page).group(1)
+    assert f"script-src 'sha256-{digest}'" in csp and "unsafe-inline'; img" not in csp, csp
+    assert f"<script>{js}</script>" in page
+
+
 def test_self_contained_and_secrets_stay_redacted():
     page = html.build_html([fx.preflight(4), fx.bench(16), fx.trainer()])
     assert not re.search(r"(src|href)=[\"']?(https?:)?//", page)
