@@ -69,7 +69,9 @@ def warn_line(message: str) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {message}", style="yellow"))
+    from ..text import safe_text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {safe_text(message)}", style="yellow"))
 
 
 class FiniteFloat(click.ParamType):
