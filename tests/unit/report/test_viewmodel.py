@@ -23,6 +23,38 @@ def test_view_merges_every_kind_failures_first():
     assert len(v["bench"]) == 1 and len(v["trainer"]) == 1 and v["node_count"] == 8
 
 
+def _cluster_pair(n: int = 4):
+    """A cluster run as its files are: the master's cluster.json and another node's node-*.json, which repeats
+    the master's results and adds one finding only that node saw."""
+    import copy
+
+    master = dict(fx.preflight(n, evil=False, run_id="job-7"), role="master",
+                  master={"node": "node000", "host": "node000", "output_dir": "/out"})
+    worker = copy.deepcopy(master)
+    worker.update(role="worker", this_node="node001",
+                  master={"node": "node000", "host": "node000", "output_dir": "/out", "results": len(master["results"])})
+    worker["results"].append({"check": "cluster", "level": "warn", "summary": "ignored an invalid message at roster: x",
+                              "nodes": ["node001"]})
+    return master, worker
+
+
+def test_a_clusters_files_given_together_count_each_result_once():
+    """`ddpdoctor report out/*.json` (README) on a shared --output: cluster.json and every node's node-*.json.
+    Each result counted once per file before (2 nodes: "10 pass" for 5); the node's own finding is kept."""
+    master, worker = _cluster_pair()
+    alone = view.build([master])
+    both = view.build([worker, master])
+    assert both["counts"] == dict(alone["counts"], warn=alone["counts"].get("warn", 0) + 1), (both["counts"], alone["counts"])
+    assert [d["kind"] for d in both["documents"]] == ["preflight"]
+    assert any("invalid message at roster" in m["summary"] for f in both["findings"] for m in f["members"])
+    # two nodes' copies without the master's: one set of results, each node's own findings
+    other = dict(worker, this_node="node002")
+    assert view.build([worker, other])["counts"]["pass"] == alone["counts"]["pass"]
+    # another run (a rerun in the same job: another master) is not a copy: both are shown
+    rerun = dict(master, master={"node": "node003"})
+    assert view.build([master, rerun])["counts"]["pass"] == 2 * alone["counts"]["pass"]
+
+
 def test_matrix_groups_identical_nodes_and_keeps_the_odd_ones():
     v = view.build([fx.preflight(512)])
     rows = v["matrix"]["rows"]
