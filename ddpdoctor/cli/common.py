@@ -205,6 +205,12 @@ def ensure_writable_file(path: str | None, flag: str = "--report") -> Path | Non
         raise UsageError(f"{flag} {p}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{flag} {p}: not writable")
+    from ..documents import write_target
+
+    try:
+        write_target(p)  # a device, FIFO or directory there: said now, before the work
+    except UsageError as exc:
+        raise UsageError(f"{flag} {exc}") from None
     return p
 
 
