@@ -132,7 +132,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
     A full disk, a quota, a read-only or forbidden directory: the temp file is removed and the error is a
     UsageError (exit 2) naming the path and the free space there, never a traceback or a stray .tmp file."""
-    path = Path(path)
+    path = write_target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +143,23 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
         _remove_quietly(tmp)
         raise write_error(path, exc) from exc
     return path
+
+
+def write_target(path: str | os.PathLike) -> Path:
+    """Where a file named by the user is written: the path itself, or the file a link points to (the rename would
+    replace the link). An existing target that is not a regular file is refused: the rename replaced it (`-o
+    /dev/full` as root left an HTML file where the device was; `-o /dev/stdout` replaces the link)."""
+    import stat
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path  # absent (or unreachable: the write says why)
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+        raise UsageError(f"{path}: {what}, not a regular file; ddpdoctor writes its files whole (name a file)")
+    return path.resolve() if path.is_symlink() else path
 
 
 def write_error(path: Path, exc: OSError) -> UsageError:

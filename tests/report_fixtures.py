@@ -12,6 +12,17 @@ from ddpdoctor.api import Level, Result
 EVIL = "<img src=x onerror=alert(1)>"
 
 
+def with_probe(page: str, script: str) -> str:
+    """A report page with a measuring script of a test's own before </body>, allowed by the page's CSP (which
+    runs only the report's own script, by its hash) through the probe's hash beside it."""
+    import base64
+    import hashlib
+
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    return page.replace("script-src ", f"script-src &#39;sha256-{digest}&#39; ", 1).replace(
+        "</body>", f"<script>{script}</script></body>")
+
+
 def preflight(n: int = 8, evil: bool = True, seed: int = 0, run_id: str | None = None,
               name_format: str = "node{:03d}") -> dict:
     """N nodes; node 2 is the odd one (old torch, clock 1.5 s ahead, unreachable from node 0), node 3 reaches

@@ -123,6 +123,35 @@ def note_progress(op: str, size: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+BEAT_S = 1.0  # how often each rank says it is alive (a file of its own; read only after a failure)
+
+
+def start_heartbeat(rank: int, host: str):
+    """A thread that rewrites ``rank<R>.beat`` (the time) every BEAT_S while this process runs. A rank frozen
+    inside a collective (SIGSTOP, Ctrl-Z, a stuck driver) stops it; a rank merely waiting for a peer does not
+    (the wait releases the GIL). Returns an Event that stops it; None without a progress dir."""
+    import json
+    import threading
+
+    where = os.environ.get(PROGRESS_ENV)
+    if not where:
+        return None
+    path, stop = os.path.join(where, f"rank{rank}.beat"), threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            try:
+                with open(path + ".tmp", "w") as fh:
+                    json.dump({"rank": rank, "host": host, "pid": os.getpid(), "t": time.time()}, fh)
+                os.replace(path + ".tmp", path)
+            except OSError:
+                return  # the launcher removed the dir: the run is over
+            stop.wait(BEAT_S)
+
+    threading.Thread(target=beat, name="ddpdoctor-bench-beat", daemon=True).start()
+    return stop
+
+
 def time_loop(bufs: Buffers, inplace: bool, ctx: Context, cfg: BenchConfig) -> tuple[float, list[float] | None]:
     """Seconds per op on this rank; with cfg.spread also every op's own time (each synchronised)."""
     import torch

@@ -187,6 +187,22 @@ OPS: dict[str, Op] = {
 }
 
 
+def unmeasurable(op_names: list[str], sizes: list[int], dtype: str, n: int) -> list[str]:
+    """Why an op would measure nothing at all with these sizes and ``n`` ranks (every size under one element,
+    or one element per rank; too few ranks): the harness skips such a row, and a sweep of nothing alone would
+    print an empty table and "0 OK"."""
+    elsize, why = DTYPES[dtype], []
+    for name in op_names:
+        op = OPS[name]
+        if n < op.min_ranks:
+            why.append(f"{name} needs at least {op.min_ranks} ranks (this run has {n})")
+        elif op.count(max(sizes), elsize, n) == 0:
+            least = elsize * (n if op.whole_buffer else 1)
+            per = f"one {dtype} element per rank, {n} ranks" if op.whole_buffer else f"one {dtype} element"
+            why.append(f"{name} needs -e/--max-bytes of at least {least} B ({per}), not {max(sizes)} B")
+    return why
+
+
 def algbw_gbs(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9 if seconds > 0 else 0.0
 

@@ -1,8 +1,10 @@
-"""The terminal view of an nccl-bench document: nccl-tests' columns, a footer, the localisation verdict."""
+"""The terminal view of an nccl-bench document: nccl-tests' columns, a footer, the localisation verdict. Host
+names come from every rank's node: each line goes through ``T`` (safe_text), escapes shown, never obeyed."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.text import Text
+
+from ..report.console import T  # safe_text, then rich's Text
 
 FORMS = ("out_of_place", "in_place")
 HEAD = ("#                                                       out-of-place                       in-place\n"
@@ -30,10 +32,10 @@ def plural(count, noun: str) -> str:
 
 
 def render(doc: dict, console: Console) -> None:
-    from ..report.console import human
+    from ..report.values import human
 
     run = {k: human(v) for k, v in (doc.get("run") or {}).items()}
-    console.print(Text(f"# nccl-bench: {run.get('backend')} · {plural(run.get('world_size'), 'rank')} on "
+    console.print(T(f"# nccl-bench: {run.get('backend')} · {plural(run.get('world_size'), 'rank')} on "
                        f"{plural(run.get('nnodes'), 'node')} · {run.get('dtype')} · warmup {run.get('warmup')} · "
                        f"iters {run.get('iters')}" + (" · CUDA graph" if (doc.get("run") or {}).get("graph") else "")))
     current = None
@@ -41,22 +43,22 @@ def render(doc: dict, console: Console) -> None:
         title = row["op"] if row.get("group", "all") == "all" else f"{row['op']} ({row['group']}"                 + (f" {row['extra'].get('node')}" if (row.get("extra") or {}).get("node") else "") + ")"
         if title != current:
             current = title
-            console.print(Text(f"# {title}", style="bold"))
-            console.print(Text(HEAD), soft_wrap=True)
-        console.print(Text(row_line(row), style="red" if any((row.get(f) or {}).get("wrong") for f in FORMS) else ""),
+            console.print(T(f"# {title}", style="bold"))
+            console.print(T(HEAD), soft_wrap=True)
+        console.print(T(row_line(row), style="red" if any((row.get(f) or {}).get("wrong") for f in FORMS) else ""),
                       soft_wrap=True)
     s = doc.get("summary", {})
-    console.print(Text(f"# Out of bounds values : {s.get('wrong', 0)} {'OK' if not s.get('wrong') else 'FAILED'}",
+    console.print(T(f"# Out of bounds values : {s.get('wrong', 0)} {'OK' if not s.get('wrong') else 'FAILED'}",
                        style="green" if not s.get("wrong") else "bold red"))
-    console.print(Text(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"))
+    console.print(T(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"))
     loc = doc.get("localisation")
     if loc:
         for p in loc.get("pairs", []):
             mark = "  <- suspect" if p.get("suspect") else ""
-            console.print(Text(f"# pair {' + '.join(p['nodes'])}: busbw {p['busbw_gbs']:.3f} GB/s{mark}"))
+            console.print(T(f"# pair {' + '.join(p['nodes'])}: busbw {p['busbw_gbs']:.3f} GB/s{mark}"))
         for sus in loc.get("suspects", []):
-            console.print(Text(f"SLOW NODE {sus['node']}: busbw {sus['busbw_gbs']:.3f} GB/s against a good node, "
+            console.print(T(f"SLOW NODE {sus['node']}: busbw {sus['busbw_gbs']:.3f} GB/s against a good node, "
                                f"median {sus['median_gbs']:.3f} GB/s (threshold {loc['threshold']:g} x median)",
                                style="bold red"))
     if doc.get("verdict") == "fail":
-        console.print(Text("nccl-bench: FAIL", style="bold red"))
+        console.print(T("nccl-bench: FAIL", style="bold red"))

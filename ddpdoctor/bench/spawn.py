@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -46,6 +48,7 @@ def run_in_this_process(cfg: dict) -> None:
 def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
     """Start the ranks through torch's launcher; the config travels as a JSON file named in the env."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -66,39 +69,103 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
     progress = os.path.join(run_dir, "progress")
     os.makedirs(progress, exist_ok=True)
     os.environ[PROGRESS_ENV] = progress
+    handlers = _signal_handlers()
+    stopped_by, done, beats = None, threading.Event(), []
+    threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats), name="ddpdoctor-bench-wake",
+                     daemon=True).start()
     try:
         elastic_launch(lc, _entry)()
     except ChildFailedError as exc:
-        behind = ranks_behind(progress)
+        behind = ranks_behind(progress, beats or None)
         raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
+    except SignalException as exc:  # the agent stopped the ranks; the command ends as that signal says
+        stopped_by = exc.sigval
     finally:
+        done.set()
+        for sig, handler in handlers.items():  # torch's agent leaves its own (raising SignalException) installed
+            signal.signal(sig, handler)
         # The config, the progress notes and torch's per-rank logs have been read: nothing outlives the command.
         shutil.rmtree(run_dir, ignore_errors=True)
+    if stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt
+    if stopped_by is not None:
+        signal.raise_signal(stopped_by)  # the command's own handler (SIGTERM: exit 143), else the default
+
+
+def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list) -> None:
+    """Once the ranks are being stopped (one of them ended: it failed, or a signal came), a rank frozen with
+    SIGSTOP cannot act on the signal torch sends it, and torch waits 30 s before its SIGKILL: SIGCONT lets it
+    end now. The ranks' heartbeats are kept first (``beats``): a woken rank may beat once more before it ends.
+    The ranks are this process's children (start_method spawn)."""
+    import psutil
+
+    me, seen = psutil.Process(), set()
+    while not done.wait(0.5):
+        try:
+            kids = {k.pid: k for k in me.children()}
+            live = {pid for pid, k in kids.items() if k.status() != psutil.STATUS_ZOMBIE}
+            if seen - live:  # a rank we saw running has ended: the others are being stopped
+                beats[:] = beats or _read_notes(progress, ".beat")
+                for k in kids.values():
+                    if k.pid in live and k.status() == psutil.STATUS_STOPPED:
+                        k.send_signal(signal.SIGCONT)
+            seen |= live
+        except psutil.Error:
+            continue
+
+
+def _signal_handlers() -> dict:
+    """The handlers torch's agent replaces (TORCHELASTIC_SIGNALS_TO_HANDLE), to put back when it is done:
+    left in place, Ctrl-C and SIGTERM were torch's SignalException, "internal error", exit 4."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
 
 
 def _entry() -> int:
     return worker_main(None)
 
 
-def ranks_behind(progress_dir: str) -> str:
-    """'rank 1 on node7 stopped answering before all_reduce 65536 B; ' when one rank's last note lags."""
+STALE_S = 3.0  # a rank whose heartbeat stopped this long before the others' did was frozen, not waiting
+
+
+def _read_notes(progress_dir: str, suffix: str) -> list[dict]:
     notes = []
     for name in os.listdir(progress_dir):
+        if not name.endswith(suffix):
+            continue
         try:
             with open(os.path.join(progress_dir, name)) as fh:
                 notes.append(json.load(fh))
         except (OSError, ValueError):
             continue
+    return notes
+
+
+def ranks_behind(progress_dir: str, beats: list[dict] | None = None) -> str:
+    """'rank 1 on node7 stopped answering ...; ' when one rank's last note lags (it never entered the
+    collective the others entered), or its heartbeat stopped long before theirs (frozen inside it: SIGSTOP,
+    Ctrl-Z; the others then time out, and torch's first failure is one of the ranks that waited)."""
+    notes = _read_notes(progress_dir, ".json")
     if len(notes) < 2:
         return ""
     furthest = max(n["step"] for n in notes)
-    lagging = sorted((n for n in notes if n["step"] < furthest), key=lambda n: n["rank"])
-    if not lagging or len(lagging) == len(notes):
-        return ""
     ahead = next(n for n in notes if n["step"] == furthest)
-    who = ", ".join(f"rank {n['rank']} on {n['host']}" for n in lagging)
-    return (f"{who} stopped answering: the others entered {ahead['op']} {ahead['size']} B and waited for it "
-            f"until the timeout; ")
+    lagging = sorted((n for n in notes if n["step"] < furthest), key=lambda n: n["rank"])
+    if lagging and len(lagging) < len(notes):
+        who = ", ".join(f"rank {n['rank']} on {n['host']}" for n in lagging)
+        return (f"{who} stopped answering: the others entered {ahead['op']} {ahead['size']} B and waited for it "
+                f"until the timeout; ")
+    beats = _read_notes(progress_dir, ".beat") if beats is None else beats
+    last = max((b["t"] for b in beats), default=0.0)
+    frozen = sorted((b for b in beats if last - b["t"] > STALE_S), key=lambda b: b["rank"])
+    if not frozen or len(frozen) == len(beats):
+        return ""
+    who = ", ".join(f"rank {b['rank']} on {b['host']}" for b in frozen)
+    quiet = max(last - b["t"] for b in frozen)
+    return (f"{who} stopped answering during {ahead['op']} {ahead['size']} B: no sign of life for {quiet:.0f} s "
+            f"while the others waited for it (process frozen: stopped with SIGSTOP or Ctrl-Z, or stuck in the "
+            f"kernel or driver); ")
 
 
 def describe_failure(exc) -> str:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from .. import documents
 from ..exitcodes import ExitCode
 from . import localise
-from .harness import BenchConfig, Context, measure, summary, sweep
+from .harness import BenchConfig, Context, measure, start_heartbeat, summary, sweep
 
 CONFIG_ENV = "DDPDOCTOR_BENCH_CONFIG"
 RANKS_PER_NODE_ENV = "DDPDOCTOR_BENCH_TEST_RANKS_PER_NODE"  # test hook: pretend every K ranks are a node
@@ -149,6 +149,7 @@ def main(cfg_dict: dict | None = None) -> int:
     started = time.perf_counter()
     dist.init_process_group(cfg.backend, timeout=datetime.timedelta(seconds=cfg.timeout_s),
                             device_id=device if device.type == "cuda" else None)
+    beating = start_heartbeat(dist.get_rank(), socket.gethostname())
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         hosts = all_gather_json(socket.gethostname(), device)
@@ -169,6 +170,8 @@ def main(cfg_dict: dict | None = None) -> int:
             doc = document(cfg, rows + loc_rows, found, hosts, world, time.perf_counter() - started)
             documents.dump(doc, cfg.result_path)
     finally:
+        if beating is not None:
+            beating.set()
         dist.destroy_process_group()
     return 0
 

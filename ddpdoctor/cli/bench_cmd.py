@@ -88,14 +88,16 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
     if graph and backend != "nccl":
         raise UsageError("--graph captures the loop in a CUDA graph: it needs CUDA and the NCCL backend")
     launched = under_launcher()
-    if launched and (nproc or master):
-        raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
+    if launched:
+        _launcher_env(os.environ, given=bool(nproc or master))
     if nnodes > 1 and not master:
         raise UsageError("--nnodes above 1 needs --master HOST:PORT (the same on every node)")
     if master:
         master = _endpoint(master)
     if nproc is None:
         nproc = _gpu_count() if backend == "nccl" else 2
+    _measures_something(names, sizes, dtype, int(os.environ["WORLD_SIZE"]) if launched else nproc * nnodes,
+                        speaks=not launched or os.environ["RANK"] == "0")
     localise_bytes = parse_size(localise_size, "--localise-size")
     plan = LaunchPlan(nproc=nproc, nnodes=nnodes, master=master, node_rank=node_rank)
     result_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
@@ -129,6 +131,35 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
 
     return common.emit(documents.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
                        report_file=report_file, as_json=as_json, render=render, save=save)
+
+
+def _launcher_env(env, given: bool) -> None:
+    """Under a launcher (RANK and WORLD_SIZE set) it decides the ranks, and they meet through env:// (what
+    torchrun sets): a variable missing or not a number (RANK and WORLD_SIZE left over in a shell, a launcher
+    that sets no MASTER_ADDR) is one line naming it, not torch's ValueError from inside init_process_group."""
+    if given:
+        raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
+    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not env.get(v)]
+    bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE", "MASTER_PORT") if env.get(v) and not env[v].isdigit()]
+    if missing or bad:
+        raise UsageError(f"RANK and WORLD_SIZE are set, so this process runs as one rank of a launcher's job, but "
+                         f"{', '.join(missing + bad)} {'is' if len(missing + bad) == 1 else 'are'} "
+                         f"{'missing' if missing and not bad else 'not usable'}: start it with torchrun (which sets "
+                         f"them all), or unset RANK WORLD_SIZE to let nccl-bench start its own ranks")
+
+
+def _measures_something(names: list[str], sizes: list[int], dtype: str, world: int, speaks: bool) -> None:
+    """A sweep where no op measures anything (its sizes under one element, too few ranks) is a usage error
+    before any rank starts, not an empty table with "0 OK" and exit 0; an op that measures nothing beside others
+    that do (`--op all` on one rank: no sendrecv) is one warning line (``speaks``: this process is rank 0).
+    ``world`` is this command's world size (every node assumed to start as many ranks as this one)."""
+    from ..bench.ops import unmeasurable
+
+    why = unmeasurable(names, sizes, dtype, world)
+    if len(why) == len(names):
+        raise UsageError(f"nothing to measure: {'; '.join(why)}")
+    if why and speaks and not common.STATE.quiet:
+        common.warn_line(f"skipped: {'; '.join(why)}")
 
 
 def _endpoint(text: str) -> str:

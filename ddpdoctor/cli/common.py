@@ -69,7 +69,9 @@ def warn_line(message: str) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {message}", style="yellow"))
+    from ..text import safe_text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"Warning: {safe_text(message)}", style="yellow"))
 
 
 class FiniteFloat(click.ParamType):
@@ -203,6 +205,12 @@ def ensure_writable_file(path: str | None, flag: str = "--report") -> Path | Non
         raise UsageError(f"{flag} {p}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{flag} {p}: not writable")
+    from ..documents import write_target
+
+    try:
+        write_target(p)  # a device, FIFO or directory there: said now, before the work
+    except UsageError as exc:
+        raise UsageError(f"{flag} {exc}") from None
     return p
 
 

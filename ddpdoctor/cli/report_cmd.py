@@ -78,9 +78,14 @@ def latest_run(root: Path) -> tuple[Path, list[str]]:
     return run, [str(f) for f in found]
 
 
+# The files the commands save in a run's directory (common.emit's filenames). Anything else there is not
+# theirs: the reference trainer's resumed.json (written on --resume), a user script's own JSON.
+SAVED = ("cluster.json", "node-*.json", "nccl-bench.json", "run.json", "postmortem.json")
+
+
 def result_files(run: Path) -> list[Path]:
     """The documents a command saves in a run's directory (run-trainer's own records beside them are not)."""
-    files = sorted(p for p in run.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    files = sorted({p for pattern in SAVED for p in run.glob(pattern) if p.is_file() and not p.name.startswith(".")})
     if any(p.name == "cluster.json" for p in files):
         files = [p for p in files if not p.name.startswith("node-")]
     return files

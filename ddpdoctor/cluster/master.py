@@ -249,6 +249,8 @@ class Master(Node):
                 self._check_liveness(view, only=set(waiting))
                 for nm in [nm for nm in waiting if nm in self.silent]:
                     del waiting[nm]
+                if not waiting:  # the rest died or fell silent: named in the verdict, not waited for
+                    break
                 names = ", ".join(sorted(waiting)[:10]) + (f" (+{len(waiting) - 10} more)" if len(waiting) > 10 else "")
                 self.progress.say(f"waiting for the {COLLECTED[kind]} of {names}", dedupe=True)
             time.sleep(POLL_S)

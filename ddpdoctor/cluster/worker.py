@@ -14,10 +14,19 @@ from .budget import GRACE_S
 from .envelope import key_id, open_envelope
 from .mailbox import StoreGone, StoreSilent
 from .messages import Finding, Invalid, Slot, about, key_of
-from .node import POLL_S, Node
+from .node import POLL_S, TOKEN_FIX, Node
 from .view import ClusterView
 
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
+
+
+class _KeySearch:
+    """Where a node without --token stands in finding the run's key file (see Worker._hello_without_token)."""
+
+    def __init__(self) -> None:
+        self.searched = False
+        self.unmatched = None  # a key file of this run's scope that no hello verified with
+        self.since = 0.0  # when it was found
 
 
 class Worker(Node):
@@ -51,7 +60,7 @@ class Worker(Node):
         with it, the newest when an older run's is replayed beside it; without one, the first valid hello,
         and this node says it is unauthenticated."""
         token_problem_since = None
-        key_searched = False
+        keys = _KeySearch()
         while True:
             hellos = self.mb.hellos()
             if self.cfg.token:
@@ -70,18 +79,9 @@ class Worker(Node):
                     if time.monotonic() - token_problem_since >= TOKEN_PATIENCE_S:  # a forgery first, the real one later?
                         self._rejected(bad[0].why)
             elif hellos:
-                keyed = [(f, b) for f, b in hellos if b.get("key_id")]
-                if keyed and not key_searched:
-                    key_searched = True
-                    paths = keyfile.candidates(keyfile.scope(str(self.cfg.master), self.cfg.rdzv_id, self.cfg.nnodes),
-                                               self.cfg.shared_dir)
-                    key, path = keyfile.find(paths, lambda k: any(self._this_runs_key(k, f, b) for f, b in keyed),
-                                             min(until, time.monotonic() + keyfile.KEY_WAIT_S))
-                    if key is not None:
-                        self.mb.token, self.mb.sealed, self.key_path = key, True, path
-                        return self._newest([b for f, b in keyed if self._this_runs_key(key, f, b)])
-                self.mb.blind = bool(keyed)  # the master signs with a key this node does not have
-                return hellos[0][1]
+                hello = self._hello_without_token(hellos, keys, until)
+                if hello is not None:
+                    return hello
             if time.monotonic() >= until:
                 refused = [f for f in self.mb.findings if f.key == "hello"]
                 why = (f"; the only message(s) there were invalid: {refused[-1].why} — is --token the same on every "
@@ -89,6 +89,37 @@ class Worker(Node):
                 raise ClusterNotAssembled(f"the master {self.cfg.master} never sent its hello within "
                                           f"{self.budget.elapsed():.0f} s{why}")
             time.sleep(POLL_S)
+
+    def _hello_without_token(self, hellos: list, keys: "_KeySearch", until: float) -> dict | None:
+        """No --token: this run's key file when a hello verifies with it (looked for up to KEY_WAIT_S when the
+        hello says there is one, once otherwise). A key file of this run's scope that no hello verifies with
+        means the master's hello was replaced (an outsider who can `set` a store key, or a stale file): this
+        node keeps looking for KEY_WAIT_S (a network filesystem may show the new file late) and then stops,
+        never following an unverifiable master (it would take a forger's roster and verdict). No key file anywhere: the first hello, unauthenticated (said)."""
+        keyed = [(f, b) for f, b in hellos if b.get("key_id")]
+        paths = keyfile.candidates(keyfile.scope(str(self.cfg.master), self.cfg.rdzv_id, self.cfg.nnodes),
+                                   self.cfg.shared_dir)
+        wait = keyfile.KEY_WAIT_S if keyed and not keys.searched else 0.0
+        keys.searched = True
+        key, path = keyfile.find(paths, lambda k: any(self._this_runs_key(k, f, b) for f, b in keyed),
+                                 min(until, time.monotonic() + wait))
+        if key is not None:
+            self.mb.token, self.mb.sealed, self.key_path = key, True, path
+            return self._newest([b for f, b in keyed if self._this_runs_key(key, f, b)])
+        if keys.unmatched is None:
+            keys.unmatched = next((p for p in paths if keyfile.read(p) is not None), None)
+            keys.since = time.monotonic()
+        if keys.unmatched is None:
+            self.mb.blind = bool(keyed)  # the master signs with a key this node does not have
+            return hellos[0][1]
+        if time.monotonic() >= min(until, keys.since + keyfile.KEY_WAIT_S):  # a network filesystem's lag at most
+            raise ClusterNotAssembled(
+                f"the hello at {self.cfg.master} does not verify with this run's key file {keys.unmatched}: "
+                f"something replaced the master's hello in its store (anyone who reaches the port can), or the "
+                f"file is left from an earlier run whose master was killed; this node does not follow a master "
+                f"it cannot verify. Fix: if no other preflight uses {self.cfg.master}, remove that file and "
+                f"rerun; {TOKEN_FIX}")
+        return None
 
     @staticmethod
     def _why_not(frame: bytes, secret: str) -> str | None:

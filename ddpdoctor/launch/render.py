@@ -37,7 +37,7 @@ def render(doc: dict, console: Console) -> None:
              f"{rc.get('host', human(None))}"
              f" · exit code {rc.get('exit_code', human(None))}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
              + f" · {rc.get('category', human(None))}"),
-        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{rc.get('message') or ''}"),
+        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{shown_message(rc.get('message'))}"),
     ]
     if rc.get("location"):
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
@@ -57,6 +57,18 @@ def render(doc: dict, console: Console) -> None:
         rows.append(T(where, style="dim"))
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
                         border_style="red"))
+
+
+MESSAGE_SHOWN = 800  # characters of an error message in the panel (a tensor's repr can be megabytes)
+
+
+def shown_message(message) -> str:
+    """The error message as the panel shows it: whole up to MESSAGE_SHOWN characters, else its start and how
+    much more the JSON result holds (a 100,000-character message filled 1,300 terminal lines)."""
+    text = str(message or "")
+    if len(text) <= MESSAGE_SHOWN:
+        return text
+    return f"{text[:MESSAGE_SHOWN]}… ({len(text) - MESSAGE_SHOWN:,} more characters: the whole message is in the JSON result)"
 
 
 def render_node_line(doc: dict, console: Console) -> None:

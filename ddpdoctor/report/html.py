@@ -1,20 +1,27 @@
 """The HTML report: one self-contained file (inline CSS, inline SVG, a little optional JS), Jinja2 autoescaped.
 
-Everything that came from a node goes through Jinja2's autoescape; the SVG charts are built by svg.py,
-which escapes their own labels, and are the only markup inserted as-is.
+Everything that came from a node goes through Jinja2's autoescape, after ``safe_text`` (control characters and
+escape sequences shown as ``\x1b``: a report opened with cat or less, or copied from, is not steered by a
+peer's host name); the SVG charts are built by svg.py, which does the same for their own labels, and are the
+only markup inserted as-is.
 """
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 from pathlib import Path
 
 from markupsafe import Markup
 
+from ..text import safe_text
 from . import svg, viewmodel
 from .values import human
 
 TEMPLATES = Path(__file__).parent / "templates"
-CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+# No fetch of any kind, and only our own script runs (its hash): markup that slipped past the escaping (an
+# injected <script> or onerror= handler) would not execute.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src '{script}'; img-src data:"
 
 
 @functools.lru_cache(maxsize=1)
@@ -24,11 +31,20 @@ def _env():
     from jinja2 import ChainableUndefined, Environment, FileSystemLoader
 
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=ChainableUndefined,  # optional keys: show what is there
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     # Values as a person reads them (yes/no, "—" for unknown), never Python's True/False/None.
     env.filters["h"] = human
     env.filters["short"] = lambda v, n=160: (human(v) if len(human(v)) <= n else human(v)[: n - 1] + "…") if v is not None else ""
     return env
+
+
+def _shown(value):
+    """Every ``{{ value }}`` as text a terminal or browser shows, never obeys (markup we built passes as is)."""
+    from jinja2 import Undefined
+
+    if value is None or isinstance(value, (Markup, Undefined, int, float)):
+        return value
+    return safe_text(value)
 
 
 def charts(model: dict) -> dict:
@@ -71,8 +87,9 @@ def build_html(docs: list[dict]) -> str:
     env = _env()
     css = (TEMPLATES / "report.css").read_text()
     js = (TEMPLATES / "report.js").read_text()
+    digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
     return env.get_template("report.html").render(m=model, charts=charts(model), css=Markup(css), js=Markup(js),
-                                                  csp=CSP)
+                                                  csp=CSP.format(script=f"sha256-{digest}"))
 
 
 def write_html(docs: list[dict], path) -> Path:

@@ -1,12 +1,21 @@
 """Inline SVG charts, built in Python (no script, no external file): lines on log or linear axes, error bars
-and bars with outliers marked. Every label is escaped here, since node names and ops come from files."""
+and bars with outliers marked. Every label is escaped here, since node names and ops come from files (control
+characters shown as ``\x1b``, as everywhere else)."""
 from __future__ import annotations
 
+import html
 import math
-from html import escape
+
+from ..text import safe_text
 
 W, H = 640, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 64, 16, 16, 44
+
+
+def escape(value) -> str:
+    return html.escape(safe_text(value))
+
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 

@@ -20,12 +20,13 @@ from .views.common import (  # noqa: F401 - the views' names, as the report and 
     single_group, worst)
 from .views.mesh import MATRIX_FULL, reachability, rtt_text  # noqa: F401
 from .views.preflight import (  # noqa: F401
-    FULL_DETAIL_NODES, VERSION_COLUMNS, check_matrix, details, facts_diff, merge_nodes, node_versions, run_baseline,
-    versions_row, versions_table)
+    FULL_DETAIL_NODES, VERSION_COLUMNS, check_matrix, details, facts_diff, merge_nodes, node_versions,
+    one_per_cluster_run, run_baseline, versions_row, versions_table)
 from .views.trainer import rank_table, trainer_finding, trainer_line, trainer_view  # noqa: F401
 
 
 def build(docs: list[dict]) -> dict:
+    docs = one_per_cluster_run(docs)  # the master's cluster.json and the nodes' own copies of its verdict
     pre = [d for d in docs if d.get("kind") == "preflight"]
     bench = [d for d in docs if d.get("kind") == "nccl-bench"]
     train = [d for d in docs if d.get("kind") == "run-trainer"]

@@ -34,9 +34,8 @@ def load_time(chromium: str, url: str) -> float:
 
 def page_time(chromium: str, path: Path) -> float:
     probe = path.with_name("timed-" + path.name)
-    probe.write_text(path.read_text().replace(
-        "</body>", "<script>document.body.offsetHeight;"
-        "document.documentElement.dataset.ms=Math.round(performance.now())</script></body>"))
+    probe.write_text(fx.with_probe(path.read_text(), "document.body.offsetHeight;"
+                                   "document.documentElement.dataset.ms=Math.round(performance.now())"))
     out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     m = re.search(r'data-ms="(\d+)"', out)

@@ -382,6 +382,37 @@ def test_a_node_without_the_key_joins_and_the_run_says_it_was_not_authenticated(
         assert doc["auth"]["authenticated"] is False and doc["auth"]["open_nodes"], doc["auth"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed-hello", "hello-with-a-made-up-key-id"])
+def test_a_replaced_hello_is_never_followed_by_a_node_that_has_the_key_file(cluster, tmp_path, keyed):
+    """The default run (no --token, a shared home): an outsider who can `set` a store key replaces the master's
+    signed hello with its own (no key id, or a made-up one) before rank 1 reads it. Rank 1 used to take it and
+    go on unauthenticated (blind), following the forger's nonce: a forged roster and verdict then made it print
+    whatever the forger wanted. It finds this run's key file, sees that no hello verifies with it, and stops
+    (exit 3) saying so, within its budget; it never joins the forger's run."""
+    c = cluster(2)
+    master = c.start_master(timeout=SLOW_TIMEOUT)
+    h = c.hostile()
+    h.wait("hello")
+    run = "f" * 32
+    body = {"protocol": 1, "nonce": run, "nnodes": 2, "t": time.time() + 100}
+    if keyed:
+        body["key_id"] = "0" * 32
+    h.store.set("hello", b"\n" + sealed(body, key="hello", sender=(0, 1), run=run, token="made-up") + b"\n")
+    worker = c.start(1, timeout=SLOW_TIMEOUT, json_out=False)
+    assert worker.finish(budget_s(SLOW_TIMEOUT)) == 3, c.report()
+    # the master is still waiting for rank 1: nothing was posted under the forger's public names
+    assert not h.store.check(["ident/1/1"]), "rank 1 posted its identity into the forger's run"
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes[1] == 3, c.report()
+    error = [ln for ln in worker.stderr.splitlines() if ln.startswith("Error:")][-1]
+    assert "does not verify with this run's key file" in error and "replaced the master's hello" in error, error
+    assert "joined as" not in worker.stderr and "NOT authenticated" not in worker.stderr, worker.stderr
+
+
 # ---------------------------------------------------------------- no outsider blocks a sealed run (item 2)
 
 

@@ -19,6 +19,35 @@ from .common import SEVERITY, _finite, _label, _natural, worst
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
 
 
+def one_per_cluster_run(docs: list[dict]) -> list[dict]:
+    """Every node of a cluster preflight writes the whole verdict: the master's cluster.json, and each other
+    node's node-<name>.json, which repeats the master's results and adds what only that node saw (messages it
+    refused). Given together (`ddpdoctor report out/*.json` on a shared --output), each result would count
+    once per node: one document per run is kept (the master's, else the first node's), and the others add only
+    their own findings. Documents of other runs, or node-scope preflights, pass as they are."""
+    def run_of(d: dict):
+        master = d.get("master") if isinstance(d.get("master"), dict) else {}
+        return (d.get("run_id"), master.get("node"), tuple(sorted(d.get("nodes") or {})))
+
+    cluster = [d for d in docs if d.get("kind") == "preflight" and d.get("scope") == "cluster" and d.get("master")]
+    kept: dict[tuple, dict] = {}
+    for d in sorted(cluster, key=lambda d: d.get("role") == "worker"):  # the master's first
+        kept.setdefault(run_of(d), d)
+    extra: dict[int, list[dict]] = {}
+    for d in cluster:
+        base = kept[run_of(d)]
+        if d is not base:
+            copied = (d.get("master") or {}).get("results") if d.get("role") == "worker" else None
+            own = d.get("results", [])[copied:] if isinstance(copied, int) else []
+            extra.setdefault(id(base), []).extend(own)
+    out, clustered = [], {id(d) for d in cluster}
+    for d in docs:
+        if id(d) in clustered and kept[run_of(d)] is not d:
+            continue
+        out.append(dict(d, results=d.get("results", []) + extra[id(d)]) if id(d) in extra else d)
+    return out
+
+
 def merge_nodes(pre: list[dict]) -> dict[str, dict]:
     """Every node's facts, exports and comparables across the preflight documents; a later document fills what
     an earlier lacks (exports and comparables only where a document has them: readers derive the others)."""

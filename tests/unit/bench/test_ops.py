@@ -34,3 +34,15 @@ def test_algbw_and_bytes_moved_definitions():
     assert ar.count(1 << 20, 2, 8) == 1 << 19 and ar.bytes_moved(1 << 19, 2, 8) == 1 << 20
     # a size that does not split evenly is rounded down to whole elements per rank
     assert ag.count(1000, 4, 3) == 83 and ag.bytes_moved(83, 4, 3) == 996
+
+
+def test_unmeasurable_names_the_ops_whose_sizes_hold_no_element():
+    from ddpdoctor.bench.ops import unmeasurable
+
+    assert unmeasurable(["all_reduce", "all_gather"], [8, 1024], "float32", 4) == []
+    assert unmeasurable(["all_reduce"], [3], "float32", 2) == [
+        "all_reduce needs -e/--max-bytes of at least 4 B (one float32 element), not 3 B"]
+    # whole-buffer ops split the message across the ranks: 8 B is one float32 per rank only up to 2 ranks
+    assert unmeasurable(["all_gather", "broadcast"], [8], "float32", 4) == [
+        "all_gather needs -e/--max-bytes of at least 16 B (one float32 element per rank, 4 ranks), not 8 B"]
+    assert unmeasurable(["sendrecv"], [1 << 20], "float32", 1) == ["sendrecv needs at least 2 ranks (this run has 1)"]

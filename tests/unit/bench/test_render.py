@@ -21,3 +21,27 @@ def test_row_line_has_nccl_tests_columns():
     cols = line.split()
     assert cols[:5] == ["1048576", "262144", "float32", "sum", "-1"] and cols[5] == "n/a"
     assert cols[6:] == ["10.5", "99.86", "174.76", "0"]
+
+
+def test_host_names_from_other_nodes_are_shown_never_obeyed():
+    """--localise names nodes by the host names every rank reported: an escape sequence in one (an OSC that
+    retitles the terminal, a clear screen) is printed as \\x1b..., on every line that shows it."""
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.bench.render import render
+
+    evil = "node7\x1b]0;owned\x07\x1b[2J"
+    form = {"time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0}
+    doc = {"run": {"backend": "gloo", "world_size": 4, "nnodes": 2, "dtype": "float32", "warmup": 1, "iters": 2},
+           "rows": [{"op": "all_reduce", "group": "pair", "extra": {"node": evil}, "size": 8, "count": 2,
+                     "dtype": "float32", "redop": "sum", "root": -1, "out_of_place": None, "in_place": form}],
+           "summary": {"wrong": 0, "avg_busbw_gbs": 1.0}, "verdict": "fail",
+           "localisation": {"threshold": 0.8, "pairs": [{"nodes": ["node1", evil], "busbw_gbs": 0.1, "suspect": True}],
+                            "suspects": [{"node": evil, "busbw_gbs": 0.1, "median_gbs": 1.0}]}}
+    out = io.StringIO()
+    render(doc, Console(file=out, force_terminal=True, width=200))
+    text = out.getvalue()
+    assert "\x1b]0;owned" not in text and "\x1b[2J" not in text and "\x07" not in text
+    assert text.count("node7\\x1b]0;owned\\x07\\x1b[2J") == 3, text  # the pair's title, the pair, the slow node

@@ -81,6 +81,19 @@ def test_report_alone_builds_the_latest_run_and_names_its_files(cwd, capsys):
     assert "ddpdoctor-results/new-run/report.html" in out
 
 
+def test_report_alone_reads_only_the_files_the_commands_saved(cwd, capsys):
+    """The reference trainer's resumed.json (run-trainer --resume writes it beside run.json) and a user's own
+    JSON in the run's directory are not results: `ddpdoctor report` after a resumed run was exit 2."""
+    where = cwd / "ddpdoctor-results" / "resumed-run"
+    where.mkdir(parents=True)
+    documents.dump(documents.envelope("run-trainer", verdict="pass", run_id="resumed-run"), where / "run.json")
+    (where / "resumed.json").write_text('{"snapshot": "/r/a/snapshots/latest.pt", "step": 6}')
+    (where / "my-notes.json").write_text("not even JSON")
+    assert run(["report"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "read run.json" in out and "resumed.json" not in out and "my-notes" not in out
+
+
 def test_report_alone_without_results_is_one_line_exit_2(cwd, capsys):
     assert run(["report"]) == 2
     err = capsys.readouterr().err

@@ -114,6 +114,19 @@ def test_escape_sequences_in_another_process_text_never_reach_the_terminal_raw()
     assert "\u202e" not in out and "\\x1b[2J" in out
 
 
+def test_a_huge_error_message_is_shown_by_its_start_not_across_a_thousand_lines():
+    """A 100,000-character exception message (a tensor's repr, a long NCCL dump) filled 1,300 lines of the
+    panel: it shows its start and says how much more the JSON result holds."""
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True},
+           "root_cause": {"rank": 1, "host": "h", "exit_code": 1, "category": "exception", "error_type": "RuntimeError",
+                          "message": "shape mismatch " + "w" * 100_000, "location": "/x.py:3", "fix": "look"}}
+    text = shown(doc)
+    assert len(text.splitlines()) < 20, len(text.splitlines())
+    flat = " ".join(text.replace("│", " ").split())
+    assert "error: RuntimeError: shape mismatch w" in flat and "… (99,215 more characters: the whole message is in " \
+        "the JSON result)" in flat, flat
+
+
 # -- one full result per cluster: node rank 0's; the other nodes one line (issue 20) --------------------------
 def _node_doc(**over) -> dict:
     doc = {"kind": "run-trainer", "verdict": "fail", "exit_code": 1, "run_id": "r", "start": {"fresh": True},

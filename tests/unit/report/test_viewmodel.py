@@ -23,6 +23,38 @@ def test_view_merges_every_kind_failures_first():
     assert len(v["bench"]) == 1 and len(v["trainer"]) == 1 and v["node_count"] == 8
 
 
+def _cluster_pair(n: int = 4):
+    """A cluster run as its files are: the master's cluster.json and another node's node-*.json, which repeats
+    the master's results and adds one finding only that node saw."""
+    import copy
+
+    master = dict(fx.preflight(n, evil=False, run_id="job-7"), role="master",
+                  master={"node": "node000", "host": "node000", "output_dir": "/out"})
+    worker = copy.deepcopy(master)
+    worker.update(role="worker", this_node="node001",
+                  master={"node": "node000", "host": "node000", "output_dir": "/out", "results": len(master["results"])})
+    worker["results"].append({"check": "cluster", "level": "warn", "summary": "ignored an invalid message at roster: x",
+                              "nodes": ["node001"]})
+    return master, worker
+
+
+def test_a_clusters_files_given_together_count_each_result_once():
+    """`ddpdoctor report out/*.json` (README) on a shared --output: cluster.json and every node's node-*.json.
+    Each result counted once per file before (2 nodes: "10 pass" for 5); the node's own finding is kept."""
+    master, worker = _cluster_pair()
+    alone = view.build([master])
+    both = view.build([worker, master])
+    assert both["counts"] == dict(alone["counts"], warn=alone["counts"].get("warn", 0) + 1), (both["counts"], alone["counts"])
+    assert [d["kind"] for d in both["documents"]] == ["preflight"]
+    assert any("invalid message at roster" in m["summary"] for f in both["findings"] for m in f["members"])
+    # two nodes' copies without the master's: one set of results, each node's own findings
+    other = dict(worker, this_node="node002")
+    assert view.build([worker, other])["counts"]["pass"] == alone["counts"]["pass"]
+    # another run (a rerun in the same job: another master) is not a copy: both are shown
+    rerun = dict(master, master={"node": "node003"})
+    assert view.build([master, rerun])["counts"]["pass"] == 2 * alone["counts"]["pass"]
+
+
 def test_matrix_groups_identical_nodes_and_keeps_the_odd_ones():
     v = view.build([fx.preflight(512)])
     rows = v["matrix"]["rows"]
@@ -52,6 +84,38 @@ def test_hostile_node_data_is_shown_literally():
     assert "<script>alert" not in page and "&lt;/script&gt;&lt;script&gt;alert(2)" in page
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     assert page.count("<script>") == 1  # ours, inline
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
+
+
+def test_control_characters_from_a_document_are_shown_never_raw():
+    """A host name, a result's text and an env value carrying terminal escape sequences (OSC title, clear screen,
+    a one-byte CSI, a right-to-left override): the report shows them as \\x1b..., in the tables and in the SVG
+    labels alike, so `cat report.html` or a copy from the page is not steered by them."""
+    doc = fx.preflight(4, evil=False, name_format="n{:02d}" + ESCAPES)
+    doc["results"][0]["summary"] += ESCAPES
+    doc["results"][0]["fix"] = "run " + ESCAPES
+    bench = fx.bench(4)
+    bench["rows"][0]["op"] = "all_reduce" + ESCAPES
+    page = html.build_html([doc, bench, fx.trainer()])
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", page), \
+        re.search(".{40}[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e].{10}", page)
+    assert "n00\\x1b]0;pwned\\x07" in page and "all_reduce\\x1b]0;pwned" in page
+
+
+def test_only_the_reports_own_script_may_run():
+    """script-src is the hash of report.js, not 'unsafe-inline': markup that slipped past the escaping (an
+    injected <script> or an onerror= handler) would not run (tests/browser checks it in chromium)."""
+    import base64
+    import hashlib
+
+    page = unescape(html.build_html([fx.preflight(2)]))
+    js = (html.TEMPLATES / "report.js").read_text()
+    digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
+    csp = re.search(r'Content-Security-Policy" content="([^"]*)"', page).group(1)
+    assert f"script-src 'sha256-{digest}'" in csp and "unsafe-inline'; img" not in csp, csp
+    assert f"<script>{js}</script>" in page
 
 
 def test_self_contained_and_secrets_stay_redacted():

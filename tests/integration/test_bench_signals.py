@@ -1,0 +1,120 @@
+"""nccl-bench as a user stops it, or as a rank freezes under it (real ranks, real signals): Ctrl-C ends it with
+130 and SIGTERM with 143 (torch's agent turned both into its SignalException: "internal error", exit 4), no
+rank is left behind, and a rank frozen with SIGSTOP in the middle of a collective is the one named (torch's
+first failure is a rank that waited for it), without torch's 30 s wait for a stopped process to obey SIGTERM.
+
+The ranks are found through their heartbeat files (``rank<R>.beat``, with the pid) in the run's progress
+directory under the test's own TMPDIR.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+TIMEOUT = 15
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "--backend", "gloo", "--no-save", "--nproc", "3",
+            "-b", "4M", "-e", "256M", "-n", "50", "--timeout", str(TIMEOUT), *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+
+
+def rank_pids(tmp_path: Path, limit_s: float = 120) -> dict[int, int]:
+    """{rank: pid} once every rank has beaten and started timing (the 4 MiB rows are measured)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        beats = {}
+        for path in (tmp_path / "tmp").glob("ddpdoctor-bench-*/progress/rank*.beat"):
+            try:
+                note = json.loads(path.read_text())
+                beats[note["rank"]] = note["pid"]
+            except (OSError, ValueError, KeyError):
+                continue
+        notes = list((tmp_path / "tmp").glob("ddpdoctor-bench-*/progress/rank*.json"))
+        if len(beats) == 3 and len(notes) == 3:
+            return beats
+        time.sleep(0.2)
+    raise AssertionError("the ranks never started")
+
+
+def finish(proc: subprocess.Popen, limit_s: float) -> tuple[int | None, str, float]:
+    started = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        return None, err, time.monotonic() - started
+    return proc.returncode, err, time.monotonic() - started
+
+
+def alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@pytest.fixture
+def cleanup():
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGCONT)
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(30)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how,code,line", [("ctrl-c", 130, "Error: interrupted"),
+                                           ("sigterm", 143, "Error: terminated (SIGTERM)")])
+def test_a_stopped_bench_ends_with_the_signals_code_and_leaves_no_rank(tmp_path, cleanup, how, code, line):
+    proc = start(tmp_path)
+    cleanup.append(proc)
+    pids = rank_pids(tmp_path)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole foreground group
+    else:
+        proc.send_signal(signal.SIGTERM)  # a scheduler or `timeout` sends it to the command
+    rc, err, took = finish(proc, 90)
+    assert rc == code, err[-2000:]
+    assert err.rstrip().splitlines()[-1] == line, err[-2000:]
+    assert "internal error" not in err and "SignalException" not in err, err[-2000:]
+    time.sleep(1)
+    assert alive(pids.values()) == [], pids
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_frozen_inside_a_collective_is_named_and_the_run_ends_soon_after_the_timeout(tmp_path, cleanup):
+    proc = start(tmp_path)
+    cleanup.append(proc)
+    pids = rank_pids(tmp_path)
+    os.kill(pids[1], signal.SIGSTOP)
+    rc, err, took = finish(proc, 150)
+    assert rc == 1, err[-2000:]
+    error = [ln for ln in err.splitlines() if ln.startswith("Error:")][-1]
+    assert error.startswith("Error: rank 1 on ") and "stopped answering during all_reduce" in error, error
+    assert "SIGSTOP" in error, error
+    # --timeout, then the stopped rank woken to obey torch's SIGTERM (torch alone waits 30 s more before SIGKILL)
+    assert took < TIMEOUT + 20, (took, err[-2000:])
+    time.sleep(1)
+    assert alive(pids.values()) == [], pids

@@ -1,0 +1,23 @@
+"""The master's collecting loop (master.Master._collect) on a fake mailbox: what it says while it waits."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from ddpdoctor.cluster.master import Master
+from ddpdoctor.cluster.progress import Progress
+
+
+def test_no_waiting_line_without_a_name_when_the_last_node_is_found_dead(capsys):
+    """The one node waited for is found dead by the liveness check: the master stops waiting at once and says
+    nothing more (it printed "waiting for the check results of " with no name, then went on)."""
+    m = Master.__new__(Master)
+    m.silent = {}
+    m.progress = Progress(False, "rank 0")
+    m.mb = SimpleNamespace(read=lambda kind, slot: None)
+    m._check_liveness = lambda view, only=None: m.silent.update({nm: "its probe listener is gone" for nm in only})
+    view = SimpleNamespace(nodes=[{"name": "node1", "rank": 1, "claim": 1}])
+    started = time.monotonic()
+    assert m._collect("facts", view, until=started + 30) == {}
+    assert time.monotonic() - started < 5 and m.silent == {"node1": "its probe listener is gone"}
+    assert "waiting for" not in capsys.readouterr().err
