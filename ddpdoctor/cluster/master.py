@@ -201,13 +201,13 @@ class Master(Node):
 
             return advice_lines(merged, view, self.cfg, results)
 
-        doc = verdicts.decide(self.plan, self.run_settings(), view, merged, self.silent, self.mb.findings,
-                              self.timings, advice, extra=self._late_claims(view))
+        open_names = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
+        doc = verdicts.decide(self.plan, self.run_settings(), view, merged, unverified(self.silent, open_names),
+                              self.mb.findings, self.timings, advice, extra=self._late_claims(view))
         # where the full summary and the cluster result are: the other nodes print one line pointing here
         where = {"node": self.me["name"], "host": self.me["host"], "output_dir": self.plan.run.get("output_dir")}
         doc.update(this_node=self.me["name"], role="master", master=where,
-                   auth=self.auth_state([n["name"] for n in view.nodes
-                                         if Slot(n["rank"], n["claim"]) in self.mb.open_slots]))
+                   auth=self.auth_state(open_names))
         self.mb.post("verdict", verdicts.published(doc) | {"master": where})
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)
@@ -287,3 +287,10 @@ class Master(Node):
             time.sleep(POLL_S)
 
 
+def unverified(silent: dict[str, str], open_names: list[str]) -> dict[str, str]:
+    """Why each silent node stopped answering, said with care for a node that joined without the run's key:
+    anyone who reaches the port can claim a rank under any host name, so its silence may be an impostor's,
+    not the named node's."""
+    return {nm: why + ("; it joined without the run's key, so this may be an impostor using its name: set "
+                       "DDPDOCTOR_TOKEN on every node and rerun" if nm in open_names else "")
+            for nm, why in silent.items()}

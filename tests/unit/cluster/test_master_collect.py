@@ -21,3 +21,16 @@ def test_no_waiting_line_without_a_name_when_the_last_node_is_found_dead(capsys)
     assert m._collect("facts", view, until=started + 30) == {}
     assert time.monotonic() - started < 5 and m.silent == {"node1": "its probe listener is gone"}
     assert "waiting for" not in capsys.readouterr().err
+
+
+def test_a_silent_node_that_joined_without_the_key_is_not_blamed_outright():
+    """An outsider can claim a rank without the run's key under the real node's name and go quiet: the verdict
+    says that the silent node was unauthenticated, so it may be an impostor, and how to close the door."""
+    from ddpdoctor.cluster.master import unverified
+
+    silent = {"node1": "stopped answering mid-preflight: no heartbeat for 8 s", "node2": "sent no facts"}
+    out = unverified(silent, ["node1"])
+    assert out["node2"] == "sent no facts"
+    assert out["node1"].startswith("stopped answering mid-preflight") and "may be an impostor" in out["node1"]
+    assert "DDPDOCTOR_TOKEN" in out["node1"]
+    assert unverified({}, ["node1"]) == {}
