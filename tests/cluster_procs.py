@@ -275,3 +275,17 @@ def assert_clean(node: Node) -> None:
     assert "terminate called" not in text, node.describe()
     assert ESC.encode() not in node.raw, node.describe()
     assert node.proc.returncode not in (4, -6, 134), node.describe()
+
+
+def alive(pids) -> list[int]:
+    """Of ``pids``, the processes still running (a zombie, waiting for its parent to reap it, is gone)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out

@@ -16,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.cluster_procs import alive
 
 TIMEOUT = 15
 
@@ -59,17 +60,6 @@ def finish(proc: subprocess.Popen, limit_s: float) -> tuple[int | None, str, flo
         _, err = proc.communicate(timeout=30)
         return None, err, time.monotonic() - started
     return proc.returncode, err, time.monotonic() - started
-
-
-def alive(pids) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 @pytest.fixture

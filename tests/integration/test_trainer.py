@@ -15,6 +15,7 @@ import pytest
 
 from ddpdoctor.cluster.local import free_port
 from ddpdoctor.cluster.local import kill_sessions
+from tests.cluster_procs import alive
 
 FAST = ["--n-layer", "1", "--n-embd", "32", "--batch-size", "4", "--block-size", "32", "--log-every", "5"]
 
@@ -334,19 +335,6 @@ def _family(pid: int) -> list[int]:
     return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
 
 
-def _alive(pids: list[int]) -> list[int]:
-    import psutil
-
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 USER_LOOP = """
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -385,7 +373,7 @@ def test_signal_to_run_trainer_stops_every_process_and_still_writes_run_json(tmp
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == 128 + sig, err[-3000:]
         time.sleep(0.5)
-        assert not _alive(family), err[-2000:]
+        assert not alive(family), err[-2000:]
         doc = json.loads(out)
         assert doc["interrupted"] == sig.name and doc["verdict"] == "fail"
         assert doc["root_cause"]["category"] == "interrupted", doc["root_cause"]
