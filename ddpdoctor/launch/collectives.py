@@ -173,8 +173,10 @@ def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dump
     sigs = {r: signature(e) for r, e in calls_at_top.items()}
     majority = _majority(sigs)
     ref = next((calls_at_top[r] for r in sorted(calls_at_top) if majority is None or sigs[r] == majority), None)
-    # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside).
-    site = fr_site(ref) or next((sites[r] for r in in_top if sites.get(r)), None)
+    # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside);
+    # a rank making the call judged (the majority's), not an odd one (a rank-0-only barrier is not the all_reduce).
+    site = fr_site(ref) or next((sites[r] for r in in_top if sites.get(r) and sigs.get(r) == signature(ref)), None) \
+        or next((sites[r] for r in in_top if sites.get(r)), None)
     collective = {"pg": pg, "seq": top, "op": op_of(ref), "input_sizes": (ref or {}).get("input_sizes"),
                   "waiting_ranks": in_top, "call_site": site,
                   "ops": {str(r): op_of(e) for r, e in sorted(calls_at_top.items())}}
