@@ -250,7 +250,9 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
             new.exit_code, new.signal, new.local_rank = f.exit_code, f.signal, f.local_rank
             new.host = new.host or f.host
             new.location = new.location or f.location
-            if (f.error_type or f.message) and f.category != "hang":  # a real record, not a log-only guess
+            # A real record, not a log-only guess nor a peer's transport error (the culprit lost its peers when
+            # the rank gloo aborted ended: "Connection reset by peer" says nothing about its own call).
+            if (f.error_type or f.message) and f.category not in ("hang", "peer_lost"):
                 new.message += f" (its own record: {f.error_type + ': ' if f.error_type else ''}{f.message or f.reason})"
             continue
         if f.rank in culprits:

@@ -220,8 +220,8 @@ def _desync_verdict(pg: str, top: int, views: dict[int, dict], sigs: dict, calls
     calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
                       **(fr_site(calls_at_top[r]) or sites.get(r) or {})} for r in sorted(sigs)}
     collective["calls"] = calls
-    what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']} at {c.get('where', '?')}"
-                     for r, c in calls.items())
+    what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']}"
+                     + (f" at {c['where']}" if c.get("where") else "") for r, c in calls.items())
     if majority is not None:
         odd = sorted(r for r, s in sigs.items() if s != majority)
         why = (f"rank(s) {_list(odd)} differ from the {sum(1 for s in sigs.values() if s == majority)} "

@@ -73,6 +73,34 @@ def test_the_aborted_rank_is_not_the_culprit_of_a_mismatch():
     assert "waited for rank 2" not in verdict.root_cause.message  # never its own consequence
 
 
+def test_the_culprit_s_own_transport_error_is_not_appended_to_its_verdict():
+    """The odd rank's own record is the transport error of losing the rank gloo aborted: noise, not its story."""
+    aborted = RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, signal="SIGABRT", category="desync",
+                          error_type="EnforceNotMet", message="Received data size doesn't match expected size")
+    odd = classify(RankFailure(rank=2, local_rank=2, host="h", exit_code=1, error_type="RuntimeError",
+                               message="[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:29066: "
+                                       "Connection reset by peer"))
+    assert odd.category == "peer_lost"
+    verdict = Verdict(root_cause=aborted, consequences=[odd])
+    hist = [entry(i) for i in range(1, 4)]
+    attribution.adopt(verdict, fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
+                                                                 ranks="[0, 1, 2, 3]") for r in (0, 2, 3)})))
+    assert verdict.root_cause.rank == 2 and verdict.root_cause.exit_code == 1
+    assert "its own record" not in verdict.root_cause.message and "reset by peer" not in verdict.root_cause.message
+
+
+def test_a_desync_from_dumps_without_frames_names_no_unknown_call_site():
+    """The bootstrap's exit dumps on gloo carry no frames: each rank's call is listed without an ' at ?'."""
+    def bare(e):
+        return {k: v for k, v in e.items() if k != "frames"}
+
+    hist = [bare(entry(i)) for i in range(1, 4)]
+    v = fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [bare(entry(4, dtype="Double" if r == 2 else "Float"))],
+                                          ranks="[0, 1, 2, 3]") for r in range(4)}))
+    assert [c["rank"] for c in v["culprits"]] == [2] and "rank 2: all_reduce [[16]] ['Double']" in v["summary"]
+    assert " at ?" not in v["summary"], v["summary"]
+
+
 def timed_out(rank, op="all_reduce", line=20):
     tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in main\n'
           f'  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {op}\n    work.wait()\n'
