@@ -19,7 +19,9 @@ from .classify import FRAME, LIBRARY, RankFailure, Verdict
 from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
-TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms", re.I)
+# The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
+TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms|"
+                        r"wait timeout after (\d+)\s*ms", re.I)
 # The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
@@ -62,7 +64,7 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
 def waited_call(f: RankFailure) -> tuple[str, str | None]:
     """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
     frames = list(FRAME.finditer(f.traceback or ""))
-    op = next((m["func"] for m in reversed(frames) if C10D_FILE in m["file"]), None)
+    op = next((m["func"] for m in frames if C10D_FILE in m["file"]), None)  # the outermost: the call the user made
     if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
         op = "backward (DDP's all_reduce)"
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
@@ -101,8 +103,10 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
         return root, rest
     waited = {f.rank for f in timed_out}
     # Stopped by the launcher: SIGTERM/SIGINT, or a script's own handler exiting 128 + the signal without a word.
+    # Or SIGKILLed by the launcher after it ignored the SIGTERM (postmortem.forced_kill: a stopped, frozen process).
     stopped = [f for f in fails if f.rank not in waited and f.category in ("signal", "unknown")
-               and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message))]
+               and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
+                    or (f.signal == "SIGKILL" and f.victim))]
     silent = _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
@@ -130,6 +134,9 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
     names = ", ".join(_name(f) for f in culprits)
     how = ("stopped by the launcher" if stopped else "left no error") + " without ever timing out"
+    if any(f.signal == "SIGKILL" for f in stopped):
+        how = ("stopped by the launcher without ever timing out (SIGKILLed after ignoring its SIGTERM: a stopped or "
+               "frozen process)")
     first = culprits[0]
     new = RankFailure(
         rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=first.exit_code,

@@ -175,3 +175,55 @@ def test_consequences_name_their_own_op():
     assert [c["rank"] for c in v["culprits"]] == [0]
     assert {c["rank"]: c["waited_in"] for c in v["consequences"]} == {1: "all_reduce #5", 2: "all_reduce #5"}
     assert json.dumps(v)  # plain data
+
+
+FORCED = """W1123 18:58:44.376000 31636 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 31723 closing signal SIGTERM
+W1123 18:59:14.377000 31636 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown process 31723 via 15, forcefully exiting via 9
+Failures:
+[1]:
+  time      : 2026-11-23_18:59:14
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 31723)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 31723
+[2]:
+  time      : 2026-11-23_18:58:41
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : 1 (pid: 31724)
+  error_file: <N/A>
+  traceback : Traceback (most recent call last):
+"""
+
+
+def store_timeout(rank):
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line 4, in <module>\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 1899, in init_process_group\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2169, in _new_process_group_helper\n'
+          "torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cpu//0")
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
+def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_culprit(tmp_path):
+    """SIGSTOP on rank 1 (in init_process_group): the others time out, torchrun's SIGTERM cannot end the stopped
+    rank, and after 30 s torchrun SIGKILLs it. That SIGKILL is torchrun's, not the OOM killer's."""
+    from ddpdoctor.launch import postmortem
+
+    recs = postmortem.parse_agent_summary(FORCED)
+    assert [(r["rank"], r["pid"], r["forced_kill"]) for r in recs] == [(1, 31723, True), (2, 31724, False)]
+    killed = postmortem.failure_from(recs[0], 0, None)
+    assert killed.category == "signal" and killed.victim and "OOM" not in killed.fix and "stopped" in killed.fix
+    assert "killed by torchrun" in killed.message
+    fails = [store_timeout(0), killed, store_timeout(2)]
+    attribution.refine_timeouts(fails)
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), None, "h")
+    assert root.rank == 1 and root.message.startswith("likely rank 1") and "ignoring its SIGTERM" in root.message
+    assert "init_process_group" in root.message  # the call the user made, not torch's internal helper
+    assert "--hang-timeout 15" in root.fix  # the store's "wait timeout after 30000ms" is the user's timeout
+    assert sorted(f.rank for f in rest) == [0, 2] and all(f.victim for f in rest)
+    # a SIGKILL torchrun did not send stays a SIGKILL from outside (OOM killer, scheduler)
+    other = postmortem.failure_from({**recs[0], "forced_kill": False}, 0, None)
+    assert not other.victim and "OOM" in other.fix
