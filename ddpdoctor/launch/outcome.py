@@ -88,6 +88,24 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     attribution.adopt(verdict, judge_dumps(find_dumps([run_dir / "flight_recorder"])))
 
 
+def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:
+    """No rank left a record: torchrun itself ended. Killed by a signal from outside (its workers die with it),
+    or it exited with a code its own output explains."""
+    tail = "\n".join(agent_stderr.splitlines()[-30:])
+    if code < 0:
+        name = postmortem.SIGNALS.get(-code, f"signal {-code}")
+        return postmortem.RankFailure(
+            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code, signal=name, category="signal",
+            message=f"torchrun (the launcher) was killed by {name} from outside; its ranks were stopped with it",
+            fix=("find who sent it: the kernel's OOM killer (`dmesg | grep -i -e oom -e killed`), the scheduler's "
+                 "limits, or a `kill`" if -code == 9 else f"find who sent {name} to torchrun"),
+            log_tail=tail).to_json()
+    return postmortem.RankFailure(
+        rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
+        message=f"torchrun exited with code {code} and no rank left an error record",
+        fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}", log_tail=tail).to_json()
+
+
 def hang_root_cause(report: dict) -> dict:
     verdict = report.get("verdict") or {}
     culprits = verdict.get("culprits") or []
@@ -182,11 +200,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         root = interrupted_root(interrupted)
     failed = code != 0 or hang_report is not None or interrupted is not None
     if failed and root is None:
-        root = postmortem.RankFailure(
-            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
-            message=f"torchrun exited with code {code} and no rank left an error record",
-            fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
-            log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
+        root = _agent_failure(code, agent_stderr, logs)
     exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
     return documents.envelope(
         "run-trainer",

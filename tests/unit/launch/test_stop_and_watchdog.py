@@ -71,3 +71,13 @@ def test_a_stop_s_own_marks_never_pass_for_the_failure_that_came_before_it():
     assert outcome._said_before(root("exception"))  # a real error before the signal stays the root cause
     assert not outcome._said_before(root("exception", victim=True))
     assert not outcome._said_before(None)
+
+
+def test_torchrun_killed_from_outside_is_named_as_such(tmp_path):
+    """torchrun SIGKILLed (its ranks die with it, none leaves a record): the root cause says who died of what,
+    not 'read torchrun's own output' (a SIGKILLed torchrun wrote nothing about it)."""
+    killed = outcome._agent_failure(-9, "I1123 starting workers\n", tmp_path)
+    assert killed["category"] == "signal" and killed["signal"] == "SIGKILL"
+    assert "torchrun (the launcher) was killed by SIGKILL" in killed["message"] and "dmesg" in killed["fix"]
+    plain = outcome._agent_failure(1, "some error\n", tmp_path)
+    assert "exited with code 1" in plain["message"] and "agent.stderr.log" in plain["fix"]
