@@ -250,6 +250,8 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                       location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
     if first.get("last_seen") and new.location:
         new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
+    if first.get("ended") and hang["class"] == "missing_rank":
+        ended_early(new, first["ended"])
     old = [root] + list(verdict.consequences)
     consequences = []
     for f in old:
@@ -270,6 +272,20 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                 f.reason = _why_waited(f, hang, culprits)
         consequences.append(f)
     verdict.root_cause, verdict.consequences = new, consequences
+
+
+def ended_early(f: RankFailure, ended: dict) -> None:
+    """The culprit's script ended of its own (its last line or sys.exit) while the others went on into a
+    collective: not a stall to look for in its stack, a rank that left early."""
+    where = ended.get("where")
+    f.error_type, f.exit_code, f.category = "ended_early", ended["exit_code"], "hang"
+    f.message = (f"rank {f.rank} ended of its own (exit code {ended['exit_code']}"
+                 + (f", sys.exit at {where}" if where else "") + ") while the others went on: " + f.message)
+    f.location = where or f.location
+    f.fix = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter data "
+             "loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every rank the "
+             "same number of steps (DistributedSampler with drop_last=True), or use "
+             "torch.distributed.algorithms.Join for uneven inputs")
 
 
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:

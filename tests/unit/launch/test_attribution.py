@@ -227,3 +227,26 @@ def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_cu
     # a SIGKILL torchrun did not send stays a SIGKILL from outside (OOM killer, scheduler)
     other = postmortem.failure_from({**recs[0], "forced_kill": False}, 0, None)
     assert not other.victim and "OOM" in other.fix
+
+
+def test_a_rank_whose_script_ended_early_is_named_as_such_with_a_fix_that_helps():
+    """Rank 2 called sys.exit(0) after collective 10; ranks 0 and 1 went on into 11 and lost their peer. The
+    bootstrap's exit record says rank 2 ended of its own: no 'look at its stack', but where it left and why that
+    hangs the others."""
+    hist = [entry(i) for i in range(1, 11)]
+    ended = {"exit_code": 0, "where": f"{USER}:77"}
+    records = {0: fr(11, 11, hist + [entry(11)]), 1: fr(11, 11, hist + [entry(11)]), 2: {**fr(10, 10, hist), "ended": ended}}
+    found = {r: (p, fr_dumps.plain_record(rec, str(p))) for r, (p, rec) in dumps(records).items()}
+    assert found[2][1]["ended"] == ended and found[0][1]["ended"] is None
+    lost = [classify(RankFailure(rank=r, local_rank=r, host="h", exit_code=1, error_type="RuntimeError",
+                                 message="[pair.cc:553] Connection closed by peer [127.0.0.1]:7574")) for r in (0, 1)]
+    verdict = Verdict(root_cause=lost[0], consequences=lost[1:])
+    attribution.adopt(verdict, fr_dumps.judge_dumps(found))
+    rc = verdict.root_cause
+    assert rc.rank == 2 and rc.error_type == "ended_early" and rc.exit_code == 0 and rc.location == f"{USER}:77"
+    assert "ended of its own (exit code 0, sys.exit at" in rc.message and "Join" in rc.fix and "stack" not in rc.fix
+    assert sorted(f.rank for f in verdict.consequences) == [0, 1]
+    # an "ended" field of the wrong shape (a file from anywhere) is ignored
+    assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": "x"}}, "f")["ended"] is None
+    assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": 1, "where": ["a"]}}, "f")["ended"] == \
+        {"exit_code": 1, "where": None}
