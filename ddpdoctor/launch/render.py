@@ -43,7 +43,7 @@ def render(doc: dict, console: Console) -> None:
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
         rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
-    if rc.get("reason") and not rc.get("victim"):
+    if rc.get("reason") and not (doc.get("root_cause") or {}).get("victim"):  # rc's values are humanized: "no"
         rows.append(T(f"note: {rc['reason']}"))
     rows.append(T(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):

@@ -174,3 +174,17 @@ def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and
         finally:
             common.STATE.verbose = old
         assert calls == [expected], (node, verbose)
+
+
+def test_the_root_cause_s_note_is_shown():
+    """The root cause's reason (e.g. gloo aborted this rank: it only detected the mismatch) is a `note:` row; the
+    row never showed, because the victim flag was compared after being humanized ("no" is truthy)."""
+    from ddpdoctor.launch.attribution import DETECTOR
+
+    doc = {"verdict": "fail", "run_id": "r", "start": None, "logs": "/l",
+           "root_cause": {"rank": 1, "local_rank": 1, "host": "h", "exit_code": -6, "signal": "SIGABRT",
+                          "category": "desync", "error_type": "EnforceNotMet", "message": "size mismatch",
+                          "fix": "make every rank issue the same collectives", "victim": False, "reason": DETECTOR}}
+    assert f"note: {DETECTOR[:40]}" in shown(doc)
+    doc["root_cause"]["victim"] = True
+    assert "note: " not in shown(doc)
