@@ -32,6 +32,10 @@ DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message
 
 
 NO_MAJORITY = "no majority between two ranks: "
+ENDED_EARLY_FIX = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter "
+                   "data loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every "
+                   "rank the same number of steps (DistributedSampler with drop_last=True), or use "
+                   "torch.distributed.algorithms.Join for uneven inputs")
 
 
 def timeout_s(text: str) -> float | None:
@@ -92,12 +96,16 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str) -> tuple[RankFailure | None, list[RankFailure]]:
+                     host: str, listed: bool = True) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
     out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
+    if fails and all(f.category == "peer_lost" for f in fails):  # every failed rank lost a peer: who left?
+        departed = _ranks_without_record(attempt_dir, fails, host)
+        if departed:
+            return _blame_the_departed(fails, departed, listed)
     timed_out = [f for f in fails if f.category == "timeout"]
     if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):
         return root, rest
@@ -153,6 +161,31 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in culprits[1:]:
         f.victim, f.reason = False, "likely culprit too: " + how
     return new, culprits[1:] + out
+
+
+def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
+                        listed: bool) -> tuple[RankFailure, list[RankFailure]]:
+    """Every rank that failed lost a peer inside a collective, and some ranks of the attempt left no failure record:
+    torchrun lists only the ranks that failed (``listed``: its table was read), so those most likely ended of their
+    own (exit code 0) early; without its table, a rank killed without a trace looks the same."""
+    names = ", ".join(_name(f) for f in departed)
+    calls = {f.rank: waited_call(f) for f in fails}
+    first = departed[0]
+    new = RankFailure(
+        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=None, attempt=first.attempt,
+        category="hang", error_type="likely_ended_early",
+        message=(f"likely {names}: left no failure record while every rank that failed lost a peer inside a "
+                 f"collective ({_where(calls)}); " + (
+                     "torchrun lists only the ranks that failed, so it most likely ended of its own (exit code 0) "
+                     "before the others were done" if listed else
+                     "without torchrun's failure table (--agent-log), it ended early of its own or was killed "
+                     "without a trace")),
+        fix=ENDED_EARLY_FIX + "; its own last output is in its stdout.log and stderr.log in the log dir")
+    for f in fails:
+        f.victim, f.reason = True, f"its {calls[f.rank][0]} broke when {names} left"
+    for f in departed[1:]:
+        f.victim, f.reason = False, "likely ended early too: left no failure record"
+    return new, departed[1:] + fails
 
 
 def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], calls: dict,
@@ -282,10 +315,7 @@ def ended_early(f: RankFailure, ended: dict) -> None:
     f.message = (f"rank {f.rank} ended of its own (exit code {ended['exit_code']}"
                  + (f", sys.exit at {where}" if where else "") + ") while the others went on: " + f.message)
     f.location = where or f.location
-    f.fix = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter data "
-             "loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every rank the "
-             "same number of steps (DistributedSampler with drop_last=True), or use "
-             "torch.distributed.algorithms.Join for uneven inputs")
+    f.fix = ENDED_EARLY_FIX
 
 
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:

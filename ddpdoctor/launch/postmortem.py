@@ -138,7 +138,7 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host)
+        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:

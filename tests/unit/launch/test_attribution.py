@@ -250,3 +250,34 @@ def test_a_rank_whose_script_ended_early_is_named_as_such_with_a_fix_that_helps(
     assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": "x"}}, "f")["ended"] is None
     assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": 1, "where": ["a"]}}, "f")["ended"] == \
         {"exit_code": 1, "where": None}
+
+
+def peer_lost(rank, line=11):
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in <module>\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce\n    work.wait()\n'
+          "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:43408")
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
+def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ended_early(tmp_path):
+    """Plain torchrun, rank 2 called sys.exit(0): torchrun's table lists ranks 0 and 1 ('Connection closed by
+    peer'), the log dir has rank 2's folder with no record. It was named nobody (rank 0, 'nothing to fix on this
+    rank: see the root cause', pointing at itself); now rank 2 is the likely one that left early."""
+    for r in range(3):
+        (tmp_path / str(r)).mkdir()
+        (tmp_path / str(r) / "stderr.log").write_text("")
+    fails = [peer_lost(0), peer_lost(1)]
+    assert all(f.category == "peer_lost" for f in fails)
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    assert root.rank == 2 and root.error_type == "likely_ended_early" and "exit code 0" in root.message
+    assert "Join" in root.fix and "see the root cause" not in root.fix
+    assert sorted(f.rank for f in rest) == [0, 1] and all(f.victim and "broke when rank 2 left" in f.reason for f in rest)
+    assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == [2]
+    # without torchrun's table, a rank killed without a trace looks the same: said so
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", listed=False)
+    assert root.rank == 2 and "or was killed without a trace" in root.message
+    # every rank has a record: nothing to infer, unchanged
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1), peer_lost(2)]), tmp_path, "h")
+    assert root.category == "peer_lost"
