@@ -143,15 +143,18 @@ class Watchdog:
         if not evidence:
             return None
         return {"evidence": evidence, "deadline": deadline, "timeout": timeout, "at": time.time(), "after": 0,
-                "waited_s": round(time.time() - (deadline - timeout), 1)}
+                "waited_s": round(time.time() - (deadline - timeout), 1),
+                # as it stood then: the timeout's own completion (gloo) would count as a 30 s "gap" after it
+                "threshold_s": self.threshold.describe()["seconds"]}
 
     def from_early(self, stop: bool) -> dict:
         """The report from the evidence taken before the user's process-group timeout expired."""
         early = self.early
         lead = early["deadline"] - early["at"]
+        hang_s = early.get("threshold_s", self.threshold.describe()["seconds"])
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
                      "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
-                             f"comes before the hang threshold ({self.threshold.describe()['seconds']} s): every "
+                             f"comes before the hang threshold ({hang_s} s): every "
                              f"rank's evidence was taken {lead:.1f} s before it expired"
                              + ("; when it expired the job was stopped" if stop else
                                 "; the job then ended by that timeout"))}

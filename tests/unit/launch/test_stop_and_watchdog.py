@@ -81,3 +81,22 @@ def test_torchrun_killed_from_outside_is_named_as_such(tmp_path):
     assert "torchrun (the launcher) was killed by SIGKILL" in killed["message"] and "dmesg" in killed["fix"]
     plain = outcome._agent_failure(1, "some error\n", tmp_path)
     assert "exited with code 1" in plain["message"] and "agent.stderr.log" in plain["fix"]
+
+
+def test_the_hang_threshold_named_beside_the_users_timeout_is_the_one_that_stood_when_the_evidence_was_taken(tmp_path):
+    """A SIGSTOPped rank under a 30 s process-group timeout read 'comes before the hang threshold (135.0 s)': the
+    timeout's own completion (gloo counts it completed) made a 27 s "gap" that the threshold then calibrated on."""
+    from unittest import mock
+
+    dog = _dog(tmp_path)
+    for t in range(8):  # a job stepping every second: calibrated at the 30 s floor
+        dog.threshold.progressed(1000.0 + t)
+    with mock.patch.object(hang, "workers", return_value=[]), \
+            mock.patch.object(dog, "collect", return_value={0: {"host": "h", "state": "running", "fr": None}}), \
+            mock.patch("ddpdoctor.launch.forensics.pending_deadline", return_value=(1100.0, 30.0)):
+        dog.last_fr = {0: {}}
+        dog.early = dog.before_timeout(1097.0)
+        assert dog.early is not None
+        dog.threshold.progressed(1100.5)  # the timeout itself completing the collective: a 93 s gap
+        report = dog.from_early(stop=False)
+    assert report["threshold"]["seconds"] == 30.0 and "hang threshold (30.0 s)" in report["threshold"]["why"], report
