@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from .procs import py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
+from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 # What counts as progress and when silence is a hang (stall.py); imported by name here too (tests, callers).
 from .stall import Threshold, behind, last_steps, progress_mark  # noqa: F401
 
@@ -275,6 +275,8 @@ class Watchdog:
         report = {"stalled_s": round(stalled_s, 1), "threshold": threshold,
                   "last_steps": {str(k): v for k, v in sorted(steps.items())}, "stalled_ranks": stalled,
                   "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
+                  "local_ranks": {str(r): ev["local_rank"] for r, ev in sorted(evidence.items())
+                                  if ev.get("local_rank") is not None},
                   "flight_recorder": {str(r): _thin(ev.get("fr")) for r, ev in sorted(evidence.items())}}
         if not stop:
             return report
@@ -295,7 +297,8 @@ class Watchdog:
 
         def one(rank: int, proc: psutil.Process) -> None:
             state = forensics.process_state(proc.pid)
-            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None}
+            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None,
+                  "local_rank": local_rank_of(proc)}
             if state == "running" and self.sockets:
                 path = self.sockets.replace("{rank}", str(rank))
                 ev["fr"] = forensics.flight_record(path)

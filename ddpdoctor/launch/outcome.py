@@ -119,7 +119,8 @@ def hang_root_cause(report: dict) -> dict:
         who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
     return postmortem.RankFailure(
-        rank=ranks[0] if ranks else None, local_rank=None, host=first.get("host") or socket.gethostname(),
+        rank=ranks[0] if ranks else None, host=first.get("host") or socket.gethostname(),
+        local_rank=(report.get("local_ranks") or {}).get(str(ranks[0])) if ranks else None,
         exit_code=None, category="hang", error_type=verdict.get("class", "Hang"), message=message,
         location=first.get("where") or _hang_location(report, ranks),
         traceback="\n".join(f"--- rank {r} ---\n{s}" for r, s in report.get("stacks", {}).items()),
@@ -149,7 +150,8 @@ def hang_consequences(report: dict) -> list[dict]:
             return f"waited in {c['waited_in']}"
         return f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
 
-    return [postmortem.RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"), exit_code=None,
+    local = report.get("local_ranks") or {}
+    return [postmortem.RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
                                    category="hang", location=c.get("where"), victim=True,
                                    reason=f"{waited(c)} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
                                    fix="nothing to fix on this rank: see the root cause").to_json()

@@ -100,3 +100,16 @@ def test_the_hang_threshold_named_beside_the_users_timeout_is_the_one_that_stood
         dog.threshold.progressed(1100.5)  # the timeout itself completing the collective: a 93 s gap
         report = dog.from_early(stop=False)
     assert report["threshold"]["seconds"] == 30.0 and "hang threshold (30.0 s)" in report["threshold"]["why"], report
+
+
+def test_a_live_hang_verdict_names_the_culprit_s_local_rank():
+    """The watchdog reads LOCAL_RANK from each rank's process: the panel no longer says 'local rank —'."""
+    report = {"stalled_s": 12.0, "threshold": {"seconds": 10, "source": "--hang-timeout"}, "stacks": {},
+              "local_ranks": {"1": 1, "3": 1, "0": 0},
+              "verdict": {"class": "missing_rank", "summary": "rank(s) 3 never entered all_reduce #4", "fix": "f",
+                          "culprits": [{"rank": 3, "host": "n1", "where": "/u/t.py:9"}],
+                          "consequences": [{"rank": 0, "host": "n0"}], "collective": {"op": "all_reduce", "seq": 4}}}
+    root = outcome.hang_root_cause(report)
+    assert root["rank"] == 3 and root["local_rank"] == 1
+    assert [(c["rank"], c["local_rank"]) for c in outcome.hang_consequences(report)] == [(0, 0)]
+    assert outcome.hang_root_cause({**report, "local_ranks": {}})["local_rank"] is None  # older documents
