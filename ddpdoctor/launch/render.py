@@ -109,6 +109,10 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     rows = []
     verdict = hang.get("verdict") or {}
     coll = verdict.get("collective")
+    for c in (verdict.get("culprits") or [])[1:]:  # the first is the root cause's row; the others have only this one
+        rows.append(T(f"culprit too: rank {c.get('rank')} on {human(c.get('host'))}"
+                         + (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "")
+                            if c.get("where") else "")))
     if coll:
         site = coll.get("call_site") or {}
         rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
