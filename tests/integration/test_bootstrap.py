@@ -113,18 +113,3 @@ def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_pa
         p.kill()
         p.communicate(timeout=30)
 
-
-@pytest.mark.timeout(90)
-def test_the_flight_record_at_exit_says_how_the_script_ended(tmp_path, script):
-    """sys.exit (code and call site) or the last line: noted in the flight record written at exit, so the post-mortem
-    can say a rank left early instead of looking for it in a stack; an exception is the error file's, not noted."""
-    env = {"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "w{rank}.sock"), "RANK": "2"}
-    for mode, code, ended in (("exit", 3, {"exit_code": 3, "where": f"{script}:12"}),
-                              ("ok", 0, {"exit_code": 0, "where": None}), ("raise", 1, None)):
-        out = tmp_path / mode
-        p = bootstrap(tmp_path, str(script), mode, env={**env, "DDPDOCTOR_FR_DIR": str(out)})
-        p.communicate(timeout=60)
-        assert p.returncode == code
-        record = json.loads((out / "rank2.json").read_text())
-        assert record.get("ended") == ended, (mode, record.get("ended"))
-        assert "pg_status" in record or "entries" in record or "version" in record  # torch's own fields kept
