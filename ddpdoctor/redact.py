@@ -224,6 +224,9 @@ _VALUE = re.compile(r"[^\s\"'&;#,)\]}]{1,4096}")
 _AUTH_WORD = re.compile(r"(?i:Bearer|Basic|Token|Digest|Negotiate)[ \t]{1,4}")
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
 MAX_PEM_BYTES = 16384  # a 4096-bit RSA key in PEM is ~3.3 KB
+# A source file's name (`secrets.py`, `token_utils.cc`) before `:LINE` in a traceback or a verdict's "where".
+_SOURCE_FILE = re.compile(r"\.(?:py|pyx|pyi|c|cc|cpp|cxx|cu|cuh|h|hpp|sh|js|ts|go|rs|java)$", re.I)
+_LINE_NUMBER = re.compile(r"\d{1,9}(?![^\s\"'&;#,)\]}])")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -284,6 +287,8 @@ def _named_values(text: str, spans: list, budget: list) -> None:
             continue
         if flag and not sep.strip(" \t\"',") and text.startswith("-", pos):
             continue  # `--token --next`: a flag without a value
+        if sep == ":" and _SOURCE_FILE.search(bare) and _LINE_NUMBER.match(text, pos):
+            continue  # `secret_store.py:42`, `auth/token.py:7`: a file and line, not a name and its value
         span = _value_span(text, pos, sep[-1] if sep[-1:] in "\"'" else "")
         if span:
             spans.append(span)

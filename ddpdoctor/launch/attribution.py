@@ -19,7 +19,9 @@ from .classify import FRAME, LIBRARY, RankFailure, Verdict
 from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
-TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms", re.I)
+# The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
+TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms|"
+                        r"wait timeout after (\d+)\s*ms", re.I)
 # The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
@@ -30,6 +32,10 @@ DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message
 
 
 NO_MAJORITY = "no majority between two ranks: "
+ENDED_EARLY_FIX = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter "
+                   "data loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every "
+                   "rank the same number of steps (DistributedSampler with drop_last=True), or use "
+                   "torch.distributed.algorithms.Join for uneven inputs")
 
 
 def timeout_s(text: str) -> float | None:
@@ -62,7 +68,7 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
 def waited_call(f: RankFailure) -> tuple[str, str | None]:
     """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
     frames = list(FRAME.finditer(f.traceback or ""))
-    op = next((m["func"] for m in reversed(frames) if C10D_FILE in m["file"]), None)
+    op = next((m["func"] for m in frames if C10D_FILE in m["file"]), None)  # the outermost: the call the user made
     if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
         op = "backward (DDP's all_reduce)"
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
@@ -90,19 +96,25 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str) -> tuple[RankFailure | None, list[RankFailure]]:
+                     host: str, listed: bool = True) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
     out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
+    if fails and all(f.category == "peer_lost" for f in fails):  # every failed rank lost a peer: who left?
+        departed = _ranks_without_record(attempt_dir, fails, host)
+        if departed:
+            return _blame_the_departed(fails, departed, listed)
     timed_out = [f for f in fails if f.category == "timeout"]
     if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):
         return root, rest
     waited = {f.rank for f in timed_out}
     # Stopped by the launcher: SIGTERM/SIGINT, or a script's own handler exiting 128 + the signal without a word.
+    # Or SIGKILLed by the launcher after it ignored the SIGTERM (postmortem.forced_kill: a stopped, frozen process).
     stopped = [f for f in fails if f.rank not in waited and f.category in ("signal", "unknown")
-               and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message))]
+               and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
+                    or (f.signal == "SIGKILL" and f.victim))]
     silent = _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
@@ -130,6 +142,9 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     culprits = sorted(stopped, key=lambda f: f.rank if f.rank is not None else 1 << 30) + silent
     names = ", ".join(_name(f) for f in culprits)
     how = ("stopped by the launcher" if stopped else "left no error") + " without ever timing out"
+    if any(f.signal == "SIGKILL" for f in stopped):
+        how = ("stopped by the launcher without ever timing out (SIGKILLed after ignoring its SIGTERM: a stopped or "
+               "frozen process)")
     first = culprits[0]
     new = RankFailure(
         rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=first.exit_code,
@@ -146,6 +161,31 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in culprits[1:]:
         f.victim, f.reason = False, "likely culprit too: " + how
     return new, culprits[1:] + out
+
+
+def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
+                        listed: bool) -> tuple[RankFailure, list[RankFailure]]:
+    """Every rank that failed lost a peer inside a collective, and some ranks of the attempt left no failure record:
+    torchrun lists only the ranks that failed (``listed``: its table was read), so those most likely ended of their
+    own (exit code 0) early; without its table, a rank killed without a trace looks the same."""
+    names = ", ".join(_name(f) for f in departed)
+    calls = {f.rank: waited_call(f) for f in fails}
+    first = departed[0]
+    new = RankFailure(
+        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=None, attempt=first.attempt,
+        category="hang", error_type="likely_ended_early",
+        message=(f"likely {names}: left no failure record while every rank that failed lost a peer inside a "
+                 f"collective ({_where(calls)}); " + (
+                     "torchrun lists only the ranks that failed, so it most likely ended of its own (exit code 0) "
+                     "before the others were done" if listed else
+                     "without torchrun's failure table (--agent-log), it ended early of its own or was killed "
+                     "without a trace")),
+        fix=ENDED_EARLY_FIX + "; its own last output is in its stdout.log and stderr.log in the log dir")
+    for f in fails:
+        f.victim, f.reason = True, f"its {calls[f.rank][0]} broke when {names} left"
+    for f in departed[1:]:
+        f.victim, f.reason = False, "likely ended early too: left no failure record"
+    return new, departed[1:] + fails
 
 
 def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], calls: dict,
@@ -243,6 +283,8 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                       location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
     if first.get("last_seen") and new.location:
         new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
+    if first.get("ended") and hang["class"] == "missing_rank":
+        ended_early(new, first["ended"])
     old = [root] + list(verdict.consequences)
     consequences = []
     for f in old:
@@ -250,7 +292,9 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
             new.exit_code, new.signal, new.local_rank = f.exit_code, f.signal, f.local_rank
             new.host = new.host or f.host
             new.location = new.location or f.location
-            if (f.error_type or f.message) and f.category != "hang":  # a real record, not a log-only guess
+            # A real record, not a log-only guess nor a peer's transport error (the culprit lost its peers when
+            # the rank gloo aborted ended: "Connection reset by peer" says nothing about its own call).
+            if (f.error_type or f.message) and f.category not in ("hang", "peer_lost"):
                 new.message += f" (its own record: {f.error_type + ': ' if f.error_type else ''}{f.message or f.reason})"
             continue
         if f.rank in culprits:
@@ -261,6 +305,17 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                 f.reason = _why_waited(f, hang, culprits)
         consequences.append(f)
     verdict.root_cause, verdict.consequences = new, consequences
+
+
+def ended_early(f: RankFailure, ended: dict) -> None:
+    """The culprit's script ended of its own (its last line or sys.exit) while the others went on into a
+    collective: not a stall to look for in its stack, a rank that left early."""
+    where = ended.get("where")
+    f.error_type, f.exit_code, f.category = "ended_early", ended["exit_code"], "hang"
+    f.message = (f"rank {f.rank} ended of its own (exit code {ended['exit_code']}"
+                 + (f", sys.exit at {where}" if where else "") + ") while the others went on: " + f.message)
+    f.location = where or f.location
+    f.fix = ENDED_EARLY_FIX
 
 
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:

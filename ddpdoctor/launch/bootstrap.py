@@ -113,9 +113,17 @@ def dump_flight_record() -> None:
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"rank{rank()}.json")
         tmp = f"{path}.{os.getpid()}.tmp"
+        raw = c10d._dump_fr_trace_json()
+        if _ENDED:  # the script's own end (sys.exit, or its last line): "ended" beside torch's own fields
+            import json
+
+            try:
+                raw = json.dumps({**json.loads(raw), "ended": _ENDED}).encode()
+            except (ValueError, TypeError):
+                pass
         try:
             with open(tmp, "wb") as fh:
-                fh.write(c10d._dump_fr_trace_json())
+                fh.write(raw)
             os.replace(tmp, path)
         finally:  # a full disk: no half-written temp file left behind
             if os.path.exists(tmp):
@@ -227,6 +235,20 @@ def run_source(target: str) -> None:
     exec(code, module.__dict__)
 
 
+def note_end(exc: SystemExit | None) -> None:
+    """The script ended of its own (its last line, or sys.exit): the exit code and where sys.exit was called go
+    into this rank's flight record at exit. A rank that ends while the others still call collectives leaves
+    them waiting; the post-mortem then says it ended, rather than look for it in a stack it no longer has."""
+    code = 0 if exc is None or exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    where = None
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None:  # the innermost frame of the script's own code: the sys.exit call
+        if not _ours(tb.tb_frame.f_code.co_filename):
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    _ENDED.update(exit_code=code, where=where)
+
+
 def record_and_exit(exc: BaseException) -> None:
     """What `@record` and the interpreter do for an uncaught exception: the error file, the traceback on
     stderr (through sys.excepthook), exit code 1; both without this module's frames."""
@@ -251,6 +273,7 @@ def _ours(filename: str) -> bool:
 
 
 _KEEP: list = []  # the stack file and the server live as long as the process
+_ENDED: dict = {}  # how the script ended of its own (note_end), for the flight record at exit
 
 
 def _term_lock():
@@ -287,8 +310,13 @@ def main(argv: list[str] | None = None) -> None:
     install_dump_on_sigterm()
     try:
         run(kind, target, args)
-    except Exception as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt pass as under plain python
+    except SystemExit as exc:  # passes as under plain python, noted first
+        note_end(exc)
+        raise
+    except Exception as exc:  # noqa: BLE001 - KeyboardInterrupt passes as under plain python
         record_and_exit(exc)
+    else:
+        note_end(None)
 
 
 if __name__ == "__main__":

@@ -173,8 +173,10 @@ def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dump
     sigs = {r: signature(e) for r, e in calls_at_top.items()}
     majority = _majority(sigs)
     ref = next((calls_at_top[r] for r in sorted(calls_at_top) if majority is None or sigs[r] == majority), None)
-    # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside).
-    site = fr_site(ref) or next((sites[r] for r in in_top if sites.get(r)), None)
+    # Where the waiting ranks called it: the entry's frames where recorded, else their stacks (they are inside);
+    # a rank making the call judged (the majority's), not an odd one (a rank-0-only barrier is not the all_reduce).
+    site = fr_site(ref) or next((sites[r] for r in in_top if sites.get(r) and sigs.get(r) == signature(ref)), None) \
+        or next((sites[r] for r in in_top if sites.get(r)), None)
     collective = {"pg": pg, "seq": top, "op": op_of(ref), "input_sizes": (ref or {}).get("input_sizes"),
                   "waiting_ranks": in_top, "call_site": site,
                   "ops": {str(r): op_of(e) for r, e in sorted(calls_at_top.items())}}
@@ -218,8 +220,8 @@ def _desync_verdict(pg: str, top: int, views: dict[int, dict], sigs: dict, calls
     calls = {str(r): {"op": sigs[r][0], "input_sizes": sigs[r][1], "input_dtypes": sigs[r][2],
                       **(fr_site(calls_at_top[r]) or sites.get(r) or {})} for r in sorted(sigs)}
     collective["calls"] = calls
-    what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']} at {c.get('where', '?')}"
-                     for r, c in calls.items())
+    what = "; ".join(f"rank {r}: {c['op']} {c['input_sizes']} {c['input_dtypes']}"
+                     + (f" at {c['where']}" if c.get("where") else "") for r, c in calls.items())
     if majority is not None:
         odd = sorted(r for r, s in sigs.items() if s != majority)
         why = (f"rank(s) {_list(odd)} differ from the {sum(1 for s in sigs.values() if s == majority)} "

@@ -50,7 +50,16 @@ def plain_record(data, name: str) -> dict | None:
     if not out["entries"] and not out["pg_status"] and (entries or status):
         evidence_io.note(f"skipped {name}: entries/pg_status of the wrong shape")
         return None
+    out["ended"] = _ended(data.get("ended"))
     return out
+
+
+def _ended(raw) -> dict | None:
+    """The bootstrap's note of a script that ended of its own: {"exit_code": int, "where": "file:line" | None}."""
+    if not isinstance(raw, dict) or not _intlike(raw.get("exit_code")):
+        return None
+    where = raw.get("where")
+    return {"exit_code": int(raw["exit_code"]), "where": where[:1000] if isinstance(where, str) else None}
 
 
 def _entry(e: dict) -> dict:
@@ -117,6 +126,10 @@ def judge_dumps(dumps: dict[int, tuple[Path, dict]]) -> dict | None:
     evidence = {r: {"fr": fr, "host": None, "pid": None, "state": None, "stacks": None} for r, (_, fr) in dumps.items()}
     verdict = judge(evidence, expected=job_ranks(dumps), source="dumps")
     verdict["source"] = "flight-recorder dumps"
+    for c in verdict.get("culprits") or []:  # a culprit whose script ended of its own (bootstrap.note_end)
+        ended = (dumps.get(c.get("rank")) or (None, {}))[1].get("ended")
+        if ended:
+            c["ended"] = ended
     verdict["files"] = {str(r): str(p) for r, (p, _) in sorted(dumps.items())}
     return verdict
 

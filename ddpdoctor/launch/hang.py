@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from .procs import py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
+from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 # What counts as progress and when silence is a hang (stall.py); imported by name here too (tests, callers).
 from .stall import Threshold, behind, last_steps, progress_mark  # noqa: F401
 
@@ -143,15 +143,18 @@ class Watchdog:
         if not evidence:
             return None
         return {"evidence": evidence, "deadline": deadline, "timeout": timeout, "at": time.time(), "after": 0,
-                "waited_s": round(time.time() - (deadline - timeout), 1)}
+                "waited_s": round(time.time() - (deadline - timeout), 1),
+                # as it stood then: the timeout's own completion (gloo) would count as a 30 s "gap" after it
+                "threshold_s": self.threshold.describe()["seconds"]}
 
     def from_early(self, stop: bool) -> dict:
         """The report from the evidence taken before the user's process-group timeout expired."""
         early = self.early
         lead = early["deadline"] - early["at"]
+        hang_s = early.get("threshold_s", self.threshold.describe()["seconds"])
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
                      "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
-                             f"comes before the hang threshold ({self.threshold.describe()['seconds']} s): every "
+                             f"comes before the hang threshold ({hang_s} s): every "
                              f"rank's evidence was taken {lead:.1f} s before it expired"
                              + ("; when it expired the job was stopped" if stop else
                                 "; the job then ended by that timeout"))}
@@ -272,6 +275,8 @@ class Watchdog:
         report = {"stalled_s": round(stalled_s, 1), "threshold": threshold,
                   "last_steps": {str(k): v for k, v in sorted(steps.items())}, "stalled_ranks": stalled,
                   "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
+                  "local_ranks": {str(r): ev["local_rank"] for r, ev in sorted(evidence.items())
+                                  if ev.get("local_rank") is not None},
                   "flight_recorder": {str(r): _thin(ev.get("fr")) for r, ev in sorted(evidence.items())}}
         if not stop:
             return report
@@ -292,7 +297,8 @@ class Watchdog:
 
         def one(rank: int, proc: psutil.Process) -> None:
             state = forensics.process_state(proc.pid)
-            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None}
+            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None,
+                  "local_rank": local_rank_of(proc)}
             if state == "running" and self.sockets:
                 path = self.sockets.replace("{rank}", str(rank))
                 ev["fr"] = forensics.flight_record(path)

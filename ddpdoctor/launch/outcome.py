@@ -88,6 +88,24 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     attribution.adopt(verdict, judge_dumps(find_dumps([run_dir / "flight_recorder"])))
 
 
+def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:
+    """No rank left a record: torchrun itself ended. Killed by a signal from outside (its workers die with it),
+    or it exited with a code its own output explains."""
+    tail = "\n".join(agent_stderr.splitlines()[-30:])
+    if code < 0:
+        name = postmortem.SIGNALS.get(-code, f"signal {-code}")
+        return postmortem.RankFailure(
+            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code, signal=name, category="signal",
+            message=f"torchrun (the launcher) was killed by {name} from outside; its ranks were stopped with it",
+            fix=("find who sent it: the kernel's OOM killer (`dmesg | grep -i -e oom -e killed`), the scheduler's "
+                 "limits, or a `kill`" if -code == 9 else f"find who sent {name} to torchrun"),
+            log_tail=tail).to_json()
+    return postmortem.RankFailure(
+        rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
+        message=f"torchrun exited with code {code} and no rank left an error record",
+        fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}", log_tail=tail).to_json()
+
+
 def hang_root_cause(report: dict) -> dict:
     verdict = report.get("verdict") or {}
     culprits = verdict.get("culprits") or []
@@ -101,7 +119,8 @@ def hang_root_cause(report: dict) -> dict:
         who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
     return postmortem.RankFailure(
-        rank=ranks[0] if ranks else None, local_rank=None, host=first.get("host") or socket.gethostname(),
+        rank=ranks[0] if ranks else None, host=first.get("host") or socket.gethostname(),
+        local_rank=(report.get("local_ranks") or {}).get(str(ranks[0])) if ranks else None,
         exit_code=None, category="hang", error_type=verdict.get("class", "Hang"), message=message,
         location=first.get("where") or _hang_location(report, ranks),
         traceback="\n".join(f"--- rank {r} ---\n{s}" for r, s in report.get("stacks", {}).items()),
@@ -131,7 +150,8 @@ def hang_consequences(report: dict) -> list[dict]:
             return f"waited in {c['waited_in']}"
         return f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
 
-    return [postmortem.RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"), exit_code=None,
+    local = report.get("local_ranks") or {}
+    return [postmortem.RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
                                    category="hang", location=c.get("where"), victim=True,
                                    reason=f"{waited(c)} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
                                    fix="nothing to fix on this rank: see the root cause").to_json()
@@ -182,11 +202,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         root = interrupted_root(interrupted)
     failed = code != 0 or hang_report is not None or interrupted is not None
     if failed and root is None:
-        root = postmortem.RankFailure(
-            rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
-            message=f"torchrun exited with code {code} and no rank left an error record",
-            fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}",
-            log_tail="\n".join(agent_stderr.splitlines()[-30:])).to_json()
+        root = _agent_failure(code, agent_stderr, logs)
     exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
     return documents.envelope(
         "run-trainer",

@@ -28,7 +28,9 @@ _NL = r"[ \t]*\r?\n[ \t]*"
 SUMMARY_BLOCK = re.compile(
     rf"\[\d{{1,9}}\]:{_NL}time[ \t]*:[ \t]*(?P<time>\S+){_NL}host[ \t]*:[ \t]*(?P<host>\S+){_NL}rank[ \t]*:[ \t]*"
     rf"(?P<rank>-?\d{{1,9}})[ \t]*\(local_rank:[ \t]*(?P<local>-?\d{{1,9}})\)[^\n]*\n[ \t]*exitcode[ \t]*:[ \t]*"
-    rf"(?P<code>-?\d{{1,9}})[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
+    rf"(?P<code>-?\d{{1,9}})(?:[ \t]*\(pid:[ \t]*(?P<pid>\d{{1,9}})\))?[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
+# torchrun's own line when a worker outlived its SIGTERM grace period (30 s) and it sent SIGKILL instead.
+FORCED_KILL = re.compile(r"Unable to shutdown process (\d{1,9}) via \d{1,3}, forcefully exiting via 9")
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -36,7 +38,11 @@ def parse_agent_summary(text: str) -> list[dict]:
     out = []
     for m in SUMMARY_BLOCK.finditer(text or ""):
         out.append({"time": m["time"], "host": m["host"], "rank": int(m["rank"]), "local_rank": int(m["local"]),
-                    "exit_code": int(m["code"]), "error_file": m["file"].strip()})
+                    "exit_code": int(m["code"]), "error_file": m["file"].strip(),
+                    "pid": int(m["pid"]) if m["pid"] else None})
+    forced = {int(pid) for pid in FORCED_KILL.findall(text or "")}
+    for rec in out:
+        rec["forced_kill"] = rec["exit_code"] == -9 and rec["pid"] in forced
     return out
 
 
@@ -65,7 +71,21 @@ def failure_from(record: dict, attempt: int, rank_dir: Path | None) -> RankFailu
                     exit_code=record.get("exit_code"), attempt=attempt, timestamp=(err or {}).get("timestamp"),
                     error_type=etype, message=emsg if etype else message, location=user_frame(tb),
                     traceback=tb, log_tail=log)
-    return classify(f)
+    f = classify(f)
+    if record.get("forced_kill") and f.category == "signal":
+        forced_kill(f)
+    return f
+
+
+def forced_kill(f: RankFailure) -> None:
+    """SIGKILLed by torchrun itself because it did not end on SIGTERM: no OOM, a rank that could not act on the
+    launcher's stop (stopped by SIGSTOP or a debugger, frozen in D state, or a SIGTERM handler that never exits)."""
+    f.victim = True
+    f.message = ("killed by torchrun (SIGKILL) after it did not end on torchrun's SIGTERM within the grace period "
+                 "(30 s): the process could not act on the signal")
+    f.reason = "did not end on the launcher's SIGTERM, then killed by it (stopped, frozen or in D state)"
+    f.fix = ("a process that ignores SIGTERM was stopped (SIGSTOP, a debugger, Ctrl-Z), frozen in the kernel (D "
+             "state: `cat /proc/PID/stack`), or has a SIGTERM handler that does not exit: look at that host")
 
 
 def attempts(logs: Path) -> list[Path]:
@@ -118,7 +138,7 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host)
+        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:

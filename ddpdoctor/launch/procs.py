@@ -28,6 +28,13 @@ def rank_per_process(procs: list[psutil.Process]) -> list[int | None]:
     return out
 
 
+def local_rank_of(proc: psutil.Process) -> int | None:
+    try:
+        return int(proc.environ().get("LOCAL_RANK", ""))
+    except (psutil.Error, ValueError):
+        return None
+
+
 def ranks_of(procs: list[psutil.Process]) -> list[int]:
     return sorted(r for r in rank_per_process(procs) if r is not None)
 

@@ -43,7 +43,7 @@ def render(doc: dict, console: Console) -> None:
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
         rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
-    if rc.get("reason") and not rc.get("victim"):
+    if rc.get("reason") and not (doc.get("root_cause") or {}).get("victim"):  # rc's values are humanized: "no"
         rows.append(T(f"note: {rc['reason']}"))
     rows.append(T(f"fix: {rc.get('fix') or ''}", style="bold"))
     for c in doc.get("consequences", []):
@@ -121,6 +121,10 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     rows = []
     verdict = hang.get("verdict") or {}
     coll = verdict.get("collective")
+    for c in (verdict.get("culprits") or [])[1:]:  # the first is the root cause's row; the others have only this one
+        rows.append(T(f"culprit too: rank {c.get('rank')} on {human(c.get('host'))}"
+                         + (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "")
+                            if c.get("where") else "")))
     if coll:
         site = coll.get("call_site") or {}
         rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"

@@ -92,6 +92,13 @@ class _Watchdog(hang.Watchdog):
             self.terminal.unmute()  # not a hang after all: the workers had ended; torchrun reports that
         return report
 
+    def from_early(self, stop: bool):
+        """The user's process-group timeout expired: the job is stopped next, so the terminal is muted too (the
+        ranks' own timeout errors came before; torchrun's SignalException traceback would come after)."""
+        if stop and self.terminal is not None:
+            self.terminal.mute()
+        return super().from_early(stop)
+
 
 class AgentLog:
     """torchrun's stderr: to agent.stderr.log while the disk takes it (secrets redacted: the run dir is what

@@ -112,3 +112,4 @@ def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_pa
     finally:
         p.kill()
         p.communicate(timeout=30)
+

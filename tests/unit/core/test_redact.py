@@ -229,3 +229,17 @@ def test_run_trainer_documents_are_redacted_where_they_are_made():
 
     doc = documents.envelope("run-trainer", run_id="r1", root_cause={"message": "key sk-live-4f9a8b7c6d5e4f3a2b1c"})
     assert "sk-live" not in json.dumps(doc)
+
+
+def test_a_source_file_named_like_a_secret_keeps_its_line_number():
+    """A verdict's `where: /tmp/u2s/secret.py:9` lost its line to the name rule (`secret...:` + value)."""
+    from ddpdoctor.redact import redact_text
+
+    for text in ("where: /tmp/u2s/secret.py:9", "fix the exception at /a/auth/token_utils.py:123 in load",
+                 "rank 1: all_reduce at /srv/api_key.py:77; rank 2", "File \"/x/secrets.py\", line 9, in main"):
+        assert redact_text(text) == text, text
+    # a value is still a value: not a line number, or no source file before it
+    assert redact_text("password:1234") == "password:<redacted>"
+    assert redact_text("db.password:1234") == "db.password:<redacted>"
+    assert redact_text("secret.py:hunter2") == "secret.py:<redacted>"
+    assert redact_text("api_key.py:9 token=hf_abcdefghijklmnopqrstuvwxyz0123") == "api_key.py:9 token=<redacted>"

@@ -73,6 +73,34 @@ def test_the_aborted_rank_is_not_the_culprit_of_a_mismatch():
     assert "waited for rank 2" not in verdict.root_cause.message  # never its own consequence
 
 
+def test_the_culprit_s_own_transport_error_is_not_appended_to_its_verdict():
+    """The odd rank's own record is the transport error of losing the rank gloo aborted: noise, not its story."""
+    aborted = RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, signal="SIGABRT", category="desync",
+                          error_type="EnforceNotMet", message="Received data size doesn't match expected size")
+    odd = classify(RankFailure(rank=2, local_rank=2, host="h", exit_code=1, error_type="RuntimeError",
+                               message="[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:29066: "
+                                       "Connection reset by peer"))
+    assert odd.category == "peer_lost"
+    verdict = Verdict(root_cause=aborted, consequences=[odd])
+    hist = [entry(i) for i in range(1, 4)]
+    attribution.adopt(verdict, fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
+                                                                 ranks="[0, 1, 2, 3]") for r in (0, 2, 3)})))
+    assert verdict.root_cause.rank == 2 and verdict.root_cause.exit_code == 1
+    assert "its own record" not in verdict.root_cause.message and "reset by peer" not in verdict.root_cause.message
+
+
+def test_a_desync_from_dumps_without_frames_names_no_unknown_call_site():
+    """The bootstrap's exit dumps on gloo carry no frames: each rank's call is listed without an ' at ?'."""
+    def bare(e):
+        return {k: v for k, v in e.items() if k != "frames"}
+
+    hist = [bare(entry(i)) for i in range(1, 4)]
+    v = fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [bare(entry(4, dtype="Double" if r == 2 else "Float"))],
+                                          ranks="[0, 1, 2, 3]") for r in range(4)}))
+    assert [c["rank"] for c in v["culprits"]] == [2] and "rank 2: all_reduce [[16]] ['Double']" in v["summary"]
+    assert " at ?" not in v["summary"], v["summary"]
+
+
 def timed_out(rank, op="all_reduce", line=20):
     tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in main\n'
           f'  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {op}\n    work.wait()\n'
@@ -147,3 +175,109 @@ def test_consequences_name_their_own_op():
     assert [c["rank"] for c in v["culprits"]] == [0]
     assert {c["rank"]: c["waited_in"] for c in v["consequences"]} == {1: "all_reduce #5", 2: "all_reduce #5"}
     assert json.dumps(v)  # plain data
+
+
+FORCED = """W1123 18:58:44.376000 31636 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 31723 closing signal SIGTERM
+W1123 18:59:14.377000 31636 torch/distributed/elastic/multiprocessing/api.py:1047] Unable to shutdown process 31723 via 15, forcefully exiting via 9
+Failures:
+[1]:
+  time      : 2026-11-23_18:59:14
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 31723)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 31723
+[2]:
+  time      : 2026-11-23_18:58:41
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : 1 (pid: 31724)
+  error_file: <N/A>
+  traceback : Traceback (most recent call last):
+"""
+
+
+def store_timeout(rank):
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line 4, in <module>\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 1899, in init_process_group\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2169, in _new_process_group_helper\n'
+          "torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cpu//0")
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
+def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_culprit(tmp_path):
+    """SIGSTOP on rank 1 (in init_process_group): the others time out, torchrun's SIGTERM cannot end the stopped
+    rank, and after 30 s torchrun SIGKILLs it. That SIGKILL is torchrun's, not the OOM killer's."""
+    from ddpdoctor.launch import postmortem
+
+    recs = postmortem.parse_agent_summary(FORCED)
+    assert [(r["rank"], r["pid"], r["forced_kill"]) for r in recs] == [(1, 31723, True), (2, 31724, False)]
+    killed = postmortem.failure_from(recs[0], 0, None)
+    assert killed.category == "signal" and killed.victim and "OOM" not in killed.fix and "stopped" in killed.fix
+    assert "killed by torchrun" in killed.message
+    fails = [store_timeout(0), killed, store_timeout(2)]
+    attribution.refine_timeouts(fails)
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), None, "h")
+    assert root.rank == 1 and root.message.startswith("likely rank 1") and "ignoring its SIGTERM" in root.message
+    assert "init_process_group" in root.message  # the call the user made, not torch's internal helper
+    assert "--hang-timeout 15" in root.fix  # the store's "wait timeout after 30000ms" is the user's timeout
+    assert sorted(f.rank for f in rest) == [0, 2] and all(f.victim for f in rest)
+    # a SIGKILL torchrun did not send stays a SIGKILL from outside (OOM killer, scheduler)
+    other = postmortem.failure_from({**recs[0], "forced_kill": False}, 0, None)
+    assert not other.victim and "OOM" in other.fix
+
+
+def test_a_rank_whose_script_ended_early_is_named_as_such_with_a_fix_that_helps():
+    """Rank 2 called sys.exit(0) after collective 10; ranks 0 and 1 went on into 11 and lost their peer. The
+    bootstrap's exit record says rank 2 ended of its own: no 'look at its stack', but where it left and why that
+    hangs the others."""
+    hist = [entry(i) for i in range(1, 11)]
+    ended = {"exit_code": 0, "where": f"{USER}:77"}
+    records = {0: fr(11, 11, hist + [entry(11)]), 1: fr(11, 11, hist + [entry(11)]), 2: {**fr(10, 10, hist), "ended": ended}}
+    found = {r: (p, fr_dumps.plain_record(rec, str(p))) for r, (p, rec) in dumps(records).items()}
+    assert found[2][1]["ended"] == ended and found[0][1]["ended"] is None
+    lost = [classify(RankFailure(rank=r, local_rank=r, host="h", exit_code=1, error_type="RuntimeError",
+                                 message="[pair.cc:553] Connection closed by peer [127.0.0.1]:7574")) for r in (0, 1)]
+    verdict = Verdict(root_cause=lost[0], consequences=lost[1:])
+    attribution.adopt(verdict, fr_dumps.judge_dumps(found))
+    rc = verdict.root_cause
+    assert rc.rank == 2 and rc.error_type == "ended_early" and rc.exit_code == 0 and rc.location == f"{USER}:77"
+    assert "ended of its own (exit code 0, sys.exit at" in rc.message and "Join" in rc.fix and "stack" not in rc.fix
+    assert sorted(f.rank for f in verdict.consequences) == [0, 1]
+    # an "ended" field of the wrong shape (a file from anywhere) is ignored
+    assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": "x"}}, "f")["ended"] is None
+    assert fr_dumps.plain_record({**fr(1, 1, []), "ended": {"exit_code": 1, "where": ["a"]}}, "f")["ended"] == \
+        {"exit_code": 1, "where": None}
+
+
+def peer_lost(rank, line=11):
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in <module>\n'
+          '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce\n    work.wait()\n'
+          "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:43408")
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
+def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ended_early(tmp_path):
+    """Plain torchrun, rank 2 called sys.exit(0): torchrun's table lists ranks 0 and 1 ('Connection closed by
+    peer'), the log dir has rank 2's folder with no record. It was named nobody (rank 0, 'nothing to fix on this
+    rank: see the root cause', pointing at itself); now rank 2 is the likely one that left early."""
+    for r in range(3):
+        (tmp_path / str(r)).mkdir()
+        (tmp_path / str(r) / "stderr.log").write_text("")
+    fails = [peer_lost(0), peer_lost(1)]
+    assert all(f.category == "peer_lost" for f in fails)
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    assert root.rank == 2 and root.error_type == "likely_ended_early" and "exit code 0" in root.message
+    assert "Join" in root.fix and "see the root cause" not in root.fix
+    assert sorted(f.rank for f in rest) == [0, 1] and all(f.victim and "broke when rank 2 left" in f.reason for f in rest)
+    assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == [2]
+    # without torchrun's table, a rank killed without a trace looks the same: said so
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", listed=False)
+    assert root.rank == 2 and "or was killed without a trace" in root.message
+    # every rank has a record: nothing to infer, unchanged
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1), peer_lost(2)]), tmp_path, "h")
+    assert root.category == "peer_lost"

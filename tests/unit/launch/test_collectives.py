@@ -55,6 +55,21 @@ def test_different_ops_at_one_sequence_id_is_a_desync_and_the_new_call_is_odd():
     assert v["collective"]["calls"]["1"]["where"] == f"{USER}:20"
 
 
+def test_the_collective_judged_is_placed_where_the_majority_called_it_not_the_odd_rank():
+    """gloo's records carry no frames: the call site comes from the stacks, of a rank that made the call judged
+    (the all_reduce at line 20), never the odd rank's barrier (line 31), as a rank-0-only barrier showed."""
+    def bare(e):
+        return {k: v for k, v in e.items() if k != "frames"}
+
+    history = [bare(entry(i)) for i in range(1, 6)]
+    ev = {0: rank(fr(6, 5, history + [bare(entry(6, op="barrier", sizes=()))]), stack(31, "save")),
+          **{r: rank(fr(6, 5, history + [bare(entry(6))]), stack(20, "main")) for r in (1, 2)}}
+    v = collectives.judge(ev)
+    assert v["class"] == "desync" and [c["rank"] for c in v["culprits"]] == [0]
+    assert v["collective"]["op"] == "all_reduce" and v["collective"]["call_site"]["where"] == f"{USER}:20"
+    assert v["culprits"][0]["where"] == f"{USER}:31"
+
+
 def test_other_shape_on_the_minority_rank_is_a_desync():
     ev = {r: rank(fr(3, 2, [entry(1), entry(2), entry(3, sizes=((8,),) if r == 2 else ((16,),))]), stack(20, "main"))
           for r in range(3)}

@@ -187,3 +187,30 @@ def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and
         finally:
             common.STATE.verbose = old
         assert calls == [expected], (node, verbose)
+
+
+def test_the_root_cause_s_note_is_shown():
+    """The root cause's reason (e.g. gloo aborted this rank: it only detected the mismatch) is a `note:` row; the
+    row never showed, because the victim flag was compared after being humanized ("no" is truthy)."""
+    from ddpdoctor.launch.attribution import DETECTOR
+
+    doc = {"verdict": "fail", "run_id": "r", "start": None, "logs": "/l",
+           "root_cause": {"rank": 1, "local_rank": 1, "host": "h", "exit_code": -6, "signal": "SIGABRT",
+                          "category": "desync", "error_type": "EnforceNotMet", "message": "size mismatch",
+                          "fix": "make every rank issue the same collectives", "victim": False, "reason": DETECTOR}}
+    assert f"note: {DETECTOR[:40]}" in shown(doc)
+    doc["root_cause"]["victim"] = True
+    assert "note: " not in shown(doc)
+
+
+def test_every_culprit_of_a_hang_is_shown_with_where_it_is():
+    """Two ranks stuck in data loading: the second culprit's host and file:line were only in run.json."""
+    hang = {"stalled_s": 15.0, "threshold": {"seconds": 20, "source": "process-group timeout"}, "stacks": {},
+            "verdict": {"class": "missing_rank", "culprits": [
+                {"rank": 1, "host": "vm", "where": "/u/t.py:9", "function": "get_batch"},
+                {"rank": 3, "host": "vm2", "where": "/u/t.py:9", "function": "get_batch"}]}}
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True}, "hang": hang,
+           "root_cause": {"rank": 1, "host": "vm", "category": "hang", "error_type": "missing_rank", "message": "m",
+                          "location": "/u/t.py:9", "fix": "f", "victim": False}}
+    text = shown(doc)
+    assert "culprit too: rank 3 on vm2 at /u/t.py:9 in get_batch" in text and "culprit too: rank 1" not in text

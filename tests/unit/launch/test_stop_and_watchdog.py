@@ -71,3 +71,45 @@ def test_a_stop_s_own_marks_never_pass_for_the_failure_that_came_before_it():
     assert outcome._said_before(root("exception"))  # a real error before the signal stays the root cause
     assert not outcome._said_before(root("exception", victim=True))
     assert not outcome._said_before(None)
+
+
+def test_torchrun_killed_from_outside_is_named_as_such(tmp_path):
+    """torchrun SIGKILLed (its ranks die with it, none leaves a record): the root cause says who died of what,
+    not 'read torchrun's own output' (a SIGKILLed torchrun wrote nothing about it)."""
+    killed = outcome._agent_failure(-9, "I1123 starting workers\n", tmp_path)
+    assert killed["category"] == "signal" and killed["signal"] == "SIGKILL"
+    assert "torchrun (the launcher) was killed by SIGKILL" in killed["message"] and "dmesg" in killed["fix"]
+    plain = outcome._agent_failure(1, "some error\n", tmp_path)
+    assert "exited with code 1" in plain["message"] and "agent.stderr.log" in plain["fix"]
+
+
+def test_the_hang_threshold_named_beside_the_users_timeout_is_the_one_that_stood_when_the_evidence_was_taken(tmp_path):
+    """A SIGSTOPped rank under a 30 s process-group timeout read 'comes before the hang threshold (135.0 s)': the
+    timeout's own completion (gloo counts it completed) made a 27 s "gap" that the threshold then calibrated on."""
+    from unittest import mock
+
+    dog = _dog(tmp_path)
+    for t in range(8):  # a job stepping every second: calibrated at the 30 s floor
+        dog.threshold.progressed(1000.0 + t)
+    with mock.patch.object(hang, "workers", return_value=[]), \
+            mock.patch.object(dog, "collect", return_value={0: {"host": "h", "state": "running", "fr": None}}), \
+            mock.patch("ddpdoctor.launch.forensics.pending_deadline", return_value=(1100.0, 30.0)):
+        dog.last_fr = {0: {}}
+        dog.early = dog.before_timeout(1097.0)
+        assert dog.early is not None
+        dog.threshold.progressed(1100.5)  # the timeout itself completing the collective: a 93 s gap
+        report = dog.from_early(stop=False)
+    assert report["threshold"]["seconds"] == 30.0 and "hang threshold (30.0 s)" in report["threshold"]["why"], report
+
+
+def test_a_live_hang_verdict_names_the_culprit_s_local_rank():
+    """The watchdog reads LOCAL_RANK from each rank's process: the panel no longer says 'local rank —'."""
+    report = {"stalled_s": 12.0, "threshold": {"seconds": 10, "source": "--hang-timeout"}, "stacks": {},
+              "local_ranks": {"1": 1, "3": 1, "0": 0},
+              "verdict": {"class": "missing_rank", "summary": "rank(s) 3 never entered all_reduce #4", "fix": "f",
+                          "culprits": [{"rank": 3, "host": "n1", "where": "/u/t.py:9"}],
+                          "consequences": [{"rank": 0, "host": "n0"}], "collective": {"op": "all_reduce", "seq": 4}}}
+    root = outcome.hang_root_cause(report)
+    assert root["rank"] == 3 and root["local_rank"] == 1
+    assert [(c["rank"], c["local_rank"]) for c in outcome.hang_consequences(report)] == [(0, 0)]
+    assert outcome.hang_root_cause({**report, "local_ranks": {}})["local_rank"] is None  # older documents
