@@ -95,8 +95,8 @@ def consensus(facts_by_node, warn_ms: float) -> tuple[float, list[str], float]:
     else (0.0, [], 0.0): the master's clock is the reference. Two nodes that differ are a tie: the master stays."""
     offs = {n: f["offset_ms"] for n, f in facts_by_node.items()
             if isinstance(f.get("offset_ms"), (int, float)) and not isinstance(f.get("offset_ms"), bool)}
-    if len(offs) < 3:
-        return 0.0, [], 0.0
+    if len(offs) < 3 or not any(f.get("reference") for f in facts_by_node.values()):
+        return 0.0, [], 0.0  # without the master's own entry nobody can say the master is the odd clock
     mid = sorted(offs.values())[len(offs) // 2]
     agree = [n for n, v in offs.items() if abs(v - mid) <= warn_ms]
     if len(agree) * 2 <= len(offs) or abs(mid) <= warn_ms:

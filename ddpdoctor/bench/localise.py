@@ -58,7 +58,7 @@ def judge(round1: dict[tuple[str, str], float], round2: dict[tuple[str, str], fl
             if retests and all(v < threshold * med for v in retests.values()):
                 slow[node] = retests
         for node, retests in slow.items():
-            if _outdone(node, slow, threshold):
+            if _outdone(node, slow, threshold, med):
                 continue
             suspects.append({"node": node, "busbw_gbs": round(min(retests.values()), 4), "median_gbs": round(med, 4),
                              "retest": [{"nodes": list(p), "busbw_gbs": round(v, 4)} for p, v in retests.items()]})
@@ -70,10 +70,13 @@ def judge(round1: dict[tuple[str, str], float], round2: dict[tuple[str, str], fl
 
 
 
-def _outdone(node: str, slow: dict[str, dict], threshold: float) -> bool:
+def _outdone(node: str, slow: dict[str, dict], threshold: float, med: float) -> bool:
     """Both nodes of a suspect pair retested slow, and this one is far faster than its partner (its figure over
     1/threshold x the partner's): the partner explains the pair, and this node's dip is the noise of a loaded
     host (seen on 2 cores: 0.040 GB/s against a median of 0.061, beside its partner's 0.001). Two nodes that
-    are both slow measure alike and are both named."""
+    are both slow measure alike and are both named, and so is one far under the median whatever its partner
+    measured (a dip is noise only near the threshold: over half of it)."""
     mine = min(slow[node].values())
+    if mine < 0.5 * threshold * med:
+        return False
     return any(min(r.values()) < threshold * mine for other, r in slow.items() if other != node)

@@ -140,7 +140,9 @@ def _launcher_env(env, given: bool) -> None:
     if given:
         raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not env.get(v)]
-    bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE", "MASTER_PORT") if env.get(v) and not env[v].isdigit()]
+    bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE") if not env.get(v, "").isdigit()]  # empty too
+    if env.get("MASTER_PORT") and not env["MASTER_PORT"].isdigit():
+        bad.append(f"MASTER_PORT={env['MASTER_PORT']!r}")
     if missing or bad:
         raise UsageError(f"RANK and WORLD_SIZE are set, so this process runs as one rank of a launcher's job, but "
                          f"{', '.join(missing + bad)} {'is' if len(missing + bad) == 1 else 'are'} "

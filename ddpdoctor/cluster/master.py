@@ -202,7 +202,8 @@ class Master(Node):
             return advice_lines(merged, view, self.cfg, results)
 
         open_names = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
-        doc = verdicts.decide(self.plan, self.run_settings(), view, merged, unverified(self.silent, open_names),
+        others = [n for n in view.nodes if n["name"] != self.me["name"]]
+        doc = verdicts.decide(self.plan, self.run_settings(), view, merged, unverified(self.silent, open_names, others),
                               self.mb.findings, self.timings, advice, extra=self._late_claims(view))
         # where the full summary and the cluster result are: the other nodes print one line pointing here
         where = {"node": self.me["name"], "host": self.me["host"], "output_dir": self.plan.run.get("output_dir")}
@@ -287,10 +288,13 @@ class Master(Node):
             time.sleep(POLL_S)
 
 
-def unverified(silent: dict[str, str], open_names: list[str]) -> dict[str, str]:
-    """Why each silent node stopped answering, said with care for a node that joined without the run's key:
-    anyone who reaches the port can claim a rank under any host name, so its silence may be an impostor's,
-    not the named node's."""
+def unverified(silent: dict[str, str], open_names: list[str], others: list[dict]) -> dict[str, str]:
+    """Why each silent node stopped answering, said with care for a node that joined without the run's key
+    while other nodes had it: anyone who reaches the port can claim a rank under any host name, so its silence
+    may be an impostor's, not the named node's. When no node but the master had the key (no shared home: the
+    usual case), that is how every node joined, and a node that went silent is simply named."""
+    if len(open_names) >= len(others):
+        return dict(silent)
     return {nm: why + ("; it joined without the run's key, so this may be an impostor using its name: set "
                        "DDPDOCTOR_TOKEN on every node and rerun" if nm in open_names else "")
             for nm, why in silent.items()}

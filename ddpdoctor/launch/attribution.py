@@ -96,15 +96,18 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str, listed: bool = True) -> tuple[RankFailure | None, list[RankFailure]]:
+                     host: str, listed: bool = True, stopped: int = 0) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
-    out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right)."""
+    out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right). ``stopped``: how
+    many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
     if fails and all(f.category == "peer_lost" for f in fails):  # every failed rank lost a peer: who left?
         departed = _ranks_without_record(attempt_dir, fails, host)
-        if departed:
+        # torchrun stops the ranks still running after the first failure and lists none of them: as many
+        # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed
+        if departed and stopped < len(departed):
             return _blame_the_departed(fails, departed, listed)
     timed_out = [f for f in fails if f.category == "timeout"]
     if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):
@@ -315,7 +318,11 @@ def ended_early(f: RankFailure, ended: dict) -> None:
     f.message = (f"rank {f.rank} ended of its own (exit code {ended['exit_code']}"
                  + (f", sys.exit at {where}" if where else "") + ") while the others went on: " + f.message)
     f.location = where or f.location
-    f.fix = ENDED_EARLY_FIX
+    code = ended["exit_code"]
+    # exit 0: the uneven-steps mistake; any other code: the script chose to stop on an error of its own
+    f.fix = ENDED_EARLY_FIX if code == 0 else (
+        f"its script exited with code {code} on purpose (sys.exit): its stderr.log says why; raise instead, so "
+        "torchrun stops every rank and records the error")
 
 
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:

@@ -169,11 +169,17 @@ def interrupted_root(signum: int) -> dict:
 # What a stop on request leaves behind by itself: the signal's own marks, a rank that lost its peer as the stop
 # ended it, and a post-mortem's hang guess from ranks the stop ended one by one.
 STOP_MARKS = ("unknown", "stopped", "signal", "peer_lost", "consequence", "hang")
+# The signals a stop sends (SIGKILL: to a rank still there after the grace); a SIGSEGV or SIGABRT came of itself.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", None)
 
 
 def _said_before(root: dict | None) -> bool:
     """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
-    return bool(root) and not root["victim"] and root["category"] not in STOP_MARKS
+    if not root or root["victim"]:
+        return False
+    if root["category"] == "signal":
+        return root.get("signal") not in STOP_SIGNALS
+    return root["category"] not in STOP_MARKS
 
 
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,

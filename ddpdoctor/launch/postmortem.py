@@ -125,6 +125,10 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
     return out
 
 
+# torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
+CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
+
+
 def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
@@ -138,7 +142,8 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last)
+        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
+                                                  stopped=len(CLOSING_SIGNAL.findall(agent_stderr or "")))
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:

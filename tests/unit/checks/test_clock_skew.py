@@ -55,3 +55,7 @@ def test_a_skewed_master_is_named_not_the_nodes_that_agree():
     three = dict(facts, b={"offset_ms": 3.0, "bound_ms": 0.2})
     res = {r.nodes[0]: r for r in ClockSkewCheck().compare(three, opts)}
     assert [n for n, r in res.items() if r.level is not Level.PASS] == ["a"] and "reference clock" in res["m"].summary
+    # the master's own entry missing: nobody can say the master is odd, so the offsets stay against its clock
+    workers = {"a": facts["a"], "b": facts["b"], "c": {"offset_ms": -5001.0, "bound_ms": 0.4}}
+    res = {r.nodes[0]: r for r in ClockSkewCheck().compare(workers, opts)}
+    assert all(r.level is Level.FAIL for r in res.values())

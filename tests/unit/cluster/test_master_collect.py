@@ -29,8 +29,11 @@ def test_a_silent_node_that_joined_without_the_key_is_not_blamed_outright():
     from ddpdoctor.cluster.master import unverified
 
     silent = {"node1": "stopped answering mid-preflight: no heartbeat for 8 s", "node2": "sent no facts"}
-    out = unverified(silent, ["node1"])
+    others = [{"name": "node1"}, {"name": "node2"}]
+    out = unverified(silent, ["node1"], others)
     assert out["node2"] == "sent no facts"
     assert out["node1"].startswith("stopped answering mid-preflight") and "may be an impostor" in out["node1"]
     assert "DDPDOCTOR_TOKEN" in out["node1"]
-    assert unverified({}, ["node1"]) == {}
+    assert unverified({}, ["node1"], others) == {}
+    # no node but the master had the key (no shared home): every node joined that way, no impostor talk
+    assert unverified(silent, ["node1", "node2"], others) == silent

@@ -281,3 +281,35 @@ def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ende
     # every rank has a record: nothing to infer, unchanged
     root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1), peer_lost(2)]), tmp_path, "h")
     assert root.category == "peer_lost"
+
+
+def test_ranks_torchrun_stopped_after_a_lost_peer_are_not_ranks_that_ended_early(tmp_path):
+    """A node of a 2-node job dies: rank 0 loses its peer, torchrun stops ranks 1-3 with its closing signal and
+    lists none of them. They left no record because they were stopped, not because they left: rank 0's lost peer
+    stays the root cause (the review found them named 'likely ended of its own (exit code 0)')."""
+    for r in range(4):
+        (tmp_path / str(r)).mkdir()
+        (tmp_path / str(r) / "stderr.log").write_text("")
+    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(0)]), tmp_path, "h", stopped=3)
+    assert root.category == "peer_lost" and root.rank == 0 and root.error_type != "likely_ended_early"
+    # fewer closing signals than silent ranks: one of them did leave early (rank 2 exited 0 before the stop)
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", stopped=1)
+    assert root.error_type == "likely_ended_early"
+
+
+def test_the_post_mortem_counts_torchrun_s_closing_signals():
+    from ddpdoctor.launch.postmortem import CLOSING_SIGNAL
+
+    log = FORCED + "\nW1123 18:58:44.377 1 api.py:1028] Sending process 31724 closing signal SIGTERM\n"
+    assert len(CLOSING_SIGNAL.findall(log)) == 2
+
+
+def test_a_rank_that_exited_with_an_error_code_gets_no_uneven_steps_fix():
+    """`except Exception: print(e); sys.exit(1)` on one rank: it ended of its own, but not of uneven steps."""
+    f = RankFailure(rank=2, local_rank=2, host="h", exit_code=None, message="missing rank 2")
+    attribution.ended_early(f, {"exit_code": 1, "where": "/w/train.py:40"})
+    assert f.error_type == "ended_early" and "exit code 1" in f.message and f.location == "/w/train.py:40"
+    assert "stderr.log" in f.fix and "Join" not in f.fix
+    g = RankFailure(rank=2, local_rank=2, host="h", exit_code=None, message="missing rank 2")
+    attribution.ended_early(g, {"exit_code": 0, "where": None})
+    assert g.fix == attribution.ENDED_EARLY_FIX

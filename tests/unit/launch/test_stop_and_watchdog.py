@@ -69,6 +69,8 @@ def test_a_stop_s_own_marks_never_pass_for_the_failure_that_came_before_it():
     for category in ("hang", "peer_lost", "signal", "stopped", "unknown", "consequence"):
         assert not outcome._said_before(root(category)), category
     assert outcome._said_before(root("exception"))  # a real error before the signal stays the root cause
+    assert outcome._said_before({"category": "signal", "victim": False, "signal": "SIGSEGV"})  # a crash of its own
+    assert not outcome._said_before({"category": "signal", "victim": False, "signal": "SIGTERM"})
     assert not outcome._said_before(root("exception", victim=True))
     assert not outcome._said_before(None)
 
