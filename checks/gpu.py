@@ -84,17 +84,19 @@ class GpuCheck(Check):
         return out
 
     def compare(self, facts_by_node, opts):
-        return per_node(facts_by_node, lambda node, f: self._judge(node, f, opts))
+        # no driver = a CPU node only when no node has GPUs (a GPU node whose driver failed to load must fail)
+        cpu_run = not any(isinstance(f, dict) and f.get("gpus") for f in facts_by_node.values())
+        return per_node(facts_by_node, lambda node, f: self._judge(node, f, opts, cpu_run))
 
     # ---- judgement, one node at a time -------------------------------------------------------------------
-    def _judge(self, node: str, f: dict, opts) -> Iterable:
+    def _judge(self, node: str, f: dict, opts, cpu_run: bool = True) -> Iterable:
         # --gpus-per-node on the master holds for every node; otherwise each node's own processes (nodes may
         # differ: heterogeneous --nproc-per-node)
         expected, source = (opts["gpus_per_node"], "--gpus-per-node") if opts.get("gpus_per_node") else gpus_needed(f)
         if f.get("nvml_error"):
             # a CPU node (gloo) may start processes without any GPU: a process count (--nproc-per-node, or
             # torchrun's LOCAL_WORLD_SIZE, set on CPU nodes too) asks for GPUs only where there is a driver
-            if source.startswith(("--nproc-per-node", "LOCAL_WORLD_SIZE")):
+            if source.startswith("--nproc-per-node") or (source.startswith("LOCAL_WORLD_SIZE") and cpu_run):
                 expected = None
             yield from self._no_nvml(node, f, expected, source)
             return

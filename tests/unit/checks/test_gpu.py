@@ -279,3 +279,17 @@ def test_a_cpu_node_under_torchrun_is_no_missing_gpu(env):
     assert r.level is Level.SKIP and "no NVIDIA driver" in r.summary
     [r] = judge(f, gpus_per_node=2)
     assert r.level is Level.FAIL and "2 GPU(s) expected" in r.summary
+
+
+def test_under_torchrun_a_node_without_a_driver_beside_gpu_nodes_fails(env):
+    """LOCAL_WORLD_SIZE on a node without a driver is a CPU node only when no node of the run has GPUs: beside
+    GPU nodes it is a GPU node whose driver failed to load (after a kernel update), and it fails (review)."""
+    env.setenv("LOCAL_WORLD_SIZE", "2")
+    broken = gather(env, fake_nvml.make_no_driver())
+    healthy = gather(env, fake_nvml.make())
+    results = GpuCheck().compare({"gpu1": healthy, "gpu2": broken}, GpuCheck().with_defaults({}))
+    [r] = [r for r in results if r.nodes == ["gpu2"]]
+    assert r.level is Level.FAIL and "2 GPU(s) expected" in r.summary
+    # a run of CPU nodes only: still a skip on each
+    results = GpuCheck().compare({"cpu1": broken, "cpu2": broken}, GpuCheck().with_defaults({}))
+    assert {r.level for r in results} == {Level.SKIP}
