@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,10 +19,31 @@ from typing import Callable
 from ..errors import ClusterNotAssembled
 
 
-def free_port(addr: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+def free_port(addr: str = "127.0.0.1", tries: int = 64) -> int:
+    """A port free on ``addr`` now, drawn at random below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) is what every outgoing connection on the machine also gets, so between this check and the
+    master's listen another process's connection could take it (seen: EADDRINUSE with two test files at once)."""
+    low = _ephemeral_low()
+    for _ in range(tries):
+        port = random.randint(max(1024, low - 12000), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind((addr, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every draw taken: the kernel's own choice
         s.bind((addr, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (32768 by default, and where it cannot be read)."""
+    try:
+        with open(path) as fh:
+            return max(2048, int(fh.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def kill_sessions(procs: list[subprocess.Popen], wait_s: float = 10.0) -> None:

@@ -43,3 +43,22 @@ def test_kill_sessions_ends_whole_sessions_and_skips_the_finished():
     gone, alive = psutil.wait_procs(kids, timeout=10)
     assert not alive, alive
     node.stdout.close()
+
+
+def test_free_port_is_below_the_ephemeral_range_and_bindable(tmp_path):
+    """Outgoing connections take ephemeral ports: a port drawn below that range cannot be taken by one between the
+    draw and the master's listen (seen: EADDRINUSE with two test files running at once)."""
+    import socket
+
+    from ddpdoctor.cluster.local import _ephemeral_low, free_port
+
+    low = _ephemeral_low()
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= p < low for p in ports) and len(ports) > 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports.pop()))
+    bad = tmp_path / "range"
+    bad.write_text("junk")
+    assert _ephemeral_low(str(bad)) == 32768 and _ephemeral_low(str(tmp_path / "none")) == 32768
+    bad.write_text("40000\t60999\n")
+    assert _ephemeral_low(str(bad)) == 40000
