@@ -219,3 +219,13 @@ def validate(doc: Any, name: str = "document") -> None:
             if key not in doc:
                 raise UsageError(f"{name}: preflight file lacks {key!r}")
     check_document(doc, name, facts_shapes())
+
+
+def own_results(doc: dict) -> list[dict]:
+    """What only this node saw, in a worker's cluster preflight document: it repeats the master's results (their
+    count is ``master.results``), then adds its own (messages it refused). [] for any other document."""
+    master = doc.get("master") if isinstance(doc.get("master"), dict) else {}
+    copied = master.get("results")
+    if doc.get("role") != "worker" or not isinstance(copied, int) or isinstance(copied, bool):
+        return []
+    return list(doc.get("results") or [])[copied:]

@@ -96,10 +96,10 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str, listed: bool = True, stopped: int = 0) -> tuple[RankFailure | None, list[RankFailure]]:
+                     host: str, listed: bool = True, closing_signals: int = 0) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
-    out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right). ``stopped``: how
-    many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left)."""
+    out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right). ``closing_signals``:
+    how many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
@@ -107,7 +107,7 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
         departed = _ranks_without_record(attempt_dir, fails, host)
         # torchrun stops the ranks still running after the first failure and lists none of them: as many
         # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed
-        if departed and stopped < len(departed):
+        if departed and closing_signals < len(departed):
             return _blame_the_departed(fails, departed, listed)
     timed_out = [f for f in fails if f.category == "timeout"]
     if not timed_out or any(not f.victim and f.category != "timeout" for f in fails):

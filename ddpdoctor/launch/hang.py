@@ -12,8 +12,7 @@ from pathlib import Path
 import psutil
 
 from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
-# What counts as progress and when silence is a hang (stall.py); imported by name here too (tests, callers).
-from .stall import Threshold, behind, last_steps, progress_mark  # noqa: F401
+from .stall import Threshold, behind, last_steps, progress_mark
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked

@@ -167,8 +167,8 @@ def interrupted_root(signum: int) -> dict:
 
 
 # What a stop on request leaves behind by itself: the signal's own marks, a rank that lost its peer as the stop
-# ended it, and a post-mortem's hang guess from ranks the stop ended one by one.
-STOP_MARKS = ("unknown", "stopped", "signal", "peer_lost", "consequence", "hang")
+# ended it, and a post-mortem's hang guess from ranks the stop ended one by one (a signal: STOP_SIGNALS).
+STOP_MARKS = ("unknown", "stopped", "peer_lost", "consequence", "hang")
 # The signals a stop sends (SIGKILL: to a rank still there after the grace); a SIGSEGV or SIGABRT came of itself.
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", None)
 

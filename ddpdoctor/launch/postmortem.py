@@ -31,6 +31,8 @@ SUMMARY_BLOCK = re.compile(
     rf"(?P<code>-?\d{{1,9}})(?:[ \t]*\(pid:[ \t]*(?P<pid>\d{{1,9}})\))?[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
 # torchrun's own line when a worker outlived its SIGTERM grace period (30 s) and it sent SIGKILL instead.
 FORCED_KILL = re.compile(r"Unable to shutdown process (\d{1,9}) via \d{1,3}, forcefully exiting via 9")
+# torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
+CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -125,13 +127,11 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
     return out
 
 
-# torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
-CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
-
 
 def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
+    closing_signals = len(CLOSING_SIGNAL.findall(agent_stderr or ""))
     verdict = Verdict(root_cause=None)
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
@@ -143,7 +143,7 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
-                                                  stopped=len(CLOSING_SIGNAL.findall(agent_stderr or "")))
+                                                  closing_signals=closing_signals)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:

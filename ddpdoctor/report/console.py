@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..documents import own_results
 from ..grouping import compress_hosts
 from ..text import safe_text  # noqa: F401 - re-exported: renderers import safe_text from here
 from .values import UNKNOWN, human  # noqa: F401 - re-exported: renderers import human from here
@@ -137,7 +138,7 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
     head = f"ddpdoctor preflight [{doc.get('this_node', '')}] cluster verdict: "
     console.print(other_node_line(head, verdict, f"exit {doc.get('exit_code', 0)}, {tally}", where,
                                   "; -v prints it here too" if hints else ""), soft_wrap=True)
-    own = results[master["results"]:] if isinstance(master.get("results"), int) else []
+    own = own_results(doc)
     for r in own:
         if r["level"] in ("fail", "warn"):
             console.print(_finding_panel(r, 0))

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from ...api import BASELINE, split
+from ...documents import own_results
 from ...exports import exported, node_comparable
 from ...redact import scrub
 from .common import SEVERITY, _finite, _label, _natural, worst
@@ -37,9 +38,7 @@ def one_per_cluster_run(docs: list[dict]) -> list[dict]:
     for d in cluster:
         base = kept[run_of(d)]
         if d is not base:
-            copied = (d.get("master") or {}).get("results") if d.get("role") == "worker" else None
-            own = d.get("results", [])[copied:] if isinstance(copied, int) else []
-            extra.setdefault(id(base), []).extend(own)
+            extra.setdefault(id(base), []).extend(own_results(d))
     out, clustered = [], {id(d) for d in cluster}
     for d in docs:
         if id(d) in clustered and kept[run_of(d)] is not d:

@@ -66,3 +66,13 @@ def test_write_error_without_an_existing_directory():
     path = Path(f"/nonexistent-{uuid.uuid4().hex}/x.json")
     err = documents.write_error(path, OSError(28, "No space left on device"))
     assert str(path) in str(err) and "free in /" in str(err)
+
+
+def test_own_results_are_what_a_worker_adds_to_the_masters_verdict():
+    from ddpdoctor.documents import own_results
+
+    results = [{"check": "mesh"}, {"check": "parity"}, {"check": "messages", "level": "warn"}]
+    worker = {"role": "worker", "master": {"node": "n0", "results": 2}, "results": results}
+    assert own_results(worker) == [{"check": "messages", "level": "warn"}]
+    assert own_results(dict(worker, role="master")) == []  # the master's own document: all of it is its verdict
+    assert own_results(dict(worker, master={"results": True})) == [] and own_results({"results": results}) == []

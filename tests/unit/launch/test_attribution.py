@@ -101,14 +101,18 @@ def test_a_desync_from_dumps_without_frames_names_no_unknown_call_site():
     assert " at ?" not in v["summary"], v["summary"]
 
 
+def from_traceback(rank, tb, **kw):
+    """A rank's failure as the post-mortem reads it from its record: the traceback, its last line, classified."""
+    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1], **kw)
+    f.error_type, _ = exception_line(f.message, tb)
+    return classify(f)
+
+
 def timed_out(rank, op="all_reduce", line=20):
     tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in main\n'
           f'  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in {op}\n    work.wait()\n'
           "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation")
-    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb,
-                    message=tb.splitlines()[-1], location=f"{USER}:{line}")
-    f.error_type, _ = exception_line(f.message, tb)
-    return classify(f)
+    return from_traceback(rank, tb, location=f"{USER}:{line}")
 
 
 def test_no_dump_the_rank_stopped_without_timing_out_is_the_likely_culprit(tmp_path):
@@ -202,9 +206,7 @@ def store_timeout(rank):
           '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 1899, in init_process_group\n'
           '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2169, in _new_process_group_helper\n'
           "torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /default_pg/0//cpu//0")
-    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
-    f.error_type, _ = exception_line(f.message, tb)
-    return classify(f)
+    return from_traceback(rank, tb)
 
 
 def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_culprit(tmp_path):
@@ -256,9 +258,7 @@ def peer_lost(rank, line=11):
     tb = (f'Traceback (most recent call last):\n  File "{USER}", line {line}, in <module>\n'
           '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce\n    work.wait()\n'
           "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:43408")
-    f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=1, traceback=tb, message=tb.splitlines()[-1])
-    f.error_type, _ = exception_line(f.message, tb)
-    return classify(f)
+    return from_traceback(rank, tb)
 
 
 def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ended_early(tmp_path):
@@ -290,10 +290,10 @@ def test_ranks_torchrun_stopped_after_a_lost_peer_are_not_ranks_that_ended_early
     for r in range(4):
         (tmp_path / str(r)).mkdir()
         (tmp_path / str(r) / "stderr.log").write_text("")
-    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(0)]), tmp_path, "h", stopped=3)
+    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(0)]), tmp_path, "h", closing_signals=3)
     assert root.category == "peer_lost" and root.rank == 0 and root.error_type != "likely_ended_early"
     # fewer closing signals than silent ranks: one of them did leave early (rank 2 exited 0 before the stop)
-    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", stopped=1)
+    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", closing_signals=1)
     assert root.error_type == "likely_ended_early"
 
 

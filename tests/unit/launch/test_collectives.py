@@ -3,7 +3,7 @@ as torch 2.13's `_dump_fr_trace` gives them for gloo, faulthandler stacks as the
 from __future__ import annotations
 
 from ddpdoctor.launch import collectives, postmortem
-from ddpdoctor.launch.hang import Threshold
+from ddpdoctor.launch.stall import Threshold
 
 USER = "/home/u/train.py"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ddpdoctor.errors import UsageError
-from ddpdoctor.launch import hang, postmortem, torchrun
+from ddpdoctor.launch import postmortem, stall, torchrun
 from ddpdoctor.launch.config import TrainerConfig, validate
 from ddpdoctor.launch.postmortem import RankFailure, classify, judge
 
@@ -100,11 +100,11 @@ def test_error_file_and_rank_prefixed_logs(tmp_path):
 
 
 def test_hang_names_the_rank_behind():
-    assert hang.behind({0: 12, 1: 11, 2: 12}, {}) == [1]
+    assert stall.behind({0: 12, 1: 11, 2: 12}, {}) == [1]
     stacks = {0: 'File "x/torch/autograd/graph.py", line 9 in _engine_run_backward',
               1: 'File "/w/faults.py", line 38 in hang_forever'}
-    assert hang.behind({0: 4, 1: 4}, stacks) == [1]
-    assert hang.behind({0: 4, 1: 4}, {}) == []
+    assert stall.behind({0: 4, 1: 4}, stacks) == [1]
+    assert stall.behind({0: 4, 1: 4}, {}) == []
 
 
 def test_torchrun_command_uses_torchs_launcher_and_log_dir(tmp_path):

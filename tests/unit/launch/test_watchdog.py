@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpdoctor.launch import forensics, hang
+from ddpdoctor.launch import forensics, hang, stall
 
 
 def fr(*completed_per_pg):
@@ -41,22 +41,22 @@ def test_last_steps_and_progress_mark(tmp_path):
     (metrics / "rank0.jsonl").write_text('{"step": 3}\n{"step": 4}\n')
     (metrics / "rank1.jsonl").write_text("")
     (metrics / "rank2.jsonl").write_text("not json\n")
-    assert hang.last_steps(tmp_path) == {0: 4, 1: 0}
+    assert stall.last_steps(tmp_path) == {0: 4, 1: 0}
     logs = tmp_path / "logs"
     log = logs / "run" / "attempt_0" / "0" / "stderr.log"
     log.parent.mkdir(parents=True)
     log.write_text("x")
     os.utime(log, (2_000_000_000, 2_000_000_000))
-    assert hang.progress_mark(tmp_path, logs) == 2_000_000_000
-    assert hang.progress_mark(tmp_path, tmp_path / "nowhere") == max(p.stat().st_mtime for p in metrics.iterdir())
+    assert stall.progress_mark(tmp_path, logs) == 2_000_000_000
+    assert stall.progress_mark(tmp_path, tmp_path / "nowhere") == max(p.stat().st_mtime for p in metrics.iterdir())
 
 
 def test_behind_prefers_steps_then_ranks_outside_collectives():
-    assert hang.behind({0: 5, 1: 4, 2: 4}, {}) == [1, 2]
+    assert stall.behind({0: 5, 1: 4, 2: 4}, {}) == [1, 2]
     inside = "File x.py in all_reduce"
-    assert hang.behind({0: 5, 1: 5}, {0: inside, 1: "File t.py in get_batch"}) == [1]
-    assert hang.behind({}, {0: inside, 1: inside}) == []  # everyone waits: nobody is behind
-    assert hang.behind({}, {0: "a", 1: "b"}) == []  # nobody inside a collective: no one rank to blame
+    assert stall.behind({0: 5, 1: 5}, {0: inside, 1: "File t.py in get_batch"}) == [1]
+    assert stall.behind({}, {0: inside, 1: inside}) == []  # everyone waits: nobody is behind
+    assert stall.behind({}, {0: "a", 1: "b"}) == []  # nobody inside a collective: no one rank to blame
 
 
 # -- arming: when silence starts to count ---------------------------------------------------------------
