@@ -88,6 +88,7 @@ def test_ci_runs_readme_commands_in_a_fresh_venv():
     install, test = _quick_start()
     assert install == "pip install . && ddpdoctor preflight"
     assert "pip install -q ." in ci and "ddpdoctor preflight" in ci
+    assert "&& ddpdoctor report)" in ci  # the installed package builds a report from the result it kept
     # two test files at a time (pytest-xdist): the suite's real clusters mostly wait on timeouts, not on the CPU
     assert test == "pip install -e '.[test]' && python3 -m pytest -q -n 2 --dist loadfile"
     assert "pip install -q -e '.[test]' && python3 -m pytest -q -n 2 --dist loadfile ||" in ci
@@ -98,3 +99,18 @@ def test_ci_runs_readme_commands_in_a_fresh_venv():
 @pytest.mark.parametrize("dep", ["torch", "click", "rich", "jinja2", "markupsafe", "psutil", "nvidia-ml-py"])
 def test_core_dependencies_declared(dep):
     assert dep in _declared()
+
+
+def test_every_package_of_the_sources_is_installed():
+    """`pip install .` ships only the packages pyproject lists: a subpackage missing there works in the
+    editable install the tests use and fails for a user (ddpdoctor.report.views: `ddpdoctor report` exit 4)."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    missing = []
+    for name, src in tool["package-dir"].items():
+        for init in sorted((ROOT / src).rglob("__init__.py")):
+            parts = init.parent.relative_to(ROOT / src).parts
+            package = ".".join((name, *parts))
+            if "__pycache__" not in parts and package not in listed:
+                missing.append(f"{package} ({init.parent.relative_to(ROOT)})")
+    assert not missing, "packages pip install . would leave out: " + ", ".join(missing)
