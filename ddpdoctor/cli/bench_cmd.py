@@ -124,6 +124,9 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
         if int(os.environ.get("RANK", "0")) != 0:
             return ExitCode.OK  # rank 0 speaks for the job
     else:
+        # torch's launcher gives the ranks its own rendezvous id (TORCHELASTIC_RUN_ID, which the document would
+        # carry): pin the workflow's id first, so the result lands under it like preflight's and run-trainer's
+        os.environ["DDPDOCTOR_RUN_ID"] = documents.new_run_id()
         start_ranks(cfg.to_json(), plan)
     if not os.path.exists(cfg.result_path):
         return ExitCode.OK  # a node other than the one holding global rank 0

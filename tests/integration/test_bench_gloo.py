@@ -126,3 +126,24 @@ def test_a_hung_rank_is_named_in_bounded_time():
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
     assert elapsed < 8 + 60  # --timeout 8; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault
+
+
+@pytest.mark.timeout(240)
+def test_the_default_save_is_under_the_workflows_run_id_not_torchs_rendezvous_id(tmp_path):
+    """The ranks run under torch's launcher, whose TORCHELASTIC_RUN_ID ('ddpdoctor-bench-<hash of the
+    endpoint>') the document took: each run a directory of another naming than preflight's and run-trainer's,
+    and two runs with the same --master the same directory. The workflow's id wins, as for the others."""
+    base = {k: v for k, v in os.environ.items() if k not in ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")}
+    args = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "--backend", "gloo", "--nproc", "2", "-b", "4K",
+            "-e", "4K", "-n", "1", "-w", "0"]
+    env = {**base, "DDPDOCTOR_NO_SAVE": ""}
+    p = subprocess.run(args, capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (run,) = (tmp_path / "ddpdoctor-results").iterdir()
+    assert not run.name.startswith("ddpdoctor-bench-") and len(run.name) == 12, run.name
+    assert json.loads((run / "nccl-bench.json").read_text())["run_id"] == run.name
+    assert f"wrote result: ddpdoctor-results/{run.name}/nccl-bench.json" in p.stdout + p.stderr
+    p = subprocess.run(args, capture_output=True, text=True, timeout=200, cwd=tmp_path,
+                       env={**env, "DDPDOCTOR_RUN_ID": "demo-1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((tmp_path / "ddpdoctor-results" / "demo-1" / "nccl-bench.json").read_text())["run_id"] == "demo-1"
