@@ -72,6 +72,19 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown command names the closest ones, most similar first (click suggests none for commands)."""
+        name = str(args[0]) if args else ""
+        if name in COMMANDS or name.startswith("-"):
+            return super().resolve_command(ctx, args)
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(COMMANDS), n=3, cutoff=0.6)
+        if not close:
+            return super().resolve_command(ctx, args)
+        others = f" (or {', '.join(repr(c) for c in close[1:])})" if len(close) > 1 else ""
+        raise click.UsageError(f"No such command {name!r}. Did you mean {close[0]!r}?{others}", ctx)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = COMMANDS.get(name)
         if target is None:
