@@ -34,8 +34,15 @@ def checks(as_json: bool) -> int:
         table.add_row(Text(lc.name, style="bold"), Text(lc.check.phase), Text(lc.source), Text(lc.check.description))
         if common.STATE.verbose:
             for key, opt in lc.check.options.items():
-                table.add_row("", "", "", Text(f"  --set {lc.name}.{key}={opt.default}  {opt.help}", style="dim"))
+                table.add_row("", "", "", Text(f"  --set {lc.name}.{key}={_as_typed(opt.default)}  {opt.help}", style="dim"))
     common.console().print(table)
     if not common.STATE.verbose:
         print("options: ddpdoctor checks -v", flush=True)
     return ExitCode.OK
+
+
+def _as_typed(value) -> str:
+    """A default as --set and ddpdoctor.toml take it: true/false, not Python's True/False."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)

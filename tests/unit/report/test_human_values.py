@@ -165,3 +165,13 @@ def _output_blocks(markdown: str) -> list[str]:
         elif current is not None:
             current.append(line)
     return blocks
+
+
+def test_checks_options_show_defaults_as_set_takes_them(capsys):
+    """`ddpdoctor checks -v` printed '--set gpu-perf.enabled=False': the value to paste is true/false."""
+    from ddpdoctor.cli import run
+
+    assert run(["checks", "-v"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the table wraps the --set lines
+    _assert_readable(out, "ddpdoctor checks -v")
+    assert "gpu-perf.enabled=false" in out.replace("- ", "-").replace(" .", ".")
