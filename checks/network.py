@@ -95,7 +95,8 @@ class NetworkCheck(Check):
         if multi:
             ifname_fix = "pin the interface the nodes reach each other through (the names check names it)"
         else:
-            ifname_fix = (f"export GLOO_SOCKET_IFNAME={suggest} NCCL_SOCKET_IFNAME={suggest}" if suggest
+            # spelt as the names check and the advice after a pass spell it ('==': exactly that interface)
+            ifname_fix = (f"export NCCL_SOCKET_IFNAME=={suggest} GLOO_SOCKET_IFNAME={suggest}" if suggest
                           else "give this node an interface the other nodes can reach")
         for name, res in sorted((f.get("resolves") or {}).items()):
             addrs = res.get("addrs") or []

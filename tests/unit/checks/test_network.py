@@ -89,3 +89,11 @@ def test_a_loopback_hostname_is_fine_when_every_node_shares_this_loopback():
     assert len(only(check.compare(apart, opts), Level.WARN)) == 2
     assert only(check.compare({"a": loop}, opts), Level.WARN)  # the other node never reported: proves nothing
     assert only(judge_net(loop), Level.WARN)  # one node alone: a multi-node job would advertise 127.x
+
+
+def test_the_interface_fix_is_spelt_like_the_names_check_and_the_advice():
+    """One spelling of the interface advice on every screen: NCCL's '==' (exactly that interface; a single '='
+    is a prefix match), as the names check's fix and the lines after a pass write it."""
+    res = judge_net(net_facts(resolves={"node1": {"addrs": ["127.0.1.1"], "error": None}}))
+    (w,) = only(res, Level.WARN)
+    assert "export NCCL_SOCKET_IFNAME==eth0 GLOO_SOCKET_IFNAME=eth0" in w.fix
