@@ -114,7 +114,8 @@ def _take_run_id(ctx, param, value):
 
     if value is None:
         return None
-    check_run_id(value, "--run-id")
+    from_env = ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT
+    check_run_id(value, "$DDPDOCTOR_RUN_ID" if from_env else "--run-id")
     os.environ["DDPDOCTOR_RUN_ID"] = value  # the child processes (nodes, ranks) carry the same id
     return value
 

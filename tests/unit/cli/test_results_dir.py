@@ -132,3 +132,15 @@ def test_a_worker_line_names_the_masters_default_directory(capsys):
     render_worker_line(doc, stderr_console())
     err = capsys.readouterr().err
     assert "node1 printed the full summary and wrote the cluster result to /home/u/ddpdoctor-results/4711/cluster.json" in err
+
+
+def test_a_bad_run_id_names_where_it_came_from(cwd, monkeypatch, capsys):
+    """A run id from the environment is named as the variable, not as a --run-id the user never typed."""
+    monkeypatch.setenv("DDPDOCTOR_RUN_ID", "a\nb")
+    assert run(["preflight", "--only", "env-vars"]) == 2
+    err = capsys.readouterr().err
+    assert "Error: $DDPDOCTOR_RUN_ID 'a\\nb': expected" in err and "Traceback" not in err
+    monkeypatch.delenv("DDPDOCTOR_RUN_ID")
+    assert run(["preflight", "--only", "env-vars", "--run-id", "../x"]) == 2
+    assert "Error: --run-id '../x': expected" in capsys.readouterr().err
+    assert not (cwd / "ddpdoctor-results").exists()
