@@ -147,11 +147,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     if doc is None:
         return ExitCode.OK  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 
-    # The master's document holds every node's facts; the others write their own view beside it.
-    if doc.get("scope") == "cluster":
-        name = "cluster.json" if doc.get("role") != "worker" else f"node-{doc['this_node']}.json"
-    else:
-        name = f"node-{engine.node_name()}.json"
+    name = result_filename(doc)
     from ..report.console import render_preflight, render_worker_line
 
     def render(d, con):
@@ -164,6 +160,15 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
 
     return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=render, save=save)
+
+
+def result_filename(doc: dict) -> str:
+    """The master's document holds every node's facts (cluster.json); the others write their own view beside it."""
+    from .. import preflight as engine
+
+    if doc.get("scope") == "cluster":
+        return "cluster.json" if doc.get("role") != "worker" else f"node-{doc['this_node']}.json"
+    return f"node-{engine.node_name()}.json"
 
 
 OWNED_BY_RUN_TRAINER = ("master", "nnodes", "node_rank", "local_addr", "nproc_per_node", "rdzv_id", "local_nodes")

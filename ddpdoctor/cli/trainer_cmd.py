@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
+
 import click
 
 from ..errors import UsageError
@@ -66,15 +68,22 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                                  hang_timeout=hang_timeout,
                                  preflight="skipped" if no_preflight else "ran", preflight_args=extra_preflight,
                                  script=script, module=module, script_args=args))
-    pre = None
+    pre = pre_doc = None
     if not no_preflight:
         pre = run_preflight(cfg, request, show=None if as_json or common.STATE.quiet else show_preflight)
+        pre_doc = pre.pop("document")
         if pre["verdict"] == "fail":
             if not force:
+                from ..launch.config import RECORDS
+
+                # kept for `ddpdoctor report` under the run's id, unless that id holds an earlier run's records
+                fresh = not any((cfg.records() / name).exists() for name in RECORDS)
+                keep_preflight(pre_doc, cfg.records() if fresh else None, cfg.run_id)
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
                 return ExitCode.FAIL
             cfg.preflight = "forced"
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
+    keep_preflight(pre_doc, Path(doc["run_json"]).parent if doc.get("run_json") else None, doc.get("run_id"))
     # A full --run-dir: the result and its post-mortem are shown first (and go to --output/--report where
     # those fit), then one line names what could not be written and the free space there (exit 2).
     unwritten = list(doc.get("unwritten") or [])
@@ -87,6 +96,21 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     if unwritten:
         raise UsageError("; ".join(unwritten))
     return code
+
+
+def keep_preflight(pre_doc: dict | None, directory: Path | None, run_id: str | None) -> None:
+    """The preflight this run ran first, in the run's directory under its id (beside run.json), so `ddpdoctor
+    report` (the latest run) shows both. Written before the result is shown: the verdict stays the last word.
+    A directory that cannot take it (a full disk) is one warning line; the run's own verdict stands."""
+    if not pre_doc or directory is None:
+        return
+    from .. import documents
+    from .preflight import result_filename
+
+    try:
+        documents.dump(dict(pre_doc, run_id=run_id), directory / result_filename(pre_doc))
+    except UsageError as exc:
+        common.warn_line(f"the preflight's result not saved: {exc}")
 
 
 def what_to_run(args: list[str], steps: int | None) -> tuple[str | None, str | None, list[str]]:

@@ -25,8 +25,9 @@ def run_preflight(cfg: TrainerConfig, request, show: Callable[[dict], None] | No
         cfg.env.update(interfaces_from(doc))
     if show is not None:
         show(doc)
+    # "document": the whole preflight, which the command keeps beside run.json (not part of run.json's summary)
     return {"verdict": doc["verdict"], "failures": [r for r in doc["results"] if r["level"] == "fail"],
-            "interfaces": dict(cfg.env)}
+            "interfaces": dict(cfg.env), "document": doc}
 
 
 def interfaces_from(doc: dict | None) -> dict:

@@ -410,3 +410,33 @@ def test_sigkill_of_run_trainer_leaves_no_rank_behind(tmp_path):
         assert not alive, [p.cmdline() for p in alive]
     finally:
         kill_sessions([proc])
+
+
+@pytest.mark.timeout(300)
+def test_the_preflight_it_ran_is_kept_beside_run_json_and_reported_with_it(tmp_path):
+    """run-trainer's own preflight is a result too: kept in the run's directory under the run's id, so
+    `ddpdoctor report` alone shows the preflight and the run as one workflow (it showed run.json only)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")}
+
+    def ddpdoctor(*args):
+        return subprocess.run([sys.executable, "-m", "ddpdoctor", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=240, start_new_session=True)
+
+    p = ddpdoctor("run-trainer", "--nproc-per-node", "2", "--preflight-args", "--only env-vars,resources",
+                  "--", "--steps", "3", *FAST)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (run,) = [d for d in (tmp_path / "ddpdoctor-results").iterdir() if not d.name.startswith(".")]  # .data: the corpus
+    (node_file,) = run.glob("node-*.json")
+    pre = json.loads(node_file.read_text())
+    assert pre["kind"] == "preflight" and pre["run_id"] == json.loads((run / "run.json").read_text())["run_id"]
+    assert p.stdout.rstrip().splitlines()[-1].startswith("run.json: ")  # still the last word
+    p = ddpdoctor("report")
+    assert p.returncode == 0, p.stderr
+    assert f"read {node_file.name}, run.json" in p.stdout and "different runs" not in p.stdout + p.stderr
+    # A gate that stops the launch keeps its preflight too (and launches nothing)
+    p = ddpdoctor("run-trainer", "--rdzv-id", "blocked-1", "--preflight-args",
+                  "--only resources --set resources.fail_shm_mib=100000000", "--", "--steps", "3")
+    assert p.returncode == 1 and "not launching" in p.stderr
+    blocked = tmp_path / "ddpdoctor-results" / "blocked-1"
+    assert [f.name for f in blocked.iterdir()] == [node_file.name]
+    assert json.loads((blocked / node_file.name).read_text())["verdict"] == "fail"
