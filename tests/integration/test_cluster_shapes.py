@@ -193,3 +193,8 @@ def test_run_trainer_gate_lets_a_heterogeneous_launch_through_and_it_trains(tmp_
         assert doc["config"]["preflight"] == "ran" and doc["preflight"]["verdict"] == "pass", doc["preflight"]
         assert doc["verdict"] == "pass"
     assert sorted(json.loads(outs[0][0])["metrics"]) == ["0", "1", "2"]  # the world size is the sum
+    # the gate's cluster preflight is kept beside run.json (the master's cluster.json, the other node's own view)
+    (run,) = [d for d in tmp_path.iterdir() if not d.name.startswith(".")]
+    cluster = json.loads((run / "cluster.json").read_text())
+    assert cluster["scope"] == "cluster" and cluster["run_id"] == json.loads(outs[0][0])["run_id"] == run.name
+    assert len(list(run.glob("node-*.json"))) == 1, sorted(p.name for p in run.iterdir())
