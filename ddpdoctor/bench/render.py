@@ -32,30 +32,32 @@ def plural(count, noun: str) -> str:
 
 
 def render(doc: dict, console: Console) -> None:
+    """nccl-tests' format: every '#' line stays one line at any width (a wrapped one would lose its '#')."""
     from ..report.values import human
 
     run = {k: human(v) for k, v in (doc.get("run") or {}).items()}
     console.print(T(f"# nccl-bench: {run.get('backend')} · {plural(run.get('world_size'), 'rank')} on "
                        f"{plural(run.get('nnodes'), 'node')} · {run.get('dtype')} · warmup {run.get('warmup')} · "
-                       f"iters {run.get('iters')}" + (" · CUDA graph" if (doc.get("run") or {}).get("graph") else "")))
+                       f"iters {run.get('iters')}" + (" · CUDA graph" if (doc.get("run") or {}).get("graph") else "")),
+                  soft_wrap=True)
     current = None
     for row in doc.get("rows", []):
         title = row["op"] if row.get("group", "all") == "all" else f"{row['op']} ({row['group']}"                 + (f" {row['extra'].get('node')}" if (row.get("extra") or {}).get("node") else "") + ")"
         if title != current:
             current = title
-            console.print(T(f"# {title}", style="bold"))
+            console.print(T(f"# {title}", style="bold"), soft_wrap=True)
             console.print(T(HEAD), soft_wrap=True)
         console.print(T(row_line(row), style="red" if any((row.get(f) or {}).get("wrong") for f in FORMS) else ""),
                       soft_wrap=True)
     s = doc.get("summary", {})
     console.print(T(f"# Out of bounds values : {s.get('wrong', 0)} {'OK' if not s.get('wrong') else 'FAILED'}",
-                       style="green" if not s.get("wrong") else "bold red"))
-    console.print(T(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"))
+                       style="green" if not s.get("wrong") else "bold red"), soft_wrap=True)
+    console.print(T(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"), soft_wrap=True)
     loc = doc.get("localisation")
     if loc:
         for p in loc.get("pairs", []):
             mark = "  <- suspect" if p.get("suspect") else ""
-            console.print(T(f"# pair {' + '.join(p['nodes'])}: busbw {p['busbw_gbs']:.3f} GB/s{mark}"))
+            console.print(T(f"# pair {' + '.join(p['nodes'])}: busbw {p['busbw_gbs']:.3f} GB/s{mark}"), soft_wrap=True)
         for sus in loc.get("suspects", []):
             console.print(T(f"SLOW NODE {sus['node']}: busbw {sus['busbw_gbs']:.3f} GB/s against a good node, "
                                f"median {sus['median_gbs']:.3f} GB/s (threshold {loc['threshold']:g} x median)",

@@ -45,3 +45,29 @@ def test_host_names_from_other_nodes_are_shown_never_obeyed():
     text = out.getvalue()
     assert "\x1b]0;owned" not in text and "\x1b[2J" not in text and "\x07" not in text
     assert text.count("node7\\x1b]0;owned\\x07\\x1b[2J") == 3, text  # the pair's title, the pair, the slow node
+
+
+def test_no_hash_line_wraps_at_80_columns():
+    """Piped at 80 columns the header wrapped inside a phrase ('... · CUDA\\ngraph'), the continuation without
+    its '#': every line of nccl-tests' format is a '#' line, a row, or the verdict's own lines."""
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.bench.render import render
+
+    form = {"time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0}
+    long_host = "gpu-node-0042.rack17.datacenter-west.example.com"
+    doc = {"run": {"backend": "nccl", "world_size": 16, "nnodes": 2, "dtype": "bfloat16", "warmup": 5, "iters": 20,
+                   "graph": True},
+           "rows": [{"op": "all_reduce", "group": "pair", "extra": {"node": long_host}, "size": 1 << 30,
+                     "count": 1 << 29, "dtype": "bfloat16", "redop": "sum", "root": -1, "out_of_place": form,
+                     "in_place": form}],
+           "summary": {"wrong": 0, "avg_busbw_gbs": 1.0}, "verdict": "pass",
+           "localisation": {"threshold": 0.8, "pairs": [{"nodes": [long_host, long_host.replace("42", "43")],
+                                                         "busbw_gbs": 1.0, "suspect": False}], "suspects": []}}
+    out = io.StringIO()
+    render(doc, Console(file=out, width=80, force_terminal=False, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("iters 20 · CUDA graph"), lines[:2]
+    assert all(line.startswith("#") or line.lstrip()[:1].isdigit() for line in lines), lines
