@@ -138,7 +138,8 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:
-        why = f": {t['why']}" if t.get("why") else ""
+        # the why of a --hang-timeout is the flag itself: "(--hang-timeout)", not "(--hang-timeout: set by --hang-timeout)"
+        why = f": {t['why']}" if t.get("why") and t["why"] != f"set by {t.get('source')}" else ""
         rows.append(T(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
                          f"{human(hang.get('stalled_s'))} s", style="dim"))
     if saved:

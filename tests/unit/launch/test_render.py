@@ -214,3 +214,13 @@ def test_every_culprit_of_a_hang_is_shown_with_where_it_is():
                           "location": "/u/t.py:9", "fix": "f", "victim": False}}
     text = shown(doc)
     assert "culprit too: rank 3 on vm2 at /u/t.py:9 in get_batch" in text and "culprit too: rank 1" not in text
+
+
+def test_a_hang_timeout_threshold_names_the_flag_once():
+    """'threshold: 10.0 s (--hang-timeout: set by --hang-timeout)' said the flag twice."""
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True},
+           "root_cause": {"rank": 1, "host": "n0", "category": "hang", "error_type": "missing_rank", "message": "m"},
+           "hang": {"stalled_s": 10.2, "verdict": {"class": "missing_rank", "culprits": []}, "stacks": {},
+                    "threshold": {"seconds": 10.0, "source": "--hang-timeout", "why": "set by --hang-timeout"}}}
+    text = shown(doc)
+    assert "threshold: 10.0 s (--hang-timeout); no progress for 10.2 s" in text, text
