@@ -79,7 +79,7 @@ def render_node_line(doc: dict, console: Console) -> None:
     rc = doc.get("root_cause") or {}
     verdict = doc.get("verdict") or "fail"
     of = f" of {node['nnodes']}" if node.get("nnodes") else ""
-    head = f"run-trainer [node rank {node.get('node_rank')}{of}]: "
+    head = f"run-trainer [node rank {human(node.get('node_rank'))}{of}]: "
     parts = [f"exit {human(doc.get('exit_code'))}"]
     if verdict != "pass" and rc:
         who = f"rank {rc['rank']}" if rc.get("rank") is not None else f"host {human(rc.get('host'))}"

@@ -135,8 +135,8 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
         where = f"{who} printed the full summary (add --output DIR to keep the cluster result in DIR/cluster.json)"
     else:
         where = f"{who} printed the full summary"
-    head = f"ddpdoctor preflight [{doc.get('this_node', '')}] cluster verdict: "
-    console.print(other_node_line(head, verdict, f"exit {doc.get('exit_code', 0)}, {tally}", where,
+    head = f"ddpdoctor preflight [{human(doc.get('this_node'))}] cluster verdict: "
+    console.print(other_node_line(head, verdict, f"exit {human(doc.get('exit_code', 0))}, {tally}", where,
                                   "; -v prints it here too" if hints else ""), soft_wrap=True)
     own = own_results(doc)
     for r in own:

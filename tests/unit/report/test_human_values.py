@@ -175,3 +175,16 @@ def test_checks_options_show_defaults_as_set_takes_them(capsys):
     out = " ".join(capsys.readouterr().out.split())  # the table wraps the --set lines
     _assert_readable(out, "ddpdoctor checks -v")
     assert "gpu-perf.enabled=false" in out.replace("- ", "-").replace(" .", ".")
+
+
+def test_the_other_nodes_one_lines():
+    """The one line a node other than the master prints (preflight, run-trainer), from documents with unknowns."""
+    from ddpdoctor.launch.render import render_node_line
+    from ddpdoctor.report.console import render_worker_line
+
+    worker = dict(_preflight_with_python_values(), role="worker", this_node=None, exit_code=None,
+                  master={"node": None, "host": None, "output_dir": None})
+    _assert_readable(_terminal(render_worker_line, worker), "preflight worker line")
+    node = dict(_trainer_hang(), node={"node_rank": None, "nnodes": None, "master_addr": None}, exit_code=None)
+    node["root_cause"].update(rank=None, host=None, error_type=None, category=None)
+    _assert_readable(_terminal(render_node_line, node), "run-trainer node line")
