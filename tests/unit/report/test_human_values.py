@@ -167,12 +167,13 @@ def _output_blocks(markdown: str) -> list[str]:
     return blocks
 
 
-def test_checks_options_show_defaults_as_set_takes_them(capsys):
+def test_checks_options_show_defaults_as_set_takes_them():
     """`ddpdoctor checks -v` printed '--set gpu-perf.enabled=False': the value to paste is true/false."""
-    from ddpdoctor.cli import run
+    from tests.unit.helpers import run_cli  # restores -v's global state afterwards
 
-    assert run(["checks", "-v"]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # the table wraps the --set lines
+    res = run_cli("checks", "-v")
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())  # the table wraps the --set lines
     _assert_readable(out, "ddpdoctor checks -v")
     assert "gpu-perf.enabled=false" in out.replace("- ", "-").replace(" .", ".")
 
