@@ -36,7 +36,9 @@ RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "TORCHELASTIC_RU
 def new_run_id() -> str:
     for var in RUN_ID_VARS:
         value = os.environ.get(var, "").strip()
-        if value:
+        # "none": torchrun's --rdzv-id when none was given (c10d, static): no id, or every such job would share
+        # ddpdoctor-results/none/, each result overwriting the last one's and `report` merging them as one run
+        if value and not (var == "TORCHELASTIC_RUN_ID" and value == "none"):
             return value[:128]
     return uuid.uuid4().hex[:12]
 

@@ -144,3 +144,15 @@ def test_a_bad_run_id_names_where_it_came_from(cwd, monkeypatch, capsys):
     assert run(["preflight", "--only", "env-vars", "--run-id", "../x"]) == 2
     assert "Error: --run-id '../x': expected" in capsys.readouterr().err
     assert not (cwd / "ddpdoctor-results").exists()
+
+
+def test_torchruns_default_rendezvous_id_is_no_run_id(cwd, monkeypatch):
+    """torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID=none: every such job landed in ddpdoctor-results/none/,
+    overwriting the last one's results. An id given to torchrun is the run's id."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    first, second = documents.new_run_id(), documents.new_run_id()
+    assert "none" not in (first, second) and first != second and len(first) == 12
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-77")
+    assert documents.new_run_id() == "job-77"
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert documents.new_run_id() == "4242"
