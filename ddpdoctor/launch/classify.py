@@ -41,6 +41,9 @@ RULES = [
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
                        r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
                        r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
+# argparse's way out (exit 2, no traceback): its usage, then `PROG: error: MESSAGE` as the last line. The usage
+# lists the options (`--collective-timeout`), which the text rules would read as a collective's timeout.
+ARGPARSE_ERROR = re.compile(r"^(?P<prog>[^\s:]{1,256}): error: (?P<msg>[^\n]{1,2000})$", re.M)
 # Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
 STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
 
@@ -158,7 +161,22 @@ def classify(f: RankFailure) -> RankFailure:
         f.category, f.victim, f.reason = "stopped", True, f"stopped ({f.error_type})"
         f.fix = "nothing to fix on this rank: see the root cause"
         return f
+    rejected = _argparse_error(f) if f.exit_code == 2 and not said else None
+    if rejected:
+        f.category, f.error_type, f.message = "exception", "usage", rejected["msg"]
+        f.fix = (f"{rejected['prog']} rejected its command-line arguments: correct them (its usage is in this rank's "
+                 "log)")
+        return f
     return _by_text(f, said or text)
+
+
+def _argparse_error(f: RankFailure) -> re.Match | None:
+    """The script's argument parser refused its arguments: the last `PROG: error:` line after a usage."""
+    tail = f.log_tail or ""
+    if "usage:" not in tail:
+        return None
+    matches = list(ARGPARSE_ERROR.finditer(tail))
+    return matches[-1] if matches else None
 
 
 def _own_error(f: RankFailure) -> str:

@@ -313,3 +313,22 @@ def test_a_rank_that_exited_with_an_error_code_gets_no_uneven_steps_fix():
     g = RankFailure(rank=2, local_rank=2, host="h", exit_code=None, message="missing rank 2")
     attribution.ended_early(g, {"exit_code": 0, "where": None})
     assert g.fix == attribution.ENDED_EARLY_FIX
+
+
+USAGE = ("usage: train.py [-h] [--steps STEPS]\n                [--collective-timeout COLLECTIVE_TIMEOUT]\n"
+         "train.py: error: --steps, --batch-size and --grad-accum must be positive\n")
+
+
+def test_a_script_that_rejects_its_arguments_is_the_root_cause_not_a_collective_timeout():
+    """`run-trainer -- --steps -1`: argparse printed its usage (which lists --collective-timeout) and exited 2;
+    the verdict read 'hang: every rank timed out inside a collective'."""
+    f = classify(RankFailure(rank=0, local_rank=0, host="h", exit_code=2, log_tail=USAGE))
+    assert f.category == "exception" and f.error_type == "usage" and not f.victim
+    assert f.message == "--steps, --batch-size and --grad-accum must be positive"
+    assert f.fix.startswith("train.py rejected its command-line arguments")
+    root, rest = attribution.judge([f])
+    assert root is f and rest == []
+    # a log that only mentions a timeout, without argparse's usage, is still read as one
+    other = classify(RankFailure(rank=0, local_rank=0, host="h", exit_code=2,
+                                 log_tail="x: error: nothing\nRuntimeError: Timed out waiting 15000ms for recv"))
+    assert other.category == "timeout"
