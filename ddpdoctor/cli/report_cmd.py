@@ -63,6 +63,9 @@ def latest_run(root: Path) -> tuple[Path, list[str]]:
     """The run directory under ROOT whose result files are newest, and its result files: the cluster's
     cluster.json stands for the nodes' own node-*.json beside it (it holds every node's facts)."""
     runs = []
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} is not a directory: give --results-dir a directory of saved results, or name "
+                         "the files: ddpdoctor report FILE...")
     try:
         candidates = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
     except OSError as exc:

@@ -100,6 +100,13 @@ def test_report_alone_without_results_is_one_line_exit_2(cwd, capsys):
     assert "no results in ddpdoctor-results" in err and len(err.strip().splitlines()) == 1
 
 
+def test_report_results_dir_that_is_a_file_is_one_line_exit_2(cwd, capsys):
+    (cwd / "notes.txt").write_text("x")
+    assert run(["report", "--results-dir", "notes.txt"]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt is not a directory" in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.timeout(120)
 def test_local_nodes_keep_one_cluster_file(cwd):
     """--local-nodes: the master's cluster.json only (the simulated nodes save nothing of their own)."""
