@@ -138,7 +138,8 @@ class ParityCheck(Check):
             values = {n: kv.get(key, MISSING.get(check)) for n, kv in having.items()}
             if check != "packages":
                 values = {n: v for n, v in values.items() if v is not None}  # not measured there: no part
-            s = split(values, baseline_values(opts, check, key, MISSING.get(check)))
+            accepted = baseline_values(opts, check, key, MISSING.get(check))
+            s = split(values, accepted)
             if not s.odd:
                 continue
             if check == "packages":
@@ -147,23 +148,25 @@ class ParityCheck(Check):
             if packages and _rank(check, key) > _rank("packages", ""):
                 out += self._package_results(packages, reference)
                 packages = []
-            out += self._differences(check, key, s, reference)
+            # a baseline that accepts each of the differing values (its own nodes differed) cannot say
+            out += self._differences(check, key, s, reference, ambiguous=bool(accepted) and s.basis != "baseline")
         out += self._package_results(packages, reference)
         where = f", as in {reference}" if reference else ""
         return passed_if_quiet(out, self, sorted(facts_by_node), f"{len(facts_by_node)} nodes run the same software{where}")
 
-    def _differences(self, check: str, key: str, s: Split, reference: str | None) -> list:
+    def _differences(self, check: str, key: str, s: Split, reference: str | None, ambiguous: bool = False) -> list:
         what, level, fix = wording(check, key)
         make = self.fail if level == "fail" else self.warn
+        note = f" ({reference} has each of these values: its own nodes differed)" if ambiguous else ""
         if s.basis == "majority":
-            return [make(f"{what} on {n} differs: {s.value_of(n)!r} vs {s.reference!r} on the others", [n],
+            return [make(f"{what} on {n} differs: {s.value_of(n)!r} vs {s.reference!r} on the others{note}", [n],
                          actual=s.value_of(n), expected=s.reference, fix=fix) for n in s.odd]
         if s.basis == "baseline":
             return [make(f"{what} on {nodes_text(nodes)} differs from {reference}: {value!r} vs {s.reference_text()}",
                          list(nodes), actual=value, expected=list(s.accepted) if len(s.accepted) > 1 else s.reference,
                          fix=f"{fix}; the baseline has {s.reference_text()}{_AS_INTENDED}")
                     for value, nodes in s.sides if nodes[0] in s.odd]
-        return [make(f"{what} differs with no majority: {s.sides_text()}", list(s.odd),
+        return [make(f"{what} differs with no majority: {s.sides_text()}{note}", list(s.odd),
                      actual={n: s.value_of(n) for n in s.odd}, expected="the same value on every node",
                      fix=f"{fix}. No value is on more nodes than another, so nothing here says which is right: "
                          f"decide, or rerun with --baseline FILE (the cluster.json of a known-good run)")]
@@ -171,32 +174,37 @@ class ParityCheck(Check):
     def _package_results(self, diffs: list[tuple[str, Split]], reference: str | None) -> list:
         """One finding per odd node (against the majority or the baseline) listing its packages, and one per
         set of nodes that disagree with no majority, naming every side and pinning nothing."""
-        by_node: dict[str, list[tuple[str, str, str]]] = {}  # node -> [(package, its version, the reference)]
+        # node -> [(package, its version, the reference, "baseline" or "others": what the reference is)]
+        by_node: dict[str, list[tuple[str, str, str, str]]] = {}
         ties: dict[tuple[str, ...], list[tuple[str, Split]]] = {}
         for package, s in diffs:
             if s.no_majority:
                 ties.setdefault(s.odd, []).append((package, s))
                 continue
+            # without a baseline, or with one that has each value (its own nodes differed): the majority
+            label = "baseline" if s.basis == "baseline" else "others"
             for n in s.odd:
-                by_node.setdefault(n, []).append((package, s.value_of(n), s.reference_text(str)))
+                by_node.setdefault(n, []).append((package, s.value_of(n), s.reference_text(str), label))
         out = []
-        against = f"differ from {reference}" if reference else "differ from the majority"
-        label = "baseline" if reference else "others"
         same: dict[tuple, list[str]] = {}  # nodes with the same differences: one finding (a whole cluster upgraded)
         for n, items in sorted(by_node.items()):
             same.setdefault(tuple(items), []).append(n)
         for items, nodes in sorted(same.items(), key=lambda kv: kv[1]):
             where = nodes_text(nodes)
-            shown = [f"{p} {mine} ({label}: {ref})" for p, mine, ref in items]
-            pins = " ".join(f"'{p}=={ref}'" for p, _, ref in items if ref != MISSING["packages"]
+            labels = {label for *_, label in items}
+            against = " or ".join(([f"differ from {reference}"] if "baseline" in labels else [])
+                                  + (["differ from the majority"] if "others" in labels else []))
+            shown = [f"{p} {mine} ({label}: {ref})" for p, mine, ref, label in items]
+            pins = " ".join(f"'{p}=={ref}'" for p, _, ref, _ in items if ref != MISSING["packages"]
                             and not ref.startswith("one of "))
             out.append(self.fail(
                 f"packages on {where} {against}: {'; '.join(shown[:8])}"
                 + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), nodes,
                 actual=shown, expected="the same package set on every node",
                 fix=(f"on {where}: pip install {pins}" if pins else
-                     f"on {where}: install the same packages as the " + ("baseline" if reference else "other nodes"))
-                + (_AS_INTENDED if reference else ""),
+                     f"on {where}: install the same packages as the " + ("baseline" if "baseline" in labels
+                                                                          else "other nodes"))
+                + (_AS_INTENDED if "baseline" in labels else ""),
             ))
         for nodes, items in sorted(ties.items()):
             shown = [f"{p}: {s.sides_text(str)}" for p, s in items]

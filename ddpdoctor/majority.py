@@ -70,9 +70,10 @@ def nodes_text(nodes: Iterable[str], limit: int = 4) -> str:
 
 def split(values_by_node: Mapping[str, Any], baseline: Iterable[Any] | None = None) -> Split:
     """The nodes' values grouped, and the odd nodes: those not among ``baseline`` (the accepted values of a
-    known-good run) when it is given and not empty, else those not holding the value most nodes hold. With
-    no value held by more nodes than every other (a tie: two nodes that differ, 2 against 2) there is no
-    majority: ``basis`` is "" and every node is odd (see ``Split``). Values are compared by repr (lists too)."""
+    known-good run) when it is given and not empty (when every node's value is accepted but the nodes hold
+    different ones, the baseline cannot say which is right: judged as without it), else those not holding
+    the value most nodes hold. With no value held by more nodes than every other (a tie: two nodes that
+    differ, 2 against 2) there is no majority: ``basis`` is "" and every node is odd (see ``Split``). Values are compared by repr (lists too)."""
     groups: dict[str, tuple[Any, list[str]]] = {}
     for node in sorted(values_by_node):
         value = values_by_node[node]
@@ -83,7 +84,10 @@ def split(values_by_node: Mapping[str, Any], baseline: Iterable[Any] | None = No
     if accepted:
         allowed = {repr(v) for v in accepted}
         odd = tuple(sorted(n for key, (_, nodes) in groups.items() if key not in allowed for n in nodes))
-        return Split(sides, "baseline", accepted[0], accepted, odd)
+        # A baseline whose own nodes differed accepts each of their values; nodes that now differ among
+        # themselves within those values still differ: that is judged as without a baseline, not passed.
+        if odd or len(sides) < 2:
+            return Split(sides, "baseline", accepted[0], accepted, odd)
     if not sides:
         return Split()
     if len(sides) == 1 or len(sides[0][1]) > len(sides[1][1]):

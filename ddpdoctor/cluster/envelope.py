@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 
-from .messages import KIB, PROTOCOL, Invalid, Slot, _is_int, _need
+from .messages import KIB, PROTOCOL, Invalid, Slot, _is_int, _need, about
 
 
 def sealed_name(secret: str, run: str, key: str) -> str:
@@ -56,11 +56,12 @@ def open_envelope(frame: bytes, *, token: str | None, run: str | None, key: str,
     frm = env["from"]
     _need(isinstance(frm, list) and len(frm) == 2 and all(_is_int(x) for x in frm), "from is not [rank, claim]")
     who = Slot(*frm)
-    _need(env["key"] == key, f"sealed for key {env['key'][:80]!r}, stored under {key!r}")
+    _need(env["key"] == key, f"a copy of {about(env['key'])}, stored under the name of {about(key)}")
     if from_master:
-        _need(who.rank == 0, f"sent by rank {who.rank}, only the master (rank 0) sends {key!r}")
+        _need(who.rank == 0, f"sent by node rank {who.rank}, and only the master (node rank 0) sends {about(key)}")
     elif sender is not None:
-        _need(who == sender, f"sent by {who}, the key belongs to {sender}")
+        _need(who == sender, f"sent by node rank {who.rank} (claimant {who.claim}), the key belongs to node rank "
+                             f"{sender.rank} (claimant {sender.claim})")
     if blind:
         pass
     elif token:

@@ -178,7 +178,7 @@ def _detect(env: Mapping[str, str], read_file, hostname: str) -> LauncherInfo:
         return LauncherInfo(
             "slurm", _int(env, "SLURM_NODEID"), _int(env, "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
             env.get("MASTER_ADDR") or (nodes[0] if nodes else None),
-            _int(env, "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE"), hosts=nodes or None,
+            _slurm_nproc(env), hosts=nodes or None,
             local_rank=_int(env, "SLURM_LOCALID"), job_id=env.get("SLURM_JOB_ID"),
         )
     if "PBS_NODEFILE" in env and read_file is not None:
@@ -200,6 +200,15 @@ def _detect(env: Mapping[str, str], read_file, hostname: str) -> LauncherInfo:
             return LauncherInfo("mpi", None, (size // per_node) if size else None, _endpoint(env))
         return LauncherInfo("mpi", _int(env, "OMPI_COMM_WORLD_RANK", "PMI_RANK"), size, _endpoint(env))
     return LauncherInfo(None, None, None, _endpoint(env))
+
+
+def _slurm_nproc(env: Mapping[str, str]) -> int | None:
+    """The training processes a SLURM node starts, where the job says: srun's tasks per node when srun starts
+    several (one per GPU, the training itself), else the GPUs the step has on this node. One task per node
+    (`srun --ntasks-per-node=1 ddpdoctor preflight`, or `... torchrun --nproc-per-node 8`) says nothing of it:
+    taken as 1, healthy 8-GPU nodes were told `torchrun --nproc-per-node 1`."""
+    tasks = _int(env, "SLURM_NTASKS_PER_NODE")
+    return tasks if tasks is not None and tasks > 1 else _int(env, "SLURM_GPUS_ON_NODE")
 
 
 def _kubernetes(env: Mapping[str, str]) -> LauncherInfo:

@@ -136,7 +136,7 @@ class Node:
             return ""
         last = findings[-1]
         return (f"; before that this node ignored {len(findings)} invalid message(s), the last in place of "
-                f"{about(last.key)} (at {last.key}): {last.why}")
+                f"{about(last.key)}: {last.why}")
 
     def connect(self) -> None:
         raise NotImplementedError

@@ -96,14 +96,14 @@ def finding_results(findings: list[Finding], where: str, joined_ranks: frozenset
         if is_token_problem(f) and f.key.startswith("ident/") and _rank_of(f.key) not in joined_ranks:
             out.append(Result(
                 check="cluster", level=Level.FAIL,
-                summary=f"a node was rejected: {about(f.key)} (at {f.key}) failed: {f.why} ({who})", nodes=[],
+                summary=f"a node was rejected: {about(f.key)} failed: {f.why} ({who})", nodes=[],
                 actual=f.why, expected="every node signs with the cluster's token",
                 fix="pass the same --token (or DDPDOCTOR_TOKEN) on every node",
                 details=f.to_json()))
         else:
             out.append(Result(
                 check="cluster", level=Level.WARN,
-                summary=f"{where} ignored an invalid message in place of {about(f.key)} at {f.key}: {f.why} "
+                summary=f"{where} ignored an invalid message in place of {about(f.key)}: {f.why} "
                         f"(claims to be {who})", nodes=[],
                 actual=f.why, expected="only this run's nodes write to the rendezvous store",
                 fix="something else writes to the rendezvous port: use --token and a port only this job uses",

@@ -198,3 +198,25 @@ def test_run_trainer_gate_lets_a_heterogeneous_launch_through_and_it_trains(tmp_
     cluster = json.loads((run / "cluster.json").read_text())
     assert cluster["scope"] == "cluster" and cluster["run_id"] == json.loads(outs[0][0])["run_id"] == run.name
     assert len(list(run.glob("node-*.json"))) == 1, sorted(p.name for p in run.iterdir())
+
+
+@pytest.mark.timeout(240)
+def test_one_srun_task_per_node_judges_gpu_counts_across_nodes(cluster):
+    """`srun --ntasks-per-node=1 ddpdoctor preflight` on GPU nodes: the one task is ddpdoctor's, not the training's
+    process count. It was read as --nproc-per-node 1: healthy 8-GPU nodes were told `torchrun --nproc-per-node 1`.
+    A node that lost a GPU (8, 8, 7) is still named by the GPU count."""
+    def slurm(rank: int, gpus: int) -> dict:
+        return {**fake_gpus(gpus), "SLURM_JOB_ID": "4242", "SLURM_NNODES": "3", "SLURM_NODEID": str(rank),
+                "SLURM_NTASKS_PER_NODE": "1", "SLURM_LOCALID": "0"}
+    codes, docs, c = run_cluster(cluster, [slurm(0, 8), slurm(1, 8), slurm(2, 7)], only="launch-args,parity,gpu")
+    assert codes == {0: 1, 1: 1, 2: 1}, c.report()
+    doc = docs[0]
+    names = names_by_rank(doc)
+    (count,) = [r for r in level(doc, "fail", "parity") if "count" in r["summary"]]
+    assert count["nodes"] == [names[2]] and "7" in count["summary"] and "8" in count["summary"], count
+    # the healthy nodes alone pass, and their torchrun line starts one process per GPU
+    codes, docs, c = run_cluster(cluster, [slurm(0, 8), slurm(1, 8), slurm(2, 8)], only="launch-args,parity,gpu")
+    assert codes == {0: 0, 1: 0, 2: 0}, c.report()
+    advice = docs[0]["advice"]
+    assert any("--nproc-per-node 8" in line for line in advice) and not any("--nproc-per-node 1" in line
+                                                                           for line in advice), advice

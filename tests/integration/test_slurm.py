@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,7 @@ def test_a_node_whose_firewall_drops_the_master_port_is_named(slurm, tmp_path):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="needs Open MPI's mpiexec (openmpi-bin)")
 def test_mpiexec_preflight_across_the_same_nodes_passes_with_one_summary(slurm, tmp_path):
     """Open MPI's mpiexec starts its daemons through an rsh agent; here the agent enters the node's namespaces
     instead of ssh. Open MPI's own per-process variables (OMPI_COMM_WORLD_RANK, OMPI_FILE_LOCATION, the local

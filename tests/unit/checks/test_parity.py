@@ -126,3 +126,29 @@ def test_gpu_counts_differ_legally_when_each_node_says_how_many_processes_it_sta
     for node in (a, b):  # what the gpu check's comparable gives a node that knows its process count
         node["comparable"]["gpu"].pop("count")
     assert [r.level for r in ParityCheck().compare({"a": a, "b": b}, ParityCheck().with_defaults({}))] == [Level.PASS]
+
+
+def test_a_baseline_whose_own_nodes_differed_does_not_pass_nodes_that_now_differ():
+    """A baseline taken from a run whose nodes differed (NCCL_IB_HCA mlx5 and mlx4; numpy 2.4.6 and 2.1.3)
+    accepts each value; nodes of the new run that differ among themselves are still a difference (seen: two
+    nodes with NCCL_IB_DISABLE 1 and 0 passed as '2 nodes run the same software, as in the baseline')."""
+    mixed = {"file": "mixed/cluster.json", "nodes": ["g1", "g2"], "verdict": "fail",
+             "comparable": {"env-vars": {"NCCL_IB_HCA": ["mlx5", "mlx4"]}, "packages": {"numpy": ["2.4.6", "2.1.3"], "torch": ["2.13.0"]}}}
+    opts = ParityCheck().with_defaults({"baseline": mixed})
+    two = {"node1": parity_node(pkgs=("numpy==2.4.6",)),
+           "node2": parity_node(pkgs=("numpy==2.1.3",), env={"NCCL_IB_HCA": "mlx4"})}
+    res = fails(ParityCheck().compare(two, opts))
+    env = next(r for r in res if "NCCL_IB_HCA" in r.summary)
+    assert env.nodes == ["node1", "node2"] and "no majority" in env.summary
+    assert "mixed/cluster.json has each of these values: its own nodes differed" in env.summary
+    pkg = next(r for r in res if r.summary.startswith("packages"))
+    assert pkg.nodes == ["node1", "node2"] and "no majority" in pkg.summary and "pip install '" not in pkg.fix
+    three = {"a": parity_node(pkgs=("numpy==2.4.6",)), "b": parity_node(pkgs=("numpy==2.4.6",)),
+             "c": parity_node(pkgs=("numpy==2.1.3",))}
+    (pkg,) = fails(ParityCheck().compare(three, opts))
+    assert pkg.nodes == ["c"] and "differ from the majority: numpy 2.1.3 (others: 2.4.6)" in pkg.summary
+    assert "baseline" not in pkg.summary and "baseline" not in pkg.fix
+    # values the baseline accepts, held by every node alike, still pass as in the baseline
+    (ok,) = ParityCheck().compare({"a": parity_node(pkgs=("numpy==2.1.3",)), "b": parity_node(pkgs=("numpy==2.1.3",))},
+                                  opts)
+    assert ok.level is Level.PASS and "as in the baseline mixed/cluster.json" in ok.summary

@@ -166,3 +166,14 @@ def test_pbs_job_whose_script_runs_on_the_first_node_only(tmp_path):
                   clear_env=True)
     assert out.returncode == 3, out.stderr
     assert "node-b.cluster" in out.stderr and "pbsdsh" in out.stderr and "PBS job script runs on the first node" in out.stderr
+
+
+def test_one_slurm_task_per_node_says_nothing_of_the_processes_a_node_starts():
+    """`srun --ntasks-per-node=1 ddpdoctor preflight` (README's line, and the `srun ... torchrun` pattern): one
+    task is ddpdoctor's (or torchrun's), not the training's process count; several tasks per node are."""
+    base = {"SLURM_JOB_ID": "7", "SLURM_NODEID": "0", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[1-2]"}
+    assert le.from_env({**base, "SLURM_NTASKS_PER_NODE": "1"}).nproc_per_node is None
+    assert le.from_env({**base, "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "4"}).nproc_per_node == 4
+    assert le.from_env({**base, "SLURM_NTASKS_PER_NODE": "8", "SLURM_GPUS_ON_NODE": "8"}).nproc_per_node == 8
+    assert le.from_env({**base, "SLURM_NTASKS_PER_NODE": "8"}).nproc_per_node == 8
+    assert le.from_env(base).nproc_per_node is None

@@ -101,6 +101,13 @@ def test_split_against_a_baseline_counts_nothing():
     either = split({"a": "x", "b": "y", "c": "z"}, baseline=["x", "y"])
     assert either.odd == ("c",) and either.reference_text() == "one of 'x', 'y'"
     assert split({"a": 1, "b": 2}, baseline=[]).no_majority  # an empty baseline says nothing
+    # every node's value accepted (the baseline's own nodes differed), yet the nodes differ: judged without it
+    within = split({"a": "x", "b": "y"}, baseline=["x", "y"])
+    assert within.no_majority and within.odd == ("a", "b")
+    lead = split({"a": "x", "b": "x", "c": "y"}, baseline=["x", "y"])
+    assert lead.basis == "majority" and lead.reference == "x" and lead.odd == ("c",)
+    agree = split({"a": "y", "b": "y"}, baseline=["x", "y"])
+    assert agree.basis == "baseline" and agree.odd == ()
 
 
 def test_odd_ones_hands_a_tie_to_its_caller_or_names_every_side():
