@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.integration.fr_job import JOB, LINE
-from tests.integration.test_trainer import run_bounded, run_trainer
+from tests.integration.test_trainer import run_bounded, run_trainer, two_nodes
 
 pytestmark = pytest.mark.slow
 PG_TIMEOUT = 10
@@ -138,6 +138,8 @@ def test_postmortem_barrier_and_shape_on_4_ranks(tmp_path, job):
     logs, agent, dumps = plain(tmp_path / "b", job, 4, "barrier", [0])
     for doc in (postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after"), postmortem(logs, "--agent-log", agent)):
         assert doc["culprit_ranks"] == [0], doc["root_cause"]
+        # the culprit is not its own consequence, and no rankless guess of the logs is kept as one
+        assert sorted(c["rank"] for c in doc["consequences"]) == [1, 2, 3], doc["consequences"]
     logs, agent, dumps = plain(tmp_path / "s", job, 4, "shape", [1])
     doc = postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after")
     # The odd rank (8 elements) is the one gloo aborted here: it left no record, the three that did agree.
@@ -159,3 +161,23 @@ def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
     p, doc, _ = live(tmp_path, job, 3, "healthy", [])
     assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stderr[-2000:]
     assert os.path.isdir(tmp_path / "run")
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monkeypatch):
+    """2 nodes x 2 ranks, rank 3 (node 1) sleeps in data loading, default settings: node 1's only other rank
+    waits, node 0's two wait; the user's 10 s timeout arms both watchdogs, they swap evidence through the shared
+    run dir, and both name rank 3 with file:line within the timeout + 5 s."""
+    stall = tmp_path / "stall"
+    for key, value in env([3], stall).items():
+        monkeypatch.setenv(key, value)
+    res = two_nodes(tmp_path / "run", str(job), "sleep")
+    for code, out, err in res:
+        doc = json.loads(out)
+        v = doc["hang"]["verdict"]
+        assert code == 1 and v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], err[-2000:]
+        assert v["culprits"][0]["where"] == f"{job}:{LINE['sleep']}" and v["missing_nodes"] == 0, v
+        assert doc["hang"]["threshold"]["source"] == "process-group timeout" and doc["culprit_ranks"] == [3]
+        assert sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2], doc["consequences"]
+        waited = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
+        assert waited < PG_TIMEOUT + 5, waited
