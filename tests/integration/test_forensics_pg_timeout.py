@@ -181,3 +181,36 @@ def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monk
         assert sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2], doc["consequences"]
         waited = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
         assert waited < PG_TIMEOUT + 5, waited
+
+
+PAIRS = '''\
+import datetime, os, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["PG_TIMEOUT"])))
+rank = dist.get_rank()
+pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+for step in range(30):
+    t = torch.ones(8)
+    if step == 5 and rank == 3:
+        open(os.environ["STALL_FILE"], "w").write(f"{time.time()}\\n")
+        time.sleep(300)  # rank 3 stuck in its own code
+    dist.all_reduce(t, group=pairs[rank // 2])  # within the pair
+    dist.all_reduce(t)  # the whole job
+    time.sleep(0.1)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_subgroups_the_rank_waiting_in_its_pair_is_no_culprit_4_ranks(tmp_path):
+    """Two pair groups and the world group: rank 3 sleeps, rank 2 waits in their pair's all_reduce, ranks 0-1
+    in the world's. pg_id 1 is a different group on ranks 0-1 and 2-3; rank 2 was blamed with rank 3."""
+    script = tmp_path / "pairs.py"
+    script.write_text(PAIRS)
+    p, doc, waited = live(tmp_path, script, 4, "pairs", [3])
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], v["summary"]
+    assert v["culprits"][0]["where"] == f"{script}:11" and v["collective"]["pg"] == "2"
+    assert doc["culprit_ranks"] == [3] and sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2]
+    assert "no_evidence" not in v and waited < PG_TIMEOUT + 5, waited
