@@ -157,6 +157,17 @@ def test_rank_frozen_inside_a_collective_3_ranks(tmp_path, job):
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_late_but_before_the_users_timeout_is_no_alarm(tmp_path, job):
+    """Rank 1 spends 7 s in data loading once, under the user's 10 s timeout: the evidence taken 5 s before the
+    timeout is dropped when the collective completes, the job goes on and passes (slow but legal)."""
+    stall = tmp_path / "stall"
+    p, doc = run_trainer("--nproc-per-node", "3", "--", str(job), "sleep", run_dir=tmp_path / "run", timeout=110,
+                         env=env([1], stall, SLEEP_S="7", STEPS="12"))
+    assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stdout[-3000:]
+    assert stall.exists()  # the slow step did happen
+
+
+@pytest.mark.timeout(120)
 def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
     p, doc, _ = live(tmp_path, job, 3, "healthy", [])
     assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stderr[-2000:]
