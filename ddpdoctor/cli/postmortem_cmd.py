@@ -43,7 +43,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
     # --fr-dir given; every read is bounded and a file that is not a regular one is a note (evidence_io).
     with evidence_io.reading(logs.parent) as notes:
         verdict = pm.analyse(logs, agent_text, socket.gethostname())
-    fr_roots = [Path(log_dir), *map(Path, fr_dirs)]
+    fr_roots = [Path(log_dir), *map(fr_dir, fr_dirs)]
     with evidence_io.reading(fr_roots) as fr_notes:
         hang = judge_dumps(find_dumps(fr_roots))
     pm.adopt_hang_verdict(verdict, hang)
@@ -85,6 +85,17 @@ def log_root(path: Path) -> Path:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
     raise UsageError(f"{path}: no torchrun log dir (expected <run id>_*/attempt_<k>/<local rank>/ from "
                      "torchrun --redirects 3 --log-dir)")
+
+
+def fr_dir(text: str) -> Path:
+    """A --fr-dir must be a directory: a mistyped one would silently leave the verdict without its dumps."""
+    path = Path(text)
+    try:
+        if path.is_dir():
+            return path
+    except OSError:
+        pass
+    raise UsageError(f"--fr-dir {path}: no such directory")
 
 
 def read_agent_log(path: Path, required: bool) -> str:

@@ -198,17 +198,23 @@ def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], cal
     op, site = calls[odd[0].rank]
     new = RankFailure(
         rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
-        attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
+        signal=odd[0].signal, attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
         message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
                  f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
                  + " (each inside its own collective when the job ended: they waited for each other)"),
         fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
             "`if rank == 0: dist.barrier()`)")
-    for f in fails:
-        f.victim = True
-        f.reason = (f"{'timed out' if f.category == 'timeout' else 'waited'} in {calls[f.rank][0]}"
-                    + ("" if f in odd else f" for {_name(odd[0])}")) if f.rank in calls else f.reason
-    return new, fails
+    names = ", ".join(_name(f) for f in odd)
+    rest = [f for f in fails if f is not odd[0]]  # the culprit's own record is the root cause, not its consequence
+    for f in rest:
+        if f in odd:
+            f.victim, f.reason = False, f"likely culprit too: waited in {calls[f.rank][0]}"
+        elif f.rank in calls:
+            verb = "timed out" if f.category == "timeout" else "waited"
+            f.victim, f.reason = True, f"{verb} in {calls[f.rank][0]} for {names}"
+        else:
+            f.victim = True
+    return new, rest
 
 
 def _stuck_collective(fails: list[RankFailure], timed_out: list[RankFailure], calls: dict, no_majority: bool,
@@ -291,6 +297,8 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
     old = [root] + list(verdict.consequences)
     consequences = []
     for f in old:
+        if f.rank is None and f.category == "hang":  # the logs' own guess (no rank named): the dumps replace it
+            continue
         if f.rank == new.rank:  # the culprit's own record: its ending, not a consequence of itself
             new.exit_code, new.signal, new.local_rank = f.exit_code, f.signal, f.local_rank
             new.host = new.host or f.host

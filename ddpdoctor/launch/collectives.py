@@ -73,17 +73,28 @@ def fr_site(entry: dict | None) -> dict | None:
 
 
 def pg_views(fr: dict | None) -> dict[str, dict]:
-    """Per process group: last enqueued and completed sequence ids and the entries by sequence id."""
+    """Per process group, keyed by its name (the same on every rank: ``process_group[0]``): last enqueued and
+    completed sequence ids and the entries by sequence id. ``pg_id`` and pg_status's keys are a rank's own
+    numbering: with `new_group([0, 1])` and `new_group([2, 3])`, pg_id 1 is group "1" on rank 0 and "2" on rank 2."""
     if not fr:
         return {}
+    names = {"0": "0"}
+    for e in fr.get("entries") or []:
+        if isinstance(e, dict) and e.get("pg_id") is not None and isinstance(e.get("process_group"), list) \
+                and e["process_group"]:
+            names.setdefault(str(e["pg_id"]), str(e["process_group"][0]))
     out: dict[str, dict] = {}
     for pg, status in (fr.get("pg_status") or {}).items():
-        out[str(pg)] = {"enqueued": _int(status.get("last_enqueued_collective")),
-                        "completed": _int(status.get("last_completed_collective")), "entries": {}}
+        # a group of this rank's numbering no entry names (its entries rolled out of the buffer) stays apart
+        out[names.get(str(pg), f"local {pg}")] = {"enqueued": _int(status.get("last_enqueued_collective")),
+                                                  "completed": _int(status.get("last_completed_collective")),
+                                                  "entries": {}}
     for e in fr.get("entries") or []:
         if e.get("is_p2p"):
             continue
-        pg = str(e.get("pg_id", (e.get("process_group") or ["0"])[0]))
+        pid = e.get("pg_id")
+        pg = (names.get(str(pid)) if pid is not None else None) or str(
+            (e.get("process_group") or [pid if pid is not None else "0"])[0])
         view = out.setdefault(pg, {"enqueued": -1, "completed": -1, "entries": {}})
         seq = _int(e.get("collective_seq_id"))
         view["entries"][seq] = e
@@ -124,11 +135,14 @@ def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: 
                         f"rank(s) {_list(bad)} {evidence[bad[0]]['state']}; the others wait for them")
     views = {r: pg_views(evidence[r].get("fr")) for r in ranks}
     absent = sorted(set(expected or []) - {r for r in ranks if evidence[r].get("fr")})
-    for pg in sorted({pg for v in views.values() for pg in v}, key=_pg_order):
-        found = _judge_pg(pg, {r: v[pg] for r, v in views.items() if pg in v}, evidence, sites,
-                          dumps=source == "dumps", absent=absent)
-        if found:
-            return found
+    for r, v in views.items():  # every rank that answered is in the default group: no entry there, none entered
+        if evidence[r].get("fr") is not None and "0" not in v:
+            v["0"] = {"enqueued": -1, "completed": -1, "entries": {}}
+    found = [v for v in (_judge_pg(pg, {r: v[pg] for r, v in views.items() if pg in v}, evidence, sites,
+                                   dumps=source == "dumps", absent=absent)
+                         for pg in sorted({pg for v in views.values() for pg in v}, key=_pg_order)) if v]
+    if found:
+        return _behind_the_waiters(found, evidence, sites)
     answered = [r for r in ranks if evidence[r].get("fr") is not None]
     if not answered and not any(evidence[r].get("stacks") for r in ranks):
         return _verdict("unknown", [], evidence, sites, None, "no rank's flight recorder or stack answered")
@@ -149,6 +163,43 @@ def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: 
                     "no rank waits inside a collective; every rank is stuck in its own code")
 
 
+def _behind_the_waiters(found: list[dict], evidence: dict, sites: dict) -> dict:
+    """Several process groups: a rank missing from one group's collective may itself wait in another group's
+    (rank 2 never enters the job-wide all_reduce because it waits in its pair's for rank 3). It waited: follow
+    the waits to the ranks that wait in nothing; they are the culprits. A cycle (a cross-group deadlock) or no
+    such rank keeps the first group's verdict."""
+    first = found[0]
+    if first["class"] != "missing_rank" or len(found) < 2:
+        return first
+    waits = {}  # rank -> the verdict of the collective it is inside, waiting for that verdict's culprits
+    for v in found[1:]:
+        named = {c["rank"] for c in v["culprits"]}
+        for r in (v.get("collective") or {}).get("waiting_ranks") or []:
+            if r not in named and named:
+                waits.setdefault(r, v)
+    roots, seen, todo, via = set(), set(), [c["rank"] for c in first["culprits"]], []
+    while todo:
+        r = todo.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if r in waits:
+            via.append(r)
+            todo += [c["rank"] for c in waits[r]["culprits"]]
+        else:
+            roots.add(r)
+    if not via or not roots or roots & set((first.get("collective") or {}).get("waiting_ranks") or []):
+        return first  # nobody waited elsewhere, or the waits lead back to the first group's own waiters
+    chosen = next((v for v in found if {c["rank"] for c in v["culprits"]} == roots), None)
+    if chosen is None:
+        chosen = _verdict(first["class"], sorted(roots), evidence, sites, first.get("collective"), first["summary"])
+    coll = first.get("collective") or {}
+    chosen["summary"] += (f"; rank(s) {_list(sorted(via))} waited too, inside another group's collective, so "
+                          f"rank(s) {_list(coll.get('waiting_ranks') or [])} wait in {coll.get('op')} #{coll.get('seq')} "
+                          f"(process group {coll.get('pg')}) behind them")
+    return chosen
+
+
 def _pg_order(pg: str):
     return (0, int(pg)) if pg.isdigit() else (1, pg)
 
@@ -167,8 +218,10 @@ def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dump
         return None
     in_top = sorted(r for r in views if views[r]["enqueued"] >= top)
     missing = sorted(r for r in views if views[r]["enqueued"] < top)
-    # Ranks of this group with no flight recorder at all (no answer) are missing evidence, not innocent.
-    silent = sorted({r for r in evidence if r not in views and evidence[r].get("state") == "running"} | set(absent or []))
+    # Ranks with no flight recorder at all (no answer) are missing evidence, not innocent; a rank that answered
+    # without this group is not in it (`new_group([2, 3])` on rank 0).
+    silent = sorted({r for r in evidence if r not in views and evidence[r].get("fr") is None
+                     and evidence[r].get("state") == "running"} | set(absent or []))
     calls_at_top = {r: views[r]["entries"].get(top) for r in in_top if views[r]["entries"].get(top)}
     sigs = {r: signature(e) for r, e in calls_at_top.items()}
     majority = _majority(sigs)
@@ -308,7 +361,7 @@ def summarise(frs: dict[int, dict], min_late_s: float = 0.02) -> dict:
         gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:])]
         ranks[str(rank)] = {"completed": _completed(fr), "interval_s_median": round(_median(gaps), 4) if gaps else None}
         for e in entries:
-            key = (str(e.get("pg_id")), _int(e.get("collective_seq_id")))
+            key = (str((e.get("process_group") or [e.get("pg_id")])[0]), _int(e.get("collective_seq_id")))  # the name
             created.setdefault(key, {})[rank] = int(e.get("time_created_ns", 0))
     common = [by_rank for by_rank in created.values() if len(by_rank) == len(frs) > 1]
     late: dict[int, list[float]] = {r: [] for r in frs}

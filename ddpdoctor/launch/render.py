@@ -55,7 +55,13 @@ def render(doc: dict, console: Console) -> None:
         rows.append(T(f"note: {line}", style="dim"))
     if where:
         rows.append(T(where, style="dim"))
-    console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — root cause", style="bold red"),
+    # A rank shown without being named the culprit (the rank gloo aborted on a mismatch, one side of a tie):
+    # the first failure, not a root cause.
+    title = "root cause"
+    if "culprit_ranks" in doc and not doc["culprit_ranks"]:
+        title = ("first failure, no culprit named" if (doc.get("root_cause") or {}).get("rank") is not None
+                 else "no culprit rank named")
+    console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — {title}", style="bold red"),
                         border_style="red"))
 
 

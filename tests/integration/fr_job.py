@@ -2,6 +2,8 @@
 flight-recorder comparison (tests/benchmarks/bench_fr_compare.py): `python job.py MODE`, with
 
 - CULPRITS="1,2": the faulty rank(s); PG_TIMEOUT: the user's own init_process_group timeout (s, default 15);
+- SLEEP_S: how long a `sleep` culprit stays in data loading (default 300: for good; less than PG_TIMEOUT: slow
+  but legal);
 - STALL_FILE: the culprit appends the wall-clock time its fault starts (time to verdict counts from it);
 - FR_DUMPS=DIR (plain torchrun only): the dumps a user would arrange for torch's analyzer: every rank writes its
   flight record (pickle, as fr_trace reads it) into DIR/live/ when DIR/live.trigger appears (the hang is on),
@@ -64,7 +66,7 @@ JOB = textwrap.dedent('''\
     def get_batch(rank, step):
         if MODE == "sleep" and rank in CULPRITS and step == FAULT_STEP:
             note_stall()
-            time.sleep(300)  # stuck in data loading
+            time.sleep(float(os.environ.get("SLEEP_S", "300")))  # stuck in data loading
         return torch.randn(4, 16)
 
 
@@ -119,6 +121,6 @@ JOB = textwrap.dedent('''\
     main()
 ''')
 LINE = {name: i + 1 for i, text in enumerate(JOB.splitlines()) for name, needle in (
-    ("sleep", "time.sleep(300)  # stuck in data loading"), ("barrier", "dist.barrier()  # only rank 0"),
+    ("sleep", "# stuck in data loading"), ("barrier", "dist.barrier()  # only rank 0"),
     ("metric", "dist.all_reduce(t)  # the metric all_reduce"), ("backward", "loss.backward()"),
     ("freeze", "dist.all_reduce(big)")) if needle in text}

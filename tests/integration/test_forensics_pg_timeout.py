@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.integration.fr_job import JOB, LINE
-from tests.integration.test_trainer import run_bounded, run_trainer
+from tests.integration.test_trainer import run_bounded, run_trainer, two_nodes
 
 pytestmark = pytest.mark.slow
 PG_TIMEOUT = 10
@@ -138,6 +138,8 @@ def test_postmortem_barrier_and_shape_on_4_ranks(tmp_path, job):
     logs, agent, dumps = plain(tmp_path / "b", job, 4, "barrier", [0])
     for doc in (postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after"), postmortem(logs, "--agent-log", agent)):
         assert doc["culprit_ranks"] == [0], doc["root_cause"]
+        # the culprit is not its own consequence, and no rankless guess of the logs is kept as one
+        assert sorted(c["rank"] for c in doc["consequences"]) == [1, 2, 3], doc["consequences"]
     logs, agent, dumps = plain(tmp_path / "s", job, 4, "shape", [1])
     doc = postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after")
     # The odd rank (8 elements) is the one gloo aborted here: it left no record, the three that did agree.
@@ -155,7 +157,71 @@ def test_rank_frozen_inside_a_collective_3_ranks(tmp_path, job):
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_late_but_before_the_users_timeout_is_no_alarm(tmp_path, job):
+    """Rank 1 spends 7 s in data loading once, under the user's 10 s timeout: the evidence taken 5 s before the
+    timeout is dropped when the collective completes, the job goes on and passes (slow but legal)."""
+    stall = tmp_path / "stall"
+    p, doc = run_trainer("--nproc-per-node", "3", "--", str(job), "sleep", run_dir=tmp_path / "run", timeout=110,
+                         env=env([1], stall, SLEEP_S="7", STEPS="12"))
+    assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stdout[-3000:]
+    assert stall.exists()  # the slow step did happen
+
+
+@pytest.mark.timeout(120)
 def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
     p, doc, _ = live(tmp_path, job, 3, "healthy", [])
     assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stderr[-2000:]
     assert os.path.isdir(tmp_path / "run")
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monkeypatch):
+    """2 nodes x 2 ranks, rank 3 (node 1) sleeps in data loading, default settings: node 1's only other rank
+    waits, node 0's two wait; the user's 10 s timeout arms both watchdogs, they swap evidence through the shared
+    run dir, and both name rank 3 with file:line within the timeout + 5 s."""
+    stall = tmp_path / "stall"
+    for key, value in env([3], stall).items():
+        monkeypatch.setenv(key, value)
+    res = two_nodes(tmp_path / "run", str(job), "sleep")
+    for code, out, err in res:
+        doc = json.loads(out)
+        v = doc["hang"]["verdict"]
+        assert code == 1 and v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], err[-2000:]
+        assert v["culprits"][0]["where"] == f"{job}:{LINE['sleep']}" and v["missing_nodes"] == 0, v
+        assert doc["hang"]["threshold"]["source"] == "process-group timeout" and doc["culprit_ranks"] == [3]
+        assert sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2], doc["consequences"]
+        waited = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
+        assert waited < PG_TIMEOUT + 5, waited
+
+
+PAIRS = '''\
+import datetime, os, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(os.environ["PG_TIMEOUT"])))
+rank = dist.get_rank()
+pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+for step in range(30):
+    t = torch.ones(8)
+    if step == 5 and rank == 3:
+        open(os.environ["STALL_FILE"], "w").write(f"{time.time()}\\n")
+        time.sleep(300)  # rank 3 stuck in its own code
+    dist.all_reduce(t, group=pairs[rank // 2])  # within the pair
+    dist.all_reduce(t)  # the whole job
+    time.sleep(0.1)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.timeout(120)
+def test_subgroups_the_rank_waiting_in_its_pair_is_no_culprit_4_ranks(tmp_path):
+    """Two pair groups and the world group: rank 3 sleeps, rank 2 waits in their pair's all_reduce, ranks 0-1
+    in the world's. pg_id 1 is a different group on ranks 0-1 and 2-3; rank 2 was blamed with rank 3."""
+    script = tmp_path / "pairs.py"
+    script.write_text(PAIRS)
+    p, doc, waited = live(tmp_path, script, 4, "pairs", [3])
+    v = doc["hang"]["verdict"]
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], v["summary"]
+    assert v["culprits"][0]["where"] == f"{script}:11" and v["collective"]["pg"] == "2"
+    assert doc["culprit_ranks"] == [3] and sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2]
+    assert "no_evidence" not in v and waited < PG_TIMEOUT + 5, waited

@@ -49,7 +49,19 @@ def trainer_view(d: dict) -> dict:
             "throughput": {f"rank {r}": [(m["step"], m.get("tokens_per_s")) for m in rows]
                            for r, rows in sorted(metrics.items())},
             "ranks": rank_table(metrics), "run_id": d.get("run_id"),
-            "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight")}
+            "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight"),
+            **root_title(d)}
+
+
+def root_title(d: dict) -> dict:
+    """What the root-cause box is called, as in the terminal's panel: a rank shown without being named the culprit
+    (the rank gloo aborted on a mismatch without dumps) is the first failure, with the note that says why."""
+    rc = d.get("root_cause") if isinstance(d.get("root_cause"), dict) else {}
+    title = "Root cause"
+    if isinstance(d.get("culprit_ranks"), list) and not d["culprit_ranks"]:
+        title = "First failure, no culprit named" if rc.get("rank") is not None else "No culprit rank named"
+    note = rc.get("reason") if rc.get("reason") and rc.get("victim") is False else None
+    return {"root_title": title, "root_note": note}
 
 
 def trainer_line(s: dict, d: dict) -> list[str]:

@@ -144,6 +144,37 @@ def test_no_dump_every_rank_timed_out_the_minority_call_is_odd():
     assert attribution.blame_the_absent(same[0], same[1:], None, "h")[0].error_type == "stuck_collective"
 
 
+def test_no_dump_the_odd_call_s_rank_is_not_its_own_consequence():
+    """3 ranks, rank 0 alone in a barrier (all timed out): rank 0 is the likely culprit and not also listed as
+    'timed out in barrier'; the others waited for it. Two odd ranks out of five: the second is a culprit too."""
+    fails = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2)]
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    assert root.rank == 0 and root.exit_code == 1 and [f.rank for f in rest] == [1, 2], [f.rank for f in rest]
+    assert all(f.victim and f.reason == "timed out in all_reduce for rank 0" for f in rest)
+    five = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2), timed_out(3, op="barrier", line=31),
+            timed_out(4)]
+    root, rest = attribution.blame_the_absent(five[0], five[1:], None, "h")
+    assert root.rank == 0 and 0 not in [f.rank for f in rest]
+    assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == [0, 3]
+    assert all("for rank 0, rank 3" in f.reason for f in rest if f.victim)
+
+
+def test_dumps_replace_the_logs_rankless_guess_instead_of_listing_it_as_a_consequence():
+    """2 ranks, rank 0 alone in a barrier: the logs alone name no rank (no majority); the dumps (the barrier seen
+    nowhere earlier) name rank 0, and the logs' rankless guess is not kept as a consequence 'rank —'."""
+    two = [timed_out(0, op="barrier", line=31), timed_out(1)]
+    root, rest = attribution.blame_the_absent(two[0], two[1:], None, "h")
+    assert root.rank is None
+    verdict = Verdict(root_cause=root, consequences=rest)
+    hist = [entry(i) for i in range(1, 4)]
+    recs = {0: fr(4, 4, hist + [entry(4, op="barrier", sizes=(), line=31)], ranks="[0, 1]"),
+            1: fr(4, 4, hist + [entry(4)], ranks="[0, 1]")}
+    attribution.adopt(verdict, fr_dumps.judge_dumps(dumps(recs)))
+    assert verdict.root_cause.rank == 0, verdict.root_cause
+    assert [f.rank for f in verdict.consequences] == [1], [(f.rank, f.reason) for f in verdict.consequences]
+    assert "all_reduce" in verdict.consequences[0].reason and "barrier" not in verdict.consequences[0].reason
+
+
 def test_an_exception_stays_the_root_cause():
     real = RankFailure(rank=1, local_rank=1, host="h", exit_code=1, category="exception", error_type="ValueError")
     root, rest = attribution.blame_the_absent(real, [timed_out(0)], None, "h")

@@ -137,3 +137,63 @@ def test_sigabrt_after_an_uncaught_cpp_exception_says_what_and_where():
     f = postmortem.classify(f)
     assert f.signal == "SIGABRT" and f.error_type == "EnforceNotMet" and "collective mismatch" in f.message
     assert f.category == "desync" and f.location == "/tmp/h2/faults.py:15" and not f.victim
+
+
+def grouped(rank_id, pairs_done, pair_name, pair_seq, world_seq, world_done):
+    """A rank of `new_group([0, 1])`, `new_group([2, 3])`: its pair is pg_id 1 on every rank (a rank's own
+    numbering), named "1" on ranks 0-1 and "2" on ranks 2-3; the world group is pg_id 0, named "0"."""
+    def e(pg_id, name, seq, line):
+        return {**entry(seq, line=line), "pg_id": pg_id, "process_group": [name, "undefined" if pg_id else "default_pg"]}
+
+    entries = [e(1, pair_name, s, 16) for s in range(1, pair_seq + 1)] + [e(0, "0", s, 17) for s in range(1, world_seq + 1)]
+    status = {"0": {"last_enqueued_collective": str(world_seq), "last_completed_collective": str(world_done)},
+              "1": {"last_enqueued_collective": str(pair_seq), "last_completed_collective": str(pairs_done)}}
+    return {"pg_status": status, "entries": entries}
+
+
+def test_subgroups_are_matched_by_name_and_a_rank_waiting_in_its_own_group_is_no_culprit():
+    """Rank 3 sleeps before its pair's all_reduce: rank 2 waits in group "2" for it, ranks 0-1 in the world
+    all_reduce for ranks 2 and 3. Keyed by pg_id, groups "1" and "2" were one group (rank 2 blamed with 3)."""
+    ev = {0: rank(grouped(0, 6, "1", 6, 6, 5), stack(17, "main")),
+          1: rank(grouped(1, 6, "1", 6, 6, 5), stack(17, "main")),
+          2: rank(grouped(2, 5, "2", 6, 5, 5), stack(16, "main")),
+          3: rank(grouped(3, 5, "2", 5, 5, 5), stack(15, "main"))}
+    v = collectives.judge(ev)
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], v["summary"]
+    assert v["collective"]["pg"] == "2" and v["collective"]["waiting_ranks"] == [2]
+    assert "rank(s) 2 waited too" in v["summary"] and "process group 0" in v["summary"]
+    assert "no_evidence" not in v  # ranks 0-1 answered: they are not in group "2", not silent
+    assert sorted(c["rank"] for c in v["consequences"]) == [0, 1, 2]
+    # the same after the timeout (gloo counts the timed-out collectives as completed): the sequence ids tell
+    done = {0: rank(grouped(0, 6, "1", 6, 6, 6), ""), 1: rank(grouped(1, 6, "1", 6, 6, 6), ""),
+            2: rank(grouped(2, 6, "2", 6, 5, 5), ""), 3: rank(grouped(3, 5, "2", 5, 5, 5), "")}
+    v = collectives.judge(done, source="dumps")
+    assert [c["rank"] for c in v["culprits"]] == [3] and v["collective"]["pg"] == "2", v["summary"]
+
+
+def test_a_cross_group_deadlock_keeps_the_first_group_s_verdict():
+    """Rank 0 waits in group "0" for rank 1, which waits in group "1" for rank 0: no rank waits in nothing."""
+    ev = {0: rank(grouped(0, 5, "1", 5, 6, 5), stack(17, "main")),
+          1: rank(grouped(1, 5, "1", 6, 5, 5), stack(16, "main"))}
+    v = collectives.judge(ev)
+    assert v["collective"]["pg"] == "0" and [c["rank"] for c in v["culprits"]] == [1], v["summary"]
+
+
+def test_a_rank_that_answered_before_its_first_collective_never_entered_it():
+    """Rank 1 is still loading its data when rank 0 waits in DDP's first collective: its flight recorder
+    answers empty. It is the rank missing from the collective, not a rank that 'did not answer'."""
+    ev = {0: rank(fr(1, 0, [entry(1, op="all_gather")]), stack(18, "main")),
+          1: rank({"pg_status": {}, "entries": []}, stack(10, "load_dataset"))}
+    v = collectives.judge(ev)
+    assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v["summary"]
+    assert "did not answer" not in v["summary"] and "no_evidence" not in v
+    assert v["culprits"][0]["where"] == f"{USER}:10"
+
+
+def test_the_straggler_is_measured_within_a_group_by_its_name():
+    """pg_id 1 is group "1" on ranks 0-1 and "2" on ranks 2-3: their collectives are not the same ones."""
+    frs = {r: grouped(r, 6, "1" if r < 2 else "2", 6, 0, 0) for r in range(4)}
+    for r, doc in frs.items():  # ranks 2-3 call their pair's collectives 5 s after ranks 0-1 call theirs
+        for e in doc["entries"]:
+            e["time_created_ns"] = int((100 + e["collective_seq_id"] + (5 if r >= 2 else 0)) * 1e9)
+    assert collectives.summarise(frs)["straggler"] is None

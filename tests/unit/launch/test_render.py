@@ -68,6 +68,22 @@ def test_interrupted_and_postmortem_documents_render():
     assert "records in /l" in shown(post) and "KeyError: 'labels'" in shown(post)
 
 
+def test_a_rank_shown_without_being_named_the_culprit_is_titled_the_first_failure():
+    """A mismatch gloo aborted rank 1 on, no dumps: rank 1 only detected it (culprit_ranks empty), so the panel
+    is not titled 'root cause' above it; a rankless verdict (a tie) says no rank is named; a culprit keeps it."""
+    base = {"verdict": "fail", "run_id": "x", "start": None, "logs": "/l", "consequences": []}
+    aborted = {**base, "culprit_ranks": [], "root_cause": {
+        "rank": 1, "category": "desync", "signal": "SIGABRT", "error_type": "EnforceNotMet", "victim": False,
+        "message": "Received data size doesn't match expected size", "reason": "detected the mismatch: ..."}}
+    text = shown(aborted)
+    assert "FAIL — first failure, no culprit named" in text and "root cause" not in text and "note: detected" in text
+    tie = {**base, "culprit_ranks": [], "root_cause": {"rank": None, "category": "hang",
+                                                       "error_type": "desync_no_majority", "message": "no majority"}}
+    assert "FAIL — no culprit rank named" in shown(tie)
+    named = {**base, "culprit_ranks": [1], "root_cause": {"rank": 1, "category": "exception", "message": "boom"}}
+    assert "FAIL — root cause" in shown(named)
+
+
 def test_pass_and_fail_name_run_json_and_the_logs_by_full_path():
     base = {"run_id": "r", "start": {"fresh": True}, "run_json": "/abs/results/r/run.json",
             "logs": "/abs/results/r/logs/node0"}

@@ -297,6 +297,20 @@ def test_trainer_per_rank_table_marks_the_slow_rank_and_invents_nothing():
     assert "None" not in page[page.index("run-trainer"):] and "step time" not in page
 
 
+def test_the_report_titles_a_rank_that_only_detected_a_mismatch_as_the_first_failure():
+    """As the terminal: the rank gloo aborted, no culprit named (no dumps), is not called the root cause."""
+    doc = fx.trainer()
+    doc["culprit_ranks"] = []
+    doc["root_cause"] = {"rank": 1, "local_rank": 1, "host": "n0", "exit_code": -6, "signal": "SIGABRT",
+                         "category": "desync", "error_type": "EnforceNotMet", "message": "size mismatch",
+                         "victim": False, "reason": "detected the mismatch: <b>not</b> the culprit"}
+    page = html.build_html([doc])
+    assert "<b>First failure, no culprit named</b>: rank 1" in page and "<b>Root cause</b>" not in page
+    assert "note: detected the mismatch: &lt;b&gt;not&lt;/b&gt; the culprit" in page
+    doc["culprit_ranks"] = [1]
+    assert "<b>Root cause</b>: rank 1" in html.build_html([doc])
+
+
 @pytest.mark.parametrize("ids, warned", [(("job-7", "job-7", "job-7"), False), (("job-7", "job-7", "job-8"), True)])
 def test_one_run_id_merges_silently_and_different_ids_warn(ids, warned):
     docs = [fx.preflight(4, run_id=ids[0]), fx.bench(16, run_id=ids[1]), fx.trainer(run_id=ids[2])]
