@@ -10,8 +10,8 @@ value of a secret-named query parameter (``?token=``, ``&sig=``) are redacted, t
 Free text another process wrote (log tails, exception messages, tracebacks, stacks: ``redact_text``, and
 ``redact_evidence`` over a whole document) gets the same rules inside the text: ``--password x``,
 ``--api-key=x``, ``['--token', 'x']``, ``password: x``, ``"api_key": "x"``, ``?token=x`` lose the value;
-token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens, Google API keys, JWTs,
-``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand. Every pattern is linear in
+token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens,
+Google API keys, JWTs, ``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand. Every pattern is linear in
 the text's length (bounded quantifiers, scanning resumes after each redacted value): a 10 MB line costs well
 under a second. Not the high-entropy rule: in free text it would take GPU UUIDs, hashes and run ids too.
 

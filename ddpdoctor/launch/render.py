@@ -46,8 +46,8 @@ def render(doc: dict, console: Console) -> None:
         rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
     if rc.get("reason") and not (doc.get("root_cause") or {}).get("victim"):  # rc's values are humanized: "no"
         rows.append(T(f"note: {rc['reason']}"))
-    rows.append(T(f"fix: {rc.get('fix') or 'none found in the records read' + (' (see the notes)' if doc.get('input_notes') else '')}",
-                  style="bold"))
+    no_fix = "none found in the records read" + (" (see the notes)" if doc.get("input_notes") else "")
+    rows.append(T(f"fix: {rc.get('fix') or no_fix}", style="bold"))
     for c in doc.get("consequences", []):
         rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
