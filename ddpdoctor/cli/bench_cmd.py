@@ -179,6 +179,8 @@ def _endpoint(text: str) -> str:
 
 
 def _gpu_count() -> int:
-    import torch
+    from ..lifetime import import_held
+
+    torch = import_held("torch")
 
     return max(1, torch.cuda.device_count())
