@@ -13,7 +13,8 @@ Free text another process wrote (log tails, exception messages, tracebacks, stac
 token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens,
 Google API keys, JWTs, ``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand.
 Every pattern is linear in the text's length (bounded quantifiers, scanning resumes after each redacted
-value): a 10 MB line costs well under a second. Not the high-entropy rule: in free text it would take GPU UUIDs, hashes and run ids too.
+value): a 10 MB line costs well under a second. Not the high-entropy rule: in free text it would take GPU
+UUIDs, hashes and run ids too.
 
 Why not the ``detect-secrets`` package (evaluated, 1.5.0): it pulls in requests and PyYAML; its entropy
 plugins flag every line of an ordinary training log (loss values, checkpoint hashes, paths: 12,000 of
