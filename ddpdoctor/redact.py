@@ -10,10 +10,11 @@ value of a secret-named query parameter (``?token=``, ``&sig=``) are redacted, t
 Free text another process wrote (log tails, exception messages, tracebacks, stacks: ``redact_text``, and
 ``redact_evidence`` over a whole document) gets the same rules inside the text: ``--password x``,
 ``--api-key=x``, ``['--token', 'x']``, ``password: x``, ``"api_key": "x"``, ``?token=x`` lose the value;
-token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens, JWTs,
-``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand. Every pattern is linear in
-the text's length (bounded quantifiers, scanning resumes after each redacted value): a 10 MB line costs well
-under a second. Not the high-entropy rule: in free text it would take GPU UUIDs, hashes and run ids too.
+token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens,
+Google API keys, JWTs, ``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand.
+Every pattern is linear in the text's length (bounded quantifiers, scanning resumes after each redacted
+value): a 10 MB line costs well under a second. Not the high-entropy rule: in free text it would take GPU
+UUIDs, hashes and run ids too.
 
 Why not the ``detect-secrets`` package (evaluated, 1.5.0): it pulls in requests and PyYAML; its entropy
 plugins flag every line of an ordinary training log (loss values, checkpoint hashes, paths: 12,000 of
@@ -54,6 +55,7 @@ _SECRET_VALUE = [
     re.compile(r"^(sk|rk|pk)[-_][A-Za-z0-9_-]{16,}$"),  # OpenAI / Stripe style (sk-live-...)
     re.compile(r"^(AKIA|ASIA)[A-Z0-9]{16}$"),  # AWS access key id
     re.compile(r"^xox[abprs]-[A-Za-z0-9-]{10,}$"),  # Slack
+    re.compile(r"^AIza[0-9A-Za-z_-]{35}$"),  # Google API key
     re.compile(r"^eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}$"),  # JWT
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
 ]
@@ -214,10 +216,11 @@ _TOKEN_SHAPE = re.compile("|".join(
        for p in ("sk-", "sk_", "rk-", "rk_", "pk-", "pk_")]
     + [_shape(p, "[A-Z0-9]{16}") for p in ("AKIA", "ASIA")]  # AWS access key ids
     + [_shape(f"xox{c}-", "[A-Za-z0-9-]{10,255}") for c in "abprs"]  # Slack
+    + [_shape("AIza", "[0-9A-Za-z_-]{35}")]  # Google API keys (Gemini, Maps, Firebase)
     + [_shape("pypi-", "[A-Za-z0-9_-]{50,255}"), _shape("npm_", "[A-Za-z0-9]{36}")]  # package registries
     + [_shape("eyJ", r"[A-Za-z0-9_-]{8,2048}\.[A-Za-z0-9_-]{8,2048}\.[A-Za-z0-9_-]{8,2048}")]  # JWT
 ))
-_SHAPE_PREFIXES = ("gh", "hf_", "glpat-", "sk", "rk", "pk", "AKIA", "ASIA", "xox", "pypi-", "npm_", "eyJ")
+_SHAPE_PREFIXES = ("gh", "hf_", "glpat-", "sk", "rk", "pk", "AKIA", "ASIA", "xox", "AIza", "pypi-", "npm_", "eyJ")
 _BEARER = re.compile(r"Bearer(?<![A-Za-z0-9_]Bearer)[ \t]{1,4}(?P<v>[A-Za-z0-9._~+/=-]{8,4096})")
 _URL_PW = re.compile(r"://[^:/@\s]{1,256}:(?P<v>[^@/\s]{1,1024})@")  # scheme://user:PASSWORD@host
 _VALUE = re.compile(r"[^\s\"'&;#,)\]}]{1,4096}")

@@ -47,6 +47,9 @@ def run_in_this_process(cfg: dict) -> None:
 
 def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
     """Start the ranks through torch's launcher; the config travels as a JSON file named in the env."""
+    from ..lifetime import import_held
+
+    import_held("torch.distributed.launcher.api")  # loads torch: a SIGTERM meanwhile waits until it is done
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

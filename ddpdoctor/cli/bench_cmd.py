@@ -146,6 +146,12 @@ def _launcher_env(env, given: bool) -> None:
     bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE") if not env.get(v, "").isdigit()]  # empty too
     if env.get("MASTER_PORT") and not env["MASTER_PORT"].isdigit():
         bad.append(f"MASTER_PORT={env['MASTER_PORT']!r}")
+    if env.get("MASTER_ADDR"):
+        from ..cluster.endpoint import host_like
+
+        addr = env["MASTER_ADDR"]
+        if not host_like(addr.strip("[]")):  # torch would retry a name the resolver refuses until its timeout
+            bad.append(f"MASTER_ADDR={addr[:40]!r}{'...' if len(addr) > 40 else ''} (not an IP address or host name)")
     if missing or bad:
         raise UsageError(f"RANK and WORLD_SIZE are set, so this process runs as one rank of a launcher's job, but "
                          f"{', '.join(missing + bad)} {'is' if len(missing + bad) == 1 else 'are'} "
@@ -176,6 +182,8 @@ def _endpoint(text: str) -> str:
 
 
 def _gpu_count() -> int:
-    import torch
+    from ..lifetime import import_held
+
+    torch = import_held("torch")
 
     return max(1, torch.cuda.device_count())

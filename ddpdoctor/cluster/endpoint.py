@@ -75,7 +75,7 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
         raise UsageError(f"--master {text!r}: port {port_text!r} is not a number") from None
     if not 0 < port < 65536 or not host:
         raise UsageError(f"--master {text[:80]!r}: expected HOST:PORT with a port in 1..65535")
-    if not _host_like(host):
+    if not host_like(host):
         raise UsageError(f"--master {text[:80]!r}{'...' if len(text) > 80 else ''}: {host[:40]!r}... is neither an IP "
                          f"address nor a host name (letters, digits, '-', '_', '.'; at most 253 characters, 63 "
                          f"between dots)" if len(host) > 40 else
@@ -84,7 +84,7 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     return Endpoint(host, port)
 
 
-def _host_like(host: str) -> bool:
+def host_like(host: str) -> bool:
     """An IP address or a name the resolver can take (idna refuses a label over 63 characters with a
     UnicodeError, not an OSError: caught here, as bad input)."""
     from .messages import HOST_RE

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from typing import Callable
 
 from ..errors import ClusterNotAssembled
@@ -67,19 +66,10 @@ def run_node(cfg: JoinConfig, plan) -> dict:
 
 
 def _import_torch_distributed() -> None:
-    """Import torch with SIGTERM and SIGINT held back: a Python handler that raises inside torch's native
-    initialisation ends the process with `terminate called ... error_already_set` (rc -6). Held back, the
-    signal is delivered the moment the import is done, and unwinds like any other (exit 143/130)."""
-    import signal
+    """torch.distributed, with the stop signals held back while it loads (lifetime.import_held)."""
+    from ..lifetime import import_held
 
-    held = {signal.SIGTERM, signal.SIGINT}
-    on_main = threading.current_thread() is threading.main_thread()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if on_main else None
-    try:
-        import torch.distributed  # noqa: F401 - see run_node's docstring
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    import_held("torch.distributed")  # noqa: F401 - see run_node's docstring
 
 
 def _resolve_master(cfg: JoinConfig) -> list[str]:

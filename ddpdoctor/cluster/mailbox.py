@@ -95,6 +95,7 @@ class Mailbox:
         self._seen_bad: set[tuple[str, bytes]] = set()
         self._bytes_by_sender: dict[Slot, int] = {}
         self._peeked = 0
+        self._hello_frame: bytes | None = None  # the master's own hello, put back if someone replaces it
 
     # -- names ------------------------------------------------------------------------------------------
     def name(self, key: str, sealed: bool | None = None) -> str:
@@ -159,6 +160,8 @@ class Mailbox:
             raise StoreGone(f"the {kind} message is {len(sealed_frame)} bytes, over its cap "
                             f"{spec.cap(self.nnodes)} (torch's store takes at most {STORE_VALUE_MAX >> 20} MiB)")
         frame = b"\n" + sealed_frame + b"\n"
+        if kind == "hello":
+            self._hello_frame = frame
         names = [self.name(key, self._sealed_for(None if spec.from_master else sender))]
         if spec.from_master and self.sealed and (self.open_slots or public_copy) and kind != "hello":
             names.append(key)  # the nodes without the key read the public name (signed: they cannot verify)
@@ -220,6 +223,27 @@ class Mailbox:
             except Invalid as exc:
                 self._note(key, frame, str(exc))
         return None
+
+    def keep_hello(self) -> None:
+        """The master's hello lives under a public name (the nodes must find it before they know any secret),
+        so anyone who reaches the port can ``set`` over it: a node would then find no hello it can verify
+        and stop. Called on every poll while nodes join: when this master's own frame is no longer among the
+        first MiB a node reads (where hellos() looks), it is written back alone, and the interference named."""
+        frame = self._hello_frame
+        if frame is None:
+            return
+
+        def work() -> bool:
+            blob = self.store.get("hello") if self.store.check(["hello"]) else b""
+            if frame in blob[:MIB]:
+                return False
+            self.store.set("hello", frame)
+            return True
+
+        if self.call(f"a check of {about('hello')}", work):
+            why = "the master's hello was replaced or buried (someone who reaches the store wrote over it); posted again"
+            if not any(f.key == "hello" and f.why == why for f in self.findings):
+                self.findings.append(Finding(key="hello", why=why))
 
     def hellos(self) -> list[tuple[bytes, dict]]:
         """Every hello frame that validates (unverified: the caller decides which secret, if any, it needs)."""

@@ -90,6 +90,7 @@ class Master(Node):
                     continue
             if not missing or time.monotonic() >= self.budget.meet_by:
                 break
+            self.mb.keep_hello()
             self.progress.say(f"{n - len(missing)}/{n} nodes joined; waiting for rank(s) "
                               f"{rosters.ranks_text(missing[:20])}" + (" ..." if len(missing) > 20 else ""), dedupe=True)
             time.sleep(POLL_S)

@@ -78,6 +78,9 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         host, sep, port = cfg.master.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise UsageError(f"--master {cfg.master!r}: expected HOST:PORT, e.g. node0:29500")
+        from ..cluster.endpoint import parse_endpoint
+
+        parse_endpoint(cfg.master)  # a host the resolver cannot take: one line now, not torchrun waiting unseen
     if cfg.module is not None and not MODULE.match(cfg.module):
         raise UsageError(f"-m {cfg.module!r}: expected a module name such as package.train")
     if cfg.script is not None:

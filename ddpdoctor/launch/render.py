@@ -37,7 +37,8 @@ def render(doc: dict, console: Console) -> None:
              f"{rc.get('host', human(None))}"
              f" · exit code {rc.get('exit_code', human(None))}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
              + f" · {rc.get('category', human(None))}"),
-        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{shown_message(rc.get('message'))}"),
+        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{shown_message(rc.get('message'))}"
+          if rc.get("error_type") or rc.get("message") else "error: no error message in the records read"),
     ]
     if rc.get("location"):
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
@@ -45,7 +46,8 @@ def render(doc: dict, console: Console) -> None:
         rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
     if rc.get("reason") and not (doc.get("root_cause") or {}).get("victim"):  # rc's values are humanized: "no"
         rows.append(T(f"note: {rc['reason']}"))
-    rows.append(T(f"fix: {rc.get('fix') or ''}", style="bold"))
+    no_fix = "none found in the records read" + (" (see the notes)" if doc.get("input_notes") else "")
+    rows.append(T(f"fix: {rc.get('fix') or no_fix}", style="bold"))
     for c in doc.get("consequences", []):
         rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                          f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))

@@ -74,10 +74,7 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
     else:  # never wrapped mid-phrase (`... 3 \nskip`): the tally gets its own line
         console.print(title, soft_wrap=True)
         console.print(Text("  " + tally), soft_wrap=True)
-    auth = doc.get("auth") if isinstance(doc.get("auth"), dict) else {}
-    if auth and not auth.get("authenticated", True):  # a cluster run whose messages could have been forged
-        console.print(Text.assemble(("NOT AUTHENTICATED: ", "bold yellow"), safe_text(str(auth.get("note", ""))),
-                                    ("  fix: ", "bold cyan"), safe_text(str(auth.get("fix", "")))), soft_wrap=True)
+    _auth_line(doc, console)
 
     for g in groups:
         if g["level"] in ("fail", "warn"):
@@ -109,6 +106,19 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         console.print(T(line), soft_wrap=True)
 
 
+def _unauthenticated(doc: dict) -> dict:
+    """The document's auth state when its run was not authenticated (its messages could have been forged)."""
+    auth = doc.get("auth") if isinstance(doc.get("auth"), dict) else {}
+    return auth if auth and not auth.get("authenticated", True) else {}
+
+
+def _auth_line(doc: dict, console: Console) -> None:
+    auth = _unauthenticated(doc)
+    if auth:
+        console.print(Text.assemble(("NOT AUTHENTICATED: ", "bold yellow"), safe_text(str(auth.get("note", ""))),
+                                    ("  fix: ", "bold cyan"), safe_text(str(auth.get("fix", "")))), soft_wrap=True)
+
+
 def other_node_line(head: str, verdict: str, detail: str, where: str, hint: str = "") -> Text:
     """The one line a node other than the cluster's printing node shows (preflight's workers, run-trainer's
     nodes past rank 0): "HEAD VERDICT (DETAIL): WHERE; HINT". Every part is made display-safe here."""
@@ -136,8 +146,11 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
     else:
         where = f"{who} printed the full summary"
     head = f"ddpdoctor preflight [{human(doc.get('this_node'))}] cluster verdict: "
+    if _unauthenticated(doc):  # the verdict itself could be a forgery: said on its own line
+        tally += ", NOT AUTHENTICATED"
     console.print(other_node_line(head, verdict, f"exit {human(doc.get('exit_code', 0))}, {tally}", where,
                                   "; -v prints it here too" if hints else ""), soft_wrap=True)
+    _auth_line(doc, console)
     own = own_results(doc)
     for r in own:
         if r["level"] in ("fail", "warn"):

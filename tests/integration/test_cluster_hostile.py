@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -382,35 +383,75 @@ def test_a_node_without_the_key_joins_and_the_run_says_it_was_not_authenticated(
         assert doc["auth"]["authenticated"] is False and doc["auth"]["open_nodes"], doc["auth"]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed-hello", "hello-with-a-made-up-key-id"])
-def test_a_replaced_hello_is_never_followed_by_a_node_that_has_the_key_file(cluster, tmp_path, keyed):
-    """The default run (no --token, a shared home): an outsider who can `set` a store key replaces the master's
-    signed hello with its own (no key id, or a made-up one) before rank 1 reads it. Rank 1 used to take it and
-    go on unauthenticated (blind), following the forger's nonce: a forged roster and verdict then made it print
-    whatever the forger wanted. It finds this run's key file, sees that no hello verifies with it, and stops
-    (exit 3) saying so, within its budget; it never joins the forger's run."""
-    c = cluster(2)
-    master = c.start_master(timeout=SLOW_TIMEOUT)
-    h = c.hostile()
-    h.wait("hello")
+def _forged_hello(keyed: bool) -> bytes:
     run = "f" * 32
     body = {"protocol": 1, "nonce": run, "nnodes": 2, "t": time.time() + 100}
     if keyed:
         body["key_id"] = "0" * 32
-    h.store.set("hello", b"\n" + sealed(body, key="hello", sender=(0, 1), run=run, token="made-up") + b"\n")
+    return b"\n" + sealed(body, key="hello", sender=(0, 1), run=run, token="made-up") + b"\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed-hello", "hello-with-a-made-up-key-id"])
+def test_a_replaced_hello_is_never_followed_by_a_node_that_has_the_key_file(cluster, tmp_path, keyed):
+    """A node that finds this run's key file but no hello that verifies with it (a master killed before it
+    could remove its file, and someone else's store now answering at its address with its own hello, no key
+    id or a made-up one). Rank 1 used to take such a hello and go on unauthenticated (blind), following the
+    forger's nonce: a forged roster and verdict then made it print whatever the forger wanted. It sees that no
+    hello verifies with the key file and stops (exit 3) saying so, within its budget; it never joins the
+    forger's run. (A live master puts its own hello back: the next test.)"""
+    import datetime
+
+    import torch.distributed as dist
+
+    from ddpdoctor.cluster import keyfile
+
+    c = cluster(2)
+    made = keyfile.create(keyfile.candidates(keyfile.scope(c.master, None, 2), None,
+                                             home=Path(c.home) / ".ddpdoctor" / "keys"))
+    assert made.paths, made.errors  # the file a killed master left behind
+    server = dist.TCPStore("127.0.0.1", c.port, None, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+    forger = dist.PrefixStore("ddpdoctor", server)
+    forger.set("hello", _forged_hello(keyed))
     worker = c.start(1, timeout=SLOW_TIMEOUT, json_out=False)
     assert worker.finish(budget_s(SLOW_TIMEOUT)) == 3, c.report()
-    # the master is still waiting for rank 1: nothing was posted under the forger's public names
-    assert not h.store.check(["ident/1/1"]), "rank 1 posted its identity into the forger's run"
-    codes = c.finish(budget_s(SLOW_TIMEOUT))
-    for node in (master, worker):
-        assert_clean(node)
-    assert codes[1] == 3, c.report()
+    assert not forger.check(["ident/1/1"]), "rank 1 posted its identity into the forger's run"
+    assert_clean(worker)
     error = [ln for ln in worker.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert "does not verify with this run's key file" in error and "replaced the master's hello" in error, error
     assert "joined as" not in worker.stderr and "NOT authenticated" not in worker.stderr, worker.stderr
+    made.remove()
+    del forger, server
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["token", "key"])
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed-hello", "hello-with-a-made-up-key-id"])
+def test_a_live_master_puts_its_replaced_hello_back(cluster, tmp_path, keyed, mode):
+    """The attack of issue 25 item 2 on the one public key of a sealed run: an outsider who can `set` a store
+    key replaces the master's signed hello with its own (and, in the other case, buries it under 1 MiB of
+    junk) before rank 1 reads it. Rank 1 used to stop (exit 3: no hello verifies); an outsider blocked the
+    run. The master notices that its hello is gone while it waits for the nodes, writes it back and names
+    the interference; rank 1 never follows the forger, joins the real run, and the run passes."""
+    token = TOKEN if mode == "token" else None
+    c = cluster(2)
+    master = c.start_master(token=token, timeout=SLOW_TIMEOUT)
+    h = c.hostile()
+    h.wait("hello")
+    h.store.set("hello", _forged_hello(keyed) if keyed else b"\n" + b"x" * (1 << 20) + b"\n" + _forged_hello(False))
+    worker = c.start(1, token=token, timeout=SLOW_TIMEOUT)
+    codes = c.finish(budget_s(SLOW_TIMEOUT))
+    for node in (master, worker):
+        assert_clean(node)
+    assert codes == {0: 0, 1: 0}, c.report()  # rank 1 joined the real run: it never took the forger's nonce
+    mdoc, wdoc = master.doc(), worker.doc()
+    assert mdoc["auth"]["authenticated"] and wdoc["auth"]["authenticated"], (mdoc["auth"], wdoc["auth"])
+    named = _named(mdoc, "hello")
+    assert named and "posted again" in json.dumps(named), cluster_results(mdoc)
+    for doc in (mdoc, wdoc):
+        assert not [r for r in doc["results"] if r["level"] == "fail"], doc["results"]
 
 
 # ---------------------------------------------------------------- no outsider blocks a sealed run (item 2)

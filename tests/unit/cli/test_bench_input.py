@@ -32,6 +32,10 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": None, "MASTER_PORT": None}, "MASTER_ADDR, MASTER_PORT are missing"),
     ({"RANK": "0", "WORLD_SIZE": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "WORLD_SIZE='x' is not usable"),
     ({"RANK": "", "WORLD_SIZE": "", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "RANK='', WORLD_SIZE='' are not usable"),
+    # issue 25 item 5: a 300-character host made torch retry its resolution until the rendezvous timeout
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h" * 300, "MASTER_PORT": "29500"},
+     "MASTER_ADDR='" + "h" * 40 + "'... (not an IP address or host name) is not usable"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "a." + "b" * 100, "MASTER_PORT": "29500"}, "not an IP address"),
 ])
 def test_a_launchers_environment_that_torch_cannot_use_is_one_line_exit_2(env, needle):
     """RANK and WORLD_SIZE left in a shell (or a launcher that sets no MASTER_ADDR): torch's ValueError from

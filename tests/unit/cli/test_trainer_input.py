@@ -25,6 +25,10 @@ from tests.unit.helpers import run_cli
     (["--max-restarts", "100000"], "max-restarts"),
     (["--steps", "10000000000"], "steps"),
     (["--resume", "nope"], "no snapshot"),
+    # issue 25 item 5: a host the resolver refuses launched torchrun, which waited silently for its rendezvous
+    (["--nnodes", "2", "--master", "h" * 300 + ":29500"], "neither an IP address nor a host name"),
+    (["--nnodes", "2", "--master", "a." + "b" * 100 + ":29500"], "neither an IP address nor a host name"),
+    (["--nnodes", "2", "--master", "evil;rm -rf x:29500"], "neither an IP address nor a host name"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     p = run_cli("run-trainer", "--no-preflight", "--run-dir", tmp_path, *args)

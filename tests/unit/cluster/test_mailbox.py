@@ -205,6 +205,26 @@ def test_junk_under_the_public_name_is_named_and_cannot_hide_the_sealed_message(
     assert mb.findings and all(f.key == "facts/1.1" for f in mb.findings)
 
 
+def test_the_master_puts_back_a_hello_someone_replaced_or_buried(store):
+    """The hello is the one public key of a sealed run: an outsider's ``set`` over it (or 1 MiB of junk in
+    front of it, past where a node looks) would leave every node without a hello it can verify."""
+    mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    mb.run, mb.me = RUN, Slot(0, 0)
+    mb.keep_hello()  # nothing posted yet: nothing to keep
+    assert not store.check(["hello"])
+    mb.post("hello", {"protocol": 1, "nonce": RUN, "nnodes": 2, "t": 1.0})
+    store.append("hello", b"\njunk after the real one\n")
+    mb.keep_hello()
+    assert mb.findings == [] and store.get("hello").startswith(b"\n{")  # still there: left alone
+    reader = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
+    for forged in (b"\nforged\n", b"\n" + b"x" * messages.MIB + b"\n"):
+        store.set("hello", forged)
+        assert [b for _, b in reader.hellos()] == []
+        mb.keep_hello()
+        assert [b["nonce"] for _, b in reader.hellos()] == [RUN]
+    assert [f.key for f in mb.findings] == ["hello"] and "posted again" in mb.findings[0].why
+
+
 def test_claims_are_compare_set_slots_that_junk_cannot_poison(store):
     mb = Mailbox(store, token="tok", nnodes=2, max_nodes=16)
     mb.run = RUN

@@ -183,6 +183,7 @@ def test_printed_argv_loses_every_secret_in_free_text(text):
     ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"), ("postgres://bob:s3cr3t@db/x", "s3cr3t"),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----", "MIIEabc"),
     ("s3://b/k?X-Amz-Signature=deadbeef&part=1", "deadbeef"), ("--password=\"a b\"", "a b"),
+    ("genai.configure(AIzaSyA1234567890abcdefghijklmnopqrstuv)", "AIzaSyA1234567890abcdefghijklmnopqrstuv"),
 ])
 def test_secrets_in_free_text_by_name_and_shape(text, gone):
     out = redact.redact_text(text)

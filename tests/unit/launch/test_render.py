@@ -143,6 +143,19 @@ def test_a_huge_error_message_is_shown_by_its_start_not_across_a_thousand_lines(
         "the JSON result)" in flat, flat
 
 
+def test_a_root_cause_whose_records_were_skipped_shows_no_blank_error_or_fix():
+    """A crafted log dir (issue 25 item 4: the agent log's error_file is /dev/zero, stderr.log a FIFO): the
+    post-mortem names the failed rank and skips what it cannot read; the panel read 'error:' and 'fix:' with
+    nothing after them."""
+    doc = {"verdict": "fail", "logs": "/x/logs", "input_notes": ["skipped /dev/zero: it lies outside the log dir"],
+           "root_cause": {"rank": 0, "local_rank": 0, "host": "node7", "exit_code": 1, "category": "unknown",
+                          "error_type": None, "message": None, "location": None, "fix": ""}}
+    lines = [" ".join(ln.replace("│", " ").split()) for ln in shown(doc).splitlines()]
+    assert "error: no error message in the records read" in lines, lines
+    assert "fix: none found in the records read (see the notes)" in lines, lines
+    assert "note: skipped /dev/zero: it lies outside the log dir" in lines
+
+
 # -- one full result per cluster: node rank 0's; the other nodes one line (issue 20) --------------------------
 def _node_doc(**over) -> dict:
     doc = {"kind": "run-trainer", "verdict": "fail", "exit_code": 1, "run_id": "r", "start": {"fresh": True},

@@ -59,3 +59,16 @@ def rendered_hints(doc: dict) -> str:
     buf = io.StringIO()
     render_worker_line(doc, Console(file=buf, width=100, color_system=None), hints=False)
     return buf.getvalue()
+
+
+def test_an_unauthenticated_run_says_so_on_the_workers_verdict_line_and_why():
+    """Issue 25 item 1: every node says in its verdict that the run was not authenticated (the verdict a
+    worker shows could be a forgery); the line used to read 'PASS (exit 0, no problem found)' alone."""
+    doc = worker_doc({"node": "node1", "host": "node1", "output_dir": None, "results": 2}, [], verdict="pass")
+    doc["auth"] = {"authenticated": False, "note": "anyone who can reach the port could forge the verdict",
+                   "fix": "export DDPDOCTOR_TOKEN=..."}
+    lines = rendered(doc).splitlines()
+    assert "cluster verdict: PASS (exit 0, no problem found, NOT AUTHENTICATED)" in lines[0], lines
+    assert lines[1].startswith("NOT AUTHENTICATED: anyone who can reach") and "DDPDOCTOR_TOKEN" in lines[1], lines
+    doc["auth"] = {"authenticated": True, "mode": "key"}
+    assert "AUTHENTICATED" not in rendered(doc)
