@@ -160,9 +160,11 @@ def _problem(path: Path, exc: OSError) -> str:
 
 
 def _die_with_parent() -> None:
-    """In torchrun's child: a SIGKILLed run-trainer still takes torchrun (and through it the workers) along;
-    SIGTERM, so torchrun stops its workers itself."""
-    die_with_parent(signal.SIGTERM)
+    """In torchrun's child: a SIGKILLed run-trainer still takes torchrun along, and with it the workers (each
+    dies with the agent: bootstrap.die_with_the_agent). SIGKILL, not SIGTERM: on SIGTERM torchrun stops its
+    workers but can then hang in its own shutdown for good (seen in CI: torchrun alive 15 minutes later, its
+    ranks unreaped zombies), and no run-trainer is left to end it."""
+    die_with_parent(signal.SIGKILL)
 
 
 class StopOnSignal:

@@ -407,9 +407,18 @@ def test_sigkill_of_run_trainer_leaves_no_rank_behind(tmp_path):
         proc.kill()
         proc.wait(timeout=10)
         gone, alive = psutil.wait_procs(tree, timeout=15)
-        assert not alive, [p.cmdline() for p in alive]
+        assert not alive, [(p.pid, _status(p)) for p in alive]  # a zombie has no cmdline to show
     finally:
         kill_sessions([proc])
+
+
+def _status(p) -> str:
+    import psutil
+
+    try:
+        return f"{p.status()} {' '.join(p.cmdline())[:200]}"
+    except psutil.Error as exc:  # a zombie or gone
+        return type(exc).__name__
 
 
 @pytest.mark.timeout(300)
