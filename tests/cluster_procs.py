@@ -22,6 +22,7 @@ import pytest
 from ddpdoctor.cluster import envelope, mailbox, messages
 from ddpdoctor.cluster.budget import SLACK_S
 from ddpdoctor.cluster.local import free_port
+from tests import zygote
 
 ESC = "\x1b"
 STARTUP_SLACK_S = 8.0  # interpreter + torch import on a loaded 2-core box, before the node's budget starts
@@ -39,8 +40,7 @@ class Node:
         self.rank = rank
         self.argv = argv
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                                     start_new_session=True)
+        self.proc = zygote.popen(argv, env, cwd)  # forked from a torch-imported server where that is the same
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         self.ended: float | None = None

@@ -1,0 +1,231 @@
+"""A fork server for simulated nodes: one interpreter per test process imports torch once, and each
+`python -m ddpdoctor ...` node the tests start is forked from it instead of importing torch again.
+
+Why: the suite is CPU-bound on CI's 2 cores, and about 1.5-2.5 s of CPU per node process is `import torch`
+(tests/README.md, "Time"). A forked node runs the same `python -m ddpdoctor` code path (runpy, the real
+argv, environment, working directory, its own session and stdio pipes, exit status as Popen reports it), the
+way a DataLoader worker is forked after torch is imported. What happens at interpreter start or while torch
+imports cannot be replayed after a fork, so `eligible` sends those nodes to a real exec: another
+interpreter, an LD_PRELOAD (faketime), a PYTHON*/TORCH_*/OMP_* or locale variable unlike the server's.
+`DDPDOCTOR_TEST_NO_FORK=1` execs every node.
+
+The server is single-threaded on its side (fork copies only the calling thread): it reads spawn requests
+from a SOCK_SEQPACKET socket (the node's stdin/stdout/stderr come with them as passed file descriptors),
+reaps its children and reports their exit, and on end-of-file kills what it started and exits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# read when the interpreter starts or while torch loads: a node that differs from the server here is exec'd
+STARTUP_PREFIXES = ("PYTHON", "LD_", "TORCH_", "OMP_", "MKL_", "KMP_", "FAKETIME", "LC_", "LANG", "TZ")
+SERVER_ENV = {"PYTHONUNBUFFERED": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}  # what cluster nodes get anyway
+MAX_MESSAGE = 1 << 20
+
+
+# ---- the server (its own process) -------------------------------------------------------------------------
+
+def serve(fd: int) -> None:
+    """Import torch, say ready, then fork a node per request until the test process goes away."""
+    import torch  # noqa: F401 - the point of this process
+    import torch.distributed  # noqa: F401
+
+    sock = socket.socket(fileno=fd)
+    sock.sendall(json.dumps({"ready": os.getpid()}).encode())
+    children: set[int] = set()
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        _reap(children, sock)
+        if not readable:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+        if not msg:  # the test process closed its end (or died): leave nothing behind
+            _kill_all(children)
+            return
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            _become_node(json.loads(msg), fds)  # raises SystemExit out of serve(): the node's own exit
+        for f in fds:
+            os.close(f)
+        children.add(pid)
+        sock.sendall(json.dumps({"spawned": pid}).encode())
+
+
+def _reap(children: set[int], sock: socket.socket) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        sock.sendall(json.dumps({"exited": pid, "rc": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _kill_all(children: set[int]) -> None:
+    for pid in children:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _become_node(req: dict, fds: list[int]) -> None:
+    """In the forked child: what `python -m ddpdoctor ARGS` in a new session would be, then run it."""
+    import random
+    import runpy
+
+    os.setsid()  # start_new_session=True, as Popen gives the exec'd nodes
+    for target, f in enumerate(fds):
+        os.dup2(f, target)
+    for f in fds:
+        if f > 2:
+            os.close(f)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    sys.argv = [req["argv"][2]] + req["argv"][3:]
+    sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
+    random.seed()  # a fresh interpreter's own seed, not the server's state shared by every child
+    runpy.run_module(req["argv"][2], run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
+
+
+# ---- the client (in the test process) ---------------------------------------------------------------------
+
+def eligible(argv: list[str], env: dict) -> bool:
+    if os.environ.get("DDPDOCTOR_TEST_NO_FORK") == "1" or env.get("DDPDOCTOR_TEST_NO_FORK") == "1":
+        return False
+    if argv[:3] != [sys.executable, "-m", "ddpdoctor"]:
+        return False
+    server_env = dict(os.environ, **SERVER_ENV)
+    env = dict(env)
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # what a node sets itself before it imports torch (cluster/join)
+    keys = {k for k in (*env, *server_env) if k.startswith(STARTUP_PREFIXES)}
+    return all(env.get(k) == server_env.get(k) for k in keys)
+
+
+class ForkedProc:
+    """The part of subprocess.Popen the node helpers use, for a node the server forked."""
+
+    def __init__(self, pid: int, stdout, stderr):
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._done = threading.Event()
+
+    def _exited(self, rc: int) -> None:
+        self.returncode = rc
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(f"forked node {self.pid}", timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+
+class Server:
+    """The client's end: start the server once, send spawn requests, route exit reports to their nodes."""
+
+    def __init__(self):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([sys.executable, "-c", f"from tests.zygote import serve; serve({theirs.fileno()})"],
+                                     pass_fds=[theirs.fileno()], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                     env=dict(os.environ, **SERVER_ENV))
+        theirs.close()
+        self.sock = mine
+        self._lock = threading.Lock()
+        self._spawned: list[int] = []
+        self._got = threading.Condition()
+        self._procs: dict[int, ForkedProc] = {}
+        self._early: dict[int, int] = {}
+        mine.settimeout(120)
+        ready = json.loads(mine.recv(MAX_MESSAGE) or b"{}")
+        if "ready" not in ready:
+            raise RuntimeError("the fork server did not start")
+        mine.settimeout(None)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self.sock.recv(MAX_MESSAGE)
+            except OSError:
+                msg = b""
+            if not msg:
+                return
+            event = json.loads(msg)
+            with self._got:
+                if "spawned" in event:
+                    self._spawned.append(event["spawned"])
+                elif event["exited"] in self._procs:
+                    self._procs.pop(event["exited"])._exited(event["rc"])
+                else:
+                    self._early[event["exited"]] = event["rc"]
+                self._got.notify_all()
+
+    def spawn(self, argv: list[str], env: dict, cwd: str | None) -> ForkedProc:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        req = json.dumps({"argv": argv, "env": env, "cwd": cwd or os.getcwd()}).encode()
+        with self._lock:
+            try:
+                socket.send_fds(self.sock, [req], [null, out_w, err_w])
+            finally:
+                for f in (null, out_w, err_w):
+                    os.close(f)
+            with self._got:
+                if not self._got.wait_for(lambda: self._spawned, timeout=60):
+                    raise RuntimeError("the fork server did not answer")
+                pid = self._spawned.pop(0)
+                proc = ForkedProc(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+                if pid in self._early:
+                    proc._exited(self._early.pop(pid))
+                else:
+                    self._procs[pid] = proc
+        return proc
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+_server: Server | None = None
+_server_lock = threading.Lock()
+
+
+def popen(argv: list[str], env: dict, cwd: str | None = None):
+    """Popen(argv, stdout=PIPE, stderr=PIPE, env=env, cwd=cwd, start_new_session=True), forked when eligible."""
+    global _server
+    if not eligible(argv, env):
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                                start_new_session=True)
+    with _server_lock:
+        if _server is None or _server.proc.poll() is not None:
+            _server = Server()
+        server = _server
+    return server.spawn(argv, env, cwd)
