@@ -113,8 +113,8 @@ def page_time(path: Path, tmp: Path) -> float:
 
 
 def quiet_page_time(path: Path, tmp: Path, tries: int = 8) -> float:
-    """The best of up to ``tries`` loads, stopping at the first under today's figure: the suite runs two test
-    files at a time (pytest-xdist), and the other one's processes stretch a load's wall time on 2 cores."""
+    """The best of up to ``tries`` loads, stopping at the first under today's figure: the suite runs four test
+    files at a time (pytest-xdist), and the others' processes stretch a load's wall time on 2 cores."""
     best = float("inf")
     for _ in range(tries):
         best = min(best, page_time(path, tmp))
