@@ -100,11 +100,20 @@ def attempts(logs: Path) -> list[Path]:
     return [d for _, d in evidence_io.numbered(tries, "attempt_")]
 
 
+# What socket.getfqdn() returns where the hostname maps to a loopback line of /etc/hosts (Debian's default,
+# many containers): torchrun's table then says "host: localhost" on every node, which names none of them.
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4",
+                            "localhost6", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback"})
+
+
 def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: list[dict] | None) -> list[RankFailure]:
-    """Failures of one attempt: from the agent's table when it has one, else from the error files left behind."""
+    """Failures of one attempt: from the agent's table when it has one, else from the error files left behind.
+    ``host``: the node these logs are from (its hostname), named instead of the table's loopback fqdn."""
     out = []
     if summary:
         for rec in summary:
+            if str(rec.get("host", "")).lower() in LOOPBACK_NAMES:
+                rec = dict(rec, host=host)
             out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
         return out
     for _, rank_dir in evidence_io.numbered(evidence_io.subdirs(attempt_dir)):  # `x`: skipped with a note

@@ -38,6 +38,15 @@ def test_parse_agent_summary():
     assert recs[1]["error_file"] == "/tmp/x/error.json"
 
 
+def test_a_loopback_fqdn_in_torchruns_table_is_named_by_the_nodes_hostname(tmp_path):
+    """torchrun writes socket.getfqdn(): "localhost" on every node whose hostname maps to a loopback line of
+    /etc/hosts (Debian's default, many containers). A root cause "on host localhost" names no node."""
+    table = SUMMARY.replace("host      : node8", "host      : localhost")
+    recs = postmortem.parse_agent_summary(table)
+    fails = postmortem.failures_of_attempt(tmp_path, 0, "gpu-node-3", recs)
+    assert [f.host for f in fails] == ["node7", "gpu-node-3"]  # a real fqdn is kept as torchrun wrote it
+
+
 def fail(message="", tb="", code=1, ts=None, rank=0):
     f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=code, timestamp=ts, message=message, traceback=tb)
     f.error_type, _ = postmortem.exception_line(message, tb)
