@@ -15,7 +15,9 @@ reaps its children and reports their exit, and on end-of-file kills what it star
 """
 from __future__ import annotations
 
+import io
 import json
+import locale
 import os
 import select
 import signal
@@ -23,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,10 +54,15 @@ def serve(fd: int) -> None:
         if not msg:  # the test process closed its end (or died): leave nothing behind
             _kill_all(children)
             return
+        started_r, started_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _become_node(json.loads(msg), fds)  # raises SystemExit out of serve(): the node's own exit
+            os.close(started_r)
+            _become_node(json.loads(msg), fds, started_w)  # raises SystemExit out of serve(): the node's own exit
+        os.close(started_w)
+        os.read(started_r, 1)  # as Popen: the pid goes back once the child has its session and stdio
+        os.close(started_r)
         for f in fds:
             os.close(f)
         children.add(pid)
@@ -74,15 +82,17 @@ def _reap(children: set[int], sock: socket.socket) -> None:
 
 
 def _kill_all(children: set[int]) -> None:
+    """SIGKILL every child's session (what it started too), and the child itself: one just forked may not have
+    made its session yet."""
     for pid in children:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
+        for kill, sig in ((os.killpg, signal.SIGCONT), (os.killpg, signal.SIGKILL), (os.kill, signal.SIGKILL)):
             try:
-                os.killpg(pid, sig)
+                kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
 
 
-def _become_node(req: dict, fds: list[int]) -> None:
+def _become_node(req: dict, fds: list[int], started: int) -> None:
     """In the forked child: what `python -m ddpdoctor ARGS` in a new session would be, then run it."""
     import random
     import runpy
@@ -94,6 +104,7 @@ def _become_node(req: dict, fds: list[int]) -> None:
         if f > 2:
             os.close(f)
     os.chdir(req["cwd"])
+    os.close(started)
     os.environ.clear()
     os.environ.update(req["env"])
     sys.argv = [req["argv"][2]] + req["argv"][3:]
@@ -126,6 +137,7 @@ class ForkedProc:
         self.stderr = stderr
         self.returncode: int | None = None
         self._done = threading.Event()
+        self._read: list | None = None
 
     def _exited(self, rc: int) -> None:
         self.returncode = rc
@@ -139,9 +151,35 @@ class ForkedProc:
             raise subprocess.TimeoutExpired(f"forked node {self.pid}", timeout)
         return self.returncode
 
+    def communicate(self, timeout: float | None = None) -> tuple:
+        """Both streams to their end, then the exit status: (stdout, stderr), as Popen's."""
+        end = None if timeout is None else time.monotonic() + timeout
+        if self._read is None:
+            self._read = [None, None]
+            self._readers = [threading.Thread(target=self._slurp, args=(i, f), daemon=True)
+                             for i, f in enumerate((self.stdout, self.stderr))]
+            for t in self._readers:
+                t.start()
+        for t in self._readers:
+            t.join(None if end is None else max(0.0, end - time.monotonic()))
+        if any(t.is_alive() for t in self._readers):
+            raise subprocess.TimeoutExpired(f"forked node {self.pid}", timeout)
+        self.wait(None if end is None else max(0.1, end - time.monotonic()))
+        return tuple(self._read)
+
+    def _slurp(self, i: int, stream) -> None:
+        self._read[i] = stream.read()
+        stream.close()
+
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, sig)
+
+
+def _stream(fd: int, text: bool):
+    """A pipe's reading end as Popen gives it: bytes, or text in the locale's encoding with text=True."""
+    raw = os.fdopen(fd, "rb")
+    return io.TextIOWrapper(raw, encoding=locale.getpreferredencoding(False)) if text else raw
 
 
 class Server:
@@ -184,7 +222,7 @@ class Server:
                     self._early[event["exited"]] = event["rc"]
                 self._got.notify_all()
 
-    def spawn(self, argv: list[str], env: dict, cwd: str | None) -> ForkedProc:
+    def spawn(self, argv: list[str], env: dict, cwd: str | None, text: bool = False) -> ForkedProc:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -199,7 +237,7 @@ class Server:
                 if not self._got.wait_for(lambda: self._spawned, timeout=60):
                     raise RuntimeError("the fork server did not answer")
                 pid = self._spawned.pop(0)
-                proc = ForkedProc(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+                proc = ForkedProc(pid, _stream(out_r, text), _stream(err_r, text))
                 if pid in self._early:
                     proc._exited(self._early.pop(pid))
                 else:
@@ -218,14 +256,15 @@ _server: Server | None = None
 _server_lock = threading.Lock()
 
 
-def popen(argv: list[str], env: dict, cwd: str | None = None):
-    """Popen(argv, stdout=PIPE, stderr=PIPE, env=env, cwd=cwd, start_new_session=True), forked when eligible."""
+def popen(argv: list[str], env: dict, cwd: str | None = None, text: bool = False):
+    """Popen(argv, stdout=PIPE, stderr=PIPE, env=env, cwd=cwd, start_new_session=True, text=text), forked when
+    eligible."""
     global _server
     if not eligible(argv, env):
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, text=text)
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
             _server = Server()
         server = _server
-    return server.spawn(argv, env, cwd)
+    return server.spawn(argv, env, cwd, text)

@@ -14,6 +14,7 @@ import pytest
 
 from ddpdoctor.cluster.local import free_port
 from ddpdoctor.cluster.local import kill_sessions
+from tests import zygote
 
 CLUSTER_CHECKS = "mesh,clock-skew,names,parity,launch-args,collective"
 TIMEOUT = 20
@@ -33,8 +34,7 @@ class Cluster:
                 "--nnodes", str(self.nnodes), "--node-rank", str(rank), "--local-addr", f"127.0.0.{rank + 1}",
                 "--timeout", str(timeout), "--json", "--only", only, *extra]
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
-                                start_new_session=True)
+        proc = zygote.popen(argv, full_env, text=True)  # forked from a torch-imported server where that is the same
         self.procs[rank] = proc
         return proc
 
