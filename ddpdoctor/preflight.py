@@ -137,6 +137,17 @@ class PreflightRequest:
                 raise UsageError(f"{flag} needs a cluster run: add --master HOST:PORT --nnodes N")
 
 
+def _a_second_process_on_this_node(request: PreflightRequest) -> bool:
+    """A launcher started several processes on this one node and this is not local rank 0 (as in a cluster
+    run, local rank 0 speaks for the node). A launcher environment too broken to read is not a reason to stop."""
+    if request.local_nodes:
+        return False
+    try:
+        return request.launcher().local_rank not in (None, 0)
+    except UsageError:
+        return False
+
+
 def run(request: PreflightRequest, *, quiet: bool = False,
         worker_argv: Callable[[int, int, str], list[str]] | None = None) -> dict | None:
     """The one entry: a typed request in, the preflight document out (None: this process is a second one on
@@ -144,6 +155,8 @@ def run(request: PreflightRequest, *, quiet: bool = False,
     plan = request.plan()
     if not request.is_cluster():
         request.single_node_only_flags()
+        if _a_second_process_on_this_node(request):
+            return None  # `torchrun --nproc-per-node 2`, `srun -n 2` on one node: one report, one result file
         return run_single_node(plan)
     from .cluster import join
 

@@ -46,6 +46,28 @@ def test_one_entry_returns_the_document_with_groups():
     assert [g["check"] for g in doc["groups"]] == ["resources"]
 
 
+TORCHRUN_ONE_NODE = {"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2",
+                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+
+
+@pytest.mark.parametrize("env, speaks", [
+    (dict(TORCHRUN_ONE_NODE, LOCAL_RANK="0", RANK="0"), True),
+    (dict(TORCHRUN_ONE_NODE, LOCAL_RANK="1", RANK="1"), False),  # `torchrun --nproc-per-node 2 ... preflight`
+    ({"SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "a1", "SLURM_LOCALID": "1"}, False),  # srun -n 2
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, False),  # mpiexec -n 4 on one host
+    ({"SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "a1"}, True),  # a shell in an allocation
+])
+def test_one_report_per_node_when_a_launcher_starts_several_processes_on_one_node(monkeypatch, env, speaks):
+    """Local rank 0 speaks for the node, as in a cluster run: the others printed the same report again,
+    interleaved with the first, and wrote the same result file."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    doc = preflight.run(PreflightRequest(only=("resources",)))
+    assert (doc is not None) is speaks
+    assert doc is None or doc["scope"] == "node"
+
+
 def test_perf_turns_on_every_check_that_declares_opt_in_perf_by_its_declaration():
     """--perf is not tied to a check's name: any installed check with opt_in = "perf" and an "enabled"
     option is turned on (a plugin's too); a check without the option, or of another group, is left alone."""
