@@ -93,6 +93,8 @@ class PreflightRequest:
     local_nodes: int | None = None
     # a known-good run's values (ddpdoctor.baseline.load of --baseline FILE): judged on the master's compare
     baseline: dict | None = None
+    # what each node runs, for the fix that names a missing node (run-trainer's gate: its own command line)
+    node_command: str | None = None
     _launcher: Any = field(default=None, init=False, repr=False, compare=False)  # launcher(): detected once
 
     @classmethod

@@ -29,6 +29,7 @@ class JoinConfig:
     launcher: str | None = None
     quiet: bool = False
     hosts: list[str] | None = None  # the job's hosts, from the launcher or --hosts: names the missing ones
+    node_command: str | None = None  # what to start on a missing node (None: this preflight's own command)
 
     @property
     def allow_loopback(self) -> bool:
@@ -58,7 +59,7 @@ def from_request(request, launcher: LauncherInfo, *, quiet: bool = False) -> Joi
         timeout=request.timeout, token=request.token or None,
         nproc_per_node=request.nproc_per_node or info.nproc_per_node, rdzv_id=request.rdzv_id,
         code_dir=request.code_dir, shared_dir=request.shared_dir, external_store=info.source == "torchrun",
-        launcher=info.source, quiet=quiet, hosts=info.hosts,
+        launcher=info.source, quiet=quiet, hosts=info.hosts, node_command=request.node_command,
     )
 
 

@@ -110,7 +110,8 @@ class Master(Node):
         if missing or 0 not in valid:
             msg = rosters.missing_message(present=sorted(valid), missing=missing, idents=idents,
                                           endpoint=str(self.cfg.master), nnodes=n, timeout=self.cfg.timeout,
-                                          hosts=self.cfg.hosts, launcher=self.cfg.launcher)
+                                          hosts=self.cfg.hosts, launcher=self.cfg.launcher,
+                                          command=self.cfg.node_command)
             if self.rejected:
                 msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
             self.mb.post("roster", rosters.aborted(msg), public_copy=self.mb.sealed and not self.cfg.token)

@@ -54,8 +54,10 @@ def aborted(message: str) -> dict:
 
 
 def missing_message(*, present: list[int], missing: list[int], idents: list[dict], endpoint: str, nnodes: int,
-                    timeout: float, hosts: list[str] | None = None, launcher: str | None = None) -> str:
-    """Who is missing, by host where the launcher lists the job's hosts, and that launcher's own fix."""
+                    timeout: float, hosts: list[str] | None = None, launcher: str | None = None,
+                    command: str | None = None) -> str:
+    """Who is missing, by host where the launcher lists the job's hosts, and that launcher's own fix
+    (``command``: what each node runs, when it is not this preflight: run-trainer's gate)."""
     from ..grouping import compress_hosts
     from .launcher_env import missing_hosts, start_everywhere_fix
 
@@ -66,7 +68,7 @@ def missing_message(*, present: list[int], missing: list[int], idents: list[dict
     if absent:
         source = {"pbs": "PBS_NODEFILE", "slurm": "SLURM_JOB_NODELIST", "hosts": "--hosts"}.get(launcher or "", "the job")
         who += f" = host(s) {compress_hosts(absent)} (listed in {source}, never joined)"
-    command = f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
+    command = command or f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
     msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; {who}. "
            f"Joined: {known or 'none'}. Fix: "
            f"{start_everywhere_fix(launcher, command, others_joined=len(present) > 1, endpoint=endpoint)}; a node "

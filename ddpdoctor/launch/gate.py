@@ -17,7 +17,8 @@ def run_preflight(cfg: TrainerConfig, request, show: Callable[[dict], None] | No
     if cfg.nnodes > 1:
         host, _, port = cfg.master.rpartition(":")
         request = replace(request, master=f"{host}:{int(port) + 1}", nnodes=cfg.nnodes, local_addr=cfg.local_addr,
-                          nproc_per_node=cfg.nproc_per_node, rdzv_id=cfg.rendezvous_id())
+                          nproc_per_node=cfg.nproc_per_node, rdzv_id=cfg.rendezvous_id(),
+                          node_command=f"ddpdoctor run-trainer --nnodes {cfg.nnodes} --master {cfg.master} ...")
     else:
         request = replace(request, nnodes=1)
     doc = preflight.run(request, quiet=show is None)

@@ -27,3 +27,29 @@ def test_missing_message_names_ranks_hosts_and_duplicates():
                                                                      node(1, "c", "1.1.1.3", claim=2)],
                                  endpoint="a:29500", nnodes=3, timeout=20)
     assert "missing rank(s) 2" in msg and "b (1.1.1.2) rank 1" in msg and "claimed by more than one node" in msg
+
+
+def test_a_missing_node_is_told_to_start_what_every_node_runs(monkeypatch):
+    """run-trainer's gate meets on the port after the job's: telling the user to start `ddpdoctor preflight` on
+    that port sent them to the wrong command. The gate passes its own; a bare preflight keeps its own."""
+    from ddpdoctor import preflight
+    from ddpdoctor.launch import gate
+    from ddpdoctor.launch.config import TrainerConfig
+
+    ident = [node(0, "a", "1.1.1.1")]
+    own = roster.missing_message(present=[0], missing=[1], idents=ident, endpoint="a:29501", nnodes=2, timeout=5)
+    assert "start `ddpdoctor preflight --master a:29501 --nnodes 2`" in own
+    seen = []
+
+    def fake_run(request, quiet=False):
+        seen.append(request)
+        return {"verdict": "pass", "results": []}
+
+    cfg = TrainerConfig(nnodes=2, nproc_per_node=1, master="a:29500", run_id="r1")
+    monkeypatch.setattr(preflight, "run", fake_run)
+    gate.run_preflight(cfg, preflight.PreflightRequest())
+    command = seen[0].node_command
+    assert seen[0].master == "a:29501" and command.startswith("ddpdoctor run-trainer --nnodes 2 --master a:29500")
+    msg = roster.missing_message(present=[0], missing=[1], idents=ident, endpoint="a:29501", nnodes=2, timeout=5,
+                                 launcher="slurm", command=command)
+    assert f"srun --ntasks-per-node=1 {command}" in msg and "ddpdoctor preflight" not in msg
