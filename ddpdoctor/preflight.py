@@ -140,12 +140,10 @@ class PreflightRequest:
 
 
 def _a_second_process_on_this_node(request: PreflightRequest) -> bool:
-    """A launcher started several processes on this one node and this is not local rank 0 (as in a cluster
-    run, local rank 0 speaks for the node). A launcher environment too broken to read is not a reason to stop."""
-    if request.local_nodes:
-        return False
+    """A launcher started several processes on this one node and this is not the one that speaks for it (as in
+    a cluster run). A launcher environment too broken to read (`--nnodes 1` skips reading it) is no reason to stop."""
     try:
-        return request.launcher().local_rank not in (None, 0)
+        return request.launcher().another_speaks
     except UsageError:
         return False
 

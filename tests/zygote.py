@@ -131,7 +131,7 @@ def eligible(argv: list[str], env: dict) -> bool:
 class ForkedProc:
     """The part of subprocess.Popen the node helpers use, for a node the server forked."""
 
-    def __init__(self, pid: int, stdout, stderr):
+    def __init__(self, pid: int | None, stdout, stderr):  # pid: None until the server has forked it
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
@@ -192,11 +192,10 @@ class Server:
                                      env=dict(os.environ, **SERVER_ENV))
         theirs.close()
         self.sock = mine
-        self._lock = threading.Lock()
-        self._spawned: list[int] = []
+        self._lock = threading.Lock()  # one spawn at a time: the next "spawned" is the pending node's
         self._got = threading.Condition()
+        self._pending: ForkedProc | None = None
         self._procs: dict[int, ForkedProc] = {}
-        self._early: dict[int, int] = {}
         mine.settimeout(120)
         ready = json.loads(mine.recv(MAX_MESSAGE) or b"{}")
         if "ready" not in ready:
@@ -214,12 +213,11 @@ class Server:
                 return
             event = json.loads(msg)
             with self._got:
-                if "spawned" in event:
-                    self._spawned.append(event["spawned"])
-                elif event["exited"] in self._procs:
-                    self._procs.pop(event["exited"])._exited(event["rc"])
+                if "spawned" in event:  # always before that node's "exited": the server sends both, in order
+                    self._pending.pid = event["spawned"]
+                    self._procs[self._pending.pid], self._pending = self._pending, None
                 else:
-                    self._early[event["exited"]] = event["rc"]
+                    self._procs.pop(event["exited"])._exited(event["rc"])
                 self._got.notify_all()
 
     def spawn(self, argv: list[str], env: dict, cwd: str | None, text: bool = False) -> ForkedProc:
@@ -227,21 +225,18 @@ class Server:
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
         req = json.dumps({"argv": argv, "env": env, "cwd": cwd or os.getcwd()}).encode()
+        proc = ForkedProc(None, _stream(out_r, text), _stream(err_r, text))
         with self._lock:
+            with self._got:
+                self._pending = proc
             try:
                 socket.send_fds(self.sock, [req], [null, out_w, err_w])
             finally:
                 for f in (null, out_w, err_w):
                     os.close(f)
             with self._got:
-                if not self._got.wait_for(lambda: self._spawned, timeout=60):
+                if not self._got.wait_for(lambda: proc.pid is not None, timeout=60):
                     raise RuntimeError("the fork server did not answer")
-                pid = self._spawned.pop(0)
-                proc = ForkedProc(pid, _stream(out_r, text), _stream(err_r, text))
-                if pid in self._early:
-                    proc._exited(self._early.pop(pid))
-                else:
-                    self._procs[pid] = proc
         return proc
 
     def close(self) -> None:

@@ -43,7 +43,7 @@ def from_request(request, launcher: LauncherInfo, *, quiet: bool = False) -> Joi
     (request.launcher()). Returns None when this process should not run a node preflight (a second process
     on this node under torchrun, mpiexec or srun: local rank 0 speaks for the node)."""
     info = launcher
-    if info.local_rank not in (None, 0):
+    if info.another_speaks:
         return None  # one preflight per node
     master_text = request.master or info.master
     if not master_text:

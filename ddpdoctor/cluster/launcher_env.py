@@ -33,6 +33,11 @@ class LauncherInfo:
     local_rank: int | None = None  # several processes per node (torchrun, mpiexec): only local rank 0 speaks
     job_id: str | None = None
 
+    @property
+    def another_speaks(self) -> bool:
+        """This is a second process the launcher started on this node: local rank 0 speaks for the node."""
+        return self.local_rank not in (None, 0)
+
 
 def _int(env: Mapping[str, str], *names: str) -> int | None:
     for name in names:
