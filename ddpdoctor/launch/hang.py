@@ -154,7 +154,8 @@ class Watchdog:
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
                      "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
                              f"comes before the hang threshold ({hang_s} s): every "
-                             f"rank's evidence was taken {lead:.1f} s before it expired"
+                             + (f"rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
+                                "rank's evidence was taken as it expired (collecting it outlasted the margin)")
                              + ("; when it expired the job was stopped" if stop else
                                 "; the job then ended by that timeout"))}
         return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
@@ -231,14 +232,34 @@ class Watchdog:
 
         done = {}
         if self.sockets:
-            for rank in ranks_of(workers(self.agent.pid)):
+            procs = workers(self.agent.pid)
+            for proc, rank in zip(procs, rank_per_process(procs)):
+                if rank is None:
+                    continue
                 fr = forensics.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)
                 done[rank] = forensics.completed(fr)
+                if fr is None:
+                    # Its server gone at exit: the record it wrote then is its last word. A poll that caught a
+                    # collective in flight must not leave that collective "pending" while the rank spends seconds
+                    # in interpreter shutdown: its process-group deadline would stop a job that had finished.
+                    fr = self.exit_record(rank, proc)
                 if fr is not None:
                     self.last_fr[rank] = fr  # the progress summary at the end reads the last one
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
         logs = self.logs if not any(v is not None for v in done.values()) else Path("/nonexistent")
         return done, progress_mark(self.run_dir, logs)
+
+    def exit_record(self, rank: int, proc: psutil.Process) -> dict | None:
+        """The flight record the rank wrote at its exit (the bootstrap's atexit, before its server stops), if
+        this process wrote it (a record older than the process is an earlier attempt's)."""
+        path = self.run_dir / "flight_recorder" / f"rank{rank}.json"
+        try:
+            if path.stat().st_mtime < proc.create_time():
+                return None
+            record = json.loads(path.read_text())
+        except (OSError, ValueError, psutil.Error):
+            return None
+        return record if isinstance(record, dict) else None
 
     def fire(self, stalled_s: float) -> dict:
         procs = workers(self.agent.pid)

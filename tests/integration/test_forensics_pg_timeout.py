@@ -167,6 +167,37 @@ def test_a_rank_late_but_before_the_users_timeout_is_no_alarm(tmp_path, job):
     assert stall.exists()  # the slow step did happen
 
 
+SLOW_TEARDOWN = """\
+import datetime, os, time, torch, torch.distributed as dist
+
+
+class Library:
+    def __del__(self):
+        time.sleep(12)  # a library's teardown at interpreter exit, after atexit (the rank's server is gone)
+
+
+KEEP = Library()
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+rank, t = dist.get_rank(), torch.ones(8)
+for step in range(6):
+    if rank == 0 and step == 5:
+        time.sleep(3)  # late to the last collective: the others' polls see it in flight
+    dist.all_reduce(t)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_finished_job_slow_to_tear_down_is_no_alarm(tmp_path):
+    """Every rank finished its last collective, then spends 12 s tearing down (past the 10 s timeout of a
+    collective a poll last saw in flight): the job passes; the ranks' exit records say nothing is pending."""
+    script = tmp_path / "teardown.py"
+    script.write_text(SLOW_TEARDOWN)
+    p, doc = run_trainer("--nproc-per-node", "3", "--", str(script), run_dir=tmp_path / "run", timeout=110,
+                         env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stdout[-3000:]
+
+
 @pytest.mark.timeout(120)
 def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
     p, doc, _ = live(tmp_path, job, 3, "healthy", [])

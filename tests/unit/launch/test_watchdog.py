@@ -311,3 +311,29 @@ def test_ranks_that_wrote_their_exit_record_are_ending_not_hung(ranks, tmp_path)
     assert w.exiting(since=now - 10, now=now + 1) is True
     assert w.exiting(since=now + 5, now=now + 6) is False  # written before these workers started: an earlier attempt
     assert w.exiting(since=now - 10, now=now + 61) is False  # bounded: a rank stuck in its exit is named after all
+
+
+def test_a_rank_gone_from_its_server_is_read_from_its_exit_record(ranks, tmp_path):
+    """The last poll caught a collective in flight; the rank then finished and spends seconds in interpreter
+    shutdown (its server gone): its exit record, not that stale poll, tells whether a collective is pending, so
+    the process-group deadline of a completed collective stops nothing. A record older than the process is an
+    earlier attempt's and is not read."""
+    ranks(2)
+    w = hang.Watchdog(Agent(), tmp_path, tmp_path, 30.0, sockets=str(tmp_path / "absent-{rank}.sock"))
+    created = time.time() - 7.0
+    in_flight = {"pg_status": {"0": {"last_enqueued_collective": "29", "last_completed_collective": "28"}},
+                 "entries": [{"pg_id": 0, "collective_seq_id": 29, "time_created_ns": int(created * 1e9),
+                              "timeout_ms": 10000, "is_p2p": False}]}
+    done = {**in_flight, "pg_status": {"0": {"last_enqueued_collective": "29", "last_completed_collective": "29"}}}
+    w.last_fr = {0: in_flight, 1: in_flight}
+    records = tmp_path / "flight_recorder"
+    records.mkdir()
+    (records / "rank0.json").write_text(json.dumps(done))
+    (records / "rank1.json").write_text(json.dumps(done))
+    os.utime(records / "rank1.json", (time.time() - 3600, time.time() - 3600))  # an earlier attempt's
+    assert w.progress()[0] == {0: None, 1: None}  # no server answers
+    assert forensics.pending_deadline(w.last_fr[0]) is None  # rank 0's exit record: nothing pending
+    assert w.last_fr[1] is in_flight  # rank 1's record predates it: the last poll stands
+    (records / "rank1.json").write_text(json.dumps(done))
+    w.progress()
+    assert w.before_timeout(time.time()) is None and w.next_wait() == w.poll
