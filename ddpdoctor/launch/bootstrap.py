@@ -5,7 +5,8 @@ script as plain `python script.py` would (sys.argv, sys.path[0], `__main__`, exi
 
 - torch's error file for an uncaught exception, exactly as `@record` writes it (the post-mortem reads it);
 - SIGUSR1 -> every thread's Python stack into DDPDOCTOR_STACKS_DIR/rank<R>.txt (faulthandler, not chained:
-  a script without a handler would otherwise die of the signal);
+  a script without a handler would otherwise die of the signal); the launcher's SIGTERM -> the same into
+  DDPDOCTOR_STACKS_DIR/sigterm/rank<R>.txt, then the flight record, then the process ends of SIGTERM;
 - local rank 0: this node's node rank (torchrun's GROUP_RANK, decided at the rendezvous) into
   DDPDOCTOR_NODE_FILE, so run-trainer knows whether it is node rank 0, the node that prints the full result;
 - torch's worker server on DDPDOCTOR_WORKER_SOCKET ({rank} replaced): its C++ thread answers while the
@@ -180,6 +181,7 @@ def _die_of_sigterm() -> None:
 
     if not _TERM_ONCE.acquire(blocking=False):
         return  # the other path is at it
+    dump_stack_at_sigterm()
     dump_flight_record()
     try:
         import ctypes
@@ -190,6 +192,25 @@ def _die_of_sigterm() -> None:
     except (OSError, AttributeError):
         os._exit(128 + signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def dump_stack_at_sigterm() -> None:
+    """Where this rank was when the launcher stopped it: every thread's stack into
+    DDPDOCTOR_STACKS_DIR/sigterm/rank<R>.txt. A rank stopped before it raised anything leaves no traceback, and
+    gloo's flight record (JSON) carries no call sites: this names the line of the odd call of a desync, or the
+    place a missing rank was stuck in, for the post-mortem. Overwritten: only the last stop matters."""
+    stacks = os.environ.get("DDPDOCTOR_STACKS_DIR")
+    if not stacks:
+        return
+    try:
+        import faulthandler
+
+        folder = os.path.join(stacks, "sigterm")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"rank{rank()}.txt"), "w") as fh:
+            faulthandler.dump_traceback(file=fh, all_threads=True)
+    except Exception:  # noqa: BLE001 - a full disk must not keep the rank from ending
+        pass
 
 
 def _forget_sigterm() -> None:

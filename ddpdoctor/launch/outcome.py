@@ -85,7 +85,32 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     or who was behind; attribution.adopt decides whether they outrank the first failure."""
     from .fr_dumps import find_dumps, judge_dumps
 
-    attribution.adopt(verdict, judge_dumps(find_dumps([run_dir / "flight_recorder"])))
+    hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]))
+    where_stopped(hang, run_dir / "stacks" / "sigterm")
+    attribution.adopt(verdict, hang)
+
+
+def where_stopped(hang: dict | None, folder: Path, within_s: float = 60.0) -> None:
+    """Culprits the dumps name without a call site (gloo's JSON record has none; a rank the launcher stopped
+    before it raised left no traceback): the line its own code was at when the launcher stopped it, from the
+    stack the bootstrap wrote on that SIGTERM just before the rank's flight record (a stack that far from the
+    record belongs to another attempt)."""
+    from .collectives import main_thread_frames, user_site
+
+    files = (hang or {}).get("files") or {}
+    for culprit in (hang or {}).get("culprits") or []:
+        rank = culprit.get("rank")
+        if culprit.get("where") or str(rank) not in files:
+            continue
+        path = folder / f"rank{rank}.txt"
+        try:
+            if abs(path.stat().st_mtime - Path(files[str(rank)]).stat().st_mtime) > within_s:
+                continue
+        except OSError:
+            continue
+        site = user_site(main_thread_frames(evidence_io.read_tail(path, 256 << 10)))
+        if site:
+            culprit.update(where=site["where"], function=site["function"])
 
 
 def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:

@@ -113,3 +113,24 @@ def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_pa
         p.kill()
         p.communicate(timeout=30)
 
+
+
+def test_the_launchers_sigterm_leaves_where_the_rank_was_and_still_ends_it(tmp_path, script):
+    """torchrun stops the other ranks with SIGTERM once one failed: the rank's stacks at that moment go to
+    stacks/sigterm/rank<R>.txt (a rank stopped before it raised leaves no traceback), and it ends of SIGTERM."""
+    from ddpdoctor.launch.collectives import main_thread_frames, user_site
+
+    env = {"DDPDOCTOR_STACKS_DIR": str(tmp_path / "stacks"), "DDPDOCTOR_FR_DIR": str(tmp_path / "fr"), "RANK": "3"}
+    p = bootstrap(tmp_path, str(script), "sleep", env=env)
+    try:
+        assert "ready" in p.stdout.readline() + p.stdout.readline()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == -signal.SIGTERM
+        dumped = (tmp_path / "stacks" / "sigterm" / "rank3.txt").read_text()
+        # the script's own frame, never the bootstrap's handler: line 15 (time.sleep), or 14 when the signal
+        # lands as `print("ready")` returns
+        assert user_site(main_thread_frames(dumped)) in [{"where": f"{script}:{line}", "function": "<module>"}
+                                                         for line in (14, 15)], dumped
+    finally:
+        p.kill()
+        p.communicate(timeout=30)

@@ -63,3 +63,35 @@ def test_a_real_error_stays_the_root_cause():
                                              error_type="ValueError"))
     adopt_hang_verdict(verdict, hang)
     assert verdict.root_cause.error_type == "ValueError" and verdict.consequences == []
+
+
+def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launchers_sigterm(tmp_path):
+    """gloo's JSON record has no call sites and rank 2, stopped by torchrun before its own error, left no
+    traceback: the stack the bootstrap wrote on that SIGTERM names the line of its odd call. A stack far older
+    than the rank's record (another attempt's) is not used."""
+    from ddpdoctor.launch import outcome
+
+    fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
+    fr.mkdir()
+    stacks.mkdir(parents=True)
+    bare = {k: v for k, v in entry(7).items() if k != "frames"}
+    for r in (0, 1, 2):
+        call = dict(bare, input_dtypes=["Double" if r == 2 else "Float"])
+        (fr / f"rank{r}.json").write_text(json.dumps(record(7, 6, [call])))
+    (stacks / "rank2.txt").write_text(
+        'Current thread 0x00007f00 (most recent call first):\n  File "/usr/lib/python3.11/threading.py", line 975 '
+        'in run\n\nThread 0x00007f01 (most recent call first):\n'
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+        '  File "/jobs/train.py", line 58 in log_metric\n  File "/jobs/train.py", line 90 in main\n'
+        '  File "/jobs/train.py", line 101 in <module>\n')
+
+    def adopted():
+        verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
+                                                 message="timed out"))
+        outcome.adopt_exit_dumps(verdict, tmp_path)
+        return verdict.root_cause
+
+    root = adopted()
+    assert root.rank == 2 and root.error_type == "desync" and root.location == "/jobs/train.py:58"
+    os.utime(stacks / "rank2.txt", (1_000_000_000, 1_000_000_000))
+    assert adopted().location is None
