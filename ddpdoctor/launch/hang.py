@@ -29,6 +29,7 @@ class Watchdog:
         self.node, self.nnodes, self.exchange = node, nnodes, run_dir / "hang"
         self.report: dict | None = None
         self.last_fr: dict[int, dict] = {}
+        self.gone: set[int] = set()  # ranks with a record whose process the last poll no longer found
         # The user's own process-group timeout (the flight recorder's timeout_ms) may expire before the
         # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
         self.early: dict | None = None
@@ -118,21 +119,26 @@ class Watchdog:
     def next_wait(self) -> float:
         """The polling period, shortened to wake up when the pending collective nears its process group's
         timeout (to take the evidence) and right after it expires (to stop the job)."""
-        from . import forensics
-
-        pending = [d for d in (forensics.pending_deadline(fr) for fr in self.last_fr.values()) if d]
+        pending = self.pending()
         if not pending:
             return self.poll
         deadline, timeout = min(pending)
         at = deadline - self.margin(timeout) if self.early is None else self.early["deadline"] + 0.5
         return min(self.poll, max(0.2, at - time.time()))
 
+    def pending(self) -> list[tuple[float, float]]:
+        """(deadline, timeout) of the oldest pending collective in each rank's newest record. A rank no longer
+        running has no deadline: its last poll may have caught a collective it then completed; the ranks left
+        waiting for it carry their own."""
+        from . import forensics
+
+        return [d for d in (forensics.pending_deadline(fr) for r, fr in self.last_fr.items() if r not in self.gone)
+                if d]
+
     def before_timeout(self, now: float) -> dict | None:
         """Collect every rank's evidence when the oldest pending collective nears its process group's timeout:
         the job is not stopped (it may still complete); the evidence is judged if the job ends by that timeout."""
-        from . import forensics
-
-        pending = [d for d in (forensics.pending_deadline(fr) for fr in self.last_fr.values()) if d]
+        pending = self.pending()
         if not pending:
             return None
         deadline, timeout = min(pending)
@@ -233,7 +239,9 @@ class Watchdog:
         done = {}
         if self.sockets:
             procs = workers(self.agent.pid)
-            for proc, rank in zip(procs, rank_per_process(procs)):
+            running = rank_per_process(procs)
+            self.gone = set(self.last_fr) - set(running)
+            for proc, rank in zip(procs, running):
                 if rank is None:
                     continue
                 fr = forensics.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)

@@ -337,3 +337,9 @@ def test_a_rank_gone_from_its_server_is_read_from_its_exit_record(ranks, tmp_pat
     (records / "rank1.json").write_text(json.dumps(done))
     w.progress()
     assert w.before_timeout(time.time()) is None and w.next_wait() == w.poll
+    # a rank whose process is gone altogether (it ended first) carries no deadline either; a running one does
+    w.last_fr[7] = in_flight
+    w.progress()
+    assert w.gone == {7} and w.pending() == []
+    w.last_fr[1] = in_flight
+    assert w.pending() == [(created + 10.0, 10.0)]
