@@ -73,6 +73,8 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
     os.makedirs(progress, exist_ok=True)
     os.environ[PROGRESS_ENV] = progress
     handlers = _signal_handlers()
+    if handlers:
+        _handle_stops_between_spawns()
     stopped_by, done, beats = None, threading.Event(), []
     threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats), name="ddpdoctor-bench-wake",
                      daemon=True).start()
@@ -87,6 +89,7 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
         done.set()
         for sig, handler in handlers.items():  # torch's agent leaves its own (raising SignalException) installed
             signal.signal(sig, handler)
+        os.environ.pop(SIGNALS_ENV, None)
         # The config, the progress notes and torch's per-rank logs have been read: nothing outlives the command.
         shutil.rmtree(run_dir, ignore_errors=True)
     if stopped_by == signal.SIGINT:
@@ -123,6 +126,43 @@ def _signal_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+
+
+SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # the signals torch's agent turns into its SignalException
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _handle_stops_between_spawns() -> None:
+    """SIGTERM, SIGINT and SIGHUP become torch's SignalException, as torch's own handler makes them (the agent
+    then stops the ranks), but never while the main thread is starting a rank: raised between the rank's exec
+    and the write of its start-up data (multiprocessing's spawn), the rank reads nothing and prints an EOFError
+    traceback under the command's one line. There the signal is sent again a moment later. torch's agent is told
+    (its env var) to leave these signals to this handler; SIGQUIT stays its own."""
+    os.environ[SIGNALS_ENV] = "SIGQUIT"
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _stop_the_ranks)
+
+
+def _stop_the_ranks(signum: int, frame) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    if _starting_a_rank(frame):
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        return
+    sigval = signal.Signals(signum)
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+
+
+def _starting_a_rank(frame) -> bool:
+    """The main thread is inside multiprocessing's Popen._launch (the spawn of a rank), at most 200 frames up."""
+    for _ in range(200):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "_launch" and "/multiprocessing/popen_" in code.co_filename.replace("\\", "/"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _entry() -> int:
