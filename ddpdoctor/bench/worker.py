@@ -66,8 +66,8 @@ def _wave(cfg: BenchConfig, device, nodes_of_rank: list[str], pairs: list[tuple[
     for i, (ranks, group) in enumerate(groups):
         if rank in ranks:
             row = measure("all_reduce", cfg.localise_bytes, Context(device, group), cfg, group_label="pair")
-            if row is not None and rank == ranks[0]:
-                figures[i] = (row.in_place or row.out_of_place)["busbw_gbs"]
+            if row is not None and rank == ranks[0]:  # the better form: a loaded host's dip hits one, a slow node both
+                figures[i] = max(form["busbw_gbs"] for form in (row.in_place, row.out_of_place) if form)
     dist.all_reduce(figures)  # only the first rank of each pair contributed: the sum is its figure
     return {pair: float(v) for pair, v in zip(pairs, figures.tolist())}
 
@@ -82,6 +82,9 @@ def _split_waves(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         else:
             waves.append([pair])
     return waves
+
+
+RETESTS = 2  # a node is named only if every one of its retests is slow
 
 
 def run_localisation(cfg: BenchConfig, device, nodes_of_rank: list[str]) -> tuple[list[dict], dict | None]:
@@ -113,8 +116,10 @@ def run_localisation(cfg: BenchConfig, device, nodes_of_rank: list[str]) -> tupl
         labels = {f"{a}+{b}": (a, b) for a, b in round1}
         low = [labels[k] for k in localise.outliers({f"{a}+{b}": v for (a, b), v in round1.items()}, cfg.threshold)]
         round2: dict = {}
-        for wave in _split_waves(localise.retest_pairings(round1, low)):
-            round2.update(_wave(cfg, device, nodes_of_rank, wave))
+        for _ in range(RETESTS):  # the best of each retest: a slow node is slow every time, a passing dip is not
+            for wave in _split_waves(localise.retest_pairings(round1, low)):
+                for pair, busbw in _wave(cfg, device, nodes_of_rank, wave).items():
+                    round2[pair] = max(round2.get(pair, 0.0), busbw)
         found = localise.judge(round1, round2, cfg.threshold)
     # Only each group's first rank holds its rows: every rank gets them all.
     return [row for held in all_gather_json([asdict(r) for r in rows], device) for row in held], found
