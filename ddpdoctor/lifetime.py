@@ -1,10 +1,16 @@
-"""A process's lifetime: a child's tied to its parent's (the one place that asks Linux for PR_SET_PDEATHSIG), and
-torch imported with the stop signals held back (the one place that does)."""
+"""A process's lifetime: a child's tied to its parent's (the one place that asks Linux for PR_SET_PDEATHSIG),
+torch imported with the stop signals held back (the one place that does), and a stop never lost to a place that
+ignores exceptions."""
 from __future__ import annotations
 
 import signal
 
 PR_SET_PDEATHSIG = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, schedulers and Ctrl-C-less tools send): unwinds like Ctrl-C, so every
+    `finally` that stops child processes runs, and ends with 128 + 15 (the command's handler raises it)."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
@@ -36,3 +42,43 @@ def import_held(module: str):
     finally:
         if old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def redeliver_lost_stops() -> None:
+    """A stop signal's exception (SIGTERM's, Ctrl-C's KeyboardInterrupt, torch's SignalException) raised where
+    Python ignores exceptions (a weakref callback such as importlib's module-lock clean-up, a ``__del__``) was
+    printed as "Exception ignored in ..." and lost: the process ran on until its own timeout. Such an exception
+    is sent again as its signal, to be raised at the next ordinary line; every other one goes to the hook
+    that was there."""
+    import sys
+    import threading
+
+    previous = sys.unraisablehook
+    main = threading.main_thread().ident
+
+    def hook(unraisable) -> None:
+        sig = stop_signal_of(unraisable.exc_value)
+        if sig is None:
+            previous(unraisable)
+            return
+        # From another thread, a moment later: a signal sent to oneself runs its handler at once, here, inside
+        # the place that ignores exceptions. To the main thread, so that a blocking call there is interrupted.
+        try:
+            timer = threading.Timer(0.01, signal.pthread_kill, (main, sig))
+            timer.daemon = True
+            timer.start()
+        except RuntimeError:  # no new thread at interpreter shutdown: the process is ending anyway
+            pass
+
+    sys.unraisablehook = hook
+
+
+def stop_signal_of(exc: BaseException | None) -> int | None:
+    """The signal a stop exception stands for: torch's SignalException carries it (``sigval``); Terminated is
+    SIGTERM's; any other KeyboardInterrupt is Ctrl-C's."""
+    sigval = getattr(exc, "sigval", None)
+    if isinstance(sigval, int):
+        return int(sigval)
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+    return None

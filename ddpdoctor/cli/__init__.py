@@ -16,6 +16,7 @@ import click
 from .. import __version__
 from ..errors import DdpdoctorError
 from ..exitcodes import ExitCode
+from ..lifetime import Terminated
 from . import common
 
 COMMANDS = {
@@ -144,11 +145,6 @@ def cli(verbose: int, quiet: bool) -> None:
     common.STATE.quiet = quiet
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, schedulers and Ctrl-C-less tools send): unwinds like Ctrl-C, so every
-    `finally` that stops child processes runs, and ends with 128 + 15."""
-
-
 def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
@@ -158,8 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     import signal
     import threading
 
+    from ..lifetime import redeliver_lost_stops
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        redeliver_lost_stops()
     code = run(argv)
     _exit(code)
 

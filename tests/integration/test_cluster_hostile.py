@@ -577,7 +577,9 @@ def test_sigterm_during_the_torch_import_ends_cleanly(cluster):
 
     for delay in (0.4, 0.8, 1.2, 1.6, 2.2):
         c = cluster(2)
-        node = c.start(1, timeout=SLOW_TIMEOUT)  # no master: it would wait; the signal comes first
+        # no master: it would wait; the signal comes first. Exec'd, not forked from the test's torch-imported
+        # fork server (tests/zygote.py): the import itself is the point
+        node = c.start(1, timeout=SLOW_TIMEOUT, env={"DDPDOCTOR_TEST_NO_FORK": "1"})
         time.sleep(delay)
         node.signal(signal.SIGTERM)
         rc = node.finish(60)

@@ -1,4 +1,5 @@
-"""Unit tests of ddpdoctor/lifetime.py (a child dies with its parent, even a SIGKILLed one) and devices.py
+"""Unit tests of ddpdoctor/lifetime.py (a child dies with its parent, even a SIGKILLed one; a stop signal whose
+exception lands where Python ignores exceptions is sent again) and devices.py
 (CUDA usable / an NVIDIA driver present: each answer never raises, a broken torch is "no CUDA")."""
 from __future__ import annotations
 
@@ -69,3 +70,58 @@ def test_cuda_available_is_false_not_an_error_with_a_broken_torch(tmp_path):
 def test_the_driver_answer_reads_proc_and_dev_without_torch():
     expected = os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
     assert devices.nvidia_driver_present() is expected
+
+
+# SIGTERM's handler runs inside a weakref callback (as inside importlib's module-lock clean-up during an import):
+# Python ignores an exception raised there.
+LOST_STOP = """
+import os, signal, time, weakref
+from ddpdoctor import lifetime
+from ddpdoctor.cli import _on_sigterm
+signal.signal(signal.SIGTERM, _on_sigterm)
+if os.environ.get("REDELIVER") == "1":
+    lifetime.redeliver_lost_stops()
+
+class Lock:
+    pass
+
+def cleanup(ref):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(100000):
+        pass  # the handler runs here
+
+lock = Lock()
+ref = weakref.ref(lock, cleanup)
+del lock
+try:
+    for _ in range(100):
+        time.sleep(0.01)
+    print("ran on", flush=True)
+except lifetime.Terminated:
+    print("terminated", flush=True)
+"""
+
+
+def test_a_stop_raised_where_python_ignores_exceptions_is_sent_again():
+    def run(redeliver: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", LOST_STOP], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "REDELIVER": redeliver})
+
+    lost = run("0")
+    assert lost.stdout.strip() == "ran on" and "Exception ignored" in lost.stderr, lost  # what it did before
+    kept = run("1")
+    assert kept.stdout.strip() == "terminated" and "Exception ignored" not in kept.stderr, kept
+
+
+def test_the_signal_a_stop_exception_stands_for():
+    import signal
+
+    from ddpdoctor.lifetime import Terminated, stop_signal_of
+
+    class SignalException(Exception):  # torch's, as torch.distributed.elastic defines it
+        def __init__(self, sigval):
+            self.sigval = sigval
+
+    assert stop_signal_of(Terminated()) == signal.SIGTERM and stop_signal_of(KeyboardInterrupt()) == signal.SIGINT
+    assert stop_signal_of(SignalException(signal.SIGHUP)) == signal.SIGHUP
+    assert stop_signal_of(ValueError("x")) is None and stop_signal_of(None) is None
