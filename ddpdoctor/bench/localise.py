@@ -1,10 +1,10 @@
 """Where is it slow: intra-node vs inter-node figures, and the bad-node hunt by pairs of nodes.
 
-Round 1 benchmarks disjoint pairs of nodes at once; a pair under ``threshold`` × the median (or a MAD
-outlier) is suspect. Round 2 pairs every node of a suspect pair with a node from a good pair (twice, the best
-figure kept: worker.RETESTS): a node that is slow again is named, with its figure; a node that is fine now only had a slow partner, and so had one whose
-retest dipped too but stayed far above its partner's (noise beside the node that explains the pair). ``judge`` is
-pure, so the rule is tested with plain numbers.
+Round 1 benchmarks disjoint pairs of nodes at once; a pair under ``threshold`` × the median (or a MAD outlier)
+is suspect. Round 2 pairs every node of a suspect pair with a node from a good pair (twice, the best figure
+kept: worker.RETESTS): a node that is slow again is named, with its figure; a node that is fine now only had a
+slow partner, and so had one whose retest dipped too but stayed far above its partner's (noise beside the node
+that explains the pair). ``judge`` is pure, so the rule is tested with plain numbers.
 """
 from __future__ import annotations
 

@@ -86,21 +86,23 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     from .fr_dumps import find_dumps, judge_dumps
 
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]))
-    where_stopped(hang, run_dir / "stacks" / "sigterm")
+    traced = {f.rank for f in [verdict.root_cause, *verdict.consequences] if f is not None and f.location}
+    where_stopped(hang, run_dir / "stacks" / "sigterm", traced)
     attribution.adopt(verdict, hang)
 
 
-def where_stopped(hang: dict | None, folder: Path, within_s: float = 60.0) -> None:
-    """Culprits the dumps name without a call site (gloo's JSON record has none; a rank the launcher stopped
-    before it raised left no traceback): the line its own code was at when the launcher stopped it, from the
-    stack the bootstrap wrote on that SIGTERM just before the rank's flight record (a stack that far from the
-    record belongs to another attempt)."""
-    from .collectives import main_thread_frames, user_site
+def where_stopped(hang: dict | None, folder: Path, traced: set, within_s: float = 60.0) -> None:
+    """Culprits the dumps name without a call site (gloo's JSON record has none) and whose own record has no
+    traceback (``traced``: ranks whose failure has a location; the launcher stopped this one before it raised):
+    the line of its script it was at when the launcher stopped it, from the stack the bootstrap wrote on that
+    SIGTERM just before the rank's flight record (a stack that far from the record is another attempt's). Only
+    a stack still in the script (its `<module>` frame) counts: a rank already exiting says nothing there."""
+    from .collectives import LIBRARY, main_thread_frames
 
     files = (hang or {}).get("files") or {}
     for culprit in (hang or {}).get("culprits") or []:
         rank = culprit.get("rank")
-        if culprit.get("where") or str(rank) not in files:
+        if culprit.get("where") or rank in traced or str(rank) not in files:
             continue
         path = folder / f"rank{rank}.txt"
         try:
@@ -108,9 +110,12 @@ def where_stopped(hang: dict | None, folder: Path, within_s: float = 60.0) -> No
                 continue
         except OSError:
             continue
-        site = user_site(main_thread_frames(evidence_io.read_tail(path, 256 << 10)))
-        if site:
-            culprit.update(where=site["where"], function=site["function"])
+        frames = main_thread_frames(evidence_io.read_tail(path, 256 << 10))
+        if not any(func == "<module>" for _, _, func in frames):
+            continue
+        mine = next(((f, line, func) for f, line, func in frames if not any(part in f for part in LIBRARY)), None)
+        if mine:
+            culprit.update(where=f"{mine[0]}:{mine[1]}", function=mine[2])
 
 
 def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:

@@ -95,3 +95,36 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
     assert root.rank == 2 and root.error_type == "desync" and root.location == "/jobs/train.py:58"
     os.utime(stacks / "rank2.txt", (1_000_000_000, 1_000_000_000))
     assert adopted().location is None
+
+
+def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_nothing(tmp_path):
+    """Seen in CI: rank 2 had raised ("Connection reset", its traceback at its odd call) and was exiting when the
+    launcher's SIGTERM came; its stack then held only the bootstrap's handler, which was named as the location.
+    A rank with a traceback keeps its traceback's line; a stack without the script's <module> frame is unused."""
+    from ddpdoctor.launch import outcome
+
+    fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
+    fr.mkdir()
+    stacks.mkdir(parents=True)
+    bare = {k: v for k, v in entry(7).items() if k != "frames"}
+    for r in (0, 1, 2):
+        (fr / f"rank{r}.json").write_text(json.dumps(record(7, 6, [dict(bare, input_dtypes=[
+            "Double" if r == 2 else "Float"])])))
+    (stacks / "rank2.txt").write_text(
+        'Current thread 0x00007f00 (most recent call first):\n'
+        '  File "/src/ddpdoctor/launch/bootstrap.py", line 211 in dump_stack_at_sigterm\n'
+        '  File "/src/ddpdoctor/launch/bootstrap.py", line 184 in _die_of_sigterm\n'
+        '  File "/src/ddpdoctor/launch/bootstrap.py", line 161 in _on_sigterm\n'
+        '  File "/src/ddpdoctor/launch/bootstrap.py", line 130 in dump_flight_record\n')
+
+    def adopted(own_location):
+        verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
+                                                 message="timed out"),
+                          consequences=[RankFailure(rank=2, local_rank=2, host="n0", exit_code=1, category="peer_lost",
+                                                    message="Connection reset by peer", location=own_location)])
+        outcome.adopt_exit_dumps(verdict, tmp_path)
+        return verdict.root_cause
+
+    assert adopted("/jobs/train.py:58").location == "/jobs/train.py:58"
+    root = adopted(None)
+    assert root.rank == 2 and root.location is None
