@@ -97,7 +97,7 @@ def where_stopped(hang: dict | None, folder: Path, traced: set, within_s: float 
     the line of its script it was at when the launcher stopped it, from the stack the bootstrap wrote on that
     SIGTERM just before the rank's flight record (a stack that far from the record is another attempt's). Only
     a stack still in the script (its `<module>` frame) counts: a rank already exiting says nothing there."""
-    from .collectives import LIBRARY, main_thread_frames
+    from .collectives import LIBRARY, main_thread_frames, user_site
 
     files = (hang or {}).get("files") or {}
     for culprit in (hang or {}).get("culprits") or []:
@@ -113,9 +113,9 @@ def where_stopped(hang: dict | None, folder: Path, traced: set, within_s: float 
         frames = main_thread_frames(evidence_io.read_tail(path, 256 << 10))
         if not any(func == "<module>" for _, _, func in frames):
             continue
-        mine = next(((f, line, func) for f, line, func in frames if not any(part in f for part in LIBRARY)), None)
-        if mine:
-            culprit.update(where=f"{mine[0]}:{mine[1]}", function=mine[2])
+        site = user_site(frames)
+        if site and not any(part in site["where"] for part in LIBRARY):  # not its fallback, a library frame
+            culprit.update(site)
 
 
 def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:
