@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     USAGE = 2          # usage or bad input: one line on stderr
     NOT_ASSEMBLED = 3  # the cluster did not assemble (master unreachable, nodes missing at the timeout)
     INTERNAL = 4       # a bug: one line, the traceback with -v
+    NOT_VERIFIED = 5   # a cluster node without the run's key or token: the master's verdict could be a forgery
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
     TERMINATED = 143   # SIGTERM (128 + SIGTERM)
 

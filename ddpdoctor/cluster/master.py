@@ -205,12 +205,15 @@ class Master(Node):
 
         open_names = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
         others = [n for n in view.nodes if n["name"] != self.me["name"]]
+        auth = self.auth_state(open_names)
+        # not authenticated: no fix built from what came over the network, on this node either
+        withhold_why = None if auth["authenticated"] or not others else verdicts.WITHHELD_OPEN
         doc = verdicts.decide(self.plan, self.run_settings(), view, merged, unverified(self.silent, open_names, others),
-                              self.mb.findings, self.timings, advice, extra=self._late_claims(view))
+                              self.mb.findings, self.timings, advice, extra=self._late_claims(view),
+                              withhold_why=withhold_why, me=self.me["name"])
         # where the full summary and the cluster result are: the other nodes print one line pointing here
         where = {"node": self.me["name"], "host": self.me["host"], "output_dir": self.plan.run.get("output_dir")}
-        doc.update(this_node=self.me["name"], role="master", master=where,
-                   auth=self.auth_state(open_names))
+        doc.update(this_node=self.me["name"], role="master", master=where, auth=auth)
         self.mb.post("verdict", verdicts.published(doc) | {"master": where})
         readers = [n for n in view.nodes if n["name"] not in self.silent and n["name"] != self.me["name"]]
         self._linger(min(time.monotonic() + 5.0, self.budget.end), readers=readers)

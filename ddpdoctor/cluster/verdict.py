@@ -3,8 +3,11 @@ messages turned into findings; plus the document each node prints (the master's 
 """
 from __future__ import annotations
 
+import copy
+
 from .. import documents, runner
 from ..api import Level, Result
+from ..exitcodes import ExitCode
 from .messages import Finding, about
 
 # Reasons an invalid message can have that point at a real node with a wrong --token, not at a stranger.
@@ -120,7 +123,9 @@ def duplicate_rank_result(ident: dict, holder: str | None) -> Result:
 
 
 def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings: list[Finding], timings: dict,
-           advice_fn, extra: list[Result] = ()) -> dict:
+           advice_fn, extra: list[Result] = (), withhold_why: str | None = None, me: str | None = None) -> dict:
+    """The master's verdict document. ``withhold_why`` (the run was not authenticated): every fix but those the
+    master gives from its own facts alone (``me``) is withheld, and the document says so and why."""
     collective = {lc.name for lc in plan.phase("collective")}
     results = consequences_of_silence(runner.compare_all(plan.checks, merged, plan.opts_by_check, run=run_settings),
                                       silent, collective)
@@ -129,8 +134,37 @@ def decide(plan, run_settings: dict, view, merged: dict, silent: dict, findings:
     results += finding_results(findings, "the master", frozenset(n["rank"] for n in view.nodes))
     results += list(extra)
     advice = advice_fn(results)
-    return documents.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
-                               results=results, run=run_settings, timings=timings) | {"advice": advice}
+    doc = documents.preflight_doc(scope="cluster", nodes=merged, checks=[lc.describe() for lc in plan.checks],
+                                  results=results, run=run_settings, timings=timings) | {"advice": advice}
+    if withhold_why:
+        keep = own_fixes(plan, run_settings, merged, me)
+        withhold_fixes(doc, withhold_why, keep=lambda r: r.get("fix") in keep)
+    return doc
+
+
+def own_fixes(plan, run_settings: dict, merged: dict, me: str | None) -> set[str]:
+    """The fixes the checks give from the master's own facts alone: no other node's value is in them, so an
+    unauthenticated run may still show them (on the master)."""
+    if me not in merged:
+        return set()
+    alone = {me: copy.deepcopy(merged[me])}
+    return {r.fix for r in runner.compare_all(plan.checks, alone, plan.opts_by_check, run=run_settings) if r.fix}
+
+
+def withhold(result: dict, why: str) -> dict:
+    """A result whose fix is not shown: its finding stays; ``fix_withheld`` says why (the renderers show it)."""
+    if not result.get("fix"):
+        return dict(result)
+    return dict(result, fix="", fix_withheld=result.get("fix_withheld") or why)
+
+
+def withhold_fixes(doc: dict, why: str, keep=lambda r: False) -> dict:
+    """Withhold every fix of ``doc``'s results but those ``keep`` accepts; its groups are made again."""
+    from ..grouping import group_results
+
+    doc["results"] = [r if keep(r) else withhold(r, why) for r in doc["results"]]
+    doc["groups"] = group_results(doc["results"], len(doc["nodes"]))
+    return doc
 
 
 def published(doc: dict) -> dict:
@@ -141,25 +175,27 @@ def published(doc: dict) -> dict:
         "nodes": {n: {k: v for k, v in d.items() if k not in bulky} for n, d in doc["nodes"].items()}}
 
 
-UNVERIFIED_FIX = ("(not shown: this run is unauthenticated, so this node cannot tell the master's text from a "
-                  "forgery; read the fix in the master's output, or rerun with a token)")
-
-
-def unverified(result: dict) -> dict:
-    """A result from an unauthenticated master: its finding is shown, its fix (a command someone could have
-    written to be pasted) is not."""
-    return dict(result, fix=UNVERIFIED_FIX) if result.get("fix") else dict(result)
+# Why a fix is not shown (a result's ``fix_withheld``; the terminal and the HTML report show it in its place).
+WITHHELD_OPEN = ("this run was not authenticated, so the facts this fix would be built from could be forged "
+                 "(anyone who reaches the rendezvous port can write them); rerun with DDPDOCTOR_TOKEN set on every "
+                 "node to see it")
+WITHHELD_UNVERIFIED = ("this node cannot tell the master's message from a forgery (it has neither --token nor the "
+                       "run's key file); read the fix in the master's output, or rerun with DDPDOCTOR_TOKEN set on "
+                       "every node")
 
 
 def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this_node: str,
-                    findings: list[Finding], auth: dict | None = None, advice_fn=None) -> dict:
+                    findings: list[Finding], auth: dict | None = None, advice_fn=None, verified: bool = True) -> dict:
     """A non-master node's document: the master's verdict, plus what this node itself refused to read.
     Unauthenticated (``auth``), no command from the master is printed: fixes are withheld and the lines to
-    paste are built here, from the verdict's structured fields (``advice_fn``)."""
+    paste are built here, from the verdict's structured fields (``advice_fn``). Not ``verified`` (this node
+    could not check the master's signature): the verdict is shown as the master's message claims it, and
+    the exit code is NOT_VERIFIED, never 0."""
     trusted = auth is None or auth.get("authenticated", False)
-    results = [r if trusted else unverified(r) for r in verdict["results"]]
+    why = WITHHELD_OPEN if verified else WITHHELD_UNVERIFIED
+    results = [r if trusted else withhold(r, why) for r in verdict["results"]]
     results += [r.to_json() for r in finding_results(findings, f"node {this_node}")]
-    exit_code = verdict["exit_code"]
+    exit_code = verdict["exit_code"] if verified else ExitCode.NOT_VERIFIED
     level = verdict["verdict"]
     if findings and level == "pass":
         level = "warn"
@@ -168,7 +204,7 @@ def worker_document(plan, run_settings: dict, verdict: dict, timings: dict, this
     advice = verdict.get("advice", [])
     if not trusted:
         advice = advice_fn(results) if advice_fn is not None else []
-    extra = {"auth": auth} if auth is not None else {}
+    extra = {"auth": dict(auth, verdict_verified=verified)} if auth is not None else {}
     return documents.envelope("preflight", run_id=verdict.get("run_id"), scope="cluster", run=run_settings,
                           verdict=level, exit_code=exit_code,
                           checks=[lc.describe() for lc in plan.checks], nodes=verdict["nodes"], results=results,

@@ -209,8 +209,10 @@ class Worker(Node):
         except (StoreGone, StoreSilent):
             pass  # the master may already be gone; the verdict is what mattered
         self.timings["verdict_s"] = round(self.budget.elapsed(), 3)
-        open_nodes = [n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots]
-        auth = self.auth_state(open_nodes + ([self.me["name"]] if self.mb.blind else []))
+        open_nodes = {n["name"] for n in view.nodes if Slot(n["rank"], n["claim"]) in self.mb.open_slots}
+        if self.mb.blind:  # the roster lists this node's slot too: each node once
+            open_nodes.add(self.me["name"])
+        auth = self.auth_state(sorted(open_nodes))
 
         def advice(results):
             from .advice import advice_lines
@@ -218,6 +220,7 @@ class Worker(Node):
             return advice_lines(body["nodes"], view, self.cfg, results)
 
         doc = verdicts.worker_document(self.plan, self.run_settings(), body, self.timings, self.me["name"],
-                                       self.mb.findings, auth=auth, advice_fn=advice)
+                                       self.mb.findings, auth=auth, advice_fn=advice,
+                                       verified=self.auth_mode() != "none")  # the master's signature checked
         # the master's results come first; what follows only this node saw (messages it refused)
         return doc | {"master": {**(body.get("master") or {}), "results": len(body["results"])}}

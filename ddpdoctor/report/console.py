@@ -80,9 +80,7 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
         if g["level"] in ("fail", "warn"):
             view = _group_view(g, results)
             console.print(_finding_panel(view, verbose))
-            if view.get("fix"):
-                # outside the panel and never wrapped: a fix is often a command to paste
-                console.print(Text.assemble(("  fix: ", "bold cyan"), safe_text(view["fix"])), soft_wrap=True)
+            _fix_line(view, console)
 
     if quiet:
         return
@@ -112,8 +110,18 @@ def _unauthenticated(doc: dict) -> dict:
     return auth if auth and not auth.get("authenticated", True) else {}
 
 
+def _unverified(doc: dict) -> bool:
+    """A node that could not check the master's signature: the verdict it shows is what it received."""
+    return _unauthenticated(doc).get("verdict_verified") is False
+
+
 def _auth_line(doc: dict, console: Console) -> None:
     auth = _unauthenticated(doc)
+    if _unverified(doc):
+        console.print(Text.assemble(("NOT VERIFIED: ", "bold yellow"),
+                                    f"this node had neither --token nor the run's key file, so the verdict above "
+                                    f"could be a forgery; exit {human(doc.get('exit_code'))} says so, whatever it "
+                                    f"claims"), soft_wrap=True)
     if auth:
         console.print(Text.assemble(("NOT AUTHENTICATED: ", "bold yellow"), safe_text(str(auth.get("note", ""))),
                                     ("  fix: ", "bold cyan"), safe_text(str(auth.get("fix", "")))), soft_wrap=True)
@@ -148,6 +156,8 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
     head = f"ddpdoctor preflight [{human(doc.get('this_node'))}] cluster verdict: "
     if _unauthenticated(doc):  # the verdict itself could be a forgery: said on its own line
         tally += ", NOT AUTHENTICATED"
+    if _unverified(doc):
+        head = f"ddpdoctor preflight [{human(doc.get('this_node'))}] cluster verdict NOT VERIFIED, as received: "
     console.print(other_node_line(head, verdict, f"exit {human(doc.get('exit_code', 0))}, {tally}", where,
                                   "; -v prints it here too" if hints else ""), soft_wrap=True)
     _auth_line(doc, console)
@@ -155,8 +165,17 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
     for r in own:
         if r["level"] in ("fail", "warn"):
             console.print(_finding_panel(r, 0))
-            if r.get("fix"):
-                console.print(Text.assemble(("  fix: ", "bold cyan"), safe_text(r["fix"])), soft_wrap=True)
+            _fix_line(r, console)
+
+
+def _fix_line(r: dict, console: Console) -> None:
+    """A result's fix, outside its panel and never wrapped (a fix is often a command to paste), or why it is
+    withheld (an unauthenticated run: the document's ``fix_withheld``)."""
+    if r.get("fix"):
+        console.print(Text.assemble(("  fix: ", "bold cyan"), safe_text(r["fix"])), soft_wrap=True)
+    elif r.get("fix_withheld"):
+        console.print(Text.assemble(("  fix withheld: ", "bold yellow"), safe_text(str(r["fix_withheld"]))),
+                      soft_wrap=True)
 
 
 def _group_view(group: dict, results: list[dict]) -> dict:

