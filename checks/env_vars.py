@@ -4,6 +4,7 @@ without WORLD_SIZE, MASTER_ADDR=localhost for a multi-node job, debug settings l
 from __future__ import annotations
 
 import os
+from shlex import quote
 
 from ddpdoctor.api import REDACTED, Check, nnodes_from_world, passed_if_quiet, per_node, redact_env
 
@@ -101,7 +102,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, shari
             problem = gloo_ifname_problem(spec)
             if problem:
                 out.append(check.fail(f"{var}={spec!r}: {problem}", [node], actual=spec, expected="one interface name",
-                                      fix=f"export {var}=<one of: {', '.join(ifaces)}>"))
+                                      fix=f"export {var}=<one of: {', '.join(quote(i) for i in ifaces)}>"))
                 continue
             matched = spec in ifaces
         else:
@@ -110,7 +111,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, shari
             out.append(check.fail(f"{var}={spec!r} matches no interface on this node", [node], actual=spec,
                                   expected=f"one of {', '.join(ifaces)}",
                                   fix=f"export {var}=<the interface that reaches the other nodes: "
-                                      f"{', '.join(i for i in ifaces if i != 'lo') or 'none found'}>"))
+                                      f"{', '.join(quote(i) for i in ifaces if i != 'lo') or 'none found'}>"))
     if "RANK" in env and "WORLD_SIZE" not in env:
         out.append(check.fail("RANK is set but WORLD_SIZE is not: init_process_group will fail or wait forever",
                               [node], actual=f"RANK={env['RANK']}", expected="RANK and WORLD_SIZE together",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from shlex import quote
 from typing import Any, Iterable
 
 from ddpdoctor.api import Check, Option, is_quiet, per_node
@@ -138,9 +139,8 @@ class GpuCheck(Check):
             if g.get("lost"):
                 out.append(self.fail(f"{node} GPU {g['index']} does not answer NVML: {g.get('error')}", [node],
                                      actual=g.get("error"), expected="every GPU answers",
-                                     fix=f"drain {node}; reset the GPU (`nvidia-smi -r -i {g['index']}`) or reboot; "
-                                         "replace it if it stays lost (Xid 79: fallen off the bus)",
-                                     details={"gpu": g["index"]}))
+                                     fix=f"drain {node}; reset the GPU (`nvidia-smi -r -i {quote(str(g['index']))}`) or reboot; "
+                                         "replace it if it stays lost (Xid 79: fallen off the bus)", details={"gpu": g["index"]}))
         valid = ", ".join(f"{g['index']} ({g.get('uuid')})" for g in gpus if not g.get("lost")) or "none"
         if cvd.get("invalid") is not None:
             ignored = f" and ignores what follows it ({','.join(cvd['ignored'])})" if cvd.get("ignored") else ""
@@ -204,8 +204,8 @@ class GpuCheck(Check):
                 f"the driver on {node} supports CUDA {f.get('cuda_driver_version')} but torch was built for CUDA "
                 f"{f.get('torch_cuda_version')} ({why})", [node], actual=f.get("cuda_driver_version"),
                 expected=f">= {f.get('torch_cuda_version')}",
-                fix=f"upgrade the NVIDIA driver on {node} (now {f.get('driver_version')}), or install a torch built "
-                    f"for CUDA {f.get('cuda_driver_version')}"))
+                fix=f"upgrade the NVIDIA driver on {node} (now {quote(str(f.get('driver_version')))}), or install a torch "
+                    f"built for CUDA {quote(str(f.get('cuda_driver_version')))}"))
         return out
 
     def _state(self, node, f, opts):
@@ -220,14 +220,14 @@ class GpuCheck(Check):
             if mode == "prohibited":
                 out.append(self.fail(f"{label} is in compute mode Prohibited: no process can use it", [node],
                                      actual=mode, expected="default", details=det,
-                                     fix=f"sudo nvidia-smi -i {g['index']} -c DEFAULT"))
+                                     fix=f"sudo nvidia-smi -i {quote(str(g['index']))} -c DEFAULT"))
             elif mode in ("exclusive_process", "exclusive_thread"):
                 make = self.fail if foreign else self.warn
                 out.append(make(
                     f"{label} is in compute mode {mode}" + (" and already has a process" if foreign else "")
                     + ": a second CUDA context on it fails with 'all CUDA-capable devices are busy or unavailable'",
                     [node], actual=mode, expected="default", details=det,
-                    fix=f"sudo nvidia-smi -i {g['index']} -c DEFAULT  # or make sure one process per GPU, nothing else"))
+                    fix=f"sudo nvidia-smi -i {quote(str(g['index']))} -c DEFAULT  # or make sure one process per GPU, nothing else"))
             if foreign and not opts["allow_foreign_processes"]:
                 listed = ", ".join(f"pid {p['pid']}" + (f" {p['name']}" if p.get("name") else "")
                                    + (f" ({p['used_memory_bytes'] / 2**30:.1f} GiB)" if p.get("used_memory_bytes") else "")
@@ -235,16 +235,16 @@ class GpuCheck(Check):
                 out.append(self.warn(
                     f"{label} already runs {len(foreign)} other process(es): {listed}", [node],
                     actual=[p["pid"] for p in foreign], expected="no other process on the GPU", details=det,
-                    fix=f"kill {' '.join(str(p['pid']) for p in foreign[:6])}  # after checking with "
-                        f"nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv -i {g['index']}"))
+                    fix=f"kill {' '.join(quote(str(p['pid'])) for p in foreign[:6])}  # after checking with "
+                        f"nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv -i {quote(str(g['index']))}"))
             if g.get("mig_enabled"):
                 out.append(self.warn(
                     f"{label} has MIG enabled ({len(g.get('mig_devices') or [])} instance(s)): a process sees one MIG "
                     "instance and there is no P2P/NVLink between instances, so NCCL is slow or fails",
                     [node], actual="MIG on", expected="MIG off for DDP", details=det,
-                    fix=f"sudo nvidia-smi -i {g['index']} -mig 0 && sudo nvidia-smi -r -i {g['index']}"))
+                    fix=f"sudo nvidia-smi -i {quote(str(g['index']))} -mig 0 && sudo nvidia-smi -r -i {quote(str(g['index']))}"))
             elif g.get("mig_pending_enabled") is not None and g.get("mig_pending_enabled") != g.get("mig_enabled"):
                 out.append(self.warn(f"{label}: a MIG mode change is pending until the GPU is reset", [node],
                                      actual=g.get("mig_pending_enabled"), expected=g.get("mig_enabled"), details=det,
-                                     fix=f"sudo nvidia-smi -r -i {g['index']}"))
+                                     fix=f"sudo nvidia-smi -r -i {quote(str(g['index']))}"))
         return out

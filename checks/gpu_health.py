@@ -15,6 +15,7 @@ GPUs; model/count differences across nodes are the parity check's. A node withou
 """
 from __future__ import annotations
 
+from shlex import quote
 from typing import Any, Iterable
 
 from ddpdoctor.api import Check, Option, Skip, passed_if_quiet, per_node
@@ -226,7 +227,7 @@ class GpuHealthCheck(Check):
 
 
 def _xid_fix(node, g, xid) -> str:
-    i = g.get("index")
+    i = quote(str(g.get("index")))  # another node's value, in a line to paste
     if xid in (79, 64, 140):
         return f"drain {node}; reboot it (Xid {xid} needs a reboot); replace GPU {i} if it returns"
     if xid == 74:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
+from shlex import quote
 from typing import Iterable
 
 from ddpdoctor.api import Check, Option, Skip, passed_if_quiet
@@ -146,7 +147,7 @@ def _worse(a: str | None, b: str) -> str:
 
 
 def _fix(node, g, metric) -> str:
-    i = g.get("index")
+    i = quote(str(g.get("index")))  # another node's value, in a line to paste
     if metric == "h2d_gbps":
         return (f"check GPU {i}'s PCIe link (gpu-health; nvidia-smi -q -d PCIE -i {i}), NUMA placement "
                 "(nvidia-smi topo -m) and reseat it; or exclude " + node)

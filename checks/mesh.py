@@ -66,7 +66,7 @@ class MeshCheck(Check):
                 yield self.fail(
                     f"link {node} -> {p['peer']} {cls} (TCP to {p['addr']})", [node, p["peer"]],
                     actual=cls, expected="TCP connect succeeds",
-                    fix=f"{connect_fix(cls)}. {PORTS_NOTE}; on {p['peer']}: {accept_lines(into.get(p['peer'], []))}",
+                    fix=f"{connect_fix(cls)}. {PORTS_NOTE}; on {shlex.quote(str(p['peer']))}: {accept_lines(into.get(p['peer'], []))}",
                     details={"src": node, "dst": p["peer"], "class": cls, "message": p.get("message")},
                 )
             rtts = [p["rtt_ms"] for p in probes if p.get("ok") and p.get("rtt_ms") is not None]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from shlex import quote
 
 from ddpdoctor.api import LOOKUP_CAP_S, Check, Option, is_loopback, lookup, odd_ones, per_node, route_source_addr
 
@@ -78,7 +79,7 @@ class NamesCheck(Check):
         return out + odd_ones({n: r.get("mtu") for n, r in routes.items()}, lambda node, mtu, common: self.fail(
             f"MTU {mtu} on {node}'s interface differs from {common} on the others", [node], actual=mtu,
             expected=common, fix=f"make the MTU identical end to end, e.g. on {node}: "
-                                 f"ip link set dev {routes[node].get('iface')} mtu {common}"),
+                                 f"ip link set dev {quote(str(routes[node].get('iface')))} mtu {quote(str(common))}"),
             tie=lambda s: [self.fail(
                 f"the MTU of the interfaces to the master differs with no majority: {s.sides_text(str)}",
                 list(s.odd), actual={n: s.value_of(n) for n in s.odd}, expected="one MTU end to end",
@@ -100,7 +101,7 @@ class NamesCheck(Check):
                 if problem or not ok:
                     yield self.fail(f"{var}={value} on {node} does not select {iface}, the interface that reaches "
                                     f"the master", [node], actual=value, expected=iface,
-                                    fix=f"export {var}={'=' if var.startswith('NCCL') else ''}{iface}  # on {node}")
+                                    fix=f"export {var}={quote(('=' if var.startswith('NCCL') else '') + str(iface))}  # on {node}")
             yield self.passed(f"{node} reaches the master through {iface} (mtu {route.get('mtu')})", [node], actual=route)
         others = {k: v for k, v in (f.get("routes_to_peers") or {}).items() if k != iface}
         if others and iface:  # no interface known for the master: nothing to hold the peers' routes against
@@ -113,20 +114,21 @@ class NamesCheck(Check):
         if own.get("error"):
             yield self.fail(f"{node}'s hostname {f.get('hostname')!r} does not resolve: {own['error']}", [node],
                             actual=own["error"], expected="the node's routable address",
-                            fix=f"add '{adv} {f.get('hostname')}' to /etc/hosts on every node (or fix DNS)")
+                            fix=f"add {quote(str(adv) + ' ' + str(f.get('hostname')))} to /etc/hosts on every node (or fix DNS)")
         elif addrs and all(is_loopback(a) for a in addrs) and adv and not is_loopback(adv):
             # With GLOO_SOCKET_IFNAME on the right interface gloo no longer asks the hostname; torchrun's
             # c10d agent still advertises it unless given --local-addr, hence a warning rather than a pass.
             pinned = iface is not None and env.get("GLOO_SOCKET_IFNAME") == iface
             yield (self.warn if pinned else self.fail)(f"{node}'s hostname {f.get('hostname')!r} resolves to loopback {', '.join(addrs)}",
                             [node], actual=addrs, expected=adv,
-                            fix=f"in /etc/hosts on {node}, map {f.get('hostname')} to {adv} instead of {addrs[0]}; "
-                                f"or export GLOO_SOCKET_IFNAME={iface or '<iface>'} and launch with torchrun "
-                                f"--local-addr {adv}")
+                            fix=f"in /etc/hosts on {node}, map {quote(str(f.get('hostname')))} to {quote(str(adv))} instead of "
+                                f"{quote(str(addrs[0]))}; or export GLOO_SOCKET_IFNAME={quote(str(iface)) if iface else '<iface>'} "
+                                f"and launch with torchrun --local-addr {quote(str(adv))}")
         elif f.get("unique_hostnames") and addrs and adv and adv not in addrs and not is_loopback(adv):
             yield self.warn(f"{node}'s hostname resolves to {', '.join(addrs)}, but peers reach it at {adv}", [node],
                             actual=addrs, expected=adv,
-                            fix=f"make {f.get('hostname')} resolve to {adv} on every node (torchrun's c10d advertises the hostname)")
+                            fix=f"make {quote(str(f.get('hostname')))} resolve to {quote(str(adv))} on every node (torchrun's c10d "
+                                "advertises the hostname)")
         for lk in f.get("lookups") or []:
             secs = lk.get("seconds") or 0.0
             if secs > slow:
@@ -139,4 +141,5 @@ class NamesCheck(Check):
                 if peer_addr and peer_addr not in lk["answer"] and not is_loopback(peer_addr):
                     yield self.warn(f"{node} resolves {lk['query']} to {', '.join(lk['answer'])}, but that node is "
                                     f"at {peer_addr}", [node, lk.get("node")], actual=lk["answer"], expected=peer_addr,
-                                    fix=f"make {lk['query']} resolve to {peer_addr} on every node (/etc/hosts or DNS)")
+                                    fix=f"make {quote(str(lk['query']))} resolve to {quote(str(peer_addr))} on every node (/etc/hosts "
+                                        "or DNS)")

@@ -16,6 +16,7 @@ import ctypes
 import glob
 import os
 import sys
+from shlex import quote
 from typing import Any
 
 from ddpdoctor.api import Check, Option, Skip, odd_ones, passed_if_quiet, per_node
@@ -162,7 +163,7 @@ class NcclRuntimeCheck(Check):
                 f"{n} runs NCCL {v} ({facts_by_node[n].get('libnccl_path') or 'built into torch'}) while "
                 f"the other nodes run {common}: mixed NCCL versions hang or fail in the first collective", [n],
                 actual=v, expected=common,
-                fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install nvidia-nccl-cu12=={common}"
+                fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install {quote('nvidia-nccl-cu12==' + str(common))}"
                     " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"),
                 tie=lambda s: [self.fail(
                     f"the nodes run different NCCL versions with no majority: {s.sides_text(str)}: mixed NCCL "
@@ -186,7 +187,7 @@ class NcclRuntimeCheck(Check):
                 f"{node} loads NCCL {loaded} from {path} but torch was built with {built}", [node], actual=loaded,
                 expected=built,
                 fix=f"remove the other libnccl from LD_LIBRARY_PATH/LD_PRELOAD, or pin it: pip install "
-                    f"'nvidia-nccl-cu12=={built}'  # (cu11/cu13 to match torch's CUDA)"))
+                    f"{quote('nvidia-nccl-cu12==' + str(built))}  # (cu11/cu13 to match torch's CUDA)"))
         devs = f.get("rdma_devices") or []
         if devs and not f.get("dev_infiniband"):
             found.append(self.warn(

@@ -3,6 +3,7 @@ its interfaces with addresses, MTU and state, and the interface of the default r
 from __future__ import annotations
 
 import socket
+from shlex import quote
 
 from ddpdoctor.api import Check, Option, is_loopback, lookup, passed_if_quiet, per_node
 
@@ -96,21 +97,21 @@ class NetworkCheck(Check):
             ifname_fix = "pin the interface the nodes reach each other through (the names check names it)"
         else:
             # spelt as the names check and the advice after a pass spell it ('==': exactly that interface)
-            ifname_fix = (f"export NCCL_SOCKET_IFNAME=={suggest} GLOO_SOCKET_IFNAME={suggest}" if suggest
+            ifname_fix = (f"export NCCL_SOCKET_IFNAME={quote('=' + suggest)} GLOO_SOCKET_IFNAME={quote(suggest)}" if suggest
                           else "give this node an interface the other nodes can reach")
         for name, res in sorted((f.get("resolves") or {}).items()):
             addrs = res.get("addrs") or []
             if res.get("error"):
                 make = self.fail if multi else self.warn
                 out.append(make(f"{name} does not resolve: {res['error']}", [node], actual=res["error"],
-                                expected="an address", fix=f"add '<this node's IP> {name}' to /etc/hosts or fix DNS"))
+                                expected="an address", fix=f"add this node's IP and {quote(str(name))} as a line of /etc/hosts, or fix DNS"))
             elif addrs and all(is_loopback(a) for a in addrs) and not shared:
                 # gloo binds the address the hostname resolves to: peers would be told 127.x. A warning here;
                 # in a cluster run the names check knows the advertised address and fails it where it matters.
                 out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): gloo and c10d would "
                                 "advertise an address other nodes cannot reach", [node], actual=addrs,
                                 expected="a routable address",
-                                fix=f"map {name} to the node's real IP in /etc/hosts, or {ifname_fix}"))
+                                fix=f"map {quote(str(name))} to the node's real IP in /etc/hosts, or {ifname_fix}"))
         if not routable:
             make = self.fail if multi else self.warn
             out.append(make("no interface is up with a non-loopback address: this node cannot reach others", [node],
@@ -120,7 +121,7 @@ class NetworkCheck(Check):
             if i.get("mtu") and i["mtu"] < opts["min_mtu"]:
                 out.append(self.warn(f"interface {i['name']} has MTU {i['mtu']}", [node], actual=i["mtu"],
                                      expected=f">= {opts['min_mtu']}",
-                                     fix=f"ip link set {i['name']} mtu 1500  # or the fabric's MTU, same on every node"))
+                                     fix=f"ip link set {quote(str(i['name']))} mtu 1500  # or the fabric's MTU, same on every node"))
         names = lambda: ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})"  # noqa: E731
                                   for i in routable[:4])
         return passed_if_quiet(out, self, [node], lambda: f"{host} resolves to a routable address; "

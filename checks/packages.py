@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from shlex import quote
 
 from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 
@@ -85,12 +86,13 @@ class PackagesCheck(Check):
         missing = [r for r in required if r not in names]
         if missing:
             out.append(self.fail(f"required packages missing: {', '.join(missing)}", [node], actual=sorted(missing),
-                                 expected="installed", fix="pip install " + " ".join(missing)))
+                                 expected="installed", fix="pip install " + " ".join(quote(m) for m in missing)))
         for s in f.get("shadowed", []):
             if s["used"] != s["shadowed"]:
                 out.append(self.warn(
                     f"{s['name']} is installed twice: {s['used']} is imported, {s['shadowed']} in {s['location']} "
                     "is shadowed", [node], actual=[s["used"], s["shadowed"]], expected="one copy",
-                    fix=f"pip uninstall {s['name']} until none is left, then pip install {s['name']}=={s['used']}"))
+                    fix=f"pip uninstall {quote(str(s['name']))} until none is left, then pip install "
+                        f"{quote(str(s['name']) + '==' + str(s['used']))}"))
         return passed_if_quiet(out, self, [node], f"{f.get('count', 0)} distributions, fingerprint "
                                f"{f.get('fingerprint')}", actual=f.get("fingerprint"))

@@ -13,6 +13,7 @@ import hashlib
 import os
 import subprocess
 from pathlib import Path
+from shlex import quote
 
 from typing import Any
 
@@ -58,7 +59,7 @@ BUILD_FIX = ("all nodes must run the identical environment/image: same Python, t
 
 def _env_wording(key: str) -> tuple[str, str, str]:
     return (f"env {key}", "fail" if key.startswith(HARD_PREFIXES) else "warn",
-            f"set {key} identically on every node (propagate it through the launcher, e.g. srun --export=ALL, or "
+            f"set {quote(key)} identically on every node (propagate it through the launcher, e.g. srun --export=ALL, or "
             f"put it in the job script rather than ~/.bashrc)")
 
 
@@ -97,11 +98,16 @@ def _rank(check: str, key: str) -> tuple:
     return (len(ORDER), check, key)
 
 
+def _pin(text: str) -> str:
+    """One shell word, always in single quotes (`'torch==2.4.0'`): values from other nodes go into a line to paste."""
+    return f"'{text}'" if "'" not in text else quote(text)
+
+
 def wording(check: str, key: str) -> tuple[str, str, str]:
     rule = WORDING.get((check, key)) or WORDING.get((check, None))
     if callable(rule):
         return rule(key)
-    return rule or (f"{check} {key}", "fail", f"make {check} {key} the same on every node (see the {check} check)")
+    return rule or (f"{check} {key}", "fail", f"make {check} {quote(key)} the same on every node (see the {check} check)")
 
 
 class ParityCheck(Check):
@@ -195,7 +201,7 @@ class ParityCheck(Check):
             against = " or ".join(([f"differ from {reference}"] if "baseline" in labels else [])
                                   + (["differ from the majority"] if "others" in labels else []))
             shown = [f"{p} {mine} ({label}: {ref})" for p, mine, ref, label in items]
-            pins = " ".join(f"'{p}=={ref}'" for p, _, ref, _ in items if ref != MISSING["packages"]
+            pins = " ".join(_pin(f"{p}=={ref}") for p, _, ref, _ in items if ref != MISSING["packages"]
                             and not ref.startswith("one of "))
             out.append(self.fail(
                 f"packages on {where} {against}: {'; '.join(shown[:8])}"
@@ -213,7 +219,7 @@ class ParityCheck(Check):
                 + (f" (+{len(shown) - 8} more)" if len(shown) > 8 else ""), list(nodes),
                 actual=shown, expected="the same package set on every node",
                 fix=f"no version is on more nodes than another, so nothing here says which is right: decide which "
-                    f"is (`pip list -v | grep -i {items[0][0]}` on each node shows where each copy lives: one on "
+                    f"is (`pip list -v | grep -i {quote(str(items[0][0]))}` on each node shows where each copy lives: one on "
                     f"PYTHONPATH or in ~/.local shadows the environment's), install that version on every node, or "
                     f"rerun with --baseline FILE (the cluster.json of a known-good run)",
             ))

@@ -7,6 +7,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from shlex import quote
 
 from ddpdoctor.api import Check, Option, Skip, per_node
 
@@ -92,7 +93,7 @@ class SharedDirCheck(Check):
                 yield self.fail(
                     f"{node} cannot see the master's file in {where}: the path is node-local there", [node],
                     actual=f"not visible after {opts['visible_within_s']} s", expected="visible on every node",
-                    fix=f"mount shared storage (NFS, Lustre, ...) at {f.get('path')} on {node}, or save "
+                    fix=f"mount shared storage (NFS, Lustre, ...) at {quote(str(f.get('path')))} on {node}, or save "
                         f"checkpoints per node / on global rank 0 only and gate downloads on LOCAL_RANK == 0",
                 )
 

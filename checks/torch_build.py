@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from shlex import quote
 
 from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
 
@@ -104,14 +105,14 @@ class TorchBuildCheck(Check):
         if f.get("torch_error"):
             out.append(self.fail(f"torch does not import: {f['torch_error']}", [node], actual=f["torch_error"],
                                  expected="import torch succeeds",
-                                 fix=f"{f.get('python_executable') or 'python3'} -m pip install torch "
+                                 fix=f"{quote(str(f.get('python_executable') or 'python3'))} -m pip install torch "
                                      "(in the environment the job runs in)"))
             return out
         want = opts["torch_version"]
         have = str(f.get("torch_version"))
         if want and have.split("+")[0] != want.split("+")[0]:
             out.append(self.fail(f"torch {have} installed, {want} required", [node], actual=have, expected=want,
-                                 fix=f"pip install torch=={want}"))
+                                 fix=f"pip install {quote('torch==' + str(want))}"))
         if not f.get("gloo_available"):
             out.append(self.fail("torch.distributed has no gloo backend", [node], actual="gloo missing",
                                  expected="gloo available",
