@@ -85,6 +85,7 @@ class PreflightRequest:
     node_rank: int | None = None
     local_addr: str | None = None
     token: str | None = None
+    allow_unauthenticated: bool = False  # the master takes nodes without the run's key (cluster/PROTOCOL.md)
     nproc_per_node: int | None = None
     rdzv_id: str | None = None
     code_dir: str | None = None

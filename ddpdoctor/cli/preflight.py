@@ -61,8 +61,9 @@ def _worker_argv(params: dict):
 
         argv = ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
                 "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json", "--no-save"]
-        if params.get("perf"):
-            argv.append("--perf")
+        for flag in ("perf", "allow_unauthenticated"):
+            if params.get(flag):
+                argv.append("--" + flag.replace("_", "-"))
         for name in ("only", "skip", "sets"):
             flag = "--set" if name == "sets" else f"--{name}"
             for value in params.get(name) or ():
@@ -98,6 +99,11 @@ def _worker_argv(params: dict):
                    "token, and anything else that writes to the port, is rejected and named. Without it the run "
                    "uses its own key file in ~/.ddpdoctor/keys (or --shared-dir) when the nodes share it, else it "
                    "is unauthenticated and says so.")
+@click.option("--allow-unauthenticated", is_flag=True,
+              help="On the master: accept nodes that cannot prove the run's key (no shared home, no --token). "
+                   "Without it a run with a key takes only nodes that prove it, so nobody who merely reaches the "
+                   "port can take a node's rank; with it the run is NOT AUTHENTICATED, says so, and prints no fix "
+                   "built from another node's values.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1, max=4096),
               help="Processes the job will start on this node: with GPUs, each needs one. Nodes may differ "
                    "(torchrun supports it; the world size is the sum).")
@@ -118,7 +124,7 @@ def _worker_argv(params: dict):
 @common.save_options
 @common.run_id_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
-              token, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, baseline, local_nodes, as_json, output_dir,
+              token, allow_unauthenticated, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, baseline, local_nodes, as_json, output_dir,
               report_path, results_dir, no_save):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 

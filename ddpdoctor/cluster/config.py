@@ -30,6 +30,7 @@ class JoinConfig:
     quiet: bool = False
     hosts: list[str] | None = None  # the job's hosts, from the launcher or --hosts: names the missing ones
     node_command: str | None = None  # what to start on a missing node (None: this preflight's own command)
+    allow_unauthenticated: bool = False  # the master takes nodes that cannot prove the run's key (said, not verified)
 
     @property
     def allow_loopback(self) -> bool:
@@ -60,6 +61,7 @@ def from_request(request, launcher: LauncherInfo, *, quiet: bool = False) -> Joi
         nproc_per_node=request.nproc_per_node or info.nproc_per_node, rdzv_id=request.rdzv_id,
         code_dir=request.code_dir, shared_dir=request.shared_dir, external_store=info.source == "torchrun",
         launcher=info.source, quiet=quiet, hosts=info.hosts, node_command=request.node_command,
+        allow_unauthenticated=bool(getattr(request, "allow_unauthenticated", False)),
     )
 
 

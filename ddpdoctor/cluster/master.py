@@ -21,7 +21,11 @@ from .view import ClusterView
 
 # What the master collects from every node, in a user's words (progress lines and silent nodes' findings).
 COLLECTED = {"facts": "check results", "cfacts": "collective test results"}
-OPEN_GRACE_S = 3.0  # a rank held only by a node without the run's key waits this long for one with it
+OPEN_GRACE_S = 3.0  # with --allow-unauthenticated: a rank held only by a node without the key waits this long
+KEYLESS_FIX = ("a node that cannot read the run's key file (no shared home directory or --shared-dir) is not "
+               "taken, nor is anyone else claiming its rank under the public names; fix: export "
+               "DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script so every node has it, or, accepting that "
+               "anyone who reaches the port could impersonate a node, pass --allow-unauthenticated on the master")
 
 
 class Master(Node):
@@ -82,7 +86,8 @@ class Master(Node):
         all_in_since = None
         while True:
             self._read_idents(valid, read)
-            missing = [r for r in range(n) if r not in valid]
+            # a keyed run takes only nodes that prove the key: an unsigned claim holds no rank (issue 33)
+            missing = [r for r in range(n) if r not in valid or r in self._refused_ranks(valid)]
             if not missing and self._open_ranks(valid):  # held only by nodes without the key: one may come
                 all_in_since = all_in_since or time.monotonic()
                 if time.monotonic() - all_in_since < OPEN_GRACE_S and time.monotonic() < self.budget.meet_by:
@@ -97,6 +102,7 @@ class Master(Node):
         self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
         self._valid, self._read = valid, read  # read again at the verdict: a claim after the roster is named
         self._prefer_keyed(valid)
+        keyless = self._refuse_keyless(valid)
         idents = [i for r in sorted(valid) for i in valid[r]]
         rejected_ranks = set()
         for f in self.mb.findings:
@@ -114,6 +120,8 @@ class Master(Node):
                                           command=self.cfg.node_command)
             if self.rejected:
                 msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
+            if keyless:
+                msg += f"; {KEYLESS_FIX}"
             self.mb.post("roster", rosters.aborted(msg), public_copy=self.mb.sealed and not self.cfg.token)
             self._linger(time.monotonic() + 2.0)
             raise ClusterNotAssembled(msg)
@@ -123,6 +131,35 @@ class Master(Node):
         roster["auth"] = {"mode": self.auth_mode(), "open": [list(s) for s in open_slots]}
         self.mb.post("roster", roster)
         return roster
+
+    def keyed_only(self) -> bool:
+        """This master has the run's key file and was not told to accept nodes without it: an identity under the
+        public names (unsigned: anyone who reaches the port can write one) holds no rank. (With --token such an
+        identity never verifies; without any key there is nothing to prove.)"""
+        return self.mb.sealed and not self.cfg.token and not self.cfg.allow_unauthenticated
+
+    def _refused_ranks(self, valid: dict[int, list[dict]]) -> set[int]:
+        """Ranks held only by unsigned identities, in a run that takes only keyed nodes: still missing."""
+        if not self.keyed_only():
+            return set()
+        return {r for r, idents in valid.items() if not any(i.get("_keyed") for i in idents)}
+
+    def _refuse_keyless(self, valid: dict[int, list[dict]]) -> bool:
+        """At the roster, in a run that takes only keyed nodes: every identity without the key is named as
+        rejected, never taken; its rank is missing unless a node with the key holds it. True if any was."""
+        if not self.keyed_only():
+            return False
+        found = False
+        for r in sorted(valid):
+            for i in [i for i in valid[r] if not i.get("_keyed")]:
+                found = True
+                self.rejected[f"ident/{r}/{i['claim']}"] = (
+                    f"rank {r} was claimed without the run's key by {i.get('host')} ({i.get('addr')}): this run "
+                    f"has a key and accepts only nodes that prove it")
+            valid[r] = [i for i in valid[r] if i.get("_keyed")]
+            if not valid[r]:
+                del valid[r]
+        return found
 
     def _open_ranks(self, valid: dict[int, list[dict]]) -> list[int]:
         """Ranks held only by nodes without the run's key (while the master has one)."""

@@ -367,7 +367,8 @@ def test_an_unauthenticated_run_says_so_and_prints_no_command_it_did_not_build(c
     for node in (master, worker):
         assert_clean(node)
         assert "NOT authenticated" in node.stderr and "DDPDOCTOR_TOKEN" in node.stderr, c.report()
-    assert codes[1] in (0, 1) and codes[0] in (0, 1), c.report()  # never exit 4
+    # never exit 4; the worker cannot verify the master's verdict: exit 5, never 0 (issue 33)
+    assert codes[1] == 5 and codes[0] in (0, 1), c.report()
     wdoc = worker.doc()
     assert wdoc["auth"]["authenticated"] is False and "forge" in wdoc["auth"]["note"], wdoc["auth"]
     assert master.doc()["auth"]["authenticated"] is False
@@ -379,15 +380,17 @@ def test_an_unauthenticated_run_says_so_and_prints_no_command_it_did_not_build(c
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_a_node_without_the_key_joins_and_the_run_says_it_was_not_authenticated(cluster, tmp_path):
-    """The master has its key file; rank 1 has no shared home. It does not hang: it joins without the key,
-    both nodes say the run was not authenticated and name the node that had no key."""
+    """The master has its key file; rank 1 has no shared home. It does not hang: told to accept it
+    (--allow-unauthenticated, issue 33: a keyed run takes only keyed nodes by default), the master lets it
+    join without the key, both nodes say the run was not authenticated and name the node that had no key,
+    and that node, unable to verify the verdict, exits 5."""
     c = cluster(2)
-    master = c.start_master(timeout=SLOW_TIMEOUT, env=_own_home(tmp_path, 0))
+    master = c.start_master("--allow-unauthenticated", timeout=SLOW_TIMEOUT, env=_own_home(tmp_path, 0))
     worker = c.start(1, timeout=SLOW_TIMEOUT, env=_own_home(tmp_path, 1))
     codes = c.finish(budget_s(SLOW_TIMEOUT))
     for node in (master, worker):
         assert_clean(node)
-    assert codes == {0: 0, 1: 0}, c.report()
+    assert codes == {0: 0, 1: 5}, c.report()
     assert "authenticated with this run's key file" in master.stderr and "NOT authenticated" in worker.stderr
     for doc in (master.doc(), worker.doc()):
         assert doc["auth"]["authenticated"] is False and doc["auth"]["open_nodes"], doc["auth"]
