@@ -129,7 +129,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
-    3 the cluster did not assemble.
+    3 the cluster did not assemble, 5 this node could not verify the master's verdict (no key, no token).
 
     \b
     Examples:
