@@ -37,3 +37,28 @@ def test_a_silent_node_that_joined_without_the_key_is_not_blamed_outright():
     assert unverified({}, ["node1"], others) == {}
     # no node but the master had the key (no shared home): every node joined that way, no impostor talk
     assert unverified(silent, ["node1", "node2"], others) == silent
+
+
+def _keyed_master(token=None, allow=False) -> Master:
+    m = Master.__new__(Master)
+    m.rejected = {}
+    m.mb = SimpleNamespace(sealed=True)
+    m.cfg = SimpleNamespace(token=token, allow_unauthenticated=allow)
+    return m
+
+
+def test_a_keyed_run_takes_no_unsigned_identity_unless_told():
+    """Issue 33: an unsigned identity (anyone who reaches the port can write one) holds no rank in a run with
+    the key file: the rank stays missing (the master waits on for a node with the key) and the claim is named;
+    --allow-unauthenticated takes it as before."""
+    impostor = {"rank": 1, "claim": 1, "host": "impostor", "addr": "127.0.0.9", "_keyed": False}
+    valid = {0: [{"rank": 0, "claim": 0, "_keyed": True}], 1: [dict(impostor)]}
+    m = _keyed_master()
+    assert m.keyed_only() and m._refused_ranks(valid) == {1}
+    assert m._refuse_keyless(valid) is True and sorted(valid) == [0]
+    assert "without the run's key by impostor" in m.rejected["ident/1/1"]
+    told = _keyed_master(allow=True)
+    kept = {0: [{"rank": 0, "claim": 0, "_keyed": True}], 1: [dict(impostor)]}
+    assert not told.keyed_only() and told._refused_ranks(kept) == set() and told._refuse_keyless(kept) is False
+    assert sorted(kept) == [0, 1]
+    assert not _keyed_master(token="s3cret").keyed_only()  # with --token an unsigned identity never verifies
