@@ -110,3 +110,10 @@ def removed_parts(original: str, redacted: str, marker: str) -> list[str]:
 
 def is_number_or_path(value: str) -> bool:
     return bool(_NUMBER.fullmatch(value) or _PATH.fullmatch(value))
+
+
+def forget() -> None:
+    """Back to not told: the next redaction takes the process's environment again."""
+    global _values
+    with _lock:
+        _values = None
