@@ -29,6 +29,7 @@ _END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _BODY_LINE = re.compile(r"^" + _PREFIX + r"[ \t]{0,16}(?P<b>[A-Za-z0-9+/]{40,76}={0,2})[ \t]{0,16}\r?$", re.M)
 # Any armour line (a body line, the short last one, PGP's "=ab12" checksum), for walking back from an END.
 _ARMOUR_LINE = re.compile(_PREFIX + r"[ \t]{0,16}=?[A-Za-z0-9+/]{1,76}={0,2}[ \t]{0,16}\r?")
+_ARMOUR_HEADER = re.compile(_PREFIX + r"[A-Za-z][A-Za-z-]{0,31}:[ \t][^\n]{0,256}")  # PGP's "Version: GnuPG"
 _YAML_KEY = re.compile(r"^(?P<indent>" + _PREFIX + r"[ \t]{0,40})(?:-[ \t]{1,4})?[\"']?"
                        r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[\"']?[ \t]{0,8}:[ \t]{0,8}(?:[|>][-+0-9]{0,2})?"
                        r"[ \t]{0,8}\r?$", re.M)
@@ -45,6 +46,12 @@ def key_like(line: str) -> bool:
         return False
     counts = Counter(line)
     return -sum(n / len(line) * math.log2(n / len(line)) for n in counts.values()) >= KEY_LINE_ENTROPY
+
+
+def _last_line(line: str) -> bool:
+    """The short last line of a key's body: base64 padding, or letters mixed with digits."""
+    return len(line) >= 4 and (line.endswith("=") or (any(c.isdigit() for c in line) and
+                                                       any(c.isalpha() for c in line)))
 
 
 def block_spans(text: str) -> list[tuple[int, int]]:
@@ -68,8 +75,13 @@ def _armoured(text: str, spans: list) -> None:
         if m.start() < pos:
             continue
         end = _END.search(text, m.end(), m.end() + MAX_BLOCK_CHARS)
-        pos = end.start() if end else min(len(text), m.end() + MAX_BLOCK_CHARS)
-        spans.append((m.end(), pos))
+        if end:
+            pos = end.start()
+            spans.append((m.end(), pos))
+        else:
+            first = text.find("\n", m.end()) + 1 or len(text)
+            pos = _armour_after(text, first)
+            spans.append((first, pos - 1 if pos > first and text[pos - 1] == "\n" else pos))
     for m in _END.finditer(text):
         if any(start <= m.start() <= stop for start, stop in spans):
             continue
@@ -82,6 +94,20 @@ def _armoured(text: str, spans: list) -> None:
             start = prev
         if start < line_start:
             spans.append((start, line_start))
+
+
+def _armour_after(text: str, pos: int) -> int:
+    """A BEGIN line whose END the text lacks (cut off, or a message that only names the format): the armour
+    lines after it (headers, body lines), not the traceback that may follow."""
+    start = pos
+    while pos < len(text) and pos - start < MAX_BLOCK_CHARS:
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        if not (_ARMOUR_LINE.fullmatch(text, pos, end) or _ARMOUR_HEADER.fullmatch(text, pos, end)
+                or (pos - start < 256 and not text[pos:end].strip())):
+            break
+        pos = end + 1
+    return min(pos, len(text))
 
 
 def _yaml_values(text: str, spans: list) -> None:
@@ -111,6 +137,7 @@ class LineState:
 
     def __init__(self) -> None:
         self._in_key = ""  # "begin": after a BEGIN line; "body": after a body line whose BEGIN was not seen
+        self._headers = 0  # armour header lines still allowed after a BEGIN
         self._yaml_depth: int | None = None
         self._jwt = 0  # JWT parts still expected on the next lines
 
@@ -124,12 +151,19 @@ class LineState:
         if _END.search(body):
             self._in_key = ""
             return []
-        if self._in_key:
-            if _ARMOUR_LINE.fullmatch(body) or (self._in_key == "begin" and (":" in body or not stripped)):
-                return whole  # body lines; after a BEGIN also PGP's "Version:" headers and its blank line
+        if self._in_key == "begin":
+            if _ARMOUR_LINE.fullmatch(body):
+                return whole
+            if (_ARMOUR_HEADER.fullmatch(body) or not stripped) and self._headers > 0:
+                self._headers -= 1
+                return whole  # PGP's "Version:"/"Comment:" headers and the blank line after them
+            self._in_key = ""
+        elif self._in_key == "body":
+            if _ARMOUR_LINE.fullmatch(body) and (key_like(stripped) or _last_line(stripped)):
+                return whole
             self._in_key = ""
         if _BEGIN.search(body):
-            self._in_key = "begin"
+            self._in_key, self._headers = "begin", 4
             return []
         if _BODY_LINE.match(body) and key_like(stripped):
             self._in_key = "body"  # a body line without its BEGIN: the armour lines after it are the key's too

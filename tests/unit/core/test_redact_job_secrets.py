@@ -233,3 +233,15 @@ def test_the_ranks_error_file_is_rewritten_redacted(tmp_path, monkeypatch):
 def test_the_docstring_says_why_not_detect_secrets():
     assert "detect-secrets" in redact.__doc__ and "bench_redact.py" in redact.__doc__
     assert "MIN_CHARS" in job_secrets.__doc__ and "NIST" in job_secrets.__doc__
+
+
+def test_a_message_naming_the_key_format_does_not_blank_what_follows():
+    """A BEGIN line with no key after it (an error naming the expected format): the traceback stays."""
+    text = ("ValueError: expected -----BEGIN RSA PRIVATE KEY-----\nTraceback (most recent call last):\n"
+            '  File "x.py", line 1, in <module>\nKeyError: \'a\'')
+    assert redact_text(text) == text
+    stream = Lines()
+    assert "".join(stream(line) for line in text.splitlines(True)) == text
+    lines = _key_lines(2)
+    after_body = Lines()  # a key's body line, then ordinary words: only the body goes
+    assert "".join(after_body(x + "\n") for x in (lines[0], "Done", "step 3")) == f"{REDACTED}\nDone\nstep 3\n"
