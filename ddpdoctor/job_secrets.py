@@ -7,14 +7,16 @@ run-trainer knows it, since it passes its environment to the job. ``redact.know_
 that never calls it takes its own environment at its first redaction.
 
 Not every value of a secret-named variable is worth scrubbing. SSH_AUTH_SOCK holds a path,
-GOOGLE_APPLICATION_CREDENTIALS a file name, a FOO_TOKEN_ENABLED "1" or "true", a REDIS_AUTH_HOST
-"localhost": cutting those out of a log would blank file paths, numbers and words, and a reader who sees
-ordinary text turned into <redacted> stops trusting the rest. A value is scrubbed when it has at least
-MIN_CHARS (8) characters, or at least MIN_MIXED_CHARS (6) when it mixes letters with digits or symbols
-("hunter2"); never a path, a number, or a word of COMMON. Eight is the shortest password NIST SP 800-63B
-lets a user choose, and every token format of a service is longer (20 to 40+ characters); below six, even a
-mixed value ("v1.2", "a100") is far more often ordinary text than a secret. A shorter secret still goes
-where its name or its shape shows (``password: abc``, ``--token x``), by the rules of ``redact``.
+GOOGLE_APPLICATION_CREDENTIALS a file name, a FOO_TOKEN_ENABLED "1" or "true", PIP_KEYRING_PROVIDER
+"subprocess": cutting those out of a log would blank file paths, numbers and words (every subprocess.py),
+and a reader who sees ordinary text turned into <redacted> stops trusting the rest. A value is scrubbed when
+it has at least MIN_CHARS (8) characters, or at least MIN_MIXED_CHARS (6) when it mixes letters with digits
+or symbols ("hunter2"); never a path, a number or a word of COMMON, nor the value of a variable whose last
+word names a setting (SETTING_WORDS: REDIS_AUTH_HOST, AUTH_TYPE, HF_TOKEN_PATH). Eight is the shortest
+password NIST SP 800-63B lets a user choose, and every token format of a service is longer (20 to 40+
+characters); below six, even a mixed value ("v1.2", "a100") is far more often ordinary text than a secret.
+A shorter secret still goes where its name or its shape shows (``password: abc``, ``--token x``), by the
+rules of ``redact``.
 """
 from __future__ import annotations
 
@@ -35,8 +37,20 @@ COMMON = frozenset({
 _NUMBER = re.compile(r"[-+]?[0-9][0-9_.,:eE+-]*")
 _PATH = re.compile(r"(?:~|\.{1,2})?/[^\s]*")
 
+# A secret-named variable whose last word says it holds a setting, not the secret: PIP_KEYRING_PROVIDER=
+# subprocess, REDIS_AUTH_HOST=db1, AUTH_TYPE=kerberos, HF_TOKEN_PATH=... (its value would be an ordinary word).
+SETTING_WORDS = frozenset({
+    "PROVIDER", "BACKEND", "TYPE", "METHOD", "MODE", "PATH", "FILE", "DIR", "HOST", "PORT", "USER", "USERNAME",
+    "NAME", "ENABLED", "DISABLED", "ENABLE", "DISABLE", "SOCK", "SOCKET", "ENDPOINT", "REGION", "VERSION",
+    "FORMAT", "TIMEOUT", "LEVEL", "SIZE", "COUNT", "ID", "DOMAIN", "SCOPE", "SCOPES", "ALGORITHM", "HEADER",
+})
 _lock = threading.Lock()
 _values: tuple[str, ...] | None = None  # None: not told yet (redact.know_job takes the environment then)
+
+
+def names_a_setting(name: str) -> bool:
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.upper()) if w]
+    return bool(words) and words[-1] in SETTING_WORDS
 
 
 def worth_scrubbing(value: str) -> bool:

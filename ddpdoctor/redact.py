@@ -229,7 +229,8 @@ def know_job(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()) -> 
     env = os.environ if env is None else env
     values: list[str] = []
     for name, value in env.items():
-        values += [value] if is_secret_name(name) else job_secrets.removed_parts(value, redact_parts(value), REDACTED)
+        secret = is_secret_name(name) and not job_secrets.names_a_setting(name)
+        values += [value] if secret else job_secrets.removed_parts(value, redact_parts(value), REDACTED)
     argv = [arg for arg in argv if isinstance(arg, str)]
     for original, shown in zip(argv, redact_argv(argv)):
         values += job_secrets.removed_parts(original, shown, REDACTED)

@@ -245,3 +245,10 @@ def test_a_message_naming_the_key_format_does_not_blank_what_follows():
     lines = _key_lines(2)
     after_body = Lines()  # a key's body line, then ordinary words: only the body goes
     assert "".join(after_body(x + "\n") for x in (lines[0], "Done", "step 3")) == f"{REDACTED}\nDone\nstep 3\n"
+
+
+def test_a_secret_named_variable_that_holds_a_setting_blanks_nothing():
+    know_job({"PIP_KEYRING_PROVIDER": "subprocess", "AUTH_TYPE": "kerberos", "REDIS_AUTH_HOST": "db1.internal",
+              "HF_TOKEN_PATH": "tokenfile-v2"})
+    text = '  File "/usr/lib/python3.12/subprocess.py", line 9\nkerberos ticket ok on db1.internal (tokenfile-v2)'
+    assert redact_text(text) == text
