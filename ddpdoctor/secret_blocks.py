@@ -24,6 +24,7 @@ KEY_LINE_ENTROPY = 4.2  # random base64: ~5 bits a character over 40-64 characte
 
 # A torchrun --tee prefix ("[default0]:") or a rank prefix ("[rank1]:") before a line's own text.
 _PREFIX = r"(?:\[[A-Za-z0-9_.:-]{1,40}\]:?)?"
+_PREFIX_RE = re.compile(_PREFIX)
 _BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _BODY_LINE = re.compile(r"^" + _PREFIX + r"[ \t]{0,16}(?P<b>[A-Za-z0-9+/]{40,76}={0,2})[ \t]{0,16}\r?$", re.M)
@@ -142,8 +143,7 @@ class LineState:
         self._jwt = 0  # JWT parts still expected on the next lines
 
     def spans(self, line: str) -> list[tuple[int, int]]:
-        prefix = re.match(_PREFIX, line)
-        start = prefix.end() if prefix else 0
+        start = _PREFIX_RE.match(line).end()
         body = line[start:].rstrip("\r\n")
         stripped = body.strip(" \t")
         at = start + (len(body) - len(body.lstrip(" \t")))
