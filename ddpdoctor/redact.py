@@ -254,7 +254,7 @@ def redact_text(text: str) -> str:
     replaced with <redacted>; the rest kept as written."""
     if not text or not isinstance(text, str):
         return text
-    return _redact(text, block_spans(text) if "\n" in text or "PRIVATE KEY" in text else [])
+    return _redact(text, block_spans(text))
 
 
 def _redact(text: str, spans: list[tuple[int, int]]) -> str:

@@ -34,9 +34,9 @@ WEBHOOK = re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[
                      r"|discord(?:app)?\.com/api/webhooks/(?P<d>[0-9]{1,30}/[A-Za-z0-9_-]{8,512})"
                      r"|webhook\.office\.com/webhookb2/(?P<o>[^\s\"'<>]{8,1024})"
                      r"|api\.telegram\.org/bot(?P<t>[0-9]{3,15}:[A-Za-z0-9_-]{20,200})")
-# netrc's `machine h login u password X` (one line, or `password X` alone on its line).
-_NETRC = re.compile(r"(?:login(?<![A-Za-z0-9_]login)[ \t]{1,8}[^\s]{1,256}[ \t]{1,8}|^[ \t]{0,40})"
-                    r"password[ \t]{1,8}(?P<v>[^\s]{1,1024})"
+# netrc's `machine h login u password X` (one line, or `password X` alone on its line): the pattern starts
+# with its literal; what stands before it on the line is checked in `_netrc`.
+_NETRC = re.compile(r"password(?<![A-Za-z0-9_-]password)[ \t]{1,8}(?P<v>[^\s]{1,1024})"
                     r"(?=[ \t]{0,8}\r?$|[ \t]{1,8}(?:machine|login|account|macdef|default)\b)", re.M)
 _MYSQL = re.compile(r"(?:mysql|mysqldump|mysqladmin|mariadb)(?![A-Za-z0-9_])")
 _MYSQL_PW = re.compile(r"(?<![A-Za-z0-9_-])-p(?P<v>[^\s'\"-][^\s'\"]{0,1023})")
@@ -51,6 +51,8 @@ def shape_spans(text: str, spans: list, budget: list) -> None:
         if not any(n in text for n in needles):
             continue
         for m in pattern.finditer(text):
+            if pattern is _NETRC and not _netrc(text, m):
+                continue
             spans.append(m.span(group if group is not None else m.lastgroup))
             budget[0] -= 1
             if budget[0] <= 0:
@@ -58,6 +60,15 @@ def shape_spans(text: str, spans: list, budget: list) -> None:
                 return
     if "-p" in text:
         _mysql_passwords(text, spans, budget)
+
+
+def _netrc(text: str, m: re.Match) -> bool:
+    """`password X` is netrc's when nothing but blanks stands before it on its line, or `login USER`."""
+    nl = text.rfind("\n", max(0, m.start() - 1024), m.start())
+    if nl < 0 and m.start() > 1024:
+        return False  # a line longer than that before the word: not a netrc line
+    before = text[nl + 1:m.start()].split()
+    return not before or (len(before) >= 2 and before[-2] == "login")
 
 
 def _mysql_passwords(text: str, spans: list, budget: list) -> None:
