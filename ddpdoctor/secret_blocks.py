@@ -20,6 +20,7 @@ from .secret_names import is_secret_name
 
 MAX_BLOCK_CHARS = 16384  # a 4096-bit RSA key in PEM is ~3.3 KB, an armoured PGP private key ~5-7 KB
 MAX_VALUE_LINES = 64  # lines of one YAML block value
+MAX_LINE_CHARS = 160  # a body line with its prefix and blanks: 44 + 16 + 78 + 16 characters at most
 KEY_LINE_ENTROPY = 4.2  # random base64: ~5 bits a character over 40-64 characters; CamelCase words ~3.9
 
 # A torchrun --tee prefix ("[default0]:") or a rank prefix ("[rank1]:") before a line's own text.
@@ -60,7 +61,8 @@ def block_spans(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     if "PRIVATE KEY" in text:
         _armoured(text, spans)
-    spans += [m.span("b") for m in _BODY_LINE.finditer(text) if key_like(m["b"])]
+    if "\n" in text or len(text) <= MAX_LINE_CHARS:  # one longer line cannot be a body line
+        spans += [m.span("b") for m in _BODY_LINE.finditer(text) if key_like(m["b"])]
     if ":" in text and "\n" in text:
         _yaml_values(text, spans)
     if "eyJ" in text and "\n" in text:
