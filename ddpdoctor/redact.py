@@ -1,53 +1,49 @@
-"""Secret redaction: applied to every fact before it leaves the process (JSON, store, report) and to the
-user's script arguments before they are stored.
+"""Secret redaction: applied to every fact before it leaves the process (JSON, store, report), to the
+user's script arguments before they are stored, and to every text another process wrote before it leaves.
 
 Three rules. A name that says it holds a secret (TOKEN, KEY, SECRET, PASSWORD, ...) loses its value,
 wherever it appears: an environment variable, a key in the facts, a ``--flag`` or ``--flag=`` in argv,
 ``name=value`` overrides. A value that looks like a credential (known token prefixes, JWTs, ``Bearer ...``,
-long high-entropy strings) is redacted whatever its name. Inside any value, a password in a URL and the
-value of a secret-named query parameter (``?token=``, ``&sig=``) are redacted, the rest kept.
+long high-entropy strings) is redacted whatever its name. Inside any value, a password in a URL, the
+value of a secret-named query parameter (``?token=``, ``&sig=``) and a webhook URL's token path are
+redacted, the rest kept. In argv also ``-k X``, ``-p X`` and ``-pX`` (mysql) when X could be a password
+(6+ characters of two kinds: ``-p 8080``, ``-k 5``, ``-pretrained`` stay), and the token segments of a
+webhook flag's URL (``--notify=https://…/T0/B0/XXXX``).
 
 Free text another process wrote (log tails, exception messages, tracebacks, stacks: ``redact_text``, and
 ``redact_evidence`` over a whole document) gets the same rules inside the text: ``--password x``,
-``--api-key=x``, ``['--token', 'x']``, ``password: x``, ``"api_key": "x"``, ``?token=x`` lose the value;
-token shapes (``sk-proj-…``, ``sk-live-…``, AWS key ids, GitHub/GitLab/Hugging Face/Slack/PyPI tokens,
-Google API keys, JWTs, ``Bearer …``, private-key blocks, URL passwords) are redacted wherever they stand.
-Every pattern is linear in the text's length (bounded quantifiers, scanning resumes after each redacted
-value): a 10 MB line costs well under a second. Not the high-entropy rule: in free text it would take GPU
-UUIDs, hashes and run ids too.
+``--api-key=x``, ``['--token', 'x']``, ``password: x``, ``"api_key": "x"``, ``?token=x``, Azure's
+``AccountKey=x`` lose the value, except a path (``keys: /default_pg/0//cpu//0/2``: torch's store keys
+name the missing rank); token shapes are redacted wherever they stand (``secret_shapes``: service tokens,
+``Bearer …``, URL passwords, Slack/Discord/Teams/Telegram webhook paths, netrc ``password X``,
+``mysql -pX``), and so are multi-line blocks (``secret_blocks``: PEM and PGP private keys, also when the
+tail cut their BEGIN line; a YAML value on the line after ``password:``; a JWT split at its dots). On top,
+the job's own secrets (``job_secrets``, ``know_job``): the values of its environment's secret-named
+variables and of its secret arguments, wherever they occur, when long enough not to be ordinary text.
+``Lines`` does the same for a stream read line by line. Every pattern is linear in the text's length
+(bounded quantifiers, scanning resumes after each redacted value): a 10 MB line costs well under a second.
+Not the high-entropy rule: in free text it would take GPU UUIDs, hashes and run ids too.
 
-Why not the ``detect-secrets`` package (evaluated, 1.5.0): it pulls in requests and PyYAML; its entropy
-plugins flag every line of an ordinary training log (loss values, checkpoint hashes, paths: 12,000 of
-12,000 lines of a 1.8 MB log, 17.6 s), and with only its pattern plugins it still takes 4.6 s for that
-log, misses ``--password hunter2``, ``sk-proj-…``, ``sk-live-…``, ``hf_…``, ``Bearer …`` and ``?token=``,
-and reports a GitHub token's value as ``ghp`` (a regex group), so it cannot say what to cut out.
+Why not the ``detect-secrets`` package (evaluated, 1.5.0, ``tests/benchmarks/bench_redact.py``, default
+plugins and filters as ``detect-secrets scan`` runs them): on a 1 MB training log with 8 planted secrets it
+took 8.1 s of CPU (these rules: 0.11 s; a 40-line tail 45 ms vs 0.5 ms) and caught 3 of 8, missing
+``--password x``, ``hf_…``, ``sk-proj-…`` and the environment's values, which it cannot know; it missed a
+PEM body whose BEGIN line was cut, ``password:`` with the value on the next line, netrc, ``mysql -pX`` and a
+split JWT. It raised no false alarm on that log's tracebacks, paths, git SHAs and sha256 fingerprints, but
+it reports a GitHub token's value as ``ghp`` (a regex group), so it cannot say what to cut out, and it pulls
+in requests and PyYAML. Its rules would be a subset of these, at 70 times the cost.
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-REDACTED = "<redacted>"
-
-# Names are compared by segment (split on _ - . and the like), so MONKEYPATCH and TOKENIZERS_PARALLELISM
-# keep their values while CUDA_CACHE_KEYFILE, WANDB_API_KEY and --api-key lose theirs.
-_SEGMENT_SPLIT = re.compile(r"[^A-Za-z0-9]+")
-_SECRET_SEGMENT = re.compile(
-    r"[A-Z0-9]*TOKEN"  # TOKEN, HFTOKEN, ACCESSTOKEN; not TOKENS_PER_S or TOKENIZERS
-    r"|[A-Z0-9]*SECRETS?"
-    r"|[A-Z0-9]*(PASSWORD|PASSWD|PASSPHRASE)S?"
-    r"|[A-Z0-9]*CREDENTIALS?"
-    r"|COOKIES?"
-    r"|KEY(S|FILE|RING|TAB|ID|PAIR|STORE|CHAIN)?"
-    r"|(API|ACCESS|PRIVATE|SECRET|SIGNING|ENCRYPTION|SSH|GPG|PGP|LICENSE|SESSION|CLIENT)KEYS?"
-    r"|AUTH|AUTHORIZATION|BEARER"
-)
-# Names that match the rules above but hold no secret and are useful to compare across nodes.
-_NOT_SECRET = {"NCCL_IB_PKEY", "KEY_SIZE", "MONKEYPATCH"}
-# Query parameters that carry a credential without saying so by the rules above (Azure SAS, short forms).
-_QUERY_SECRET = {"SIG", "SIGNATURE", "PWD", "PW", "PASS", "APIKEY"}
+from . import job_secrets, secret_shapes
+from .secret_blocks import LineState, block_spans
+from .secret_names import REDACTED, is_query_secret, is_secret_name  # noqa: F401 - public here too
 
 _SECRET_VALUE = [
     re.compile(r"^(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}$"),  # GitHub
@@ -66,26 +62,11 @@ _AUTH_SCHEME = re.compile(r"^(?P<scheme>Bearer|Basic|Token|Digest)\s+\S{8,}$", r
 # A long run of base64/hex-ish characters mixing letters and digits, with no path or list separators.
 _OPAQUE = re.compile(r"^[A-Za-z0-9+/=_-]{32,}$")
 _ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_+~][A-Za-z0-9_.+~-]*)=(?P<val>.*)$", re.DOTALL)
-
-
-# A tokenizer's vocabulary, not a credential: pad_token, eos_token_id, token_type_ids, TOKEN_COUNT.
-_VOCAB_BEFORE = {"PAD", "EOS", "BOS", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "ADDITIONAL", "START", "END",
-                 "DECODER", "IMAGE", "AUDIO", "VIDEO"}
-_VOCAB_AFTER = {"ID", "IDS", "TYPE", "TYPES", "COUNT", "LEN", "LENGTH", "SIZE", "INDEX", "NUM"}
-
-
-def is_secret_name(name: str) -> bool:
-    segments = [seg for seg in _SEGMENT_SPLIT.split(name.upper()) if seg]
-    if "_".join(segments) in _NOT_SECRET:  # key-size, KEY_SIZE and key.size alike
-        return False
-    return any(_SECRET_SEGMENT.fullmatch(seg) and not _vocabulary(segments, i) for i, seg in enumerate(segments))
-
-
-def _vocabulary(segments: list[str], i: int) -> bool:
-    """TOKEN as a tokenizer's word: eos_token, pad_token_id, token_type_ids (not HF_TOKEN, not TOKEN)."""
-    if segments[i] != "TOKEN":
-        return False
-    return (i > 0 and segments[i - 1] in _VOCAB_BEFORE) or (i + 1 < len(segments) and segments[i + 1] in _VOCAB_AFTER)
+_SHORT_SECRET_FLAGS = ("-k", "-p")
+_HOOK_FLAG = re.compile(r"notif|hook|callback|alert|slack|discord|teams", re.I)
+# A path segment of a URL that is a token: 16+ characters mixing letters and digits (a webhook's secret).
+_URL_PATH_TOKEN = re.compile(r"(?<=/)(?=[A-Za-z_-]{0,255}[0-9])(?=[0-9_-]{0,255}[A-Za-z])[A-Za-z0-9_-]{16,256}"
+                             r"(?=[/?#]|$)")
 
 
 def looks_like_secret(value: str) -> bool:
@@ -107,12 +88,14 @@ def _entropy(text: str) -> float:
 def redact_parts(value: str) -> str:
     """The secret parts inside a longer value: a URL's password, secret-named query parameters."""
     value = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    if "/" in value and any(host in value for host in secret_shapes.WEBHOOK_HOSTS):
+        value = secret_shapes.WEBHOOK.sub(lambda m: m[0][:m.start(m.lastgroup) - m.start()] + REDACTED, value)
     return _QUERY_PARAM.sub(_query_sub, value) if "=" in value else value
 
 
 def _query_sub(m: re.Match) -> str:
     name = m["name"]
-    if is_secret_name(name) or _QUERY_SECRET.intersection(_SEGMENT_SPLIT.split(name.upper())):  # X-Amz-Signature
+    if is_secret_name(name) or is_query_secret(name):  # X-Amz-Signature
         return m["pre"] + REDACTED
     return m[0]
 
@@ -134,27 +117,52 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     argument that looks like a credential is redacted. Only for what is stored or shown: the process
     itself gets the real arguments."""
     out: list[str] = []
-    hide_next = False
+    hide_next = ""  # "any": the value of --password; "short": of -k or -p, when it could be a password
     options_done = False
     for arg in argv:
-        if hide_next:
+        if hide_next == "any" or (hide_next == "short" and _could_be_password(arg)):
             out.append(REDACTED)
-            hide_next = False
-        elif options_done:  # after "--" everything is positional, but a credential still looks like one
+            hide_next = ""
+            continue
+        hide_next = ""
+        if options_done:  # after "--" everything is positional, but a credential still looks like one
             out.append(_redact_assignment(arg))
         elif arg == "--":
             options_done = True
             out.append(arg)
+        elif arg in _SHORT_SECRET_FLAGS:  # `-k KEY`, `-p PASSWORD` (mysql, many CLIs); `-k 5`, `-p 8080` kept
+            out.append(arg)
+            hide_next = "short"
+        elif arg[:2] in _SHORT_SECRET_FLAGS and _could_be_password(arg[2:]) and not arg[2:].isalpha():
+            out.append(arg[:2] + REDACTED)  # mysql -pS3cret; not -pretrained
         elif _is_flag(arg):
             flag, eq, val = arg.partition("=")
             if is_secret_name(flag.lstrip("-")):
                 out.append(f"{flag}={REDACTED}" if eq else flag)
-                hide_next = not eq  # "--password hunter2": the value is the next argument
+                hide_next = "" if eq else "any"  # "--password hunter2": the value is the next argument
             else:
-                out.append(f"{flag}={redact_value(val)}" if eq else arg)
+                out.append(f"{flag}={_flag_value(flag, val)}" if eq else arg)
         else:
             out.append(_redact_assignment(arg))
     return out
+
+
+def _could_be_password(value: str) -> bool:
+    """The value of -k or -p as a secret: six characters or more, two of letters, digits and symbols; not a
+    number (a port, a count), a path or the next flag."""
+    classes = (any(c.isalpha() for c in value), any(c.isdigit() for c in value),
+               any(not c.isalnum() for c in value))
+    return (len(value) >= 6 and not value.startswith("-") and sum(classes) >= 2
+            and not job_secrets.is_number_or_path(value))
+
+
+def _flag_value(flag: str, value: str) -> str:
+    """A flag's value by the value rules; a webhook flag's URL (--notify=, --slack-hook=) also loses the
+    opaque segments of its path, where such services put the token."""
+    value = redact_value(value)
+    if _HOOK_FLAG.search(flag) and "://" in value:
+        value = _URL_PATH_TOKEN.sub(REDACTED, value)
+    return value
 
 
 def _is_flag(arg: str) -> bool:
@@ -203,55 +211,61 @@ _KEYWORD = re.compile(r"(?:token|secret|pass|pw|credential|cookie|key|auth|beare
                       r"(?=(?P<rest>[a-z0-9_.-]{0,40}))(?P=rest)" + _SEPARATORS)
 
 
-def _shape(prefix: str, rest: str) -> str:
-    """A token shape that starts a word: PREFIX (not preceded by a word character) then REST."""
-    return rf"{re.escape(prefix)}(?<![A-Za-z0-9_-]{re.escape(prefix)}){rest}(?![A-Za-z0-9_])"
-
-
-_DIGIT_AND_LETTER = r"(?=[A-Za-z_-]{0,254}[0-9])(?=[0-9_-]{0,254}[A-Za-z])"
-_TOKEN_SHAPE = re.compile("|".join(
-    [_shape(p, "[A-Za-z0-9]{20,255}") for p in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "hf_")]  # GitHub, HF
-    + [_shape("github_pat_", "[A-Za-z0-9_]{20,255}"), _shape("glpat-", "[A-Za-z0-9_-]{20,255}")]  # GitLab
-    + [_shape(p, _DIGIT_AND_LETTER + "[A-Za-z0-9_-]{16,255}")  # OpenAI sk-proj-/sk-live-, Stripe sk_live_
-       for p in ("sk-", "sk_", "rk-", "rk_", "pk-", "pk_")]
-    + [_shape(p, "[A-Z0-9]{16}") for p in ("AKIA", "ASIA")]  # AWS access key ids
-    + [_shape(f"xox{c}-", "[A-Za-z0-9-]{10,255}") for c in "abprs"]  # Slack
-    + [_shape("AIza", "[0-9A-Za-z_-]{35}")]  # Google API keys (Gemini, Maps, Firebase)
-    + [_shape("pypi-", "[A-Za-z0-9_-]{50,255}"), _shape("npm_", "[A-Za-z0-9]{36}")]  # package registries
-    + [_shape("eyJ", r"[A-Za-z0-9_-]{8,2048}\.[A-Za-z0-9_-]{8,2048}\.[A-Za-z0-9_-]{8,2048}")]  # JWT
-))
-_SHAPE_PREFIXES = ("gh", "hf_", "glpat-", "sk", "rk", "pk", "AKIA", "ASIA", "xox", "AIza", "pypi-", "npm_", "eyJ")
-_BEARER = re.compile(r"Bearer(?<![A-Za-z0-9_]Bearer)[ \t]{1,4}(?P<v>[A-Za-z0-9._~+/=-]{8,4096})")
-_URL_PW = re.compile(r"://[^:/@\s]{1,256}:(?P<v>[^@/\s]{1,1024})@")  # scheme://user:PASSWORD@host
 _VALUE = re.compile(r"[^\s\"'&;#,)\]}]{1,4096}")
 _AUTH_WORD = re.compile(r"(?i:Bearer|Basic|Token|Digest|Negotiate)[ \t]{1,4}")
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
-MAX_PEM_BYTES = 16384  # a 4096-bit RSA key in PEM is ~3.3 KB
+# A path after a secret-looking name is a place, not a secret: `keys: /default_pg/0//cpu//0/2` (torch's
+# store keys name the missing rank), `--key-file ./id_rsa`.
+_PATH_VALUE = re.compile(r"(?:~|\.{1,2})?/[^\s/]")
 # A source file's name (`secrets.py`, `token_utils.cc`) before `:LINE` in a traceback or a verdict's "where".
 _SOURCE_FILE = re.compile(r"\.(?:py|pyx|pyi|c|cc|cpp|cxx|cu|cuh|h|hpp|sh|js|ts|go|rs|java)$", re.I)
 _LINE_NUMBER = re.compile(r"\d{1,9}(?![^\s\"'&;#,)\]}])")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
+def know_job(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()) -> None:
+    """The job's secrets, scrubbed from every text ``redact_text`` sees from now on: the values of ``env``'s
+    secret-named variables (this process's environment when None), the secret parts of its other values
+    (a URL's password) and of ``argv`` (what ``redact_argv`` cuts out). See ``job_secrets``."""
+    env = os.environ if env is None else env
+    values: list[str] = []
+    for name, value in env.items():
+        secret = is_secret_name(name) and not job_secrets.names_a_setting(name)
+        values += [value] if secret else job_secrets.removed_parts(value, redact_parts(value), REDACTED)
+    argv = [arg for arg in argv if isinstance(arg, str)]
+    for original, shown in zip(argv, redact_argv(argv)):
+        values += job_secrets.removed_parts(original, shown, REDACTED)
+    job_secrets.remember(values)
+
+
+class Lines:
+    """``redact_text`` for a stream read line by line (torchrun's output on the terminal, agent.stderr.log),
+    with the multi-line context a single line lacks: a key's body after its BEGIN line, a YAML value under
+    ``password:``, the parts of a split JWT (``secret_blocks.LineState``). One per stream."""
+
+    def __init__(self) -> None:
+        self._state = LineState()
+
+    def __call__(self, line: str) -> str:
+        return _redact(line, self._state.spans(line)) if line else line
+
+
 def redact_text(text: str) -> str:
-    """Secrets inside free text, by name and by shape, replaced with <redacted>; the rest kept as written."""
+    """Secrets inside free text, by name, by shape, by the job's known values and as multi-line blocks,
+    replaced with <redacted>; the rest kept as written."""
     if not text or not isinstance(text, str):
         return text
-    spans: list[tuple[int, int]] = []
+    return _redact(text, block_spans(text))
+
+
+def _redact(text: str, spans: list[tuple[int, int]]) -> str:
+    values = job_secrets.known()
+    if values is None:
+        know_job()
+        values = job_secrets.known() or ()
+    spans += job_secrets.spans(text, values)
     budget = [MAX_FIELDS]
     _named_values(text, spans, budget)
-    for pattern, group, needles in ((_TOKEN_SHAPE, 0, _SHAPE_PREFIXES), (_BEARER, "v", ("Bearer",)),
-                                    (_URL_PW, "v", ("://",))):
-        if not any(n in text for n in needles):
-            continue
-        for m in pattern.finditer(text):
-            spans.append(m.span(group))
-            budget[0] -= 1
-            if budget[0] <= 0:
-                spans.append((m.end(), len(text)))
-                break
-    if "PRIVATE KEY-----" in text:
-        _pem_blocks(text, spans)
+    secret_shapes.shape_spans(text, spans, budget)
     return _cut(text, spans) if spans else text
 
 
@@ -293,6 +307,9 @@ def _named_values(text: str, spans: list, budget: list) -> None:
         if sep == ":" and _SOURCE_FILE.search(bare) and _LINE_NUMBER.match(text, pos):
             continue  # `secret_store.py:42`, `auth/token.py:7`: a file and line, not a name and its value
         span = _value_span(text, pos, sep[-1] if sep[-1:] in "\"'" else "")
+        if span and _PATH_VALUE.match(text, span[0]):
+            pos = max(pos, span[1])
+            continue  # a path (a key file, torch's store keys), not a secret
         if span:
             spans.append(span)
             pos = max(pos, span[1])
@@ -302,8 +319,7 @@ def _secret_in_text(name: str, text: str, start: int, flag: bool) -> bool:
     if is_secret_name(name):
         return True
     # A query parameter that signs without saying so by name: ?sig=, &X-Amz-Signature=, &pwd=
-    return not flag and start > 0 and text[start - 1] in "?&;" and bool(
-        _QUERY_SECRET.intersection(_SEGMENT_SPLIT.split(name.upper())))
+    return not flag and start > 0 and text[start - 1] in "?&;" and is_query_secret(name)
 
 
 def _value_span(text: str, pos: int, quote: str) -> tuple[int, int] | None:
@@ -323,24 +339,15 @@ def _value_span(text: str, pos: int, quote: str) -> tuple[int, int] | None:
     return v.span() if v else None
 
 
-def _pem_blocks(text: str, spans: list) -> None:
-    """A private key's body, from its BEGIN line to its END line (or MAX_PEM_BYTES when it has none)."""
-    pos = 0
-    while True:
-        m = _PEM_BEGIN.search(text, pos)
-        if m is None:
-            return
-        end = text.find("-----END", m.end(), m.end() + MAX_PEM_BYTES)
-        pos = end if end >= 0 else min(len(text), m.end() + MAX_PEM_BYTES)
-        spans.append((m.end(), pos))
-
-
 def _cut(text: str, spans: list[tuple[int, int]]) -> str:
+    """Each span replaced with one <redacted>; overlapping or touching spans are one."""
     out, last = [], 0
     for start, end in sorted(s for s in spans if s[1] > s[0]):
         if end <= last:
             continue
-        start = max(start, last)
+        if start <= last and out:  # overlaps the span just cut: extend it
+            last = end
+            continue
         out.append(text[last:start])
         out.append(REDACTED)
         last = end

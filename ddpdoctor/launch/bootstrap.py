@@ -281,11 +281,29 @@ def record_and_exit(exc: BaseException) -> None:
         from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
         get_error_handler().record_exception(exc)
+        redact_error_file(os.environ.get("TORCHELASTIC_ERROR_FILE"))
     except Exception:  # noqa: BLE001
         pass
     sys.excepthook(type(exc), exc, exc.__traceback__)
     sys.stderr.flush()
     sys.exit(1)
+
+
+def redact_error_file(path: str | None) -> None:
+    """error.json with its text redacted (the job's environment and arguments known, ``redact.know_job``):
+    torchrun copies it onward (its failure table, a parent's TORCHELASTIC_ERROR_FILE) as it stands."""
+    if not path or not os.path.isfile(path):
+        return
+    import json
+
+    from ..redact import know_job, redact_evidence
+
+    know_job(os.environ, sys.argv[1:])
+    with open(path, encoding="utf-8", errors="replace") as f:
+        data = redact_evidence(json.load(f))
+    with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(f"{path}.tmp", path)
 
 
 def _ours(filename: str) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import documents
 from ..errors import UsageError
-from ..redact import redact_text
+from ..redact import Lines, know_job
 from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
@@ -66,12 +66,13 @@ def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal
           logs: list | None = None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
     secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be muted."""
+    redact = Lines()
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
             noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
         for sink in logs or ():
             _write(sink, line)
-        shown = redact_text(line) if sinks else line
+        shown = redact(line) if sinks else line
         for sink in sinks:
             if terminal is not None:
                 terminal.write(sink, shown)
@@ -111,6 +112,7 @@ class AgentLog:
         self.size = 0
         self.error: OSError | None = None
         self._lock = threading.Lock()
+        self._redact = Lines()
         try:
             self._file = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in close()
         except OSError as exc:
@@ -124,7 +126,7 @@ class AgentLog:
                 self.size -= len(self.lines.popleft())
             if self._file is not None:
                 try:
-                    self._file.write(redact_text(line))
+                    self._file.write(self._redact(line))
                     self._file.flush()
                 except OSError as exc:  # ENOSPC, EDQUOT: keep the text in memory, stop writing
                     self.error = exc
@@ -240,6 +242,7 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
     agent_log = logs / "agent.stderr.log"
     argv = torchrun.argv(cfg, logs)
     env = torchrun.environment(cfg, nvidia_driver_present(), label)
+    know_job(env, [*cfg.script_args, *cfg.preflight_args])  # their secret values, scrubbed from all we write
     sockets = socket_dir(cfg, label)
     sockets.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:

@@ -20,7 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[3] / "ddpdoctor"
 
 RENDERING = ("ddpdoctor.report", "ddpdoctor.bench.render", "ddpdoctor.launch.render")
 DOCUMENTS = {"ddpdoctor", "ddpdoctor.api", "ddpdoctor.errors", "ddpdoctor.exitcodes", "ddpdoctor.documents",
-             "ddpdoctor.shapes", "ddpdoctor.inputs", "ddpdoctor.grouping", "ddpdoctor.redact", "ddpdoctor.devices",
+             "ddpdoctor.shapes", "ddpdoctor.inputs", "ddpdoctor.grouping", "ddpdoctor.redact", "ddpdoctor.secret_names",
+             "ddpdoctor.secret_shapes", "ddpdoctor.secret_blocks", "ddpdoctor.job_secrets", "ddpdoctor.devices",
              "ddpdoctor.exports", "ddpdoctor.registry", "ddpdoctor.settings", "ddpdoctor.baseline",
              "ddpdoctor.lifetime", "ddpdoctor.text", "ddpdoctor.majority", "ddpdoctor.options",
              "ddpdoctor.check_helpers"}
