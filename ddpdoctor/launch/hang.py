@@ -13,6 +13,7 @@ import psutil
 
 from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 from .stall import Threshold, behind, last_steps, progress_mark
+from .stragglers import Live
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
@@ -34,6 +35,7 @@ class Watchdog:
         # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
         self.early: dict | None = None
         self.judged_at: float | None = None  # when the judging that made self.report began
+        self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self._stop = threading.Event()
         self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -71,8 +73,10 @@ class Watchdog:
             if current != pids:  # a (re)start of the workers: their start-up is no hang either
                 if current - pids:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
+                    self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
             mark = self.progress()
+            self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
             was_armed = started is not None
             if started is None:

@@ -271,6 +271,8 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
                             sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
             dog.terminal = terminal
+            if echo:  # a straggler named while the job runs: one line on the terminal (stragglers.py)
+                dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")
             stop.watch(dog)
             dog.start()
             try:
@@ -288,6 +290,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
                              time.time() - started, dog.report_before(stop.at), interrupted=stop.signum)
         doc["preflight"] = preflight
         doc["collectives"] = dog.collectives()
+        doc["stragglers"] = dog.stragglers.to_json()
         if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps
             doc["metrics_summary"] = collectives_summary(doc["collectives"])
         doc["run_json"] = str((cfg.records() / "run.json").resolve())  # the summary and the hang panel name it
