@@ -161,13 +161,13 @@ class Watchdog:
         early = self.early
         lead = early["deadline"] - early["at"]
         hang_s = early.get("threshold_s", self.threshold.describe()["seconds"])
+        taken = (f"every rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
+                 "every rank's evidence was taken as it expired (collecting it outlasted the margin)")
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
-                     "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
-                             f"comes before the hang threshold ({hang_s} s): every "
-                             + (f"rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
-                                "rank's evidence was taken as it expired (collecting it outlasted the margin)")
-                             + ("; when it expired the job was stopped" if stop else
-                                "; the job then ended by that timeout"))}
+                     "why": (f"your process group's own {early['timeout']:g} s timeout came before ddpdoctor's "
+                             f"hang threshold ({hang_s} s), so {taken}, after the ranks had waited "
+                             f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
+                                                                "the job then ended by that timeout"))}
         return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:
