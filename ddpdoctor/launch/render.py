@@ -63,9 +63,10 @@ def render(doc: dict, console: Console) -> None:
     rows += [T(line) for line in straggler_lines(doc)]
     for line in doc.get("input_notes") or []:  # records the post-mortem skipped (a FIFO, a link out, too big)
         rows.append(T(f"note: {line}", style="dim"))
-    rows += [T(line, style="dim") for line in where]
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — {title}", style="bold red"),
                         border_style="red"))
+    for line in where:  # below the box, one a line: a path is never broken by the panel's edge
+        console.print(T(line, style="dim"), soft_wrap=True)
 
 
 NOTHING = "nothing to fix"  # a victim's fix: never the fix under a root-cause title

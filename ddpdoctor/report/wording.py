@@ -7,7 +7,7 @@ import os
 import re
 
 CATEGORY = {
-    "exception": "an exception", "peer_lost": "lost its peer (its collective broke when another rank ended)",
+    "exception": "an exception", "peer_lost": "lost its peer",
     "signal": "ended by a signal", "timeout": "a collective timed out", "hang": "a hang",
     "desync": "the ranks called different collectives", "oom": "out of memory", "cuda": "a CUDA error",
     "nccl": "an NCCL error", "launcher_env": "not started by torchrun", "stopped": "stopped after another failure",
