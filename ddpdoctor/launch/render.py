@@ -149,7 +149,8 @@ def render_node_line(doc: dict, console: Console) -> None:
     parts = [f"exit {human(doc.get('exit_code'))}"]
     if verdict != "pass" and rc:
         who = f"rank {rc['rank']}" if rc.get("rank") is not None else f"host {human(rc.get('host'))}"
-        what = rc.get("error_type") or rc.get("category") or "failure"
+        what = (wording.kind(rc.get("error_type")) or rc.get("error_type") or wording.category(rc.get("category"))
+                if rc.get("error_type") or rc.get("category") else "failure")
         parts.append(f"root cause: {who}, {what}")
     master = "node rank 0" + (f" ({node['master_addr']})" if node.get("master_addr") else "")
     where = f"{master} printed the full result"

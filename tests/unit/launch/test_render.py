@@ -192,7 +192,7 @@ def test_node_line_shows_another_nodes_text_escaped_never_obeyed():
                     root_cause={"rank": None, "host": "h\x07", "category": "unknown"})
     text = _one_line(doc, width=300)
     assert "\x1b" not in text and "\x07" not in text
-    assert "node rank 0 (\\x1b[2Jevil)" in text and "root cause: host h\\x07, unknown" in text
+    assert "node rank 0 (\\x1b[2Jevil)" in text and "root cause: host h\\x07, no cause in its records" in text
 
 
 def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and_with_v():
