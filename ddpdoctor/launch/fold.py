@@ -1,6 +1,6 @@
-"""Folding the ranks' tracebacks in run-trainer's relayed output: each Python traceback shows its last frames
-and its exception line on the terminal; the frames before them are one line saying where the whole traceback
-is (the rank's log; -v relays everything). Lines of other ranks interleaved with a traceback pass through."""
+"""Folding the tracebacks in run-trainer's relayed output (the ranks', torchrun's failure table's): each shows
+its last frames and its exception line on the terminal; the frames before them are one line saying where the
+whole traceback is (the logs; -v relays everything). Other ranks' lines interleaved with one pass through."""
 from __future__ import annotations
 
 import re
@@ -24,8 +24,9 @@ class Folder:
         m = PREFIX.match(line)
         prefix, rest = m["prefix"] or "", m["rest"]
         if prefix not in self._held:
-            if rest.strip() == HEADER:
-                # torchrun writes "[rank1]: Traceback": the space after the prefix is no indentation
+            if rest.strip().endswith(HEADER):
+                # torchrun writes "[rank1]: Traceback": the space after the prefix is no indentation; its
+                # failure table "  traceback : Traceback ...", each frame indented under it
                 self._held[prefix] = (len(rest) - len(rest.lstrip(" ")), [line])
                 return []
             return [line]

@@ -40,3 +40,13 @@ def test_torchruns_double_rank_prefix_is_one_stream():
     out = fed(Folder("logs"), tb("[default1]:[rank1]: ", 5))
     assert "[default1]:[rank1]:   ... 3 earlier frame(s) folded" in "".join(out), out
     assert out[-1] == "[default1]:[rank1]: ValueError: bad\n"
+
+
+def test_the_tracebacks_in_torchruns_failure_table_are_folded_too():
+    table = ["  error_file: /r/error.json\n", "  traceback : Traceback (most recent call last):\n"]
+    for i in range(5):
+        table += [f'    File "/u/t.py", line {i}, in f\n', "      f()\n"]
+    table += ["  ValueError: bad\n", "  \n", "====\n"]
+    out = fed(Folder("logs"), table)
+    assert "    ... 3 earlier frame(s) folded" in "".join(out), out
+    assert out[-3:] == ["  ValueError: bad\n", "  \n", "====\n"] and out[0] == table[0]
