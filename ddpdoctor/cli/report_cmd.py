@@ -87,7 +87,8 @@ def latest_of_each_kind(root: Path) -> list[tuple[str, Path, list[Path], float]]
     if not best:
         raise UsageError(f"no results in {root}/ to report on: run `ddpdoctor preflight` (or nccl-bench, run-trainer) "
                          "here first, or name the files: ddpdoctor report FILE...")
-    return sorted(best.values(), key=lambda g: g[3])
+    order = ("preflight", "nccl-bench", "run", "postmortem")  # the workflow's order; any other kind after them
+    return sorted(best.values(), key=lambda g: (order.index(g[0]) if g[0] in order else len(order), g[0]))
 
 
 def _mtime(path: Path) -> float:
