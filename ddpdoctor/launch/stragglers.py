@@ -123,6 +123,8 @@ class Live:
 
     def observe(self, frs: dict[int, dict], now: float) -> Straggler | None:
         """Take the ranks' records; return the straggler if it is named by this poll."""
+        if not frs:  # no worker answered yet: nothing started (a poll before the first workers is no attempt)
+            return None
         if self._started is None:
             self._started = now
         for rank, fr in frs.items():

@@ -34,6 +34,7 @@ def test_a_straggler_is_named_while_the_job_runs_and_the_job_passes(tmp_path, sc
     assert [s["rank"] for s in named] == [1], named
     s = named[0]
     assert s["slower_x"] >= 2.5 and s["others_wait_s"] > 0.2 and s["own_s"] > s["others_own_s"], s
+    assert s["attempt"] == 0, s  # the first workers are attempt 0
     lines = [ln for ln in p.stderr.splitlines() if "straggler: rank 1" in ln]
     assert len(lines) == 1 and "slower" in lines[0] and "its own code" in lines[0], p.stderr[-3000:]
     # live: named while the job still had well over ten of its ~0.5 s steps to go, not in the summary afterwards

@@ -81,3 +81,14 @@ def test_a_restart_starts_over_and_counts_the_attempt():
         assert live.observe({r: dict(fr, entries=fr["entries"][:upto]) for r, fr in healthy.items()},
                             200.0 + upto) is None
     assert [s["attempt"] for s in live.to_json()] == [0]
+
+
+def test_polls_before_the_first_workers_are_no_attempt():
+    """The watchdog polls before torchrun's first workers exist: their start is attempt 0, not 1."""
+    live = Live()
+    live.observe({}, 0.0)
+    live.restart(1.0)
+    full = records(40, {0: 0.1, 1: 0.5})
+    for upto in range(12, 41, 4):
+        live.observe({r: dict(fr, entries=fr["entries"][:upto]) for r, fr in full.items()}, float(upto))
+    assert [s["attempt"] for s in live.to_json()] == [0]
