@@ -99,8 +99,11 @@ class NetworkCheck(Check):
             # spelt as the names check and the advice after a pass spell it ('==': exactly that interface)
             ifname_fix = (f"export NCCL_SOCKET_IFNAME={quote('=' + suggest)} GLOO_SOCKET_IFNAME={quote(suggest)}" if suggest
                           else "give this node an interface the other nodes can reach")
+        on_loopback = {}  # names that resolve only to loopback: the same fact in every mode, judged by mode
         for name, res in sorted((f.get("resolves") or {}).items()):
             addrs = res.get("addrs") or []
+            if addrs and not res.get("error") and all(is_loopback(a) for a in addrs):
+                on_loopback[name] = addrs
             if res.get("error"):
                 make = self.fail if multi else self.warn
                 out.append(make(f"{name} does not resolve: {res['error']}", [node], actual=res["error"],
@@ -108,8 +111,10 @@ class NetworkCheck(Check):
             elif addrs and all(is_loopback(a) for a in addrs) and not shared:
                 # gloo binds the address the hostname resolves to: peers would be told 127.x. A warning here;
                 # in a cluster run the names check knows the advertised address and fails it where it matters.
-                out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): gloo and c10d would "
-                                "advertise an address other nodes cannot reach", [node], actual=addrs,
+                why = ("gloo and c10d would advertise an address other nodes cannot reach" if multi else
+                       "harmless while every rank runs on this machine; gloo and c10d would advertise it to other "
+                       "nodes, which cannot reach it")
+                out.append(self.warn(f"{name} resolves only to loopback ({', '.join(addrs)}): {why}", [node], actual=addrs,
                                 expected="a routable address",
                                 fix=f"map {quote(str(name))} to the node's real IP in /etc/hosts, or {ifname_fix}"))
         if not routable:
@@ -124,6 +129,10 @@ class NetworkCheck(Check):
                                      fix=f"ip link set {quote(str(i['name']))} mtu 1500  # or the fabric's MTU, same on every node"))
         names = lambda: ", ".join(f"{i['name']} ({', '.join(i['ipv4'] or i['ipv6'])}, MTU {i['mtu']})"  # noqa: E731
                                   for i in routable[:4])
-        return passed_if_quiet(out, self, [node], lambda: f"{host} resolves to a routable address; "
+        resolved = (f"{host} resolves to a routable address" if not on_loopback else
+                    f"{', '.join(on_loopback)} resolves only to loopback "
+                    f"({', '.join(a for addrs in on_loopback.values() for a in addrs)}), which every node of this run "
+                    "shares (all on this machine): no other machine has to reach it")
+        return passed_if_quiet(out, self, [node], lambda: f"{resolved}; "
                                f"{f'default route via {default}' if default else 'no default route'}; "
                                f"interfaces: {names()}", actual=default)

@@ -114,6 +114,7 @@ BODIES = {
         "attempts": Opt(ListOf(ANY)),
         "checksums_equal": Opt(ANY),
         "hang": Opt(Obj({})),
+        "stragglers": Opt(ListOf(Obj({"rank": NUMBER, "slower_x": NUMBER}, required=("rank",)))),
     }),
 }
 

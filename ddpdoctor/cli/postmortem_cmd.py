@@ -33,6 +33,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
     from .. import documents
     from ..launch import evidence_io
     from ..launch import postmortem as pm
+    from ..launch.outcome import stacks_on_file
     from ..launch.render import render
 
     out_dir = common.ensure_writable_dir(output_dir)
@@ -48,6 +49,8 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         hang = judge_dumps(find_dumps(fr_roots))
     pm.adopt_hang_verdict(verdict, hang)
     failed = verdict.root_cause is not None
+    root = verdict.root_cause.to_json() if failed else None
+    stacks_on_file(root, logs.parent.parent / "stacks" / "sigterm")  # a run-trainer run's: <run>/logs/<node>
     doc = documents.envelope(
         "run-trainer",
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": agent_log},
@@ -56,7 +59,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         start=None, interrupted=None, torchrun_exit_code=None,
         restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
         metrics_summary={}, checksums_equal=None,
-        root_cause=verdict.root_cause.to_json() if failed else None,
+        root_cause=root,
         consequences=[f.to_json() for f in verdict.consequences] if failed else [],
         culprit_ranks=culprit_ranks(verdict) if failed else [],
         hang={"verdict": hang} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,

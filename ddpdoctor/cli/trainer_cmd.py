@@ -82,7 +82,9 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                 common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
                 return ExitCode.FAIL
             cfg.preflight = "forced"
-    doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre)
+    doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre,
+                 fold=not common.STATE.verbose)  # -v: the ranks' tracebacks whole
+
     keep_preflight(pre_doc, Path(doc["run_json"]).parent if doc.get("run_json") else None, doc.get("run_id"))
     # A full --run-dir: the result and its post-mortem are shown first (and go to --output/--report where
     # those fit), then one line names what could not be written and the free space there (exit 2).

@@ -46,6 +46,11 @@ def timeout_s(text: str) -> float | None:
     return int(next(g for g in m.groups() if g)) / 1000.0
 
 
+# Said of a rank stopped without a stack in its log; outcome.stacks_on_file corrects it where the bootstrap
+# wrote the rank's stack at the launcher's SIGTERM (stacks/sigterm/rankR.txt).
+NO_STACK = "its stack is not in the logs: it was stopped without one"
+
+
 def hang_timeout_advice(pg_timeout: float | None) -> str:
     """How to get every rank's stack next time: run-trainer arms before the process group's timeout; a
     --hang-timeout, when given, below that timeout (a larger one could never fire first)."""
@@ -55,7 +60,7 @@ def hang_timeout_advice(pg_timeout: float | None) -> str:
     if pg_timeout is None:
         return base + "; raise the process-group timeout only if the work is legitimately slow"
     suggest = max(1, int(pg_timeout * 0.5))
-    return (base + f", or fire sooner with `--hang-timeout {suggest}` (below your {pg_timeout:g} s timeout); raise "
+    return (base + f", or fire sooner with run-trainer's option `ddpdoctor run-trainer --hang-timeout {suggest}` (below your {pg_timeout:g} s timeout); raise "
             "the process-group timeout only if the work is legitimately slow")
 
 
@@ -155,7 +160,7 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
         message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
                  f"({_where(calls)}); no flight-recorder dump says for certain"),
         location=None,
-        fix=("look at what " + names + " was doing (its stack is not in the logs: it was stopped without one); "
+        fix=("look at what " + names + f" was doing ({NO_STACK}); "
              + hang_timeout_advice(pg)))
     out = [f for f in fails if f not in stopped]
     for f in out:

@@ -41,6 +41,14 @@ RULES = [
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
                        r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
                        r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
+# gloo's rendezvous of the ranks (init_process_group) refused: on a restarted attempt, torch's own restart.
+MESH_REFUSED = re.compile(r"connectFullMesh failed[^\n]{0,300}?(?:Connection refused|ECONNREFUSED)", re.I)
+RESTART_FIX = ("nothing in your script failed on this attempt: torch's gloo could not connect the restarted ranks "
+               "to each other (a connection refused while they met again); rerun the job (--resume RUN_ID continues "
+               "from its snapshot) and fix the failure of the attempt before, which made the restart")
+MESH_FIX = ("gloo could not connect the ranks to each other (a connection refused while they met): check that "
+            "GLOO_SOCKET_IFNAME names an interface every node reaches and that no firewall blocks the ports "
+            "(`ddpdoctor preflight` across the nodes)")
 # argparse's way out (exit 2, no traceback): its usage, then `PROG: error: MESSAGE` as the last line. The usage
 # lists the options (`--collective-timeout`), which the text rules would read as a collective's timeout.
 ARGPARSE_ERROR = re.compile(r"^(?P<prog>[^\s:]{1,256}): error: (?P<msg>[^\n]{1,2000})$", re.M)
@@ -223,6 +231,12 @@ def _by_text(f: RankFailure, text: str) -> RankFailure:
         if pattern.search(text):
             f.category, f.fix = category, fix
             return _nccl_detail(f, text)
+    if MESH_REFUSED.search(text):
+        f.category = "restart_connect" if f.attempt > 0 else "connect"
+        f.fix = RESTART_FIX if f.attempt > 0 else MESH_FIX
+        f.reason = ("torch's restart: the ranks of the new attempt could not connect" if f.attempt > 0
+                    else "the ranks could not connect to each other")
+        return f
     if PEER_LOST.search(text):
         return _peer_lost(f, "its collective broke because a peer process died")
     for category, pattern, fix in RULES[4:]:

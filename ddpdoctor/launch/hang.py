@@ -13,6 +13,7 @@ import psutil
 
 from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 from .stall import Threshold, behind, last_steps, progress_mark
+from .stragglers import Live
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
@@ -34,6 +35,7 @@ class Watchdog:
         # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
         self.early: dict | None = None
         self.judged_at: float | None = None  # when the judging that made self.report began
+        self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self._stop = threading.Event()
         self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -71,8 +73,10 @@ class Watchdog:
             if current != pids:  # a (re)start of the workers: their start-up is no hang either
                 if current - pids:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
+                    self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
             mark = self.progress()
+            self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
             was_armed = started is not None
             if started is None:
@@ -157,13 +161,13 @@ class Watchdog:
         early = self.early
         lead = early["deadline"] - early["at"]
         hang_s = early.get("threshold_s", self.threshold.describe()["seconds"])
+        taken = (f"every rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
+                 "every rank's evidence was taken as it expired (collecting it outlasted the margin)")
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
-                     "why": (f"your process group's timeout ({early['timeout']:g} s, the flight recorder's timeout_ms) "
-                             f"comes before the hang threshold ({hang_s} s): every "
-                             + (f"rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
-                                "rank's evidence was taken as it expired (collecting it outlasted the margin)")
-                             + ("; when it expired the job was stopped" if stop else
-                                "; the job then ended by that timeout"))}
+                     "why": (f"your process group's own {early['timeout']:g} s timeout came before ddpdoctor's "
+                             f"hang threshold ({hang_s} s), so {taken}, after the ranks had waited "
+                             f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
+                                                                "the job then ended by that timeout"))}
         return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:

@@ -118,6 +118,22 @@ def where_stopped(hang: dict | None, folder: Path, traced: set, within_s: float 
             culprit.update(site)
 
 
+def stacks_on_file(root: dict | None, folder: Path) -> None:
+    """A fix true to the files present: where it says the rank's stack is not in the logs while the bootstrap
+    wrote it at the launcher's SIGTERM, it names that file instead (relative to the run's records)."""
+    if not root or root.get("rank") is None or attribution.NO_STACK not in (root.get("fix") or ""):
+        return
+    path = folder / f"rank{root['rank']}.txt"
+    try:
+        present = path.stat().st_size > 0
+    except OSError:
+        return
+    if present:
+        root["fix"] = root["fix"].replace(attribution.NO_STACK, f"its stack when the launcher stopped it is in "
+                                                                  f"{path.parent.parent.name}/sigterm/{path.name} "
+                                                                  "beside run.json")
+
+
 def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:
     """No rank left a record: torchrun itself ended. Killed by a signal from outside (its workers die with it),
     or it exited with a code its own output explains."""
@@ -237,6 +253,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
             consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
         root = interrupted_root(interrupted)
     failed = code != 0 or hang_report is not None or interrupted is not None
+    stacks_on_file(root, run_dir / "stacks" / "sigterm")
     if failed and root is None:
         root = _agent_failure(code, agent_stderr, logs)
     exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK

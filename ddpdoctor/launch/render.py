@@ -7,6 +7,7 @@ from rich.text import Text
 
 from ..report.values import human, phrases
 from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
+from ..report import wording
 
 
 def render(doc: dict, console: Console) -> None:
@@ -14,7 +15,7 @@ def render(doc: dict, console: Console) -> None:
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
              else f"records in {human(doc.get('logs'))}")
-    where = records_line(doc)
+    where = records_line(doc)  # one path a line
     if doc.get("verdict") == "pass":
         if "collectives" in s and doc.get("collectives"):
             parts = ["run-trainer: PASS", start, *collectives_line(doc["collectives"]).split(" · ")]
@@ -26,45 +27,102 @@ def render(doc: dict, console: Console) -> None:
                      f"restarts {human(doc.get('restarts', 0))}")
         for line in phrases(parts, console.width):  # broken between phrases only, never inside one
             console.print(T(line, style="green"), soft_wrap=True)
-        if where:
-            console.print(T(where, style="dim"), soft_wrap=True)
+        for line in attempt_lines(doc) + straggler_lines(doc):
+            console.print(T(line), soft_wrap=True)
+        for line in where:
+            console.print(T(line, style="dim"), soft_wrap=True)
         return
-    rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message") else v
-          for k, v in (doc.get("root_cause") or {}).items()}
-    rows = [
-        T(start, style="dim"),
-        T(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
-             f"{rc.get('host', human(None))}"
-             f" · exit code {rc.get('exit_code', human(None))}" + (f" · {rc.get('signal')}" if rc.get("signal") else "")
-             + f" · {rc.get('category', human(None))}"),
-        T(f"error: {rc.get('error_type') + ': ' if rc.get('error_type') else ''}{shown_message(rc.get('message'))}"
-          if rc.get("error_type") or rc.get("message") else "error: no error message in the records read"),
-    ]
+    root = doc.get("root_cause") or {}
+    rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message", "exit_code") else v
+          for k, v in root.items()}
+    stopped_by_us = bool(doc.get("hang")) and _tool(doc) == "run-trainer"
+    kind = wording.kind(rc.get("error_type"))
+    rows = [T(start, style="dim"), *(T(line) for line in attempt_lines(doc)),
+            T(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
+              f"{rc.get('host', human(None))} · {wording.exit_state(root, stopped_by_us)} · "
+              f"{wording.category(root.get('category'))}")]
+    if kind or rc.get("error_type") or rc.get("message"):
+        what = f"{kind}: " if kind else f"{rc['error_type']}: " if rc.get("error_type") else ""
+        rows.append(T(f"error: {what}{shown_message(rc.get('message'))}"))
+    else:
+        rows.append(T("error: no error message in the records read"))
     if rc.get("location"):
         func = next((c.get("function") for c in ((doc.get("hang") or {}).get("verdict") or {}).get("culprits", [])
                      if c.get("where") == rc["location"]), None)
-        rows.append(T(f"where: {rc['location']}" + (f" in {func}" if func else "")))
-    if rc.get("reason") and not (doc.get("root_cause") or {}).get("victim"):  # rc's values are humanized: "no"
+        rows.append(T(f"where: {wording.location(rc['location'])}" + (f" in {func}" if func else "")))
+    if rc.get("reason") and not root.get("victim"):
         rows.append(T(f"note: {rc['reason']}"))
-    no_fix = "none found in the records read" + (" (see the notes)" if doc.get("input_notes") else "")
-    rows.append(T(f"fix: {rc.get('fix') or no_fix}", style="bold"))
+    title, fix = _title_and_fix(doc, root)
+    rows.append(T(f"fix: {fix}", style="bold"))
     for c in doc.get("consequences", []):
+        how = wording.category(c.get("category")) + (f"; ended by {c['signal']}" if c.get("signal") else "")
         rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
-                         f"({c.get('category')}{': ' + c['signal'] if c.get('signal') else ''})", style="dim"))
+                      f"({how})", style="dim"))
     if doc.get("hang"):
         rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
+    rows += [T(line) for line in straggler_lines(doc)]
     for line in doc.get("input_notes") or []:  # records the post-mortem skipped (a FIFO, a link out, too big)
         rows.append(T(f"note: {line}", style="dim"))
-    if where:
-        rows.append(T(where, style="dim"))
-    # A rank shown without being named the culprit (the rank gloo aborted on a mismatch, one side of a tie):
-    # the first failure, not a root cause.
-    title = "root cause"
-    if "culprit_ranks" in doc and not doc["culprit_ranks"]:
-        title = ("first failure, no culprit named" if (doc.get("root_cause") or {}).get("rank") is not None
-                 else "no culprit rank named")
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — {title}", style="bold red"),
                         border_style="red"))
+    for line in where:  # below the box, one a line: a path is never broken by the panel's edge
+        console.print(T(line, style="dim"), soft_wrap=True)
+
+
+NOTHING = "nothing to fix"  # a victim's fix: never the fix under a root-cause title
+
+
+def _title_and_fix(doc: dict, root: dict) -> tuple[str, str]:
+    """The panel's title and its fix. A rank shown without being named the culprit (the rank gloo aborted on a
+    mismatch, one side of a tie, a rank that only lost its peer) is the first failure, not a root cause; a stop
+    on request is neither. "nothing to fix" is never said under a root-cause title."""
+    fix = root.get("fix") or ("none found in the records read" + (" (see the notes)" if doc.get("input_notes") else ""))
+    title = "root cause"
+    if "culprit_ranks" in doc and not doc["culprit_ranks"]:
+        title = "first failure, no culprit named" if root.get("rank") is not None else "no culprit rank named"
+    if root.get("category") == "interrupted":
+        return "stopped on request", fix
+    if fix.startswith(NOTHING):
+        title = "first failure, no culprit named"
+        fix = ("this rank only followed another failure; no rank's own failure is in the records read: the "
+               "consequences below and the logs say what each rank saw")
+    return title, fix
+
+
+def attempt_lines(doc: dict) -> list[str]:
+    """With restarts, each attempt's outcome in one line: who failed, with what, where; the last passed or why
+    it failed."""
+    attempts = doc.get("attempts") or []
+    if len(attempts) < 2:
+        return []
+    out = []
+    for i, attempt in enumerate(attempts):
+        rc = attempt.get("root_cause") or {}
+        last = i == len(attempts) - 1
+        if not rc:
+            out.append(f"attempt {i + 1}: " + ("passed" if last and doc.get("verdict") == "pass"
+                                               else "no failure in its records"))
+            continue
+        what = wording.kind(rc.get("error_type")) or rc.get("error_type") or wording.category(rc.get("category"))
+        said = f"rank {human(rc.get('rank'))}, {what}" + (f" at {wording.location(rc['location'])}"
+                                                          if rc.get("location") else "")
+        if rc.get("category") == "restart_connect":
+            said = f"rank {human(rc.get('rank'))}: {wording.category('restart_connect')}"
+        if last and doc.get("verdict") == "fail":
+            out.append(f"attempt {i + 1}: failed because {said}")
+        else:
+            out.append(f"attempt {i + 1}: {said}" + ("; restarted" if not last else ""))
+    return out
+
+
+def straggler_lines(doc: dict) -> list[str]:
+    """The stragglers named while the job ran (stragglers.py)."""
+    out = []
+    for s in doc.get("stragglers") or []:
+        x = "more than 100x" if s.get("slower_x", 0) > 100 else f"{s.get('slower_x')}x"
+        out.append(f"straggler (named live): rank {s.get('rank')}, {x} slower than the others in its own code; the "
+                   f"others waited {s.get('others_wait_s')} s per collective for it")
+    return out
 
 
 MESSAGE_SHOWN = 800  # characters of an error message in the panel (a tensor's repr can be megabytes)
@@ -91,7 +149,8 @@ def render_node_line(doc: dict, console: Console) -> None:
     parts = [f"exit {human(doc.get('exit_code'))}"]
     if verdict != "pass" and rc:
         who = f"rank {rc['rank']}" if rc.get("rank") is not None else f"host {human(rc.get('host'))}"
-        what = rc.get("error_type") or rc.get("category") or "failure"
+        what = (wording.kind(rc.get("error_type")) or rc.get("error_type") or wording.category(rc.get("category"))
+                if rc.get("error_type") or rc.get("category") else "failure")
         parts.append(f"root cause: {who}, {what}")
     master = "node rank 0" + (f" ({node['master_addr']})" if node.get("master_addr") else "")
     where = f"{master} printed the full result"
@@ -113,15 +172,16 @@ def describe_start(start: dict | None) -> str:
     return f"resumed from run {start.get('from_run')}" + (f" at step {step}" if step is not None else "")
 
 
-def records_line(doc: dict) -> str | None:
-    """Where this run's records are: run.json (the whole verdict, stacks, flight recorders) and the logs
-    (torch's per-rank stdout/stderr/error.json, torchrun's own output)."""
+def records_line(doc: dict) -> list[str]:
+    """Where this run's records are, one path a line (relative to the working directory when under it, so a
+    panel never breaks one): run.json (the whole verdict, stacks, flight recorders) and the logs (torch's
+    per-rank stdout/stderr/error.json, torchrun's own output)."""
     parts = []
     if doc.get("run_json"):
-        parts.append(f"run.json: {doc['run_json']}")
+        parts.append(f"run.json: {wording.path(doc['run_json'])}")
     if doc.get("logs") and doc.get("start") is not None:  # a postmortem's header already names its log dir
-        parts.append(f"logs: {doc['logs']}")
-    return " · ".join(parts) or None
+        parts.append(f"logs: {wording.path(doc['logs'])}")
+    return parts
 
 
 def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
@@ -131,16 +191,17 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     coll = verdict.get("collective")
     for c in (verdict.get("culprits") or [])[1:]:  # the first is the root cause's row; the others have only this one
         rows.append(T(f"culprit too: rank {c.get('rank')} on {human(c.get('host'))}"
-                         + (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "")
+                         + (f" at {wording.location(c['where'])}" + (f" in {c['function']}" if c.get("function") else "")
                             if c.get("where") else "")))
     if coll:
         site = coll.get("call_site") or {}
         rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
-                         + (f" called at {site['where']} in {site.get('function')}" if site.get("where") else "")
+                         + (f" called at {wording.location(site['where'])} in {site.get('function')}"
+                            if site.get("where") else "")
                          + f"; waiting: rank(s) {', '.join(map(str, coll.get('waiting_ranks', [])))}"))
         for rank, call in (coll.get("calls") or {}).items():
             rows.append(T(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
-                             + (f" at {call['where']}" if call.get("where") else "")))
+                             + (f" at {wording.location(call['where'])}" if call.get("where") else "")))
     if verdict.get("no_evidence"):
         rows.append(T(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
                          style="yellow"))
@@ -148,8 +209,11 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     if t:
         # the why of a --hang-timeout is the flag itself: "(--hang-timeout)", not "(--hang-timeout: set by --hang-timeout)"
         why = f": {t['why']}" if t.get("why") and t["why"] != f"set by {t.get('source')}" else ""
-        rows.append(T(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
-                         f"{human(hang.get('stalled_s'))} s", style="dim"))
+        if t.get("source") == "process-group timeout" and t.get("why"):  # one sentence: hang.from_early's
+            rows.append(T(f"threshold: {t['why']}", style="dim"))
+        else:
+            rows.append(T(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
+                          f"{human(hang.get('stalled_s'))} s", style="dim"))
     if saved:
         rows.append(T(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                          style="dim"))

@@ -5,6 +5,7 @@ command, and the post-mortem still runs."""
 from __future__ import annotations
 
 import collections
+import os
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, socket_dir
+from .fold import Folder
 from .outcome import blame_the_disk, build_document, collectives_summary
 
 
@@ -63,16 +65,25 @@ def _write(sink, line: str) -> None:
 
 
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
-          logs: list | None = None) -> None:
+          logs: list | None = None, folder: Folder | None = None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
-    secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be muted."""
-    redact = Lines()
+    secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be
+    muted, and through ``folder`` when given (tracebacks folded to their last frames: fold.py)."""
+    redact = Lines()  # one per stream: a key block's context carries across lines
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
             noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
         for sink in logs or ():
             _write(sink, line)
-        shown = redact(line) if sinks else line
+        if sinks:
+            shown = redact(line)
+            _show(sinks, folder.feed(shown) if folder is not None else [shown], terminal)
+    if sinks and folder is not None:
+        _show(sinks, folder.flush(), terminal)
+
+
+def _show(sinks, lines: list[str], terminal: Terminal | None) -> None:
+    for shown in lines:
         for sink in sinks:
             if terminal is not None:
                 terminal.write(sink, shown)
@@ -233,8 +244,9 @@ class StopOnSignal:
 
 
 def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = False,
-           preflight: dict | None = None) -> dict:
-    """Run the job to its end (or to a signal), then write and return its run.json document."""
+           preflight: dict | None = None, fold: bool = True) -> dict:
+    """Run the job to its end (or to a signal), then write and return its run.json document. ``fold``: the
+    ranks' tracebacks relayed folded to their last frames (False: everything, as -v)."""
     records.clean_temps(Path(cfg.run_dir))  # debris of earlier runs that crashed mid-write
     label = node_label(cfg)
     logs = torchrun.log_dir(cfg, label)
@@ -246,12 +258,22 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
     sockets = socket_dir(cfg, label)
     sockets.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        return _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight)
+        folders = [Folder(_shown_path(logs)) for _ in range(2)] if fold else [None, None]
+        return _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight, folders)
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
 
 
-def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight) -> dict:
+def _shown_path(path: Path) -> str:
+    """The logs as the fold line names them: relative to the working directory when under it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
+
+
+def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight, folders) -> dict:
     started = time.time()
     out_sink = sys.stderr if stdout_to_stderr else sys.stdout
     terminal = Terminal()
@@ -262,10 +284,10 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
         stop.attach(proc)
         agent = AgentLog(agent_log)
         try:
-            pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal),
-                                      daemon=True),
+            pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal,
+                                                          None, folders[0]), daemon=True),
                      threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr] if echo else [],
-                                                          stop.agent_noticed, terminal, [agent]), daemon=True)]
+                                                          stop.agent_noticed, terminal, [agent], folders[1]), daemon=True)]
             for t in pumps:
                 t.start()
             # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
@@ -274,6 +296,8 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
                             sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
             dog.terminal = terminal
+            if echo:  # a straggler named while the job runs: one line on the terminal (stragglers.py)
+                dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")
             stop.watch(dog)
             dog.start()
             try:
@@ -291,6 +315,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
                              time.time() - started, dog.report_before(stop.at), interrupted=stop.signum)
         doc["preflight"] = preflight
         doc["collectives"] = dog.collectives()
+        doc["stragglers"] = dog.stragglers.to_json()
         if not doc["metrics_summary"] and doc["collectives"]:  # a user script: its collectives are its steps
             doc["metrics_summary"] = collectives_summary(doc["collectives"])
         doc["run_json"] = str((cfg.records() / "run.json").resolve())  # the summary and the hang panel name it

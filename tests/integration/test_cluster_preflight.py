@@ -113,7 +113,7 @@ def test_master_absent_every_node_exits_3_saying_refused(cluster_factory):
         assert code == 3, err
         assert "refused" in err and f"127.0.0.1:{c.port}" in err
         assert "Traceback" not in err
-    assert elapsed < 4 + 5 + 10  # timeout + 5 s, plus interpreter start-up on a loaded 2-core box
+    assert elapsed < 4 + 5 + 20  # timeout + 5 s, plus interpreter start-up on a loaded 2-core box
 
 
 @pytest.mark.timeout(90)
@@ -127,7 +127,7 @@ def test_missing_node_is_named_by_the_master(cluster_factory):
         code, _, err = res[r]
         assert code == 3, err
         assert "missing rank(s) 2" in err
-    assert time.monotonic() - start < 8 + 5 + 15  # --timeout + 5 s to give up; 15 s: start-up, loaded 2-core box
+    assert time.monotonic() - start < 8 + 5 + 30  # --timeout + 5 s to give up; 30 s: start-up, loaded 2-core box
 
 
 def _fake_dist(root: Path, name: str, version: str) -> Path:
@@ -201,7 +201,7 @@ def test_master_localhost_with_two_nodes_fails_at_once():
                              capture_output=True, text=True, env=env, timeout=50)
         assert out.returncode == 3, out.stderr
         assert "loopback" in out.stderr and "MASTER_ADDR" in out.stderr
-    assert time.monotonic() - start < 0 + 30  # no waiting (it cannot get better); 30 s: two interpreters' start-up
+    assert time.monotonic() - start < 0 + 45  # no waiting (it cannot get better); 45 s: two interpreters' start-up
 
 
 @pytest.mark.timeout(120)

@@ -2,6 +2,7 @@
 the run in a line, the root cause and its consequences (pure; no HTML)."""
 from __future__ import annotations
 
+from .. import wording
 from ..values import human
 from .common import _finite, single_group
 
@@ -81,6 +82,9 @@ def trainer_line(s: dict, d: dict) -> list[str]:
         out.append("no training metrics recorded")
     restarts = d.get("restarts")
     out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
+    for s in d.get("stragglers") or []:  # named while the job ran (launch/stragglers.py)
+        if isinstance(s, dict) and _finite(s.get("slower_x")):
+            out.append(f"straggler: rank {s.get('rank')}, {s['slower_x']:g}x slower in its own code (named live)")
     ce = d.get("checksums_equal")
     out.append("checksums " + ("not compared" if ce is None else "equal" if ce is True else "DIFFER"))
     return out
@@ -94,6 +98,7 @@ def trainer_finding(d: dict) -> dict | None:
     return single_group({
         "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
         "summary": f"rank {human(rc.get('rank'))} on {human(rc.get('host'))}: "
-                   f"{(rc.get('error_type') or rc.get('category'))}: {rc.get('message')}"
+                   f"{wording.kind(rc.get('error_type')) or rc.get('error_type') or wording.category(rc.get('category'))}"
+                   f": {rc.get('message')}"
                    + (f" (at {rc['location']})" if rc.get("location") else ""),
         "fix": rc.get("fix", ""), "actual": None, "expected": None})

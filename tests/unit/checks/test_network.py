@@ -97,3 +97,18 @@ def test_the_interface_fix_is_spelt_like_the_names_check_and_the_advice():
     res = judge_net(net_facts(resolves={"node1": {"addrs": ["127.0.1.1"], "error": None}}))
     (w,) = only(res, Level.WARN)
     assert "export NCCL_SOCKET_IFNAME==eth0 GLOO_SOCKET_IFNAME=eth0" in w.fix
+
+
+def test_one_machine_one_answer_on_its_name_alone_and_with_local_nodes():
+    """preflight alone said "vm resolves only to loopback"; --local-nodes 3 on the same machine said "vm resolves
+    to a routable address". Both now state the same fact; the judgement differs and says why."""
+    check = network.NetworkCheck()
+    scope = check.gather(ctx())["loopback_scope"]
+    loop = net_facts(hostname="vm", resolves={"vm": {"addrs": ["127.0.1.1"], "error": None}}, loopback_scope=scope)
+    (alone,) = only(judge_net(loop), Level.WARN)
+    assert "vm resolves only to loopback (127.0.1.1)" in alone.summary and "every rank runs on this machine" in alone.summary
+    together = check.compare({"a": loop, "b": loop, "c": loop}, check.with_defaults({"nnodes": 3}))
+    assert {r.level for r in together} == {Level.PASS}
+    for r in together:
+        assert "vm resolves only to loopback (127.0.1.1)" in r.summary and "routable" not in r.summary, r.summary
+        assert "all on this machine" in r.summary

@@ -107,13 +107,13 @@ def test_report_results_dir_that_is_a_file_is_one_line_exit_2(cwd, capsys):
     assert "notes.txt is not a directory" in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(200)
 def test_local_nodes_keep_one_cluster_file(cwd):
     """--local-nodes: the master's cluster.json only (the simulated nodes save nothing of their own)."""
     env = {k: v for k, v in os.environ.items() if k != "DDPDOCTOR_NO_SAVE" and k not in documents.RUN_ID_VARS}
-    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "-q", "preflight", "--local-nodes", "2", "--timeout", "20",
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "-q", "preflight", "--local-nodes", "2", "--timeout", "60",
                         "--only", "mesh,launch-args", "--run-id", "wf-5"], capture_output=True, text=True, env=env,
-                       cwd=cwd, timeout=110)
+                       cwd=cwd, timeout=190)  # --timeout 60: two nodes importing torch on a loaded 2-core box
     assert p.returncode == 0, p.stderr[-2000:]
     assert sorted(x.name for x in (cwd / "ddpdoctor-results" / "wf-5").iterdir()) == ["cluster.json"]
 
@@ -163,3 +163,32 @@ def test_torchruns_default_rendezvous_id_is_no_run_id(cwd, monkeypatch):
     assert documents.new_run_id() == "job-77"
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     assert documents.new_run_id() == "4242"
+
+
+def test_report_alone_shows_the_latest_of_each_kind_each_from_its_own_run(cwd, capsys):
+    """preflight, nccl-bench and run-trainer in one results directory, each with its own run id: the report
+    holds all three (it showed only the last) and says which run each came from."""
+    from ddpdoctor.cli.report_cmd import kind_of, result_files
+
+    root = cwd / "ddpdoctor-results"
+    for i, rid in enumerate(("pre-1", "bench-2", "run-3", "pre-0")):
+        (root / rid).mkdir(parents=True)
+    node = documents.preflight_doc(scope="node", nodes={"n1": {"rank": 0, "host": "n1", "facts": {}}}, checks=[],
+                                   results=[], run={}, run_id="pre-1")
+    documents.dump(node, root / "pre-1" / "node-n1.json")
+    documents.dump(dict(node, run_id="pre-0"), root / "pre-0" / "node-n1.json")
+    os.utime(root / "pre-0" / "node-n1.json", (1, 1))  # an older preflight: not shown
+    documents.dump(documents.envelope("nccl-bench", run_id="bench-2", run={}, rows=[], summary={}, verdict="pass"),
+                   root / "bench-2" / "nccl-bench.json")
+    documents.dump(documents.envelope("run-trainer", verdict="pass", run_id="run-3"), root / "run-3" / "run.json")
+    assert run(["report"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    for needle in ("preflight from run pre-1", "nccl-bench from run bench-2", "run from run run-3"):
+        assert needle in out, (needle, out)
+    assert "pre-0" not in out and (root / "run-3" / "report.html").exists()
+    # a kind added later (attach) is found by its envelope, not by a list of file names
+    doc = dict(documents.envelope("run-trainer", run_id="att-4"), kind="attach")
+    (root / "att-4").mkdir()
+    documents.dump(doc, root / "att-4" / "attach.json")
+    assert kind_of(root / "att-4" / "attach.json") == "attach"
+    assert [p.name for p in result_files(root / "att-4")] == ["attach.json"]

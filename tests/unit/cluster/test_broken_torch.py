@@ -14,7 +14,7 @@ def test_the_worker_ends_without_waiting_for_the_master(broken_torch):
     p = run_process("preflight", "--master", "127.0.0.1:9", "--nnodes", "2", "--node-rank", "1", "--local-addr",
                     "127.0.0.2", "--timeout", "60", env={"PYTHONPATH": broken_torch}, timeout=60)
     assert p.returncode == 3 and "torch does not import here" in p.stderr, p.stderr
-    assert time.monotonic() - start < 0 + 30  # no wait for the master (--timeout is 60); 30 s: start-up, loaded
+    assert time.monotonic() - start < 0 + 45  # no wait for the master (--timeout is 60); 30 s: start-up, loaded
 
 
 def test_a_master_with_a_broken_torch_says_the_others_cannot_meet(broken_torch):

@@ -66,7 +66,7 @@ def test_closed_port_is_refused_at_once_and_the_wait_is_bounded():
         out = ep.wait_for_endpoint(ep.Endpoint("127.0.0.1", port), time.monotonic() + 1.5, nnodes=2,
                                    allow_loopback=True)
         assert not out.ok and out.error_class == ep.REFUSED and out.attempts >= 1
-        assert time.monotonic() - start < 1.5 + 3.5  # its deadline; 3.5 s: a late thread on a loaded box
+        assert time.monotonic() - start < 1.5 + 8.5  # its deadline; 8.5 s: a late thread on a loaded box
 
 
 def test_loopback_master_with_several_nodes_fails_without_waiting():
@@ -74,7 +74,7 @@ def test_loopback_master_with_several_nodes_fails_without_waiting():
     out = ep.wait_for_endpoint(ep.Endpoint("localhost", 29500), time.monotonic() + 30, nnodes=2,
                                allow_loopback=False)
     assert not out.ok and out.error_class == ep.LOOPBACK
-    assert time.monotonic() - start < 0 + 3  # no wait at all; 3 s: a late thread on a loaded box
+    assert time.monotonic() - start < 0 + 9  # no wait at all; 9 s: a late thread on a loaded box
 
 
 def test_unresolvable_master_fails_at_once_as_dns():

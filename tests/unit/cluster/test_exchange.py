@@ -43,11 +43,11 @@ def test_only_cluster_checks_that_declare_it_publish():
 
 
 def sleep_then(ctx):
-    time.sleep(3)
+    time.sleep(30)
     return {"late": True}
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(40)
 def test_a_publish_that_fails_publishes_why_and_none_publishes_nothing():
     def boom(ctx):
         raise RuntimeError("no disk")
@@ -55,8 +55,9 @@ def test_a_publish_that_fails_publishes_why_and_none_publishes_nothing():
     p = plan(make("none", lambda ctx: None), make("boom", boom), make("odd", lambda ctx: [1]),
              make("slow", sleep_then, timeout_s=0.3), make("ok", lambda ctx: {"opts": sorted(ctx.opts), "me": ctx.node}))
     started = time.monotonic()
-    got = exchange.publish_all(p, view(), rank=0, nnodes=2, deadline=time.monotonic() + 5)
-    assert time.monotonic() - started < 2.5  # the slow one is abandoned at its own timeout
+    got = exchange.publish_all(p, view(), rank=0, nnodes=2, deadline=time.monotonic() + 25)
+    # the slow one (30 s) is abandoned at its own timeout (0.3 s), not the run's (25 s); 9.7 s: a loaded box
+    assert time.monotonic() - started < 0.3 + 9.7
     assert "none" not in got
     assert "RuntimeError: no disk" in got["boom"]["error"]
     assert "not a dict" in got["odd"]["error"] and "within" in got["slow"]["error"]

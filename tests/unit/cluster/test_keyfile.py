@@ -80,7 +80,7 @@ def test_a_stale_key_of_an_earlier_run_does_not_match_this_runs_hello(tmp_path):
     key, found = keyfile.find([path], lambda k: key_id(k, fresh_nonce) == wanted, time.monotonic() + 1)
     assert key == fresh and found == path
     key, found = keyfile.find([tmp_path / "absent"], lambda k: True, time.monotonic() + 0.5)
-    assert key is None and time.monotonic() - start < 5  # not found: bounded, no hang
+    assert key is None and time.monotonic() - start < 15  # not found: bounded (1.5 s), no hang
 
 
 @pytest.mark.timeout(30)

@@ -165,7 +165,7 @@ def test_a_frozen_store_call_is_bounded():
     start = time.monotonic()
     with pytest.raises(mbx.StoreSilent):
         mbx.bounded(gate.wait, 0.3, "a call that never answers")
-    assert time.monotonic() - start < 0.3 + 1.7  # its limit; 1.7 s: a late thread on a loaded box
+    assert time.monotonic() - start < 0.3 + 9.7  # its limit (it would wait forever); 9.7 s: a late thread, loaded box
     gate.set()
     with pytest.raises(mbx.StoreGone, match="Broken pipe"):
         mbx.bounded(lambda: (_ for _ in ()).throw(RuntimeError("Broken pipe")), 1.0, "a dead master")

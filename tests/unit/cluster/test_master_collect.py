@@ -19,7 +19,7 @@ def test_no_waiting_line_without_a_name_when_the_last_node_is_found_dead(capsys)
     view = SimpleNamespace(nodes=[{"name": "node1", "rank": 1, "claim": 1}])
     started = time.monotonic()
     assert m._collect("facts", view, until=started + 30) == {}
-    assert time.monotonic() - started < 5 and m.silent == {"node1": "its probe listener is gone"}
+    assert time.monotonic() - started < 15 and m.silent == {"node1": "its probe listener is gone"}  # not the 30 s wait
     assert "waiting for" not in capsys.readouterr().err
 
 

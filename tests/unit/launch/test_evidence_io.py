@@ -51,12 +51,12 @@ def test_one_huge_word_as_the_error_message_is_linear(tmp_path, size):
     logs, attempt = log_dir(tmp_path)
     word = "A" * size
     (attempt / "1" / "error.json").write_text(json.dumps({"message": word}))
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert postmortem.exception_line(word, "") == (None, word)
     assert evidence_io.exception_line(word + ": x", "")[0] == word
     verdict, _ = analyse(logs)
-    elapsed = time.monotonic() - t0
-    assert elapsed < 1.0 * (3 if os.getloadavg()[0] > 4 else 1), elapsed  # loaded CI: some slack
+    elapsed = time.process_time() - t0  # CPU time: another job's load does not inflate it (wall clock did)
+    assert elapsed < 3.0, elapsed
     assert verdict.root_cause is not None and verdict.root_cause.rank is None or verdict.root_cause.local_rank == 1
 
 
@@ -79,13 +79,13 @@ def test_exception_line_still_reads_the_usual_forms():
 def test_summary_and_classification_regexes_are_linear(text):
     """1 MB inputs: a quadratic pattern takes hours here, a linear one about a second. The classification
     gets what the reading layer lets through at most: a clipped message, a tail of at most 512 KiB."""
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU time: another job's load does not inflate it
     postmortem.parse_agent_summary(text)
     f = postmortem.RankFailure(rank=0, local_rank=0, host="h", exit_code=-6,
                                message=evidence_io.clip(text, evidence_io.MESSAGE_CHARS),
                                log_tail=text[-evidence_io.STDERR_TAIL_BYTES:])
     postmortem.classify(f)
-    assert time.monotonic() - t0 < 3.0
+    assert time.process_time() - t0 < 3.0
 
 
 # ---------------------------------------------------------------- regular files only, capped
@@ -96,7 +96,7 @@ def test_fifo_error_files_and_logs_are_skipped_without_blocking(tmp_path):
     os.mkfifo(attempt / "0" / "stderr.log")
     t0 = time.monotonic()
     verdict, notes = analyse(logs, summary(str(attempt / "1" / "error.json")))
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15  # a FIFO read would block forever
     assert verdict.root_cause is not None and verdict.root_cause.rank == 1
     assert any("FIFO" in n and "error.json" in n for n in notes), notes
     assert any("FIFO" in n and "stderr.log" in n for n in notes), notes
@@ -208,7 +208,7 @@ def test_a_memo_reference_bomb_is_refused_in_bounded_time_and_memory(tmp_path):
     t0 = time.monotonic()
     with evidence_io.reading(None) as notes:
         assert fr_dumps.read_dump(bomb) is None
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15  # a bomb takes hours
     assert any("deeper" in n or "expands" in n for n in notes), notes
     # A flat one (one list referenced a million times) is refused by the number of values it expands to.
     flat = tmp_path / "rank1.json.pkl"

@@ -90,12 +90,12 @@ def test_pass_and_fail_name_run_json_and_the_logs_by_full_path():
     ok = dict(base, verdict="pass", restarts=0, checksums_equal=True,
               metrics_summary={"steps": 3, "ranks": 2, "first_loss": 2.0, "final_loss": 1.0, "tokens_per_s_mean": 5.0})
     text = shown(ok)
-    assert "run.json: /abs/results/r/run.json · logs: /abs/results/r/logs/node0" in text
+    assert "\nrun.json: /abs/results/r/run.json\nlogs: /abs/results/r/logs/node0" in text  # one path a line
     assert "checksums equal across ranks: yes" in text and "True" not in text
     bad = dict(base, verdict="fail", consequences=[],
                root_cause={"rank": 1, "local_rank": None, "exit_code": None, "category": "hang", "message": "m"})
     text = shown(bad)
-    assert "rank 1 (local rank —) on host — · exit code — · hang" in text and "None" not in text
+    assert "rank 1 (local rank —) on host — · no exit status in the records · a hang" in text and "None" not in text
     assert "run.json: /abs/results/r/run.json" in text
 
 
@@ -192,7 +192,7 @@ def test_node_line_shows_another_nodes_text_escaped_never_obeyed():
                     root_cause={"rank": None, "host": "h\x07", "category": "unknown"})
     text = _one_line(doc, width=300)
     assert "\x1b" not in text and "\x07" not in text
-    assert "node rank 0 (\\x1b[2Jevil)" in text and "root cause: host h\\x07, unknown" in text
+    assert "node rank 0 (\\x1b[2Jevil)" in text and "root cause: host h\\x07, no cause in its records" in text
 
 
 def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and_with_v():

@@ -176,7 +176,7 @@ def test_a_rank_waiting_right_after_the_first_collectives_fires_within_the_thres
     while w.report is None and time.monotonic() < deadline:
         time.sleep(0.02)
     w.stop()
-    assert w.report is not None and w.report["stalled_s"] < 5, w.report
+    assert w.report is not None and w.report["stalled_s"] < 15, w.report  # threshold 0.1 s; polls late under load
 
 
 def test_start_up_ends_at_progress_a_stopped_rank_or_the_bound(ranks):
@@ -270,11 +270,11 @@ def test_ask_and_flight_record_over_the_worker_servers_protocol(worker_server, t
 
 def test_a_server_that_does_not_answer_costs_its_timeout_only(worker_server):
     server, path = worker_server
-    server.slow = 3.0
+    server.slow = 20.0
     start = time.monotonic()
     assert forensics.flight_record(path, timeout=0.5) is None
-    # the promise is the timeout given (0.5 s); 2 s is this loaded test box's margin for scheduling
-    assert time.monotonic() - start < 0.5 + 2.0
+    # the promise is the timeout given (0.5 s), not the server's 20 s; 9.5 s: a loaded test box's scheduling
+    assert time.monotonic() - start < 0.5 + 9.5
 
 
 def test_nodes_swap_evidence_through_the_run_dir(tmp_path):

@@ -1,0 +1,155 @@
+"""Live stragglers: each rank's lateness into collectives, from the flight records the hang watchdog already
+polls (no change to the user's script, no extra request to the ranks); a rank persistently slower than the
+others is named once, while the job runs, with how much slower it is and where the extra time goes."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+# What makes a straggler (README "Stragglers", tests/benchmarks/bench_stragglers.py measures the false alarms):
+WINDOW = 40          # the latest collectives every rank recorded, judged together
+MIN_COLLECTIVES = 10  # fewer matched collectives: no judgement yet
+MIN_EXCESS_S = 0.05  # its own code takes at least this much longer per collective than the others' (absolute floor)
+MIN_RATIO = 2.0      # ... and at least this many times the others' time in their own code
+MIN_LAST_SHARE = 0.75  # it is the last to enter at least this share of the collectives (jitter picks anyone)
+PERSIST = 3          # the same rank, judged so on this many polls in a row, each with new collectives
+KEEP = 400           # collectives remembered per attempt (a bounded memory on a long job)
+CAP_X = 1000.0       # "slower_x" when the others spend (next to) no time in their own code
+
+
+@dataclass
+class Straggler:
+    """A rank named a straggler: figures are per collective, medians and sums over the judged window."""
+    rank: int
+    slower_x: float          # its time in its own code / the others' (median of the others)
+    own_s: float             # its time per collective outside collectives (its own code: compute, data, I/O)
+    others_own_s: float      # the others' (median)
+    others_wait_s: float     # the others' time per collective waiting inside collectives (for it)
+    wait_s: float            # its own time waiting inside collectives
+    late_s: float            # median lateness into a collective behind the others' median entry
+    last_share: float        # share of the judged collectives it entered last
+    collectives: int         # collectives judged
+    interval_s: float        # one collective every ... (the job's rhythm, median)
+    attempt: int = 0         # torchrun's restart count when named
+    named_after_s: float | None = None  # seconds after this attempt's workers started
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _created(fr: dict | None) -> dict[tuple[str, int], int]:
+    """(process group, sequence id) -> time_created_ns of each collective in one rank's flight record."""
+    out = {}
+    for e in (fr or {}).get("entries") or []:
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        try:
+            pg = str((e.get("process_group") or [e.get("pg_id")])[0])
+            out[(pg, int(e["collective_seq_id"]))] = int(e["time_created_ns"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+def judge(created: dict[tuple, dict[int, int]], ranks: list[int]) -> Straggler | None:
+    """The straggler among ``ranks`` from when each entered each collective, or None. A collective can only
+    complete once its last rank has entered it: until then the others wait inside it (waiting), and what a
+    rank spends between that moment and its next entry is its own code."""
+    if len(ranks) < 2:
+        return None
+    rows = sorted((sorted(by.values())[len(by) // 2], by) for by in created.values() if all(r in by for r in ranks))
+    rows = [by for _, by in rows[-WINDOW:]]
+    if len(rows) < MIN_COLLECTIVES:
+        return None
+    own = {r: 0.0 for r in ranks}
+    wait = {r: 0.0 for r in ranks}
+    late: dict[int, list[float]] = {r: [] for r in ranks}
+    last = {r: 0 for r in ranks}
+    for prev, cur in zip(rows, rows[1:]):
+        done = max(prev[r] for r in ranks)  # the previous collective could complete once its last rank came
+        for r in ranks:
+            own[r] += max(0, cur[r] - done) / 1e9
+            wait[r] += (done - prev[r]) / 1e9
+    for by in rows:
+        last[max(ranks, key=lambda r: by[r])] += 1
+        for r in ranks:
+            late[r].append((by[r] - statistics.median(by[s] for s in ranks if s != r)) / 1e9)
+    n = len(rows) - 1
+    worst = max(ranks, key=lambda r: own[r])
+    others = [r for r in ranks if r != worst]
+    others_own = statistics.median(own[r] for r in others) / n
+    mine = own[worst] / n
+    share = last[worst] / len(rows)
+    if mine - others_own < MIN_EXCESS_S or mine < MIN_RATIO * others_own or share < MIN_LAST_SHARE:
+        return None
+    if statistics.median(late[worst]) < MIN_EXCESS_S:
+        return None
+    starts = [statistics.median(by.values()) for by in rows]
+    return Straggler(rank=worst, slower_x=round(min(mine / others_own, CAP_X), 1) if others_own > 0 else CAP_X,
+                     own_s=round(mine, 4), others_own_s=round(others_own, 4),
+                     others_wait_s=round(statistics.median(wait[r] for r in others) / n, 4),
+                     wait_s=round(wait[worst] / n, 4), late_s=round(statistics.median(late[worst]), 4),
+                     last_share=round(share, 2), collectives=len(rows),
+                     interval_s=round(statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e9, 4))
+
+
+def line(s: Straggler) -> str:
+    """The live line: which rank, how much slower, where the extra time goes."""
+    times = "more than 100x" if s.slower_x > 100 else f"{s.slower_x:g}x"
+    return (f"ddpdoctor: straggler: rank {s.rank} is {times} slower than the others in its own code "
+            f"({s.own_s:.3g} s per collective, the others {s.others_own_s:.3g} s); the others wait "
+            f"{s.others_wait_s:.3g} s in each collective for it (it entered last {round(s.last_share * 100)}% of "
+            f"the latest {s.collectives}); not a hang: the job goes on")
+
+
+@dataclass
+class Live:
+    """Fed by the hang watchdog's poll: the ranks' newest flight records. Names a straggler once it has been
+    judged so on PERSIST polls in a row (each with new collectives); ``say`` prints the line."""
+    say: Callable[[str], None] | None = None
+    named: list[Straggler] = field(default_factory=list)
+    attempt: int = 0
+    _created: dict = field(default_factory=dict)
+    _candidate: tuple[int, int] | None = None  # (rank, polls in a row)
+    _seen: int = 0
+    _started: float | None = None
+
+    def restart(self, now: float) -> None:
+        """New workers (torchrun restarted the job, or its first start): what the others did is forgotten."""
+        if self._started is not None:
+            self.attempt += 1
+        self._created, self._candidate, self._seen, self._started = {}, None, 0, now
+
+    def observe(self, frs: dict[int, dict], now: float) -> Straggler | None:
+        """Take the ranks' records; return the straggler if it is named by this poll."""
+        if not frs:  # no worker answered yet: nothing started (a poll before the first workers is no attempt)
+            return None
+        if self._started is None:
+            self._started = now
+        for rank, fr in frs.items():
+            for key, t in _created(fr).items():
+                self._created.setdefault(key, {})[rank] = t
+        if len(self._created) > KEEP:
+            for key in sorted(self._created, key=lambda k: min(self._created[k].values()))[:-KEEP]:
+                del self._created[key]
+        matched = sum(1 for by in self._created.values() if len(by) == len(frs))
+        if matched == self._seen:  # no new collective since the last poll: nothing new to judge
+            return None
+        self._seen = matched
+        found = judge(self._created, sorted(frs))
+        if found is None:
+            self._candidate = None
+            return None
+        polls = self._candidate[1] + 1 if self._candidate and self._candidate[0] == found.rank else 1
+        self._candidate = (found.rank, polls)
+        if polls < PERSIST or any(s.rank == found.rank and s.attempt == self.attempt for s in self.named):
+            return None
+        found.attempt, found.named_after_s = self.attempt, round(now - self._started, 1)
+        self.named.append(found)
+        if self.say is not None:
+            self.say(line(found))
+        return found
+
+    def to_json(self) -> list[dict]:
+        return [s.to_json() for s in self.named]

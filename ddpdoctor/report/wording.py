@@ -1,0 +1,72 @@
+"""The words run-trainer's and postmortem's views use for the run document's labels: categories, the hang
+classes, exit states, paths as a person reads them (relative to the working directory). Decided on data,
+worded here, last."""
+from __future__ import annotations
+
+import os
+import re
+
+CATEGORY = {
+    "exception": "an exception", "peer_lost": "lost its peer",
+    "signal": "ended by a signal", "timeout": "a collective timed out", "hang": "a hang",
+    "desync": "the ranks called different collectives", "oom": "out of memory", "cuda": "a CUDA error",
+    "nccl": "an NCCL error", "launcher_env": "not started by torchrun", "stopped": "stopped after another failure",
+    "interrupted": "stopped on request", "connect": "the ranks could not connect to each other",
+    "restart_connect": "the restarted ranks could not connect (torch's restart)",
+    "consequence": "a consequence of another rank's failure", "unknown": "no cause in its records",
+}
+# The hang judge's classes (collectives.py, attribution.py): what the rank did, in words.
+KIND = {
+    "missing_rank": "never reached the collective the others wait in",
+    "likely_missing_rank": "likely never reached the collective the others timed out in",
+    "likely_ended_early": "likely ended before the collective the others waited in",
+    "ended_early": "ended before the collective the others wait in",
+    "likely_desync": "likely called another collective than the others",
+    "desync_no_majority": "the ranks called different collectives (no majority)",
+    "desync": "called another collective than the others",
+    "stuck_collective": "every rank is inside the same collective and none completes",
+    "process_stopped": "its process is stopped", "process_gone": "its process ended unnoticed",
+    "outside_collectives": "every rank is stuck in its own code", "unknown": "no rank's records answered",
+    "Hang": "no rank made progress", "usage": "its command-line arguments were refused",
+}
+LABELS = tuple(CATEGORY) + tuple(KIND)
+
+
+def category(label: str | None) -> str:
+    if not label:
+        return "no category"
+    return CATEGORY.get(label, label.replace("_", " "))
+
+
+def kind(error_type: str | None) -> str | None:
+    """The words for a hang class; None for a real exception's type (shown as it is: ValueError)."""
+    return KIND.get(error_type) if error_type else None
+
+
+def exit_state(rc: dict, stopped_by_us: bool) -> str:
+    """How the rank ended: an exit code, a signal, or (judged live) still running until ddpdoctor stopped it."""
+    if rc.get("signal"):
+        return f"ended by {rc['signal']}"
+    code = rc.get("exit_code")
+    if code is None:
+        return "still running; stopped by ddpdoctor" if stopped_by_us else "no exit status in the records"
+    return f"exit code {code}"
+
+
+def path(text: str | None) -> str:
+    """A path relative to the working directory when it lies under it (short: never broken in a panel)."""
+    if not text:
+        return ""
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:
+        return text
+    return rel if not rel.startswith("..") and len(rel) < len(text) else text
+
+
+def location(where: str | None) -> str:
+    """file:line with the file relative to the working directory."""
+    if not where:
+        return ""
+    file, sep, line = where.rpartition(":")
+    return f"{path(file)}:{line}" if sep and re.fullmatch(r"[0-9]+", line) and file else path(where)
