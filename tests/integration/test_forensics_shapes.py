@@ -5,8 +5,10 @@ or leaves early), each fault on one rank, and each family's healthy job.
 
 Per shape, one run under `ddpdoctor run-trainer` (`--hang-timeout 8` where it hangs) and one under plain
 `python -m torch.distributed.run --log-dir D --redirects 3` read by `ddpdoctor postmortem D --json` (with
-torchrun's saved stderr as `--agent-log`, then the log dir alone). What is asserted, through the documented
-JSON fields (`culprit_ranks`, `root_cause`, `hang.verdict.culprits`):
+torchrun's saved stderr as `--agent-log`, then the log dir alone). The two runs of a shape go at once (most of
+a run is waiting for a timeout) when its first test starts, and its second test reads the other's: 18 shapes
+cost about 18 x 45 s of a worker. What is asserted, through the documented JSON fields (`culprit_ranks`,
+`root_cause`, `hang.verdict.culprits`):
 
 - the culprit rank(s) exactly: a rank that only waited, or that gloo aborted because it received what the
   culprit sent, is never named;
@@ -22,12 +24,13 @@ The files are split by family (this one: the pipelines; _collectives, _groups, _
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.integration.shape_jobs import SHAPES, Shape, culprits_named, locations_named, postmortem, run_torchrun
-from tests.integration.shape_jobs import run_trainer
+from tests.integration.shape_jobs import SHAPES, Shape, culprits_named, locations_named, postmortem
+from tests.integration.shape_jobs import run_torchrun, run_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +55,21 @@ def check_healthy(code: int | None, doc: dict | None, what: str) -> None:
     assert culprits_named(doc) == [] and not doc.get("root_cause") and not doc.get("hang"), f"{what}: {_said(doc)}"
 
 
-def check_run_trainer(shape: Shape, tmp_path: Path) -> None:
-    run = run_trainer(shape, tmp_path)
+_RUNS: dict[str, tuple[Future, Future]] = {}
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shape-run")
+
+
+def _both(shape: Shape, tmp: pytest.TempPathFactory) -> tuple[Future, Future]:
+    """A shape's run-trainer run and its plain torchrun run, started together once per test process."""
+    if shape.name not in _RUNS:
+        base = tmp.mktemp(shape.name)
+        _RUNS[shape.name] = (_POOL.submit(run_trainer, shape, base / "trainer"),
+                             _POOL.submit(run_torchrun, shape, base / "torchrun"))
+    return _RUNS[shape.name]
+
+
+def check_run_trainer(shape: Shape, tmp: pytest.TempPathFactory) -> None:
+    run = _both(shape, tmp)[0].result(timeout=170)
     assert run.code is not None, run.stderr[-3000:]
     if not shape.culprits:
         check_healthy(run.code, run.doc, f"run-trainer {shape.name}")
@@ -73,8 +89,8 @@ def check_run_trainer(shape: Shape, tmp_path: Path) -> None:
         assert rc.get("signal") == "SIGKILL", _said(doc)
 
 
-def check_postmortem(shape: Shape, tmp_path: Path) -> None:
-    run, logs, agent = run_torchrun(shape, tmp_path)
+def check_postmortem(shape: Shape, tmp: pytest.TempPathFactory) -> None:
+    run, logs, agent = _both(shape, tmp)[1].result(timeout=170)
     assert run.code is not None, run.stderr[-3000:]
     with_agent = postmortem(logs, "--agent-log", str(agent))
     alone = postmortem(logs)
@@ -100,14 +116,14 @@ PIPELINES = ["pipeline-stuck", "pipeline-shape", "pipeline-healthy", "pipeline-1
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", PIPELINES)
-def test_run_trainer_names_the_culprit(name, tmp_path):
-    check_run_trainer(SHAPES[name], tmp_path)
+def test_run_trainer_names_the_culprit(name, tmp_path_factory):
+    check_run_trainer(SHAPES[name], tmp_path_factory)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", PIPELINES)
-def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path):
-    check_postmortem(SHAPES[name], tmp_path)
+def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path_factory):
+    check_postmortem(SHAPES[name], tmp_path_factory)
 
 
 def test_every_shape_is_tested_once():

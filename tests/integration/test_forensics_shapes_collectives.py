@@ -13,11 +13,11 @@ NAMES = ["moe-splits", "moe-hang", "moe-healthy", "fsdp-skip", "fsdp-healthy"]
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", NAMES)
-def test_run_trainer_names_the_culprit(name, tmp_path):
-    check_run_trainer(SHAPES[name], tmp_path)
+def test_run_trainer_names_the_culprit(name, tmp_path_factory):
+    check_run_trainer(SHAPES[name], tmp_path_factory)
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("name", NAMES)
-def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path):
-    check_postmortem(SHAPES[name], tmp_path)
+def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path_factory):
+    check_postmortem(SHAPES[name], tmp_path_factory)
