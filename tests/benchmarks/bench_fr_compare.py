@@ -347,8 +347,9 @@ def main() -> int:
                 print(f"kept {work}", file=sys.stderr)
             else:
                 shutil.rmtree(work, ignore_errors=True)
-    print(f"torch {torch.__version__}, gloo, CPU; process-group timeout {PG_TIMEOUT} s; live dumps {LIVE_AFTER_S:g} s "
-          "after the fault; time = from the fault to the answer")
+    print(f"torch {torch.__version__}, gloo, CPU; process-group timeout {PG_TIMEOUT} s (fr_job), "
+          f"{shape_jobs.PG_TIMEOUT_S} s (shape jobs); live dumps {LIVE_AFTER_S:g} s after the fault; "
+          "time = from the fault to the answer")
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps({"torch": torch.__version__, "results": [asdict(r) for r in results]},
