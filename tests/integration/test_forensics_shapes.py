@@ -17,13 +17,15 @@ cost about 18 x 45 s of a worker. What is asserted, through the documented JSON 
 - postmortem: exit non-zero whenever torchrun failed; any file:line it gives for the culprit is that line.
   Where the log dir cannot tell who sent a message of the wrong size (`logs_tell` False: gloo aborts the
   receiver, whose C++ abort names no peer) it may name no culprit, but never an innocent rank;
-- a healthy job of each family: exit 0, verdict pass, no culprit, from both tools.
+- a healthy job of each family: exit 0, verdict pass, no culprit, from both tools;
+- the store key that names the rank missing from init_process_group is kept, not redacted as a secret.
 
 The files are split by family (this one: the pipelines; _collectives, _groups, _lifecycle) so that CI's
 `--dist loadfile` runs them on different workers.
 """
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +39,9 @@ pytestmark = pytest.mark.slow
 # The log dir alone cannot say who sent a message of the wrong size: gloo aborts the receiver in C++ (no peer
 # named), the sender ends in a later collective, broken by the receiver's death.
 LOGS_CANNOT_TELL = {"pipeline-shape", "moe-splits"}
+# Evidence the document must keep as torch wrote it: the store key the others waited on names the missing rank
+# (`wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2`); it is no secret to redact.
+KEPT = {"lifecycle-noinit": "keys: /default_pg/0//cpu//0/2"}
 
 
 def _said(doc: dict | None) -> str:
@@ -109,6 +114,8 @@ def check_postmortem(shape: Shape, tmp: pytest.TempPathFactory) -> None:
             assert locations_named(doc) <= {shape.location}, f"{what}: expected {shape.location}: {_said(doc)}"
         if shape.name not in LOGS_CANNOT_TELL and how == "with --agent-log":
             assert named == list(shape.culprits), f"{what}: {_said(doc)}"
+        if shape.name in KEPT:
+            assert KEPT[shape.name] in json.dumps(doc), f"{what}: {KEPT[shape.name]!r} not kept: {_said(doc)}"
 
 
 PIPELINES = ["pipeline-stuck", "pipeline-shape", "pipeline-healthy", "pipeline-1f1b-stuck", "pipeline-1f1b-healthy"]
