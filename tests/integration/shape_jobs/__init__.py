@@ -9,7 +9,8 @@ gets the wall-clock time the fault starts (the benchmarks' time to verdict count
 writes its pid to `PID_FILE`, and the runner SIGKILLs it from outside while the others wait in an all_reduce.
 
 The verdict is read through the documented JSON fields only (`culprits_named`): `culprit_ranks`,
-`root_cause` (`rank`, `location`) and `hang.verdict.culprits` (`rank`, `where`).
+`root_cause` (`rank`, `location`) and `hang.verdict.culprits` (`rank`, `where`), with the judge's typed
+`hang.verdict.named` / `likely_culprits` where a document has them.
 """
 from __future__ import annotations
 
@@ -186,12 +187,15 @@ def postmortem(logs: Path, *flags: str, limit: float = 60) -> tuple[int, dict | 
 
 
 def culprits_named(doc: dict | None) -> list[int]:
-    """The ranks a document blames: `culprit_ranks`, with the live verdict's `hang.verdict.culprits`."""
+    """The ranks a document blames, every field together (an innocent rank in any one of them is named):
+    `culprit_ranks`, `hang.verdict.culprits`, and where the judge writes them (issue 30's typed verdict,
+    SCHEMA.md) `hang.verdict.named` and `hang.verdict.likely_culprits`."""
     if not doc:
         return []
     ranks = set(doc.get("culprit_ranks") or [])
     verdict = (doc.get("hang") or {}).get("verdict") or {}
     ranks |= {c["rank"] for c in verdict.get("culprits") or [] if c.get("rank") is not None}
+    ranks |= {r for key in ("named", "likely_culprits") for r in verdict.get(key) or [] if isinstance(r, int)}
     return sorted(ranks)
 
 
