@@ -1,0 +1,49 @@
+"""The terminal view of an `attach` document: the verdict line (rank, host, file:line), what the others wait in,
+the fix, then one row per rank. Text read from the job's processes passes through safe_text."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..text import safe_text
+
+_STYLE = {"progressing": "green", "unreadable": "yellow"}
+
+
+def render(doc: dict, console: Console) -> None:
+    diag = doc.get("diagnosis") or {}
+    category = str(diag.get("category", "?"))
+    job = doc.get("job") or {}
+    head = Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}] job {safe_text(job.get('id'))} "
+                f"({safe_text(job.get('launcher') or 'no launcher')}, world {safe_text(job.get('world_size'))}): ",
+                style="bold")
+    head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
+    console.print(head, soft_wrap=True)
+    if diag.get("elsewhere"):
+        console.print(f"ranks on other nodes, not read here: {_ranks(diag['elsewhere'])} (run attach on every node "
+                      "with --master HOST:PORT)", soft_wrap=True)
+    console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
+    table = Table("rank", "pid", "in", "where", "moved", box=None, pad_edge=False)
+    for r in doc.get("ranks") or []:
+        wait = r.get("wait") or {}
+        what = r.get("failure") and f"not read: {r.get('error')}" or _what(wait)
+        table.add_row(str(r.get("rank")), str(r.get("pid")), safe_text(what),
+                      safe_text(f"{r.get('where') or ''}" + (f" ({r['function']})" if r.get("function") else "")),
+                      {True: "yes", False: "no"}.get(r.get("moved"), "-"))
+    console.print(table)
+    if doc.get("stopped"):
+        console.print(f"--stop: sent {doc['stopped']['signal']} to {_ranks(doc['stopped']['pids'])}")
+
+
+def _what(wait: dict) -> str:
+    kind = wait.get("kind")
+    if kind in (None, "none"):
+        return "its own code"
+    if kind in ("send", "recv"):
+        return f"{wait.get('op')}({'dst' if kind == 'send' else 'src'}={wait.get('peer')})"
+    return str(wait.get("op") or kind)
+
+
+def _ranks(values) -> str:
+    return ", ".join(str(v) for v in values)
