@@ -53,7 +53,8 @@ def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
     """(rank, launcher, local rank, world size) from a process's environment: torch's own RANK first (every
     launcher that runs torch.distributed's env:// sets it), else the launcher's own rank variable."""
     for launcher in LAUNCHERS:
-        if not launcher.rank_vars or not launcher.present(env) and launcher.name != "mpi":
+        own = any(v in env for v in launcher.rank_vars if v != "RANK")  # PMIX_RANK without OMPI_*/PMI_*
+        if not launcher.rank_vars or not (launcher.present(env) or own):
             continue
         rank = env_int(env, "RANK", *launcher.rank_vars)
         if rank is not None:

@@ -1,0 +1,161 @@
+"""attach's pieces on recorded evidence: py-spy's text parsed (tests/unit/launch/data/pyspy/: real dumps of gloo
+ranks under torch 2.13), what torch's frames say a rank waits in, discovery from environments, the judge."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.errors import NothingReadable, UsageError
+from ddpdoctor.launch.attach import discover as disc
+from ddpdoctor.launch.attach import run as attach_run
+from ddpdoctor.launch.attach.judge import Category, judge
+from ddpdoctor.launch.attach.sample import RankRead, _read
+from ddpdoctor.launch.evidence import pyspy
+
+DATA = Path(__file__).parent / "data" / "pyspy"
+
+
+def dump(name: str) -> pyspy.Dump:
+    return pyspy.parse((DATA / f"{name}.txt").read_text())
+
+
+def test_parse_a_waiting_rank_with_locals():
+    d = dump("allreduce_waiter")
+    assert d.pid == 16865 and len(d.threads) == 1
+    thread = d.main_thread()
+    assert thread.name == "MainThread" and thread.state == "idle"
+    inner = thread.frames[0]
+    assert inner.function == "all_reduce" and inner.file.endswith("torch/distributed/distributed_c10d.py")
+    assert inner.line == 3252 and inner.arguments["async_op"] == "False" and "work" in inner.locals
+    assert thread.frames[-1].function == "<module>" and thread.frames[-1].where == "/tmp/u31rec/job.py:12"
+
+
+@pytest.mark.parametrize("name,kind,op,peer", [
+    ("allreduce_waiter", pyspy.WaitKind.COLLECTIVE, "all_reduce", None),
+    ("broadcast", pyspy.WaitKind.COLLECTIVE, "broadcast", None),
+    ("recv_src1", pyspy.WaitKind.RECV, "recv", 1),
+    ("own_code", pyspy.WaitKind.NONE, None, None),
+])
+def test_what_torch_frames_say_a_rank_waits_in(name, kind, op, peer):
+    wait = pyspy.wait_of(dump(name).main_thread().frames)
+    assert (wait.kind, wait.op, wait.peer) == (kind, op, peer)
+
+
+def test_recv_group_none_is_the_default_group():
+    assert pyspy.wait_of(dump("recv_src1").main_thread().frames).group == "default"
+
+
+def test_parse_threads_names_and_frames_without_line():
+    text = ('Process 7: python x.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
+            'Thread 0x7F00 (active+gil): "MainThread"\n    step (/src/train.py:41)\n        Arguments:\n'
+            '            dst: 3\n    <module> (/src/train.py:90)\n\nThread 8 (idle): "pt_elastic"\n'
+            '    run (/usr/lib/python3.11/threading.py)\n')
+    d = pyspy.parse(text)
+    assert d.pid == 7 and [t.name for t in d.threads] == ["MainThread", "pt_elastic"]
+    assert d.threads[1].frames[0].line is None and d.main_thread().frames[0].arguments == {"dst": "3"}
+
+
+def test_failures_are_classified():
+    assert pyspy.classify_failure("Error: Permission denied (os error 13)", 1) is pyspy.DumpFailure.PERMISSION
+    assert pyspy.classify_failure("Error: Operation not permitted (os error 1)", 1) is pyspy.DumpFailure.PERMISSION
+    assert pyspy.classify_failure("No such file or directory (os error 2)", 1 << 30) is pyspy.DumpFailure.GONE
+
+
+def test_a_refused_py_spy_is_a_permission_failure(tmp_path):
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Operation not permitted (os error 1)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    d = pyspy.dump(1, tool=str(fake))
+    assert d.failure is pyspy.DumpFailure.PERMISSION and "not permitted" in d.error
+
+
+def test_the_binary_is_found_beside_the_interpreter(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = pyspy.binary()
+    assert found is not None and Path(found).name == "py-spy"
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"RANK": "2", "LOCAL_RANK": "2", "WORLD_SIZE": "4", "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "j"},
+     (2, "torchrun", 2, 4)),
+    ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2",
+      "SLURM_JOB_NODELIST": "n[1-4]"}, (5, "slurm", 1, 8)),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, (3, "mpi", 1, 4)),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, (1, None, None, 2)),
+    ({"RANK": "²", "WORLD_SIZE": "2"}, (None, None, None, None)),
+    ({"OMPI_COMM_WORLD_RANK": "١", "OMPI_COMM_WORLD_SIZE": "4"}, (None, None, None, None)),
+    ({"PATH": "/bin"}, (None, None, None, None)),
+])
+def test_a_processes_rank_from_its_environment(env, expected):
+    assert disc.rank_of(env) == expected
+
+
+def test_job_keys():
+    assert disc.job_key({"TORCHELASTIC_RUN_ID": "r1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}) == "r1@h:1"
+    assert disc.job_key({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}) == "42.3"
+    assert disc.job_key({"MASTER_ADDR": "h", "MASTER_PORT": "29500"}) == "h:29500"
+
+
+def read(rank: int, name: str | None, moved: bool = False, where: str = "/src/t.py:9") -> RankRead:
+    if name is None:
+        return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
+    r = _read(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), dump(name), dump(name), "n1")
+    r.moved, r.where = moved, where if name == "own_code" else r.where
+    return r
+
+
+def test_one_rank_in_its_own_code_is_the_culprit():
+    v = judge([read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")], 3, True)
+    assert (v.category, v.culprits, v.culprit_named) == (Category.HANG, [1], True)
+    doc = attach_run.diagnosis(v, [read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")])
+    assert doc["culprits"][0]["where"] == "/src/t.py:9" and "rank 1 on n1" in doc["summary"]
+    assert doc["waiting"] == {"0": "all_reduce", "2": "all_reduce"}
+
+
+def test_the_odd_collective_is_the_desync():
+    v = judge([read(0, "allreduce_waiter"), read(1, "broadcast"), read(2, "allreduce_waiter")], 3, True)
+    assert (v.category, v.culprits, v.culprit_named) == (Category.DESYNC, [1], True)
+    tie = judge([read(0, "allreduce_waiter"), read(1, "broadcast")], 2, True)
+    assert (tie.category, tie.culprit_named) == (Category.DESYNC, False)
+
+
+def test_a_recv_chain_leads_to_the_rank_that_never_sends():
+    reads = [read(0, "recv_src1"), read(1, "own_code")]
+    v = judge(reads, 2, True)
+    assert (v.category, v.culprits) == (Category.HANG, [1])
+
+
+def test_moving_waiters_are_progress_and_no_waiters_too():
+    assert judge([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2, True).category is \
+        Category.PROGRESSING
+    assert judge([read(0, "own_code", moved=True), read(1, "own_code")], 2, True).category is Category.PROGRESSING
+
+
+def test_everyone_in_one_collective_names_no_culprit():
+    v = judge([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 2, True)
+    assert (v.category, v.culprits) == (Category.NO_CULPRIT, [])
+
+
+def test_waits_that_lead_off_this_node_are_not_blamed_here():
+    v = judge([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4, False)
+    assert (v.category, v.culprit_named, v.elsewhere) == (Category.HANG, False, [2, 3])
+
+
+def test_an_unreadable_rank_is_not_named():
+    v = judge([read(0, "allreduce_waiter"), read(1, None)], 2, True)
+    assert v.category is Category.HANG and not v.culprit_named
+    assert judge([read(0, None)], 1, True).category is Category.UNREADABLE
+
+
+def test_several_jobs_are_a_usage_error_listing_them():
+    jobs = [disc.Job("a@h:1", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "python a.py", "u")], 9,
+                     "torchrun a.py"),
+            disc.Job("b@h:2", None, 1, "h:2", [disc.RankProcess(2, 0, 0, 1, None, "python b.py", "u")])]
+    with pytest.raises(UsageError, match=r"2 torch.distributed jobs.*--job a@h:1.*torchrun a.py.*--job b@h:2"):
+        attach_run.choose(disc.Discovery(jobs, []), attach_run.AttachRequest())
+    assert attach_run.choose(disc.Discovery(jobs, []), attach_run.AttachRequest(job="b@")).key == "b@h:2"
+    with pytest.raises(NothingReadable, match="root"):
+        attach_run.choose(disc.Discovery([], [77]), attach_run.AttachRequest())
+    with pytest.raises(UsageError, match="no torch.distributed job"):
+        attach_run.choose(disc.Discovery([], []), attach_run.AttachRequest())
