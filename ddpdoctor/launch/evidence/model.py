@@ -266,4 +266,6 @@ class JobEvidence:
         self.ranks[state.rank] = first.merged(second)
 
     def expected(self) -> list[int]:
-        return sorted(set(self.world) | set(self.ranks))
+        """Every rank of the job: the world, the ranks with a record, the members of every group a record names."""
+        members = {r for s in self.ranks.values() for g in s.groups for r in g.ranks or ()}
+        return sorted(set(self.world) | set(self.ranks) | members)

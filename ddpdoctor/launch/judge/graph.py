@@ -121,8 +121,7 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
     there = {r for r, s in evidence.ranks.items() if s.wait and s.wait.kind in (WaitKind.INIT, WaitKind.STORE)}
     for r, s in sorted(evidence.ranks.items()):
         w = s.wait
-        if w is None or r in edges or (s.ending and s.ending.kind not in (EndKind.RUNNING, EndKind.UNKNOWN)
-                                       and not s.ending.timed_out and s.ending.by != Ender.BACKEND):
+        if w is None or r in edges or not waits(s):
             continue
         if w.kind in (WaitKind.SEND, WaitKind.RECV):
             edges[r] = [Edge(w.kind, (w.peer,) if w.peer is not None else None, w.call)]
@@ -177,12 +176,26 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
     return v
 
 
+def waits(s: RankState) -> bool:
+    """The rank was waiting: its stack or traceback stands in a wait (a collective, send/recv, init, a store),
+    and what ended it, if anything, ended it there (an exception raised by the wait: its timeout, a lost peer,
+    the backend's abort). Not a rank that exited of its own or was killed from outside: that is where waits end."""
+    w, e = s.wait, s.ending
+    if w is None or w.kind in (WaitKind.NONE, WaitKind.UNKNOWN):
+        return False
+    if e is None or e.kind in (EndKind.RUNNING, EndKind.UNKNOWN, EndKind.EXCEPTION):
+        return True
+    return e.kind == EndKind.SIGNALLED and e.by in (Ender.LAUNCHER, Ender.BACKEND, Ender.PEER_LOSS)
+
+
 def _waited_itself(evidence: JobEvidence, rank: int) -> bool:
-    """A rank the backend aborted, or that timed out or lost its peer in a wait of its own, is not where a wait
+    """A rank that waited (``waits``), or that the backend aborted or that lost its peer, is not where a wait
     ends: it waited too (what it waited for, no record says)."""
     s = evidence.ranks.get(rank)
-    e = s.ending if s else None
-    return bool(e and (e.timed_out or e.by in (Ender.BACKEND, Ender.PEER_LOSS)))
+    if s is None:
+        return False
+    e = s.ending
+    return waits(s) or bool(e and (e.timed_out or e.by in (Ender.BACKEND, Ender.PEER_LOSS)))
 
 
 def _cycle(edges: dict[int, list[Edge]]) -> bool:

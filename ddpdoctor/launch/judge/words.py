@@ -209,3 +209,25 @@ def _wait(s) -> dict:
     if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV):
         out["call"] = _call(w.call)
     return out
+
+
+def live_line(verdict: dict, left_s: float | None = None) -> str:
+    """One line for the terminal while the job still runs: who the others wait for, where it stands, and when
+    the process group's timeout will end the wait (from the hang.verdict document ``to_json`` wrote)."""
+    coll = verdict.get("collective") or {}
+    waiting = ", ".join(map(str, coll.get("waiting_ranks") or []))
+    seq = f" #{coll['seq']}" if coll.get("seq") is not None else ""
+    what = f"{coll.get('op')}{seq}" if coll.get("op") else "their wait"
+    when = f"; their process-group timeout expires in {max(0.0, left_s):.0f} s" if left_s is not None else ""
+    culprits = verdict.get("culprits") or []
+    if not culprits or verdict.get("no_culprit"):
+        return f"ddpdoctor: hang: no culprit named ({verdict.get('summary')}){when}; the full verdict follows"
+    who = "; ".join(f"rank {c['rank']}" + (f" on {c['host']}" if c.get("host") else "")
+                    + (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "")
+                       if c.get("where") else "") for c in culprits)
+    likely = "likely " if verdict.get("likely") or verdict.get("likely_culprits") else ""
+    if verdict.get("category") == "desync":
+        return f"ddpdoctor: hang: {likely}{who} called differently ({verdict.get('mismatch')}) in {what}{when}; " \
+               "the full verdict follows"
+    head = f"rank(s) {waiting} wait in {what} for " if waiting else "the others wait for "
+    return f"ddpdoctor: hang: {head}{likely}{who}{when}; the full verdict follows"
