@@ -76,6 +76,10 @@ class Verdict:
     root_cause: RankFailure | None
     consequences: list[RankFailure] = field(default_factory=list)
     attempts: list[dict] = field(default_factory=list)
+    # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
+    # dir shows: the evidence the judge (launch.judge) reads beside the flight-recorder dumps.
+    failures: list[RankFailure] = field(default_factory=list)
+    world: list[int] = field(default_factory=list)
 
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..numbers import parse_int
 from . import attribution, evidence_io
 from .classify import (  # noqa: F401 - the records and rules, as callers and tests name them here
     ABORT, FRAME, LIBRARY, PEER_LOST, RULES, SIGNALS, STOPPED, RankFailure, Verdict, classify, exception_line,
@@ -151,6 +152,8 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
+        if last:
+            verdict.failures, verdict.world = list(fails), attempt_ranks(d, fails)
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
                                                   closing_signals=closing_signals)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
@@ -158,6 +161,23 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:
+    """Every global rank of an attempt: its local rank folders (torch's per-rank dirs, their env or the offset
+    the failures show) and the failures' own ranks."""
+    ranks = {f.rank for f in fails if f.rank is not None}
+    offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
+    for rank_dir in evidence_io.subdirs(attempt_dir):
+        local = parse_int(rank_dir.name, hi=1 << 20)
+        if local is None:
+            continue  # numbered() notes it once, where the failures are read
+        rank = global_rank_of(rank_dir)
+        if rank is None and len(offsets) == 1:
+            rank = local + next(iter(offsets))
+        if rank is not None:
+            ranks.add(rank)
+    return sorted(ranks)
 
 
 # A timeout or a transport error says which rank gave up, not which rank the others waited for.

@@ -1,1 +1,1 @@
-"""Evidence about a job's ranks, one module per source, each returning typed records."""
+"""Evidence of a job's ranks, one module per source, each returning ``model.RankState`` records."""
