@@ -20,9 +20,13 @@ def render(doc: dict, console: Console) -> None:
                 style="bold")
     head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
     console.print(head, soft_wrap=True)
-    if diag.get("elsewhere"):
-        console.print(f"ranks on other nodes, not read here: {_ranks(diag['elsewhere'])} (run attach on every node "
-                      "with --master HOST:PORT)", soft_wrap=True)
+    for c in diag.get("culprits") or []:
+        line = f"  rank {c.get('rank')}" + (f" on {c['host']}" if c.get("host") else "") + \
+            (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "") if c.get("where") else "")
+        console.print(safe_text(line), soft_wrap=True)
+    if job.get("ranks_elsewhere"):
+        console.print(f"ranks with no process here (other nodes, or ended): {_ranks(job['ranks_elsewhere'])}; on a "
+                      "multi-node job run attach on every node", soft_wrap=True)
     console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
     table = Table("rank", "pid", "in", "where", "moved", box=None, pad_edge=False)
     for r in doc.get("ranks") or []:
@@ -38,8 +42,8 @@ def render(doc: dict, console: Console) -> None:
 
 def _what(wait: dict) -> str:
     kind = wait.get("kind")
-    if kind in (None, "none"):
-        return "its own code"
+    if kind in (None, "none", "unknown"):
+        return "its own code" if kind == "none" else "?"
     if kind in ("send", "recv"):
         return f"{wait.get('op')}({'dst' if kind == 'send' else 'src'}={wait.get('peer')})"
     return str(wait.get("op") or kind)

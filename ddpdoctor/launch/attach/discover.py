@@ -40,7 +40,12 @@ class Job:
     def to_json(self) -> dict:
         return {"id": self.key, "launcher": self.launcher, "world_size": self.world_size, "master": self.master,
                 "agent_pid": self.agent_pid, "command": self.command,
-                "ranks_here": sorted(r.rank for r in self.ranks)}
+                "ranks_here": sorted(r.rank for r in self.ranks), "ranks_elsewhere": self.elsewhere()}
+
+    def elsewhere(self) -> list[int]:
+        """Ranks of the world with no process here (other nodes', or ended ones)."""
+        here = {r.rank for r in self.ranks}
+        return [r for r in range(self.world_size or 0) if r not in here]
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The py-spy evidence source: running `py-spy dump --locals` on a live rank from outside (no signal to it) and
-parsing its text into typed records: threads, frames with their arguments and locals, and what torch's frames say
-the rank waits in (the collective, send/recv with its peer, init or a store wait).
+parsing its text (threads, frames with their arguments and locals) into the evidence model's RankState: frames, and
+what torch's frames say the rank waits in (the collective, send/recv with its peer from dst/src, init).
 
 py-spy needs ptrace rights on the process (root or CAP_SYS_PTRACE, or the same user with
 kernel.yama.ptrace_scope 0); a refusal is a `DumpFailure.PERMISSION` with the command that fixes it.
@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...numbers import parse_int
+from . import model
+from .model import RankState
+from .stacks import wait_of
 
 TIMEOUT_S = 10.0
 MAX_OUTPUT = 4 << 20  # a dump longer than this is cut: a rank's stacks with locals are a few KB
@@ -148,67 +151,17 @@ def parse(text: str, pid: int | None = None) -> Dump:
     return result
 
 
-class WaitKind(enum.Enum):
-    NONE = "none"  # in its own code (or a library's), waiting on no other rank
-    COLLECTIVE = "collective"
-    BARRIER = "barrier"
-    SEND = "send"
-    RECV = "recv"
-    INIT = "init"  # init_process_group, new_group, a store-based barrier: waiting for ranks not there yet
-
-
-_API = {
-    **{op: WaitKind.COLLECTIVE for op in (
-        "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
-        "all_gather_coalesced", "all_gather_object", "gather", "gather_object", "scatter", "scatter_object_list",
-        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast_object_list",
-        "_all_gather_base", "_reduce_scatter_base")},
-    "barrier": WaitKind.BARRIER, "monitored_barrier": WaitKind.BARRIER,
-    "send": WaitKind.SEND, "isend": WaitKind.SEND, "send_object_list": WaitKind.SEND,
-    "recv": WaitKind.RECV, "irecv": WaitKind.RECV, "recv_object_list": WaitKind.RECV,
-    "batch_isend_irecv": WaitKind.SEND,
-    **{op: WaitKind.INIT for op in ("init_process_group", "new_group", "new_subgroups", "init_device_mesh",
-                                    "_store_based_barrier", "_new_process_group_helper", "rendezvous")},
-}
-_TORCH_DIST = ("/torch/distributed/",)
-
-
-@dataclass
-class Wait:
-    """What a rank waits in, from torch's frames of its main thread: the call (op), its peer for send/recv
-    (``dst``/``src`` from the frame's arguments), the group ("default" when the frame's group is None)."""
-    kind: WaitKind
-    op: str | None = None
-    peer: int | None = None
-    group: str | None = None
-    where: str | None = None  # torch's frame (file:line)
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind.value, "op": self.op, "peer": self.peer, "group": self.group}
-
-
-def wait_of(frames: list[Frame]) -> Wait:
-    """The outermost torch.distributed API frame of a stack (innermost first) says what the rank waits in."""
-    found: tuple[Frame, WaitKind, str] | None = None
-    for frame in frames:
-        if not any(part in frame.file.replace("\\", "/") for part in _TORCH_DIST):
-            continue
-        name = frame.function.rpartition(".")[2]
-        if name in _API:
-            found = (frame, _API[name], name)  # keep going outwards: all_reduce inside all_reduce_coalesced...
-    if found is None:
-        return Wait(WaitKind.NONE)
-    frame, kind, op = found
-    args = frame.arguments
-    peer = None
-    if kind in (WaitKind.SEND, WaitKind.RECV):
-        names = ("dst", "group_dst") if kind is WaitKind.SEND else ("src", "group_src")
-        peer = next((p for p in (parse_int(args.get(n)) for n in names) if p is not None), None)
-    # The group as the frame holds it: "default" when the call passed none and torch had not yet swapped in the
-    # default group's object; an object's address otherwise (a per-process address: it names no group across
-    # ranks, so collectives are compared across the world unless the flight recorder says more).
-    group = args.get("group")
-    return Wait(kind, op, peer, "default" if group == "None" else group, frame.where)
+def to_state(dump: Dump, rank: int, *, host: str | None = None, local_rank: int | None = None) -> RankState:
+    """A readable dump as the evidence model's record of ``rank``: the main thread's frames (innermost first, each
+    with py-spy's arguments and locals: torch's send/recv frames carry dst/src there), the wait they show
+    (stacks.wait_of, the one reading of "which torch call is it inside"), still running."""
+    thread = dump.main_thread()
+    frames = tuple(model.Frame(f.file, f.line or 0, f.function,
+                               locals=tuple({**f.locals, **f.arguments}.items()))
+                   for f in (thread.frames if thread else []))
+    return RankState(rank, model.Source.PY_SPY, host=host, pid=dump.pid, local_rank=local_rank, frames=frames,
+                     wait=wait_of(frames), ending=model.STILL_RUNNING,
+                     raw={"thread": thread.name if thread else None, "state": thread.state if thread else None})
 
 
 def signature(thread: Thread | None) -> tuple:
@@ -218,10 +171,3 @@ def signature(thread: Thread | None) -> tuple:
         return ()
     return tuple((f.function, f.file, f.line, tuple(sorted(f.arguments.items())), tuple(sorted(f.locals.items())))
                  for f in thread.frames)
-
-
-def frames_tuples(thread: Thread | None) -> list[tuple[str, int, str]]:
-    """(file, line, function), innermost first: the shape launch/collectives.user_site reads."""
-    if thread is None:
-        return []
-    return [(f.file, f.line or 0, f.function) for f in thread.frames]

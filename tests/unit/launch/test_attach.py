@@ -9,9 +9,10 @@ import pytest
 from ddpdoctor.errors import NothingReadable, UsageError
 from ddpdoctor.launch.attach import discover as disc
 from ddpdoctor.launch.attach import run as attach_run
-from ddpdoctor.launch.attach.judge import Category, judge
-from ddpdoctor.launch.attach.sample import RankRead, _read
+from ddpdoctor.launch.attach.decide import decide
+from ddpdoctor.launch.attach.sample import RankRead, read_rank
 from ddpdoctor.launch.evidence import pyspy
+from ddpdoctor.launch.evidence.model import Source, WaitKind
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 
@@ -32,18 +33,17 @@ def test_parse_a_waiting_rank_with_locals():
 
 
 @pytest.mark.parametrize("name,kind,op,peer", [
-    ("allreduce_waiter", pyspy.WaitKind.COLLECTIVE, "all_reduce", None),
-    ("broadcast", pyspy.WaitKind.COLLECTIVE, "broadcast", None),
-    ("recv_src1", pyspy.WaitKind.RECV, "recv", 1),
-    ("own_code", pyspy.WaitKind.NONE, None, None),
+    ("allreduce_waiter", WaitKind.COLLECTIVE, "all_reduce", None),
+    ("broadcast", WaitKind.COLLECTIVE, "broadcast", None),
+    ("recv_src1", WaitKind.RECV, "recv", 1),
+    ("own_code", WaitKind.NONE, None, None),
 ])
-def test_what_torch_frames_say_a_rank_waits_in(name, kind, op, peer):
-    wait = pyspy.wait_of(dump(name).main_thread().frames)
-    assert (wait.kind, wait.op, wait.peer) == (kind, op, peer)
-
-
-def test_recv_group_none_is_the_default_group():
-    assert pyspy.wait_of(dump("recv_src1").main_thread().frames).group == "default"
+def test_the_records_say_what_a_rank_waits_in(name, kind, op, peer):
+    """py-spy's frames become the model's: torch's recv frame carries src=1 in its arguments (--locals)."""
+    state = pyspy.to_state(dump(name), 3, host="n1")
+    assert state.source is Source.PY_SPY and state.rank == 3 and state.host == "n1"
+    assert (state.wait.kind, state.wait.call.op if state.wait.call else None, state.wait.peer) == (kind, op, peer)
+    assert state.frames[0].local("async_op" if name == "allreduce_waiter" else "nothing") in ("False", None)
 
 
 def test_parse_threads_names_and_frames_without_line():
@@ -97,55 +97,52 @@ def test_job_keys():
     assert disc.job_key({"MASTER_ADDR": "h", "MASTER_PORT": "29500"}) == "h:29500"
 
 
-def read(rank: int, name: str | None, moved: bool = False, where: str = "/src/t.py:9") -> RankRead:
+def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
-    r = _read(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), dump(name), dump(name), "n1")
-    r.moved, r.where = moved, where if name == "own_code" else r.where
+    r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), dump(name), dump(name), "n1")
+    r.moved = moved
     return r
 
 
+def culprits(doc: dict) -> list[tuple[int, str | None]]:
+    return [(c["rank"], c["where"]) for c in doc["culprits"]]
+
+
 def test_one_rank_in_its_own_code_is_the_culprit():
-    v = judge([read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")], 3, True)
-    assert (v.category, v.culprits, v.culprit_named) == (Category.HANG, [1], True)
-    doc = attach_run.diagnosis(v, [read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")])
-    assert doc["culprits"][0]["where"] == "/src/t.py:9" and "rank 1 on n1" in doc["summary"]
-    assert doc["waiting"] == {"0": "all_reduce", "2": "all_reduce"}
+    doc = decide([read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")], 3)
+    assert doc["category"] == "missing_rank" and culprits(doc) == [(1, "/tmp/u31rec/job.py:8")]
+    assert doc["named"] == [1] and doc["culprits"][0]["host"] == "n1" and doc["culprits"][0]["function"] == "compute"
+    assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2] and doc["fix"]
 
 
 def test_the_odd_collective_is_the_desync():
-    v = judge([read(0, "allreduce_waiter"), read(1, "broadcast"), read(2, "allreduce_waiter")], 3, True)
-    assert (v.category, v.culprits, v.culprit_named) == (Category.DESYNC, [1], True)
-    tie = judge([read(0, "allreduce_waiter"), read(1, "broadcast")], 2, True)
-    assert (tie.category, tie.culprit_named) == (Category.DESYNC, False)
+    doc = decide([read(0, "allreduce_waiter"), read(1, "broadcast"), read(2, "allreduce_waiter")], 3)
+    assert doc["category"] == "desync" and culprits(doc) == [(1, "/tmp/u31rec/job.py:15")] and doc["named"] == [1]
+    tie = decide([read(0, "allreduce_waiter"), read(1, "broadcast")], 2)
+    assert tie["category"] == "desync" and tie["named"] == [] and tie.get("no_majority")
 
 
-def test_a_recv_chain_leads_to_the_rank_that_never_sends():
-    reads = [read(0, "recv_src1"), read(1, "own_code")]
-    v = judge(reads, 2, True)
-    assert (v.category, v.culprits) == (Category.HANG, [1])
+def test_a_recv_leads_to_the_rank_that_never_sends():
+    doc = decide([read(0, "recv_src1"), read(1, "own_code")], 2)
+    assert doc["category"] == "missing_peer" and culprits(doc) == [(1, "/tmp/u31rec/job.py:8")]
 
 
 def test_moving_waiters_are_progress_and_no_waiters_too():
-    assert judge([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2, True).category is \
-        Category.PROGRESSING
-    assert judge([read(0, "own_code", moved=True), read(1, "own_code")], 2, True).category is Category.PROGRESSING
+    assert decide([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
+    assert decide([read(0, "own_code", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
 
 
 def test_everyone_in_one_collective_names_no_culprit():
-    v = judge([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 2, True)
-    assert (v.category, v.culprits) == (Category.NO_CULPRIT, [])
+    doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 2)
+    assert doc["category"] == "stuck_collective" and doc["named"] == [] and doc["no_culprit"] == "everyone"
 
 
-def test_waits_that_lead_off_this_node_are_not_blamed_here():
-    v = judge([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4, False)
-    assert (v.category, v.culprit_named, v.elsewhere) == (Category.HANG, False, [2, 3])
-
-
-def test_an_unreadable_rank_is_not_named():
-    v = judge([read(0, "allreduce_waiter"), read(1, None)], 2, True)
-    assert v.category is Category.HANG and not v.culprit_named
-    assert judge([read(0, None)], 1, True).category is Category.UNREADABLE
+def test_ranks_not_read_here_are_no_evidence_not_innocent_nor_named():
+    doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4)
+    assert doc["named"] == [] and doc["no_evidence"] == [2, 3]
+    unread = decide([read(0, "allreduce_waiter"), read(1, None)], 2)
+    assert unread["named"] == [] and unread["no_evidence"] == [1]
 
 
 def test_several_jobs_are_a_usage_error_listing_them():
