@@ -13,6 +13,11 @@ _STYLE = {"progressing": "green", "unreadable": "yellow"}
 
 def render(doc: dict, console: Console) -> None:
     diag = doc.get("diagnosis") or {}
+    if doc.get("role") == "worker":
+        console.print(Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}]: {len(doc.get('ranks') or [])} "
+                           f"rank(s) read here; the master prints the verdict (exit {safe_text(doc.get('exit_code'))})"),
+                      soft_wrap=True)
+        return
     category = str(diag.get("category", "?"))
     job = doc.get("job") or {}
     head = Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}] job {safe_text(job.get('id'))} "
@@ -27,8 +32,13 @@ def render(doc: dict, console: Console) -> None:
     if job.get("ranks_elsewhere"):
         console.print(f"ranks with no process here (other nodes, or ended): {_ranks(job['ranks_elsewhere'])}; on a "
                       "multi-node job run attach on every node", soft_wrap=True)
+    if diag.get("nodes_without_ranks"):
+        console.print(Text(f"no rank of the job runs on: {_ranks(safe_text(n) for n in diag['nodes_without_ranks'])}"),
+                      soft_wrap=True)
     console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
-    table = Table("rank", "pid", "in", "where", "moved", box=None, pad_edge=False)
+    table = Table(box=None, pad_edge=False)
+    for name in ("rank", "pid", "in", "where", "moved"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved"))
     for r in doc.get("ranks") or []:
         wait = r.get("wait") or {}
         what = r.get("failure") and f"not read: {r.get('error')}" or _what(wait)

@@ -22,6 +22,17 @@ class AttachRequest:
     interval: float = 3.0
     timeout: float = pyspy.TIMEOUT_S
     stop: bool = False
+    # several nodes: where they meet, as preflight's flags (the launcher's values fill what is not given)
+    master: str | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    local_addr: str | None = None
+    token: str | None = None
+    meet_timeout: float = 60.0
+
+    @property
+    def several_nodes(self) -> bool:
+        return bool(self.master) or (self.nnodes or 1) > 1
 
 
 def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
@@ -101,3 +112,67 @@ def stop_job(job: disc.Job) -> dict:
         except OSError:
             continue
     return {"signal": "SIGTERM", "pids": sent}
+
+
+def read_here(request: AttachRequest):
+    """This node's part: (the job's json or None, its ranks read, a note when there is none)."""
+    found = disc.discover({request.pid} if request.pid else None)
+    try:
+        job = choose(found, request)
+    except (UsageError, NothingReadable) as exc:
+        return None, [], str(exc)
+    return job.to_json(), read_job(job, interval=request.interval, timeout=request.timeout), ""
+
+
+def run_nodes(request: AttachRequest) -> dict | None:
+    """Every node runs this; they meet as preflight's nodes do (cluster.join), each node's ranks travel as one
+    check's facts, the master judges them all. None: a second process of this node (local rank > 0)."""
+    from ...cluster import join
+    from ...preflight import PreflightRequest
+    from ...registry import LoadedCheck
+    from ...runner import Plan
+    from ...settings import resolve_run
+    from . import nodes
+
+    preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
+                            local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
+                            node_command="ddpdoctor attach --master HOST:PORT")
+    check = nodes.RanksCheck(lambda: read_here(request))
+    check.timeout_s = request.interval + 2 * request.timeout + 30
+    plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.launch.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
+                resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
+    doc = join.run_cluster(plan, preq, preq.launcher())
+    if doc is None:
+        return None
+    return cluster_doc(doc, request)
+
+
+def cluster_doc(doc: dict, request: AttachRequest) -> dict:
+    """The attach document of a cluster run: the master's with every node's ranks and the one verdict; a
+    worker's with its own ranks and where the master's verdict is."""
+    from ... import documents
+    from . import nodes
+
+    reads, job, empty = nodes.reads_of(doc)
+    if doc.get("role") == "worker":
+        own = ((doc.get("nodes") or {}).get(doc.get("this_node")) or {}).get("facts", {}).get(nodes.CHECK) or {}
+        mine = [r for r in (nodes.from_fact(f, str(doc.get("this_node"))) for f in own.get("ranks") or []) if r]
+        return documents.envelope("attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
+                                  exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(),
+                                  job=job or None, interval_s=request.interval, ranks=[r.to_json() for r in mine],
+                                  diagnosis={"category": "worker", "summary": "the master prints the verdict",
+                                             "fix": ""}, stopped=None)
+    world = nodes.parse_world(job, reads)
+    if job:
+        read_ranks = {r.rank for r in reads}
+        job = dict(job, ranks_here=sorted(read_ranks),
+                   ranks_elsewhere=[r for r in range(world or 0) if r not in read_ranks])
+    diagnosis = decide(reads, world) if reads else {"category": "no_job", "summary": "no node runs a rank of the job",
+                                                    "fix": "run attach where the job runs", "culprits": []}
+    diagnosis["nodes_without_ranks"] = empty
+    stuck = diagnosis["category"] not in ("progressing", "no_job")
+    return documents.envelope(
+        "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
+        exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
+        job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None)
