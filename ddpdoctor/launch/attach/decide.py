@@ -15,8 +15,10 @@ def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
     or one that could not be read, has no record: the judge says so rather than guess)."""
     evidence = JobEvidence(live=True, world=tuple(range(world_size)) if world_size else ())
     for r in reads:
+        if r.recorded is not None:
+            evidence.add(r.recorded)  # the flight record places it in collectives; py-spy's stack completes it
         if r.state is not None:
-            evidence.add(stack_call(r.state))
+            evidence.add(r.state if r.recorded is not None else stack_call(r.state))
     return evidence
 
 
@@ -42,7 +44,8 @@ def stack_call(state: RankState) -> RankState:
 def progressing(reads: list[RankRead]) -> str | None:
     """Why the job is moving, or None: a rank that waits on another moved between the samples (a new Work, a new
     line), or no rank waits on another at all."""
-    waiting = [r for r in reads if r.waits]
+    waiting = [r for r in reads if r.waits or (r.recorded is not None and r.recorded.wait is not None
+                                              and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN))]
     if not waiting:
         return "no rank waits on another" if any(r.readable for r in reads) else None
     moved = [r.rank for r in waiting if r.moved]

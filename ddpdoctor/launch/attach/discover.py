@@ -23,6 +23,7 @@ class RankProcess:
     node_rank: int | None
     cmdline: str
     username: str | None
+    worker_socket: str | None = None  # run-trainer's worker server (its flight recorder), when it started the job
 
 
 @dataclass
@@ -104,8 +105,8 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         rank, launcher, local, world = rank_of(env)
         if rank is None or not _is_python(proc) or "ddpdoctor" in cmd.split(" -")[0]:
             continue  # another ddpdoctor (attach under the same srun) is no rank
-        found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user),
-                      launcher or ""))
+        found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
+                                             worker_socket(env, rank)), launcher or ""))
         rank_pids.add(proc.pid)
     for proc, env, rp, launcher in found:
         if _parent_pid(proc) in rank_pids and _same_rank(proc, rp, found):
@@ -117,6 +118,15 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         job.ranks.sort(key=lambda r: r.rank)
         _find_agent(job)
     return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+
+
+def worker_socket(env: dict, rank: int) -> str | None:
+    """The rank's worker server socket, where run-trainer started the job (DDPDOCTOR_WORKER_SOCKET's template)."""
+    template = env.get("DDPDOCTOR_WORKER_SOCKET")
+    if not template or "{rank}" not in template:
+        return None
+    path = template.replace("{rank}", str(rank))
+    return path if os.path.exists(path) else None
 
 
 def _candidates(only_pids: set[int] | None) -> list[psutil.Process]:

@@ -25,6 +25,7 @@ class RankRead:
     moved: bool | None = None
     failure: pyspy.DumpFailure | None = None
     error: str = ""
+    recorded: RankState | None = None  # the flight recorder's record (run-trainer's worker server), where one answered
 
     @property
     def readable(self) -> bool:
@@ -47,13 +48,22 @@ class RankRead:
                 "stack": [f"{f.function} ({f.where})" for f in s.frames[:40]] if s else None}
 
 
-def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float) -> dict[int, pyspy.Dump]:
-    """One py-spy dump per rank, all at once (a thread each, each bounded by ``timeout``)."""
+def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float) -> dict[int, tuple[pyspy.Dump, dict | None]]:
+    """One py-spy dump per rank and, where run-trainer's worker server listens, its flight record; all at once
+    (a thread each, each bounded by ``timeout``)."""
     if not ranks:
         return {}
-    with ThreadPoolExecutor(max_workers=min(32, len(ranks))) as pool:
-        futures = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
-        return {pid: f.result() for pid, f in futures.items()}
+    with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
+        dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
+        records = {rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
+        return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
+
+
+def flight_record(path: str, timeout: float) -> dict | None:
+    """The rank's flight recorder through its worker server (a read: torch answers from its own thread)."""
+    from ..forensics import flight_record as ask
+
+    return ask(path, timeout)
 
 
 def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_S, tool: str | None = None,
@@ -63,10 +73,35 @@ def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_
     tool = tool or pyspy.binary()
     first = dump_all(job.ranks, tool, timeout)
     second = first
-    if interval > 0 and any(d.failure is None for d in first.values()):
+    if interval > 0 and any(d.failure is None for d, _ in first.values()):
         time.sleep(interval)
         second = dump_all(job.ranks, tool, timeout)
-    return [read_rank(rp, first.get(rp.pid), second.get(rp.pid), host) for rp in job.ranks]
+    out = []
+    for rp in job.ranks:
+        (d1, fr1), (d2, fr2) = first.get(rp.pid, (None, None)), second.get(rp.pid, (None, None))
+        read = read_rank(rp, d1, d2, host)
+        add_record(read, fr1, fr2)
+        out.append(read)
+    return out
+
+
+def add_record(read: RankRead, first: dict | None, second: dict | None) -> None:
+    """The flight record (the later sample's) as the rank's record; a sequence id that moved is progress."""
+    fr = second if second is not None else first
+    if fr is None:
+        return
+    from ..evidence import flight_recorder
+    from ..evidence.model import Source
+
+    read.recorded = flight_recorder.rank_state(read.rank, fr, Source.WORKER_SERVER, live=True)
+    if first is not None and second is not None and first is not second:
+        read.moved = bool(read.moved) or _last_seqs(first) != _last_seqs(second)
+
+
+def _last_seqs(fr: dict) -> dict:
+    status = fr.get("pg_status") if isinstance(fr, dict) else None
+    return {k: (v.get("last_enqueued_collective"), v.get("last_completed_collective"))
+            for k, v in (status or {}).items() if isinstance(v, dict)}
 
 
 def read_rank(rp: RankProcess, first: pyspy.Dump | None, second: pyspy.Dump | None, host: str) -> RankRead:

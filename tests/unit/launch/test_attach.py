@@ -156,3 +156,49 @@ def test_several_jobs_are_a_usage_error_listing_them():
         attach_run.choose(disc.Discovery([], [77]), attach_run.AttachRequest())
     with pytest.raises(UsageError, match="no torch.distributed job"):
         attach_run.choose(disc.Discovery([], []), attach_run.AttachRequest())
+
+
+def fr_entry(seq):
+    return {"collective_seq_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"],
+            "profiling_name": "gloo:all_reduce", "input_sizes": [[4]], "input_dtypes": ["Float"], "is_p2p": False,
+            "frames": []}
+
+
+def fr_doc(enqueued, completed):
+    return {"pg_status": {"0": {"last_enqueued_collective": enqueued, "last_completed_collective": completed}},
+            "entries": [fr_entry(i) for i in range(1, enqueued + 1)]}
+
+
+def test_the_worker_servers_flight_record_places_ranks_by_sequence_id():
+    """run-trainer's workers: their flight record (sequence ids) beside py-spy's stacks."""
+    from ddpdoctor.launch.attach.sample import add_record
+
+    waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
+    add_record(waiter, fr_doc(6, 5), fr_doc(6, 5))
+    add_record(late, fr_doc(5, 5), fr_doc(5, 5))
+    doc = decide([waiter, late], 2)
+    assert doc["named"] == [1] and "all_reduce #6" in doc["summary"] and doc["culprits"][0]["function"] == "compute"
+    moving = read(0, "allreduce_waiter")
+    add_record(moving, fr_doc(6, 5), fr_doc(7, 6))
+    assert moving.moved and decide([moving, read(1, "allreduce_waiter")], 2)["category"] == "progressing"
+
+
+def test_the_worker_socket_comes_from_run_trainers_template(tmp_path):
+    sock = tmp_path / "3.sock"
+    sock.write_text("")
+    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 3) == str(sock)
+    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 4) is None
+    assert disc.worker_socket({}, 3) is None
+
+
+def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
+    """read_job end to end with a stand-in py-spy that prints a recorded dump (the same both times: not moved)."""
+    from ddpdoctor.launch.attach.sample import read_job
+
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\ncat {DATA / 'own_code.txt'}\n")
+    fake.chmod(0o755)
+    job = disc.Job("j", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "p", "u"),
+                                              disc.RankProcess(2, 1, 1, 2, 0, "p", "u")])
+    reads = read_job(job, interval=0.01, tool=str(fake), host="n1")
+    assert [(r.rank, r.moved, r.state.wait.kind) for r in reads] == [(0, False, WaitKind.NONE), (1, False, WaitKind.NONE)]
