@@ -15,7 +15,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .classify import FRAME, LIBRARY, RankFailure, Verdict
+from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
+from .evidence.model import is_library
 from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
@@ -72,7 +73,7 @@ def waited_call(f: RankFailure) -> tuple[str, str | None]:
     if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
         op = "backward (DDP's all_reduce)"
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
-                  if not any(part in m["file"] for part in LIBRARY)), None)
+                  if not is_library(m["file"])), None)
     return op or "a collective", where or f.location
 
 

@@ -32,6 +32,9 @@ SUMMARY_BLOCK = re.compile(
     rf"(?P<code>-?\d{{1,9}})(?:[ \t]*\(pid:[ \t]*(?P<pid>\d{{1,9}})\))?[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
 # torchrun's own line when a worker outlived its SIGTERM grace period (30 s) and it sent SIGKILL instead.
 FORCED_KILL = re.compile(r"Unable to shutdown process (\d{1,9}) via \d{1,3}, forcefully exiting via 9")
+# faulthandler's line when a signal killed the process (PYTHONFAULTHANDLER): a C++ abort, a segfault.
+FATAL = re.compile(r"^Fatal Python error: (Aborted|Segmentation fault|Bus error|Floating point exception)", re.M)
+FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floating point exception": 8}
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
 CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
 
@@ -119,9 +122,12 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
         return out
     for _, rank_dir in evidence_io.numbered(evidence_io.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
-        tb = last_traceback(tail(rank_dir / "stderr.log", 200))
-        if err.exists() or tb:
-            rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": 1,
+        text = tail(rank_dir / "stderr.log", 200)
+        tb = last_traceback(text)
+        died = FATAL.findall(text)  # no Python traceback: faulthandler's dump of a process killed by a signal
+        if err.exists() or tb or died:
+            code = -FATAL_SIGNALS[died[-1]] if died and not err.exists() else 1
+            rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": code,
                    "error_file": str(err) if err.exists() else None}
             out.append(failure_from(rec, attempt, rank_dir))
     return out

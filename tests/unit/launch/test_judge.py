@@ -238,3 +238,18 @@ def test_the_call_log_records_peer_shape_and_site_before_the_call(tmp_path, monk
     (call,) = calls.rank_calls(tmp_path / "rank2.jsonl")
     assert seen and call.op == "send" and call.peer == 3 and call.input_sizes == ((4, 32),)
     assert call.site is not None and call.site.file == __file__
+
+
+def test_gloo_pipeline_counters_run_ahead_of_the_entries_and_the_stack_places_the_rank():
+    """Recorded on torch 2.13 + gloo (pipeline.py stuck): pg_status counts each send/recv, the entries only the
+    all_reduces, so ranks 0-1 (inside all_reduce #4) show no entry above last_completed_collective. Their stacks
+    stand in all_reduce and the group has ops pending: they are inside their newest entry."""
+    def doc(enq, comp, last):
+        return {"pg_status": {"0": {"last_enqueued_collective": str(enq), "last_completed_collective": str(comp)}},
+                "entries": [entry(s) for s in range(1, last + 1)]}
+
+    ev = {0: rank(doc(8, 6, 4), IN_ALL_REDUCE), 1: rank(doc(12, 9, 4), IN_ALL_REDUCE),
+          2: rank(doc(9, 9, 3), COMPUTING), 3: rank(doc(6, 6, 3), IN_RECV)}
+    v = judge(worker_server.job(ev))
+    assert v.category == Category.MISSING_RANK and v.culprit_ranks == [2] and v.call.seq == 4 and v.waiting == [0, 1]
+    assert v.culprits[0].where == Frame(USER, 33, "compute") and v.via == [3]
