@@ -104,7 +104,10 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
-    if fails and all(f.category == "peer_lost" for f in fails):  # every failed rank lost a peer: who left?
+    # every failed rank lost a peer (or was stopped by the launcher after one did): who left?
+    if fails and any(f.category == "peer_lost" for f in fails) and all(
+            f.category == "peer_lost" or (f.category == "signal" and f.victim and f.signal in ("SIGTERM", "SIGINT"))
+            for f in fails):
         departed = _ranks_without_record(attempt_dir, fails, host)
         # torchrun stops the ranks still running after the first failure and lists none of them: as many
         # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed

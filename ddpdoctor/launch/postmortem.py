@@ -36,7 +36,7 @@ FORCED_KILL = re.compile(r"Unable to shutdown process (\d{1,9}) via \d{1,3}, for
 FATAL = re.compile(r"^Fatal Python error: (Aborted|Segmentation fault|Bus error|Floating point exception)", re.M)
 FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floating point exception": 8}
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
-CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
+CLOSING_SIGNAL = re.compile(r"Sending process (\d{1,9}) closing signal SIG(?:TERM|INT)")
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -147,7 +147,9 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
 def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
-    closing_signals = len(CLOSING_SIGNAL.findall(agent_stderr or ""))
+    # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
+    listed_pids = {rec.get("pid") for rec in summary}
+    closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
     verdict = Verdict(root_cause=None)
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
