@@ -95,9 +95,9 @@ def _even(c: Call, world: int, out: bool) -> tuple | None:
 
 def judge_a2a(evidence: JobEvidence) -> Verdict | None:
     """all_to_all_single: what rank r sends to rank k (its input split k) must be what k expects from r (its
-    output split r), for the same call (the n-th all_to_all of each rank). The rank in more mismatched pairs than
-    any other is named: rank 1 sending one token too many to rank 0 mismatches with rank 0 alone, and rank 0
-    only with rank 1: a tie, unless the others' records show what rank 0 gets from them (the column's majority)."""
+    output split r), for the same call (the n-th all_to_all of each rank). A pair that disagrees says only that
+    one of the two is wrong; the sender named is the one whose part for some rank differs from what every rank
+    sends that rank (the column's majority, that rank's own part included). Else no rank is named (a tie)."""
     a2a = {r: [c for c in s.calls if "all_to_all" in c.op and c.seq is None] for r, s in evidence.ranks.items()}
     a2a = {r: cs for r, cs in a2a.items() if cs}
     if len(a2a) < 2:
@@ -134,6 +134,6 @@ def judge_a2a(evidence: JobEvidence) -> Verdict | None:
 
 
 def _column_odd(sent: dict[int, tuple | None], k: int) -> list[int]:
-    column = {r: s[k] for r, s in sent.items() if s is not None and k < len(s) and r != k}
+    column = {r: s[k] for r, s in sent.items() if s is not None and k < len(s)}  # k's own part too
     odd, _ = vote.odd_ones(column) if len(column) >= 2 else ([], None)
     return odd
