@@ -124,12 +124,17 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
         err = rank_dir / "error.json"
         text = tail(rank_dir / "stderr.log", 200)
         tb = last_traceback(text)
-        died = FATAL.findall(text)  # no Python traceback: faulthandler's dump of a process killed by a signal
+        # no Python traceback: faulthandler's dump of a process killed by a signal, or C++'s terminate (SIGABRT)
+        died = FATAL.findall(text) or (["Aborted"] if ABORT.search(text) else [])
         if err.exists() or tb or died:
             code = -FATAL_SIGNALS[died[-1]] if died and not err.exists() else 1
             rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": code,
                    "error_file": str(err) if err.exists() else None}
             out.append(failure_from(rec, attempt, rank_dir))
+    offsets = {f.rank - f.local_rank for f in out if f.rank is not None and f.local_rank is not None}
+    for f in out:  # a rank whose log has no `[rankN]:` line (a C++ abort): its local rank and the node's offset
+        if f.rank is None and f.local_rank is not None and len(offsets) == 1:
+            f.rank = f.local_rank + next(iter(offsets))
     return out
 
 
