@@ -294,8 +294,9 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
     new = RankFailure(rank=first.get("rank"), local_rank=None, host=first.get("host"), exit_code=None,
                       category="hang", error_type=hang["class"], message=likely + hang["summary"],
                       location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
-    if first.get("last_seen") and new.location:
-        new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
+    if first.get("last_seen") and first.get("last_seen_where"):  # its last collective, not where it stands
+        new.message += (f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at "
+                        f"{first['last_seen_where']}; where it stood after it, no stack says)")
     if first.get("ended") and hang["class"] == "missing_rank":
         ended_early(new, first["ended"])
     old = [root] + list(verdict.consequences)
