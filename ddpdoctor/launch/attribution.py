@@ -153,11 +153,16 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
         how = ("stopped by the launcher without ever timing out (SIGKILLed after ignoring its SIGTERM: a stopped or "
                "frozen process)")
     first = culprits[0]
+    # Several ranks equally quiet: the logs cannot say which of them the others waited for (one may only have
+    # waited on another, as in a subgroup), so none is named; the message lists them.
+    one = len(culprits) == 1
     new = RankFailure(
-        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=first.exit_code,
-        signal=first.signal, attempt=first.attempt, category="hang", error_type="likely_missing_rank",
-        message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
-                 f"({_where(calls)}); no flight-recorder dump says for certain"),
+        rank=first.rank if one else None, local_rank=first.local_rank if one else None, host=first.host,
+        exit_code=first.exit_code if one else None, signal=first.signal if one else None, attempt=first.attempt,
+        category="hang", error_type="likely_missing_rank",
+        message=(f"likely {names if one else 'one or more of ' + names}: {how}, so not inside the collective that "
+                 f"{_ranks(timed_out)} timed out in ({_where(calls)}); no flight-recorder dump says "
+                 + ("for certain" if one else "which of them the others waited for")),
         location=None,
         fix=("look at what " + names + " was doing (its stack is not in the logs: it was stopped without one); "
              + hang_timeout_advice(pg)))
@@ -165,9 +170,9 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in out:
         f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
                                     else f.reason or "failed after the root cause")
-    for f in culprits[1:]:
-        f.victim, f.reason = False, "likely culprit too: " + how
-    return new, culprits[1:] + out
+    for f in culprits[1:] if one else culprits:
+        f.victim, f.reason = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how
+    return new, (culprits[1:] if one else culprits) + out
 
 
 def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
