@@ -1,105 +1,30 @@
-"""Judging a job that stopped making progress, from each rank's evidence (flight recorder, stacks, process
-state): match collectives across ranks by process group and sequence id, then name the culprit.
+"""The watchdog's entry to the one judge (``launch.judge``) and the progress of a healthy job from its flight
+records (collectives completed, the straggler).
 
-Classes, most specific first:
-- ``process_stopped`` / ``process_gone``: a rank's process is stopped (SIGSTOP, D state) or gone;
-- ``missing_rank``: the others wait in collective N, which these ranks never entered (their stack says where
-  they are instead);
-- ``desync``: ranks inside different collectives at the same sequence id, or the same op with other shapes or
-  dtypes;
-- ``stuck_collective``: every rank inside the same collective and none completes: the communication itself;
-- ``outside_collectives``: no rank waits in a collective: every rank is stuck in its own code.
+``judge`` takes the watchdog's per-rank evidence ({"host", "pid", "state", "fr", "stacks"}), builds the evidence
+model (``evidence.worker_server``) and returns the verdict document (``judge.words.to_json``): classes
+``process_stopped``/``process_gone``, ``missing_rank``, ``missing_peer``, ``never_initialized``, ``desync``,
+``stuck_collective``, ``outside_collectives``, ``unknown``; FORENSICS.md says how each is decided.
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
-
-# faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
-FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "ddpdoctor/launch/bootstrap.py")
-BAD_STATES = {"stopped": "process_stopped", "disk-sleep": "process_stopped", "gone": "process_gone",
-              "zombie": "process_gone"}
-FIX = {
-    "process_stopped": "the process is stopped (SIGSTOP, a debugger, or D state: stuck in the kernel on I/O or a "
-                       "device): look at that host; `cat /proc/PID/stack` shows where a D-state process waits",
-    "process_gone": "the process ended without the launcher noticing: look at that rank's log and the host's "
-                    "`dmesg`",
-    "missing_rank": "the culprit never reached the collective the others wait in: look at its stack (a data "
-                    "loader stall, a rank-dependent branch such as `if rank == 0: dist.barrier()`, a deadlock)",
-    "desync": "the ranks called different collectives (or other shapes or dtypes) at the same point: make every "
-              "rank issue the same collectives in the same order with the same shapes",
-    "stuck_collective": "every rank is inside the same collective and none completes: the communication itself "
-                        "(link, transport, a peer's device); run `ddpdoctor preflight` and `ddpdoctor nccl-bench` "
-                        "across these hosts",
-    "outside_collectives": "no rank waits in a collective: every rank is stuck in its own code (see the stacks)",
-    "unknown": "no flight recorder or stack answered: look at the ranks' logs",
-}
+from .evidence.model import user_frame
+from .evidence.stacks import main_thread
 
 
-# ---------------------------------------------------------------- one rank's view
 def main_thread_frames(stacks: str | None) -> list[tuple[str, int, str]]:
-    """(file, line, function), innermost first, of the thread that runs the script: faulthandler lists the
-    dumping thread first ("Current thread", the worker server's C++ thread: no Python frame)."""
-    if not stacks:
-        return []
-    blocks = re.split(r"\n\s*\n", stacks.strip())
-    best: list[tuple[str, int, str]] = []
-    for block in blocks:
-        frames = [(m["file"], int(m["line"]), m["func"]) for m in FRAME.finditer(block)]
-        if "<module>" in (f for _, _, f in frames) or len(frames) > len(best):
-            best = frames
-            if any(f == "<module>" for _, _, f in frames):
-                break
-    return best
+    """(file, line, function), innermost first, of the thread that runs the script (evidence.stacks)."""
+    return [(f.file, f.line, f.function) for f in main_thread(stacks)]
 
 
 def user_site(frames: list[tuple[str, int, str]], innermost_first: bool = True) -> dict | None:
-    """The innermost frame of the user's own code: {"where": "file:line", "function": name}."""
-    ordered = frames if innermost_first else list(reversed(frames))
-    for file, line, func in ordered:
-        if not any(part in file for part in LIBRARY):
-            return {"where": f"{file}:{line}", "function": func}
-    if ordered:
-        file, line, func = ordered[0]
-        return {"where": f"{file}:{line}", "function": func}
-    return None
+    """The innermost frame of the user's own code (the one rule: model.user_frame): {"where", "function"};
+    the innermost frame when every frame is a library's."""
+    from .evidence.model import Frame
 
-
-def fr_site(entry: dict | None) -> dict | None:
-    """Where a flight-recorder entry was issued: its frames are outermost last, innermost first."""
-    frames = [(f.get("filename", "?"), int(f.get("line", 0)), f.get("name", "?")) for f in (entry or {}).get("frames") or []]
-    return user_site(frames)
-
-
-def pg_views(fr: dict | None) -> dict[str, dict]:
-    """Per process group, keyed by its name (the same on every rank: ``process_group[0]``): last enqueued and
-    completed sequence ids and the entries by sequence id. ``pg_id`` and pg_status's keys are a rank's own
-    numbering: with `new_group([0, 1])` and `new_group([2, 3])`, pg_id 1 is group "1" on rank 0 and "2" on rank 2."""
-    if not fr:
-        return {}
-    names = {"0": "0"}
-    for e in fr.get("entries") or []:
-        if isinstance(e, dict) and e.get("pg_id") is not None and isinstance(e.get("process_group"), list) \
-                and e["process_group"]:
-            names.setdefault(str(e["pg_id"]), str(e["process_group"][0]))
-    out: dict[str, dict] = {}
-    for pg, status in (fr.get("pg_status") or {}).items():
-        # a group of this rank's numbering no entry names (its entries rolled out of the buffer) stays apart
-        out[names.get(str(pg), f"local {pg}")] = {"enqueued": _int(status.get("last_enqueued_collective")),
-                                                  "completed": _int(status.get("last_completed_collective")),
-                                                  "entries": {}}
-    for e in fr.get("entries") or []:
-        if e.get("is_p2p"):
-            continue
-        pid = e.get("pg_id")
-        pg = (names.get(str(pid)) if pid is not None else None) or str(
-            (e.get("process_group") or [pid if pid is not None else "0"])[0])
-        view = out.setdefault(pg, {"enqueued": -1, "completed": -1, "entries": {}})
-        seq = _int(e.get("collective_seq_id"))
-        view["entries"][seq] = e
-        view["enqueued"] = max(view["enqueued"], seq)
-    return out
+    ordered = [Frame(f, n, fn) for f, n, fn in (frames if innermost_first else list(reversed(frames)))]
+    site = user_frame(ordered) or (ordered[0] if ordered else None)
+    return site.to_json() if site else None
 
 
 def _int(v) -> int:
@@ -107,15 +32,6 @@ def _int(v) -> int:
         return int(v)
     except (TypeError, ValueError):
         return -1
-
-
-def op_of(entry: dict | None) -> str:
-    return str((entry or {}).get("profiling_name", "?")).split(":", 1)[-1]
-
-
-def signature(entry: dict | None) -> tuple:
-    e = entry or {}
-    return (op_of(e), str(e.get("input_sizes")), str(e.get("input_dtypes")))
 
 
 # ---------------------------------------------------------------- the job

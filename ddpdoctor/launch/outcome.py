@@ -14,6 +14,7 @@ from .. import documents
 from ..exitcodes import ExitCode
 from . import attribution, evidence_io, postmortem, records
 from .config import TrainerConfig, resumed_run
+from .evidence.model import is_library
 
 
 MAX_POINTS = 500
@@ -86,7 +87,7 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     from .fr_dumps import find_dumps, judge_dumps
 
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
-                       verdict.world)
+                       verdict.world, run_dir / "calls")
     attribution.adopt(verdict, hang)
 
 
@@ -136,7 +137,7 @@ def _hang_location(report: dict, ranks: list[int]) -> str | None:
     for r in ranks:
         frames = postmortem.FRAME.findall(report.get("stacks", {}).get(str(r), ""))
         for file, line, _ in frames:  # faulthandler prints the innermost frame first
-            if not any(part in file for part in postmortem.LIBRARY):
+            if not is_library(file):
                 return f"{file}:{line}"
     return None
 

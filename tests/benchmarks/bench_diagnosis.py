@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_diagnosis.py                    # every scenario this machine can run
     python tests/benchmarks/bench_diagnosis.py --only preflight   # one tool (or scenario names, comma-separated)
+    python tests/benchmarks/bench_diagnosis.py --only shapes      # issue 30's job shapes, run-trainer + postmortem
     python tests/benchmarks/bench_diagnosis.py --json diag.json   # the table and totals as JSON too
 
 Each scenario is a real fault on simulated nodes (processes on 127.0.0.x, or hosts in network namespaces
@@ -62,13 +63,14 @@ class Outcome:
 @dataclass
 class Scenario:
     name: str
-    tool: str  # preflight | nccl-bench | run-trainer
+    tool: str  # preflight | nccl-bench | run-trainer | postmortem
     fault: str  # the class of failure, as the catalogue names it
     expect_ids: set[str] | None  # None: healthy, nothing may fail; empty set: a cluster-wide cause
     expect_words: str  # regex the blaming finding's text must match
     run: Callable[["Ctx"], Outcome]
     needs: tuple[str, ...] = ()
     expect_level: tuple[str, ...] = ("fail", "exit3", "root")
+    group: str = ""  # --only selects by name, tool or group ("shapes": issue 30's job shapes)
 
 
 @dataclass
@@ -568,6 +570,71 @@ def t_reference_healthy(ctx):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Issue 30's job shapes (tests/integration/shape_jobs/: pipelines, MoE all_to_all, TP x DP, FSDP-like, two
+# process groups, a rank that never starts, is SIGKILLed or leaves early, each family's healthy job), each under
+# run-trainer and under plain torchrun read by `ddpdoctor postmortem LOGDIR --agent-log TORCHRUN_STDERR`. The
+# runs are the tests' (tests/integration/test_forensics_shapes*.py): same scripts, same flags. The ranks blamed
+# are `culprit_ranks` with the live verdict's culprits, so an innocent rank named beside the culprit is a miss.
+# Time to verdict: from the fault (the script's STALL_FILE mark) to the tool's answer; for postmortem, torchrun's
+# end after the fault plus postmortem's own time.
+
+SHAPE_WORDS = {"stuck": r"missing_rank|hang|stuck|timed out|never", "hang": r"missing_rank|hang|stuck|timed out|never",
+               "shape": r"desync|mismatch|shape|size", "splits": r"desync|mismatch|split|size",
+               "skip": r"desync|missing_rank|hang|all_gather|reduce_scatter|mismatch",
+               "guarded": r"desync|missing_rank|hang|guard|never", "noinit": r"init|missing|never|hang|store",
+               "kill": r"SIGKILL|signal 9|killed", "early": r"early|exit|ended"}
+
+
+def shape_findings(doc: dict | None) -> list[Finding]:
+    from tests.integration.shape_jobs import culprits_named
+
+    if not doc or not doc.get("root_cause"):
+        return []
+    rc = doc["root_cause"]
+    verdict = (doc.get("hang") or {}).get("verdict") or {}
+    text = " ".join(str(x) for x in (rc.get("category"), rc.get("error_type"), verdict.get("class"), rc.get("signal"),
+                                     rc.get("message"), rc.get("reason"), rc.get("location")) if x)
+    return [Finding("root", {f"rank {r}" for r in culprits_named(doc)}, text, rc.get("fix") or "")]
+
+
+def shape_trainer(name: str) -> Callable[[Ctx], Outcome]:
+    def run(ctx: Ctx) -> Outcome:
+        from tests.integration.shape_jobs import SHAPES, run_trainer
+
+        r = run_trainer(SHAPES[name], ctx.tmp, limit=SCENARIO_LIMIT_S)
+        return Outcome(shape_findings(r.doc), r.seconds, r.code, "" if r.code is not None else "killed at the limit")
+
+    return run
+
+
+def shape_postmortem(name: str) -> Callable[[Ctx], Outcome]:
+    def run(ctx: Ctx) -> Outcome:
+        from tests.integration.shape_jobs import SHAPES, postmortem, run_torchrun
+
+        r, logs, agent = run_torchrun(SHAPES[name], ctx.tmp, limit=SCENARIO_LIMIT_S)
+        t0 = time.monotonic()
+        code, doc, _ = postmortem(logs, "--agent-log", str(agent))
+        note = f"torchrun exit {r.code}" + ("" if r.code is not None else " (killed at the limit)")
+        return Outcome(shape_findings(doc), r.seconds + time.monotonic() - t0, code, note)
+
+    return run
+
+
+def shape_scenarios() -> list[Scenario]:
+    from tests.integration.shape_jobs import SHAPES
+
+    out = []
+    for name, shape in SHAPES.items():
+        ids = {f"rank {r}" for r in shape.culprits} if shape.culprits else None
+        words = SHAPE_WORDS.get(shape.mode, "")
+        fault = shape.what if shape.culprits else "none"
+        out.append(Scenario(name, "run-trainer", fault, ids, words, shape_trainer(name), group="shapes"))
+        out.append(Scenario(f"{name}/postmortem", "postmortem", fault, ids, words, shape_postmortem(name),
+                            group="shapes"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
 # GPU scenarios: registered here, run only where a GPU is present.
 
 
@@ -640,6 +707,7 @@ SCENARIOS = [
     Scenario("invalid-device-ordinal", "run-trainer", "invalid device ordinal", {"rank 0"}, r"ordinal|device",
              g_bad_ordinal, ("gpu",)),
     Scenario("throttled-gpu", "preflight", "throttled GPU", set(), r"clock|throttl", g_throttled, ("gpu",)),
+    *shape_scenarios(),
 ]
 
 
@@ -683,12 +751,16 @@ def run_one(sc: Scenario) -> Row:
     return score(sc, out)
 
 
-def totals(rows: list[Row]) -> dict:
+def totals(rows: list[Row], by_tool: bool = True) -> dict:
     ran = [r for r in rows if r.note != "skipped"]
     times = sorted(r.seconds for r in ran)
-    return {"scenarios": len(rows), "ran": len(ran), "hits": sum(r.hit for r in ran),
-            "misses": sum(not r.hit for r in ran), "false_alarms": sum(r.false_alarm for r in ran),
-            "median_s": times[len(times) // 2] if times else None, "worst_s": times[-1] if times else None}
+    out = {"scenarios": len(rows), "ran": len(ran), "hits": sum(r.hit for r in ran),
+           "misses": sum(not r.hit for r in ran), "false_alarms": sum(r.false_alarm for r in ran),
+           "median_s": times[len(times) // 2] if times else None, "worst_s": times[-1] if times else None}
+    if by_tool:
+        out["by_tool"] = {tool: totals([r for r in rows if r.tool == tool], by_tool=False)
+                          for tool in dict.fromkeys(r.tool for r in rows)}
+    return out
 
 
 def print_table(rows: list[Row]) -> None:
@@ -706,7 +778,7 @@ def main() -> int:
     chosen = SCENARIOS
     if args.only:
         want = {w.strip() for w in args.only.split(",")}
-        chosen = [s for s in SCENARIOS if s.name in want or s.tool in want]
+        chosen = [s for s in SCENARIOS if s.name in want or s.tool in want or s.group in want]
     rows = []
     for sc in chosen:
         row = run_one(sc)
@@ -719,6 +791,9 @@ def main() -> int:
     t = totals(rows)
     print(f"\nhits {t['hits']}/{t['ran']} · misses {t['misses']} · false alarms {t['false_alarms']} · "
           f"time to verdict median {t['median_s']} s, worst {t['worst_s']} s")
+    for tool, tt in t["by_tool"].items():
+        print(f"  {tool}: hits {tt['hits']}/{tt['ran']} · false alarms {tt['false_alarms']} · "
+              f"median {tt['median_s']} s, worst {tt['worst_s']} s")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"rows": [asdict(r) for r in rows], "totals": t}, indent=1))
     return 0

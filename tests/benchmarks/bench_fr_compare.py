@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_fr_compare.py                     # every scenario (about 10-15 minutes)
     python tests/benchmarks/bench_fr_compare.py --only sleep-r1-3,healthy-3 --json out.json
+    python tests/benchmarks/bench_fr_compare.py --only shapes       # issue 30's job shapes only
 
 Each scenario is a plain gloo DDP job (tests/integration/fr_job.py) with the user's own process-group timeout
 (15 s) and one fault on 2-4 ranks. It runs twice:
@@ -13,6 +14,10 @@ Each scenario is a plain gloo DDP job (tests/integration/fr_job.py) with the use
    gloo dumps key the default group '' where the entries say '0') and through `ddpdoctor postmortem LOGDIR
    --fr-dir SET`; the log dir alone (no dump) through `ddpdoctor postmortem` too.
 2. under `ddpdoctor run-trainer` with default settings (no --hang-timeout): its own live forensics.
+
+The job shapes of issue 30 (tests/integration/shape_jobs/: pipelines, MoE all_to_all, TP x DP, FSDP-like, two
+process groups, a rank that never starts, is SIGKILLed or leaves early; the scripts' own 20 s timeout) run the
+same way, the script unchanged under `shape_jobs/with_fr_dumps.py`, which arranges the same dumps around it.
 
 A cell is the rank(s) the tool names (fr_trace: "missing ranks: {...}" and "Culprit rank N" in its log; it exits
 0 whatever it finds) and the time from the fault to that answer; a healthy run is right when nothing is named.
@@ -37,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.integration import shape_jobs  # noqa: E402
 from tests.integration.fr_job import JOB  # noqa: E402
 
 PG_TIMEOUT = 15
@@ -51,6 +57,12 @@ class Scenario:
     mode: str
     culprits: list[int]
     what: str
+    shape: str | None = None  # a job of tests/integration/shape_jobs/ instead of fr_job.py
+
+    @property
+    def aborts(self) -> bool:
+        """gloo aborts the job within a second (a size mismatch): no live phase, no live dump."""
+        return self.mode in ("dtype", "shape") if self.shape is None else self.shape in ("pipeline-shape", "moe-splits")
 
 
 SCENARIOS = [
@@ -63,6 +75,7 @@ SCENARIOS = [
     Scenario("shape-4", 4, "shape", [1], "rank 1 all_reduces 8 elements, the others 16"),
     Scenario("stuck-3", 3, "stuck", [2], "rank 2 frozen (SIGSTOP) inside an all_reduce every rank entered"),
     Scenario("healthy-3", 3, "healthy", [], "no fault"),
+    *(Scenario(s.name, s.nproc, s.mode, list(s.culprits), s.what, shape=s.name) for s in shape_jobs.SHAPES.values()),
 ]
 
 
@@ -171,8 +184,14 @@ def _note(doc: dict) -> str:
 # ---------------------------------------------------------------- one scenario
 def run_scenario(sc: Scenario, work: Path) -> Result:
     res = Result(sc.name, sc.nproc, sc.what, sc.culprits)
-    script = work / "job.py"
-    script.write_text(JOB)
+    if sc.shape is None:
+        script = work / "job.py"
+        script.write_text(JOB)
+        plain_argv, trainer_argv = [str(script), sc.mode], [str(script), sc.mode]
+    else:
+        shape = shape_jobs.SHAPES[sc.shape]
+        plain_argv = [str(shape_jobs.HERE / "with_fr_dumps.py"), str(shape.path), shape.mode]
+        trainer_argv = [str(shape.path), shape.mode]
     env = {"CULPRITS": ",".join(map(str, sc.culprits)) or "0", "PG_TIMEOUT": str(PG_TIMEOUT),
            "TORCH_FR_BUFFER_SIZE": "200", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     if sc.mode == "healthy":
@@ -184,14 +203,20 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
 
     def tick():
         t = stall_time(stall)
+        if sc.shape and sc.mode == "healthy" and t is None and time.time() >= started + 12:
+            t = started  # the shapes' healthy jobs mark nothing: their live dumps 12 s in (after start-up)
         if t is not None and not live_taken and time.time() >= t + (1.0 if sc.mode == "healthy" else LIVE_AFTER_S):
             (dumps / "live.trigger").write_text("")
             live_taken.append(time.time())
+        kill_from_outside(sc, work)
+
+    started = time.time()
 
     code, _, err, ended = run_session(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(sc.nproc), "--redirects", "3",
-         "--log-dir", str(logs), "--monitor-interval", "0.5", str(script), sc.mode],
-        {**env, "FR_DUMPS": str(dumps), "STALL_FILE": str(stall)}, LIMIT_S, work, tick)
+         "--log-dir", str(logs), "--monitor-interval", "0.5", *plain_argv],
+        {**env, "FR_DUMPS": str(dumps), "STALL_FILE": str(stall), "PID_FILE": str(work / "pid.plain")}, LIMIT_S,
+        work, tick)
     agent_log = work / "torchrun.stderr"
     agent_log.write_text(err)
     t0 = stall_time(stall) or ended
@@ -201,12 +226,12 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
         for name, repaired in (("fr_trace", False), ("fr_trace repaired", True)):
             start = time.time()
             ranks, note = fr_trace(folder, repaired)
-            if kind == "live" and not live_taken and sc.mode in ("dtype", "shape"):
+            if kind == "live" and not live_taken and sc.aborts:
                 note = NO_LIVE
             res.answers[f"{name} {kind}"] = Answer(ranks, round(ready - t0 + time.time() - start, 1), note)
         start = time.time()
         ranks, note = postmortem(logs, agent_log, folder)
-        if kind == "live" and not live_taken and sc.mode in ("dtype", "shape"):
+        if kind == "live" and not live_taken and sc.aborts:
             note = NO_LIVE
         res.answers[f"postmortem {kind}"] = Answer(ranks, round(ready - t0 + time.time() - start, 1), note)
     start = time.time()
@@ -218,8 +243,9 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
     stall2 = work / "stall.trainer"
     code, out, err, ended = run_session(
         [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", str(sc.nproc),
-         "--run-dir", str(work / "run"), "--json", "--", str(script), sc.mode],
-        {**env, "STALL_FILE": str(stall2)}, LIMIT_S, work)
+         "--run-dir", str(work / "run"), "--json", "--", *trainer_argv],
+        {**env, "STALL_FILE": str(stall2), "PID_FILE": str(work / "pid.trainer")}, LIMIT_S, work,
+        lambda: kill_from_outside(sc, work))
     try:
         doc = json.loads(out)
         ranks, note = doc.get("culprit_ranks") or [], _note(doc)
@@ -231,6 +257,20 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
         ranks, note = None, f"no document (exit {code}): {err[-200:]}"
     res.answers["run-trainer"] = Answer(ranks, round(ended - (stall_time(stall2) or ended), 1), note)
     return res
+
+
+def kill_from_outside(sc: Scenario, work: Path) -> None:
+    """The kill shape: SIGKILL the rank that wrote its pid file, once the others are inside the all_reduce."""
+    if sc.shape is None or shape_jobs.SHAPES[sc.shape].kill_rank is None:
+        return
+    for pid_file in (work / "pid.plain", work / "pid.trainer"):
+        done = pid_file.with_name(pid_file.name + ".killed")
+        if pid_file.exists() and not done.exists() and time.time() - pid_file.stat().st_mtime >= shape_jobs.KILL_AFTER_S:
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+            done.write_text("")
 
 
 COLUMNS = ["fr_trace live", "fr_trace after", "fr_trace repaired live", "fr_trace repaired after",
@@ -292,7 +332,8 @@ def main() -> int:
         return 0
     import torch
 
-    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only.split(",")]
+    want = set((args.only or "").split(","))
+    chosen = [s for s in SCENARIOS if not args.only or s.name in want or ("shapes" in want and s.shape)]
     results = []
     for sc in chosen:
         work = Path(tempfile.mkdtemp(prefix=f"frcmp-{sc.name}-"))

@@ -29,7 +29,7 @@ from enum import Enum
 # ONE library-frame rule: a frame whose file is under one of these is not the user's code. The interpreter's
 # own modules, installed packages (torch included), torch's elastic agent and ddpdoctor's bootstrap.
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
-           "ddpdoctor/launch/bootstrap.py", "<string>")
+           "ddpdoctor/launch/bootstrap.py", "ddpdoctor/launch/calls_log.py", "<string>")
 
 
 def is_library(file: str) -> bool:
@@ -43,6 +43,7 @@ class Source(str, Enum):
     PY_SPY = "py_spy"                      # live: `py-spy dump --locals` from outside
     FAULTHANDLER = "faulthandler"          # live: SIGUSR1 -> stacks/rank<R>.txt
     FLIGHT_RECORDER = "flight_recorder"    # a dump (at exit, on SIGTERM, torch's dump on timeout)
+    CALL_LOG = "call_log"                  # run-trainer's log of send/recv and all_to_all splits (calls_log.py)
     SIGTERM_STACK = "sigterm_stack"        # stacks/sigterm/rank<R>.txt: where it stood when the launcher stopped it
     ERROR_FILE = "error_file"              # torch's error.json (@record)
     RANK_LOG = "rank_log"                  # the rank's stderr.log (its traceback, faulthandler's fatal dump)
@@ -116,7 +117,10 @@ class Call:
     timeout_ms: int | None = None
 
     def signature(self) -> tuple:
-        """What must agree across the ranks of one collective: op, sizes, dtypes, splits."""
+        """What must agree across the ranks of one collective: op, sizes, dtypes, splits. An all_to_all's sizes
+        may differ by rank (a router's uneven splits): its splits are compared pairwise instead (mismatch.py)."""
+        if "all_to_all" in self.op or "alltoall" in self.op:
+            return (self.op, self.dtypes)
         return (self.op, self.input_sizes, self.dtypes, self.splits)
 
 
@@ -213,7 +217,8 @@ class RankState:
             self, host=pick(self.host, other.host), node=pick(self.node, other.node), pid=pick(self.pid, other.pid),
             local_rank=pick(self.local_rank, other.local_rank), frames=pick(self.frames, other.frames),
             wait=_better_wait(self.wait, other.wait), ending=_better_ending(self.ending, other.ending),
-            calls=pick(self.calls, other.calls), groups=pick(self.groups, other.groups),
+            calls=self.calls + tuple(c for c in other.calls if c not in self.calls),
+            groups=pick(self.groups, other.groups),
             recorded=self.recorded or other.recorded,
             sources=tuple(dict.fromkeys(self.sources + (self.source,) + other.sources + (other.source,))),
             raw={**other.raw, **self.raw})

@@ -51,7 +51,7 @@ def judge(evidence: JobEvidence) -> Verdict:
         odd = mismatch.judge_group(f, evidence)
         if odd is not None:
             return _finish(odd, evidence, {r: [Edge(WaitKind.COLLECTIVE, (), f.call)] for r in f.inside})
-    p2p = mismatch.judge_p2p(evidence)
+    p2p = mismatch.judge_p2p(evidence) or mismatch.judge_a2a(evidence)
     if p2p is not None:
         return _finish(p2p, evidence, {})
     edges = _edges(evidence, findings)

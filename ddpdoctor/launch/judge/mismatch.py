@@ -71,11 +71,69 @@ def judge_p2p(evidence: JobEvidence) -> Verdict | None:
         if len(odd) == 1:
             v.culprits = [_culprit(evidence, odd[0], True, "p2p_mismatch")]
             own = send if odd[0] == src else recv
-            if v.culprits[0].where is None:
-                v.culprits[0].where = own.site
+            v.culprits[0].where = own.site or v.culprits[0].where  # where it made the odd call
             v.evidence.append("p2p_majority")
         else:
             v.no_culprit = NoCulprit.TIE
             v.evidence.append("p2p_tie")
         return v
     return None
+
+
+def _even(c: Call, world: int, out: bool) -> tuple | None:
+    """An all_to_all's splits as called; None given means equal parts of its tensor."""
+    given = (c.splits or (None, None))[1 if out else 0]
+    if given:
+        return given
+    sizes = c.output_sizes if out else c.input_sizes
+    try:
+        n = sizes[0][0]
+    except (IndexError, TypeError):
+        return None
+    return tuple([n // world] * world) if world and n % world == 0 else None
+
+
+def judge_a2a(evidence: JobEvidence) -> Verdict | None:
+    """all_to_all_single: what rank r sends to rank k (its input split k) must be what k expects from r (its
+    output split r), for the same call (the n-th all_to_all of each rank). A pair that disagrees says only that
+    one of the two is wrong; the sender named is the one whose part for some rank differs from what every rank
+    sends that rank (the column's majority, that rank's own part included). Else no rank is named (a tie)."""
+    a2a = {r: [c for c in s.calls if "all_to_all" in c.op and c.seq is None] for r, s in evidence.ranks.items()}
+    a2a = {r: cs for r, cs in a2a.items() if cs}
+    if len(a2a) < 2:
+        return None
+    n = min(len(cs) for cs in a2a.values())
+    if n == 0:
+        return None
+    world = len(evidence.expected())
+    calls = {r: cs[-1] if len(cs) == n else cs[n - 1] for r, cs in a2a.items()}
+    sent = {r: _even(c, world, out=False) for r, c in calls.items()}
+    want = {r: _even(c, world, out=True) for r, c in calls.items()}
+    bad: dict[int, int] = {}
+    for r in calls:
+        for k in calls:
+            s, w = sent.get(r), want.get(k)
+            if s is None or w is None or k >= len(s) or r >= len(w) or s[k] == w[r]:
+                continue
+            bad[r] = bad.get(r, 0) + 1
+            bad[k] = bad.get(k, 0) + 1
+    if not bad:
+        return None
+    # each receiver's column: what every sender sends it; the sender unlike the others in some column is odd
+    odd = sorted({r for k in calls for r in _column_odd(sent, k)} & set(bad))
+    v = Verdict(Category.DESYNC, call=calls[min(bad)], calls=calls, waiting=sorted(calls), mismatch="splits")
+    if len(odd) == 1:
+        v.culprits = [_culprit(evidence, odd[0], True, "a2a_splits")]
+        v.culprits[0].where = calls[odd[0]].site or v.culprits[0].where  # where it made the odd call
+        v.call = calls[odd[0]]
+        v.evidence.append("a2a_column_majority")
+    else:
+        v.no_culprit = NoCulprit.TIE
+        v.evidence.append("a2a_tie")
+    return v
+
+
+def _column_odd(sent: dict[int, tuple | None], k: int) -> list[int]:
+    column = {r: s[k] for r, s in sent.items() if s is not None and k < len(s)}  # k's own part too
+    odd, _ = vote.odd_ones(column) if len(column) >= 2 else ([], None)
+    return odd

@@ -62,8 +62,9 @@ def _who(rank: int, evidence: JobEvidence, where=None) -> dict:
 def _culprit(c: Culprit, evidence: JobEvidence) -> dict:
     out = _who(c.rank, evidence, c.where)
     if out["where"] is None and c.last_seen is not None and c.last_seen.site is not None:
-        out.update(where=c.last_seen.site.where, function=c.last_seen.site.function,
-                   last_seen=f"{_call(c.last_seen)}, its last collective")
+        # where its record last saw it: its last collective, which it completed; not where it stands (no stack
+        # says that), so not its location
+        out.update(last_seen=f"{_call(c.last_seen)}, its last collective", last_seen_where=c.last_seen.site.where)
     if c.ended:
         out["ended"] = c.ended
     return out

@@ -195,3 +195,61 @@ def test_nccl_shaped_dumps_go_through_the_same_model():
     assert job.expected() == [0, 1, 2] and job.ranks[0].groups[0].ranks == (0, 1, 2)
     assert v.category == Category.MISSING_RANK and v.culprit_ranks == [1, 2]
     assert v.no_evidence == [2] and v.call.site == Frame(USER, 77, "train_step")
+
+
+def test_all_to_all_splits_are_compared_pairwise_and_the_odd_sender_named(tmp_path):
+    """MoE dispatch, 4 ranks, 2 tokens per expert: rank 1 sends 3 to rank 0 (input splits [3, 2, 2, 2]); every
+    rank expects 2 from each. The call log (written before each call, so rank 0's too, which gloo aborts) says
+    so; rank 0 and rank 1 mismatch pairwise, rank 0's column names rank 1 (the others send it 2)."""
+    import json
+
+    from ddpdoctor.launch.evidence import calls
+
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    for r in range(4):
+        ins = [3, 2, 2, 2] if r == 1 else [2, 2, 2, 2]
+        rec = {"op": "all_to_all_single", "where": f"{USER}:{40 + r}", "sizes": [[sum(ins)]], "out_sizes": [[8]],
+               "dtype": "torch.float32", "in_splits": ins, "out_splits": [2, 2, 2, 2]}
+        (folder / f"rank{r}.jsonl").write_text(json.dumps(rec) + "\n")
+    job = JobEvidence(live=False, world=(0, 1, 2, 3))
+    for state in calls.from_dir(folder):
+        job.add(state)
+    job.add(RankState(0, Source.ERROR_FILE, ending=Ending(EndKind.SIGNALLED, signal="SIGABRT", by=Ender.BACKEND)))
+    v = judge(job)
+    assert v.category == Category.DESYNC and v.mismatch == "splits" and v.culprit_ranks == [1]
+    assert v.culprits[0].where == Frame(USER, 41, "?")
+
+
+def test_the_call_log_records_peer_shape_and_site_before_the_call(tmp_path, monkeypatch):
+    from ddpdoctor.launch import calls_log
+    from ddpdoctor.launch.evidence import calls
+
+    class T:
+        shape, dtype = (4, 32), "torch.float32"
+
+    monkeypatch.setenv("DDPDOCTOR_CALLS_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setitem(calls_log._state, "fh", None)
+    seen = []
+    send = calls_log._wrap("send", lambda tensor, dst: seen.append((tensor, dst)))
+    send(T(), dst=3)
+    calls_log._state["fh"].close()
+    (call,) = calls.rank_calls(tmp_path / "rank2.jsonl")
+    assert seen and call.op == "send" and call.peer == 3 and call.input_sizes == ((4, 32),)
+    assert call.site is not None and call.site.file == __file__
+
+
+def test_gloo_pipeline_counters_run_ahead_of_the_entries_and_the_stack_places_the_rank():
+    """Recorded on torch 2.13 + gloo (pipeline.py stuck): pg_status counts each send/recv, the entries only the
+    all_reduces, so ranks 0-1 (inside all_reduce #4) show no entry above last_completed_collective. Their stacks
+    stand in all_reduce and the group has ops pending: they are inside their newest entry."""
+    def doc(enq, comp, last):
+        return {"pg_status": {"0": {"last_enqueued_collective": str(enq), "last_completed_collective": str(comp)}},
+                "entries": [entry(s) for s in range(1, last + 1)]}
+
+    ev = {0: rank(doc(8, 6, 4), IN_ALL_REDUCE), 1: rank(doc(12, 9, 4), IN_ALL_REDUCE),
+          2: rank(doc(9, 9, 3), COMPUTING), 3: rank(doc(6, 6, 3), IN_RECV)}
+    v = judge(worker_server.job(ev))
+    assert v.category == Category.MISSING_RANK and v.culprit_ranks == [2] and v.call.seq == 4 and v.waiting == [0, 1]
+    assert v.culprits[0].where == Frame(USER, 33, "compute") and v.via == [3]

@@ -1,0 +1,123 @@
+"""Every job shape of issue 30 named right by both tools, on real processes (gloo, CPU, 3-4 ranks, the scripts'
+own 20 s process-group timeout): the scripts are tests/integration/shape_jobs/ (pipelines, MoE all_to_all,
+TP x DP pairs, FSDP-like all_gather/reduce_scatter, two process groups, a rank that never starts, is killed
+or leaves early), each fault on one rank, and each family's healthy job.
+
+Per shape, one run under `ddpdoctor run-trainer` (`--hang-timeout 8` where it hangs) and one under plain
+`python -m torch.distributed.run --log-dir D --redirects 3` read by `ddpdoctor postmortem D --json` (with
+torchrun's saved stderr as `--agent-log`, then the log dir alone). What is asserted, through the documented
+JSON fields (`culprit_ranks`, `root_cause`, `hang.verdict.culprits`):
+
+- the culprit rank(s) exactly: a rank that only waited, or that gloo aborted because it received what the
+  culprit sent, is never named;
+- run-trainer: the root cause is the culprit's, at the script's file:line where the culprit stands (or made
+  its odd call), with exit 1;
+- postmortem: exit non-zero whenever torchrun failed; any file:line it gives for the culprit is that line.
+  Where the log dir cannot tell who sent a message of the wrong size (`logs_tell` False: gloo aborts the
+  receiver, whose C++ abort names no peer) it may name no culprit, but never an innocent rank;
+- a healthy job of each family: exit 0, verdict pass, no culprit, from both tools.
+
+The files are split by family (this one: the pipelines; _collectives, _groups, _lifecycle) so that CI's
+`--dist loadfile` runs them on different workers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.shape_jobs import SHAPES, Shape, culprits_named, locations_named, postmortem, run_torchrun
+from tests.integration.shape_jobs import run_trainer
+
+pytestmark = pytest.mark.slow
+
+# The log dir alone cannot say who sent a message of the wrong size: gloo aborts the receiver in C++ (no peer
+# named), the sender ends in a later collective, broken by the receiver's death.
+LOGS_CANNOT_TELL = {"pipeline-shape", "moe-splits"}
+
+
+def _said(doc: dict | None) -> str:
+    if not doc:
+        return "no document"
+    rc = doc.get("root_cause") or {}
+    verdict = (doc.get("hang") or {}).get("verdict") or {}
+    return (f"culprit_ranks={doc.get('culprit_ranks')} root_cause rank={rc.get('rank')} category={rc.get('category')} "
+            f"location={rc.get('location')} message={str(rc.get('message'))[:300]!r} hang={verdict.get('class')} "
+            f"{[(c.get('rank'), c.get('where')) for c in verdict.get('culprits') or []]}")
+
+
+def check_healthy(code: int | None, doc: dict | None, what: str) -> None:
+    assert code == 0, f"{what}: exit {code}: {_said(doc)}"
+    assert doc is not None and doc["verdict"] == "pass", f"{what}: {_said(doc)}"
+    assert culprits_named(doc) == [] and not doc.get("root_cause") and not doc.get("hang"), f"{what}: {_said(doc)}"
+
+
+def check_run_trainer(shape: Shape, tmp_path: Path) -> None:
+    run = run_trainer(shape, tmp_path)
+    assert run.code is not None, run.stderr[-3000:]
+    if not shape.culprits:
+        check_healthy(run.code, run.doc, f"run-trainer {shape.name}")
+        return
+    doc = run.doc
+    assert doc is not None, run.stderr[-3000:]
+    assert run.code == 1 and doc["verdict"] == "fail", f"exit {run.code}: {_said(doc)}"
+    assert culprits_named(doc) == list(shape.culprits), _said(doc)
+    rc = doc["root_cause"]
+    assert rc and rc.get("rank") in shape.culprits, _said(doc)
+    # the culprit is no consequence of itself
+    assert not {c.get("rank") for c in doc.get("consequences") or []} & set(shape.culprits), doc["consequences"]
+    if shape.location:
+        assert rc.get("location") == shape.location, f"expected {shape.location}: {_said(doc)}"
+        assert locations_named(doc) == {shape.location}, _said(doc)
+    if shape.kill_rank is not None:
+        assert rc.get("signal") == "SIGKILL", _said(doc)
+
+
+def check_postmortem(shape: Shape, tmp_path: Path) -> None:
+    run, logs, agent = run_torchrun(shape, tmp_path)
+    assert run.code is not None, run.stderr[-3000:]
+    with_agent = postmortem(logs, "--agent-log", str(agent))
+    alone = postmortem(logs)
+    for (code, doc, err), how in ((with_agent, "with --agent-log"), (alone, "log dir alone")):
+        what = f"postmortem {how} of {shape.name}"
+        assert doc is not None, f"{what}: exit {code}: {err[-2000:]}"
+        if not shape.culprits:
+            assert run.code == 0, run.stderr[-3000:]
+            check_healthy(code, doc, what)
+            continue
+        assert run.code != 0, f"{shape.name}: torchrun passed: {run.stderr[-2000:]}"
+        assert code != 0 and doc["verdict"] == "fail", f"{what}: exit {code} although torchrun failed: {_said(doc)}"
+        named = culprits_named(doc)
+        assert set(named) <= set(shape.culprits), f"{what}: an innocent rank named: {_said(doc)}"
+        if shape.location:  # a place it gives is where the culprit stands, not its last completed collective
+            assert locations_named(doc) <= {shape.location}, f"{what}: expected {shape.location}: {_said(doc)}"
+        if shape.name not in LOGS_CANNOT_TELL and how == "with --agent-log":
+            assert named == list(shape.culprits), f"{what}: {_said(doc)}"
+
+
+PIPELINES = ["pipeline-stuck", "pipeline-shape", "pipeline-healthy", "pipeline-1f1b-stuck", "pipeline-1f1b-healthy"]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", PIPELINES)
+def test_run_trainer_names_the_culprit(name, tmp_path):
+    check_run_trainer(SHAPES[name], tmp_path)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", PIPELINES)
+def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path):
+    check_postmortem(SHAPES[name], tmp_path)
+
+
+def test_every_shape_is_tested_once():
+    """Each shape of shape_jobs has its tests in exactly one of the family files, and every fault line exists."""
+    from tests.integration import (test_forensics_shapes_collectives, test_forensics_shapes_groups,
+                                   test_forensics_shapes_lifecycle)
+
+    families = [PIPELINES, test_forensics_shapes_collectives.NAMES, test_forensics_shapes_groups.NAMES,
+                test_forensics_shapes_lifecycle.NAMES]
+    listed = [n for names in families for n in names]
+    assert sorted(listed) == sorted(SHAPES) and len(set(listed)) == len(listed)
+    for shape in SHAPES.values():
+        assert shape.where is None or shape.line, shape.name
