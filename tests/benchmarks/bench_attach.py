@@ -82,8 +82,15 @@ def main() -> None:
                 hand.append(by_hand(pids))
             alive = agent.poll() is None and all(psutil.pid_exists(p) for p in pids)
         finally:
+            family = psutil.Process(agent.pid).children(recursive=True)  # each worker in a session of its own
+            for p in family:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
             os.killpg(agent.pid, signal.SIGKILL)
             agent.wait(30)
+            psutil.wait_procs(family, timeout=30)
     med = statistics.median
     print(f"{args.nproc} ranks, {args.runs} runs (median):")
     print(f"  attach, one sample:             {med(one):.2f} s")

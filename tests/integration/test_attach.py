@@ -44,14 +44,27 @@ class Job:
         return psutil.Process(self.agent.pid).children()
 
     def kill(self) -> None:
-        procs = [psutil.Process(self.agent.pid), *psutil.Process(self.agent.pid).children(recursive=True)] \
-            if self.agent.poll() is None else []
+        """torchrun starts each worker in a session of its own: the agent's process group is not enough; every
+        process of the family is killed by its id."""
+        kill_family(self.agent)
+
+
+def kill_family(agent: subprocess.Popen, extra: list[psutil.Process] = ()) -> None:
+    try:
+        procs = [*psutil.Process(agent.pid).children(recursive=True), *extra]
+    except psutil.Error:
+        procs = list(extra)
+    for p in procs:
         try:
-            os.killpg(self.agent.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            p.kill()
+        except psutil.Error:
             pass
-        self.agent.wait(30)
-        psutil.wait_procs(procs, timeout=30)
+    try:
+        os.killpg(agent.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    agent.wait(30)
+    psutil.wait_procs(procs, timeout=30)
 
 
 @pytest.fixture

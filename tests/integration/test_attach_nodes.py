@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.cluster.local import free_port
+from tests.integration.test_attach import kill_family
 
 pytestmark = pytest.mark.slow
 JOB = Path(__file__).with_name("attach_job.py")
@@ -38,11 +38,7 @@ def two_node_job(tmp_path):
         yield agents, idle
     finally:
         for p in (*agents, idle):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(30)
+            kill_family(p)  # torchrun's workers sit in sessions of their own: killed by their ids
 
 
 def attach_nodes(pids: list[int], nnodes: int, meet_timeout: float = 90) -> list[subprocess.CompletedProcess]:
