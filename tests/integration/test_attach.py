@@ -143,3 +143,13 @@ def test_a_py_spy_that_is_refused_is_exit_3_with_the_fix(job, tmp_path):
                           "--interval", "0"], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 3, res.stdout + res.stderr
     assert "CAP_SYS_PTRACE" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.timeout(400)
+def test_stop_ends_the_job_only_when_asked_and_after_the_verdict(job):
+    j = job("stuck")
+    res = attach("--pid", str(j.agent.pid), "--stop")
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["diagnosis"]["named"] == [1] and doc["stopped"] == {"signal": "SIGTERM", "pids": [j.agent.pid]}
+    j.agent.wait(120)  # torchrun stops its workers on SIGTERM
