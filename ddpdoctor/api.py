@@ -57,7 +57,7 @@ from .redact import REDACTED  # noqa: F401 - public: what a redacted value reads
 
 # Public too: comparing a value across nodes (majority.py) and the helpers for checks (check_helpers.py).
 from .check_helpers import (best_sample, connect_fix, connect_probe, cuda_available, is_loopback,  # noqa: F401
-                            lookup, lookup_cap_s, measure_collective, nnodes_from_world, redact_env,
+                            launcher_variables, lookup, lookup_cap_s, measure_collective, nnodes_from_world, redact_env,
                             route_source_addr, time_exchange)
 from .options import Option  # noqa: F401
 from .majority import (BASELINE, NoMajority, Split, baseline_name, baseline_values, majority,  # noqa: F401

@@ -92,7 +92,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 def nnodes_from_world(env: Mapping[str, str]) -> int | None:
     """The node count a torchrun-style environment implies (GROUP_WORLD_SIZE, else WORLD_SIZE //
     LOCAL_WORLD_SIZE), or None."""
-    from .cluster.launcher_env import nnodes_from_world as nnodes
+    from .launchers import nnodes_from_world as nnodes
 
     return nnodes(env)
 
@@ -121,3 +121,10 @@ def measure_collective(op: str, nbytes: int, device: Any, *, backend: str, timeo
                       timeout_s=timeout_s)
     row = measure(op, nbytes, Context(device, group), cfg)
     return asdict(row) if row is not None else None
+
+
+def launcher_variables():
+    """Every launcher's per-node variable families (launchers.VarFamily: name, source, names, prefixes, owns)."""
+    from .launchers import VARIABLES
+
+    return VARIABLES

@@ -25,7 +25,7 @@ from .exitcodes import ExitCode
 
 SCHEMA = "ddpdoctor"
 SCHEMA_VERSION = 1
-KINDS = ("preflight", "nccl-bench", "run-trainer")
+KINDS = ("preflight", "nccl-bench", "run-trainer", "attach")
 
 # Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
 # processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of

@@ -20,3 +20,10 @@ class ClusterNotAssembled(DdpdoctorError):
     """The nodes never met (master unreachable, nodes missing at the timeout): exit 3."""
 
     exit_code = ExitCode.NOT_ASSEMBLED
+
+
+class NothingReadable(DdpdoctorError):
+    """attach found the job but could read none of its processes (no permission, py-spy refused): exit 3, one
+    line saying what to run."""
+
+    exit_code = ExitCode.NOT_ASSEMBLED

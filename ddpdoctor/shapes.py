@@ -116,6 +116,17 @@ BODIES = {
         "hang": Opt(Obj({})),
         "stragglers": Opt(ListOf(Obj({"rank": NUMBER, "slower_x": NUMBER}, required=("rank",)))),
     }),
+    "attach": Obj({
+        "host": Opt(SCALAR),
+        "job": Opt(Obj({"id": Opt(SCALAR), "launcher": Opt(SCALAR), "world_size": Opt(SCALAR),
+                        "ranks_elsewhere": Opt(ListOf(NUMBER))})),
+        "ranks": Opt(ListOf(Obj({"rank": NUMBER, "pid": Opt(NUMBER), "host": Opt(SCALAR), "where": Opt(SCALAR),
+                                 "wait": Opt(Obj({})), "moved": Opt(ANY)}, required=("rank",)))),
+        "diagnosis": Opt(Obj({"category": Opt(SCALAR), "summary": Opt(SCALAR), "fix": Opt(SCALAR),
+                              "culprits": Opt(ListOf(Obj({"rank": Opt(SCALAR), "host": Opt(SCALAR),
+                                                          "where": Opt(SCALAR)})))})),
+        "stopped": Opt(Obj({})),
+    }),
 }
 
 

@@ -27,6 +27,7 @@ COMMANDS = {
     "run-trainer": "ddpdoctor.cli.trainer_cmd:run_trainer",
     "postmortem": "ddpdoctor.cli.postmortem_cmd:postmortem",
     "report": "ddpdoctor.cli.report_cmd:report",
+    "attach": "ddpdoctor.cli.attach_cmd:attach",
 }
 
 

@@ -46,7 +46,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         verdict = pm.analyse(logs, agent_text, socket.gethostname())
     fr_roots = [Path(log_dir), *map(fr_dir, fr_dirs)]
     with evidence_io.reading(fr_roots) as fr_notes:
-        hang = judge_dumps(find_dumps(fr_roots))
+        hang = judge_dumps(find_dumps(fr_roots), verdict.failures, None, verdict.world)
     pm.adopt_hang_verdict(verdict, hang)
     failed = verdict.root_cause is not None
     root = verdict.root_cause.to_json() if failed else None

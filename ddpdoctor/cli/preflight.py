@@ -53,29 +53,52 @@ def _baseline(value):
     return load(value)
 
 
-def _worker_argv(params: dict):
-    """For --local-nodes: the command line of node i, the user's check options passed through unchanged."""
+# What a --local-nodes child is told by the cluster itself (its place, where to meet, how to answer), never
+# passed through from the parent's request.
+LOCAL_NODE_OWNS = ("master", "nnodes", "node_rank", "local_addr", "local_nodes", "hosts", "output_dir")
+
+
+def request_argv(request, skip: tuple[str, ...] = LOCAL_NODE_OWNS) -> list[str]:
+    """The preflight flags that give ``request`` (a PreflightRequest) back when parsed: every option of this
+    command that is a field of the request, from the request's typed values, none kept by hand."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(request)}
+    argv: list[str] = []
+    for param in preflight.params:
+        if not isinstance(param, click.Option) or param.name in skip or param.name not in known:
+            continue
+        value = getattr(request, param.name)
+        if value is None or value is False or value == ():
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        if param.is_flag:
+            argv.append(flag)
+        elif param.multiple:
+            argv += [a for v in value for a in (flag, str(v))]
+        else:
+            argv += [flag, _flag_text(value)]
+    return argv
+
+
+def _flag_text(value) -> str:
+    """A typed value as its flag gives it: a baseline by its file, a host list comma-joined, else str()."""
+    if isinstance(value, dict) and "file" in value:
+        return str(value["file"])
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _worker_argv(request):
+    """For --local-nodes: the command line of node i, the rest of the request passed through unchanged."""
+    passed = request_argv(request)
 
     def build(i: int, n: int, master: str) -> list[str]:
         from ..cluster.local import node_addr
 
-        argv = ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
-                "--local-addr", node_addr(i), "--timeout", str(params["timeout"]), "--json", "--no-save"]
-        for flag in ("perf", "allow_unauthenticated"):
-            if params.get(flag):
-                argv.append("--" + flag.replace("_", "-"))
-        for name in ("only", "skip", "sets"):
-            flag = "--set" if name == "sets" else f"--{name}"
-            for value in params.get(name) or ():
-                argv += [flag, value]
-        for name, flag in (("config_path", "--config"), ("gpus_per_node", "--gpus-per-node"), ("token", "--token"),
-                           ("nproc_per_node", "--nproc-per-node"), ("rdzv_id", "--rdzv-id"), ("code_dir", "--code"),
-                           ("shared_dir", "--shared-dir")):
-            if params.get(name) is not None:
-                argv += [flag, str(params[name])]
-        if params.get("baseline"):
-            argv += ["--baseline", params["baseline"]["file"]]
-        return argv
+        return ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
+                "--local-addr", node_addr(i), "--json", "--no-save", *passed]
 
     return build
 
@@ -149,7 +172,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     # Where this node's result will be: the master tells the other nodes (their one line points at its cluster.json)
     written_to = out_dir.resolve() if out_dir else common.default_result_dir(save)
     request = engine.PreflightRequest.from_params(dict(params, output_dir=str(written_to) if written_to else None))
-    doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(params))
+    doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(request))
     if doc is None:
         return ExitCode.OK  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 

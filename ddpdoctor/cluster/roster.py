@@ -59,15 +59,14 @@ def missing_message(*, present: list[int], missing: list[int], idents: list[dict
     """Who is missing, by host where the launcher lists the job's hosts, and that launcher's own fix
     (``command``: what each node runs, when it is not this preflight: run-trainer's gate)."""
     from ..grouping import compress_hosts
-    from .launcher_env import missing_hosts, start_everywhere_fix
+    from .launcher_env import host_list_name, missing_hosts, start_everywhere_fix
 
     known = compress_hosts(f"{i['host']}" for i in idents) if len(idents) > 8 else \
         ", ".join(f"{i['host']} ({i['addr']}) rank {i['rank']}" for i in idents)
     absent = missing_hosts(hosts, [i["host"] for i in idents])
     who = f"missing rank(s) {ranks_text(missing[:32])}" + (" ..." if len(missing) > 32 else "")
     if absent:
-        source = {"pbs": "PBS_NODEFILE", "slurm": "SLURM_JOB_NODELIST", "hosts": "--hosts"}.get(launcher or "", "the job")
-        who += f" = host(s) {compress_hosts(absent)} (listed in {source}, never joined)"
+        who += f" = host(s) {compress_hosts(absent)} (listed in {host_list_name(launcher)}, never joined)"
     command = command or f"ddpdoctor preflight --master {endpoint} --nnodes {nnodes}"
     msg = (f"{len(present)}/{nnodes} nodes joined {endpoint} within {timeout:g} s; {who}. "
            f"Joined: {known or 'none'}. Fix: "

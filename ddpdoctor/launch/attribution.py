@@ -15,7 +15,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .classify import FRAME, LIBRARY, RankFailure, Verdict
+from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
+from .evidence.model import is_library
 from .evidence_io import global_rank_of
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
@@ -77,7 +78,7 @@ def waited_call(f: RankFailure) -> tuple[str, str | None]:
     if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
         op = "backward (DDP's all_reduce)"
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
-                  if not any(part in m["file"] for part in LIBRARY)), None)
+                  if not is_library(m["file"])), None)
     return op or "a collective", where or f.location
 
 
@@ -108,7 +109,10 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
-    if fails and all(f.category == "peer_lost" for f in fails):  # every failed rank lost a peer: who left?
+    # every failed rank lost a peer (or was stopped by the launcher after one did): who left?
+    if fails and any(f.category == "peer_lost" for f in fails) and all(
+            f.category == "peer_lost" or (f.category == "signal" and f.victim and f.signal in ("SIGTERM", "SIGINT"))
+            for f in fails):
         departed = _ranks_without_record(attempt_dir, fails, host)
         # torchrun stops the ranks still running after the first failure and lists none of them: as many
         # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed
@@ -154,11 +158,16 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
         how = ("stopped by the launcher without ever timing out (SIGKILLed after ignoring its SIGTERM: a stopped or "
                "frozen process)")
     first = culprits[0]
+    # Several ranks equally quiet: the logs cannot say which of them the others waited for (one may only have
+    # waited on another, as in a subgroup), so none is named; the message lists them.
+    one = len(culprits) == 1
     new = RankFailure(
-        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=first.exit_code,
-        signal=first.signal, attempt=first.attempt, category="hang", error_type="likely_missing_rank",
-        message=(f"likely {names}: {how}, so not inside the collective that {_ranks(timed_out)} timed out in "
-                 f"({_where(calls)}); no flight-recorder dump says for certain"),
+        rank=first.rank if one else None, local_rank=first.local_rank if one else None, host=first.host,
+        exit_code=first.exit_code if one else None, signal=first.signal if one else None, attempt=first.attempt,
+        category="hang", error_type="likely_missing_rank",
+        message=(f"likely {names if one else 'one or more of ' + names}: {how}, so not inside the collective that "
+                 f"{_ranks(timed_out)} timed out in ({_where(calls)}); no flight-recorder dump says "
+                 + ("for certain" if one else "which of them the others waited for")),
         location=None,
         fix=("look at what " + names + f" was doing ({NO_STACK}); "
              + hang_timeout_advice(pg)))
@@ -166,9 +175,9 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in out:
         f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
                                     else f.reason or "failed after the root cause")
-    for f in culprits[1:]:
-        f.victim, f.reason = False, "likely culprit too: " + how
-    return new, culprits[1:] + out
+    for f in culprits[1:] if one else culprits:
+        f.victim, f.reason = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how
+    return new, (culprits[1:] if one else culprits) + out
 
 
 def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
@@ -295,8 +304,9 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
     new = RankFailure(rank=first.get("rank"), local_rank=None, host=first.get("host"), exit_code=None,
                       category="hang", error_type=hang["class"], message=likely + hang["summary"],
                       location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
-    if first.get("last_seen") and new.location:
-        new.message += f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at {new.location})"
+    if first.get("last_seen") and first.get("last_seen_where"):  # its last collective, not where it stands
+        new.message += (f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at "
+                        f"{first['last_seen_where']}; where it stood after it, no stack says)")
     if first.get("ended") and hang["class"] == "missing_rank":
         ended_early(new, first["ended"])
     old = [root] + list(verdict.consequences)

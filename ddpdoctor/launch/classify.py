@@ -84,12 +84,15 @@ class Verdict:
     root_cause: RankFailure | None
     consequences: list[RankFailure] = field(default_factory=list)
     attempts: list[dict] = field(default_factory=list)
+    # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
+    # dir shows: the evidence the judge (launch.judge) reads beside the flight-recorder dumps.
+    failures: list[RankFailure] = field(default_factory=list)
+    world: list[int] = field(default_factory=list)
 
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
-           "ddpdoctor/launch/bootstrap.py")
+from .evidence.model import LIBRARY, is_library  # noqa: E402, F401 - the one library-frame rule
 # A C++ exception nobody caught: std::terminate prints its type and what(), then SIGABRT.
 ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,512})'[ \t]*\r?\n[ \t]*what\(\):"
                    r"[ \t]*(?P<what>[^\n]*)")
@@ -113,7 +116,7 @@ def user_frame(tb: str) -> str | None:
     """file:line of the innermost frame that is not a library's: where the user's code failed."""
     frames = [m for m in FRAME.finditer(tb or "")]
     for m in reversed(frames):
-        if not any(part in m["file"] for part in LIBRARY):
+        if not is_library(m["file"]):
             return f"{m['file']}:{m['line']}"
     return f"{frames[-1]['file']}:{frames[-1]['line']}" if frames else None
 
@@ -126,7 +129,7 @@ def fatal_frame(text: str) -> str | None:
     block = text[idx:].split("\n\n", 2)
     frames = FRAME.findall("\n".join(block[1:3]) if len(block) > 1 else "")
     for file, line, _ in frames:
-        if not any(part in file for part in LIBRARY):
+        if not is_library(file):
             return f"{file}:{line}"
     return None
 

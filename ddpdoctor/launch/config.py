@@ -6,7 +6,6 @@ import math
 import os
 import re
 import secrets
-import shutil
 import socket
 import sys
 import time
@@ -189,4 +188,7 @@ def python() -> str:
 
 
 def py_spy() -> str | None:
-    return shutil.which("py-spy")
+    """py-spy on PATH or beside this interpreter (the dependency's wheel installs it in the venv's bin/)."""
+    from .evidence.pyspy import binary
+
+    return binary()

@@ -115,22 +115,29 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
     return found
 
 
-def judge_dumps(dumps: dict[int, tuple[Path, dict]]) -> dict | None:
-    """The hang verdict (collectives.judge) from dumps alone: no stacks, no process state. The dumps may have
-    been written after a timeout (gloo then counts the timed-out collective as completed): the judge compares
-    the ranks' last sequence ids and calls, and names the ranks of the job that left no dump."""
-    if not dumps:
+def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
+                world: list[int] | None = None, calls_dir: Path | None = None) -> dict | None:
+    """The hang verdict (the one judge, ``launch.judge``) from what a finished job left: the dumps (which may
+    have been written after a timeout: gloo then counts the timed-out collective as completed, so the ranks'
+    last sequence ids and calls are compared), the ranks' failure records (``failures``: how each ended, where
+    its traceback stands, the store keys a timed-out init waited for), the stacks at the launcher's SIGTERM
+    (``stacks_dir``) and every rank of the job (``world``, with the dumps' pg_config). Without dumps the
+    verdict counts only where the records' waits name a rank (init/store keys, a send/recv peer): else None."""
+    if not dumps and not failures:
         return None
-    from .collectives import judge
+    from .evidence import torchrun_files
+    from .judge import judge
+    from .judge.words import to_json
 
-    evidence = {r: {"fr": fr, "host": None, "pid": None, "state": None, "stacks": None} for r, (_, fr) in dumps.items()}
-    verdict = judge(evidence, expected=job_ranks(dumps), source="dumps")
-    verdict["source"] = "flight-recorder dumps"
-    for c in verdict.get("culprits") or []:  # a culprit whose script ended of its own (bootstrap.note_end)
-        ended = (dumps.get(c.get("rank")) or (None, {}))[1].get("ended")
-        if ended:
-            c["ended"] = ended
-    verdict["files"] = {str(r): str(p) for r, (p, _) in sorted(dumps.items())}
+    ranks = sorted(set(job_ranks(dumps) if dumps else []) | set(world or []))
+    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks, calls_dir)
+    found = judge(job)
+    verdict = to_json(found, job)
+    if not dumps and (not found.culprits or not all(c.named for c in found.culprits)
+                      or found.category.value in ("missing_rank", "outside_collectives", "unknown")):
+        return None  # the logs alone place no rank: attribution's own reading of them stands
+    verdict["source"] = "flight-recorder dumps" if dumps else "the ranks' records"
+    verdict["files"] = {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())}
     return verdict
 
 

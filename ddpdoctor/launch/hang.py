@@ -34,6 +34,7 @@ class Watchdog:
         # The user's own process-group timeout (the flight recorder's timeout_ms) may expire before the
         # threshold: evidence taken live just before it (kept until the job ends by that timeout or resumes).
         self.early: dict | None = None
+        self.live_line: str | None = None  # the one line said at once when the evidence was taken (announce)
         self.judged_at: float | None = None  # when the judging that made self.report began
         self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self._stop = threading.Event()
@@ -151,10 +152,19 @@ class Watchdog:
         evidence = self.collect(workers(self.agent.pid))
         if not evidence:
             return None
+        self.announce(evidence, deadline - time.time())
         return {"evidence": evidence, "deadline": deadline, "timeout": timeout, "at": time.time(), "after": 0,
                 "waited_s": round(time.time() - (deadline - timeout), 1),
                 # as it stood then: the timeout's own completion (gloo) would count as a 30 s "gap" after it
                 "threshold_s": self.threshold.describe()["seconds"]}
+
+    def announce(self, evidence: dict[int, dict], left_s: float) -> None:
+        """The live hang line: the judge's verdict on the evidence just taken, in one line (``live_line``), before
+        the ranks' own timeout tracebacks; the full panel follows when the job has ended."""
+        from . import collectives
+        from .judge.words import live_line
+
+        self.live_line = live_line(collectives.judge(evidence), left_s)
 
     def from_early(self, stop: bool) -> dict:
         """The report from the evidence taken before the user's process-group timeout expired."""

@@ -14,6 +14,7 @@ from .. import documents
 from ..exitcodes import ExitCode
 from . import attribution, evidence_io, postmortem, records
 from .config import TrainerConfig, resumed_run
+from .evidence.model import is_library
 
 
 MAX_POINTS = 500
@@ -85,37 +86,9 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     or who was behind; attribution.adopt decides whether they outrank the first failure."""
     from .fr_dumps import find_dumps, judge_dumps
 
-    hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]))
-    traced = {f.rank for f in [verdict.root_cause, *verdict.consequences] if f is not None and f.location}
-    where_stopped(hang, run_dir / "stacks" / "sigterm", traced)
+    hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
+                       verdict.world, run_dir / "calls")
     attribution.adopt(verdict, hang)
-
-
-def where_stopped(hang: dict | None, folder: Path, traced: set, within_s: float = 60.0) -> None:
-    """Culprits the dumps name without a call site (gloo's JSON record has none) and whose own record has no
-    traceback (``traced``: ranks whose failure has a location; the launcher stopped this one before it raised):
-    the line of its script it was at when the launcher stopped it, from the stack the bootstrap wrote on that
-    SIGTERM just before the rank's flight record (a stack that far from the record is another attempt's). Only
-    a stack still in the script (its `<module>` frame) counts: a rank already exiting says nothing there."""
-    from .collectives import LIBRARY, main_thread_frames, user_site
-
-    files = (hang or {}).get("files") or {}
-    for culprit in (hang or {}).get("culprits") or []:
-        rank = culprit.get("rank")
-        if culprit.get("where") or rank in traced or str(rank) not in files:
-            continue
-        path = folder / f"rank{rank}.txt"
-        try:
-            if abs(path.stat().st_mtime - Path(files[str(rank)]).stat().st_mtime) > within_s:
-                continue
-        except OSError:
-            continue
-        frames = main_thread_frames(evidence_io.read_tail(path, 256 << 10))
-        if not any(func == "<module>" for _, _, func in frames):
-            continue
-        site = user_site(frames)
-        if site and not any(part in site["where"] for part in LIBRARY):  # not its fallback, a library frame
-            culprit.update(site)
 
 
 def stacks_on_file(root: dict | None, folder: Path) -> None:
@@ -180,7 +153,7 @@ def _hang_location(report: dict, ranks: list[int]) -> str | None:
     for r in ranks:
         frames = postmortem.FRAME.findall(report.get("stacks", {}).get(str(r), ""))
         for file, line, _ in frames:  # faulthandler prints the innermost frame first
-            if not any(part in file for part in postmortem.LIBRARY):
+            if not is_library(file):
                 return f"{file}:{line}"
     return None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..numbers import parse_int
 from . import attribution, evidence_io
 from .classify import (  # noqa: F401 - the records and rules, as callers and tests name them here
     ABORT, FRAME, LIBRARY, PEER_LOST, RULES, SIGNALS, STOPPED, RankFailure, Verdict, classify, exception_line,
@@ -31,8 +32,11 @@ SUMMARY_BLOCK = re.compile(
     rf"(?P<code>-?\d{{1,9}})(?:[ \t]*\(pid:[ \t]*(?P<pid>\d{{1,9}})\))?[^\n]*\n[ \t]*error_file[ \t]*:[ \t]*(?P<file>[^\n]+)")
 # torchrun's own line when a worker outlived its SIGTERM grace period (30 s) and it sent SIGKILL instead.
 FORCED_KILL = re.compile(r"Unable to shutdown process (\d{1,9}) via \d{1,3}, forcefully exiting via 9")
+# faulthandler's line when a signal killed the process (PYTHONFAULTHANDLER): a C++ abort, a segfault.
+FATAL = re.compile(r"^Fatal Python error: (Aborted|Segmentation fault|Bus error|Floating point exception)", re.M)
+FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floating point exception": 8}
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
-CLOSING_SIGNAL = re.compile(r"Sending process \d+ closing signal SIG(?:TERM|INT)")
+CLOSING_SIGNAL = re.compile(r"Sending process (\d{1,9}) closing signal SIG(?:TERM|INT)")
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -118,11 +122,19 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
         return out
     for _, rank_dir in evidence_io.numbered(evidence_io.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
-        tb = last_traceback(tail(rank_dir / "stderr.log", 200))
-        if err.exists() or tb:
-            rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": 1,
+        text = tail(rank_dir / "stderr.log", 200)
+        tb = last_traceback(text)
+        # no Python traceback: faulthandler's dump of a process killed by a signal, or C++'s terminate (SIGABRT)
+        died = FATAL.findall(text) or (["Aborted"] if ABORT.search(text) else [])
+        if err.exists() or tb or died:
+            code = -FATAL_SIGNALS[died[-1]] if died and not err.exists() else 1
+            rec = {"rank": global_rank_of(rank_dir), "local_rank": int(rank_dir.name), "host": host, "exit_code": code,
                    "error_file": str(err) if err.exists() else None}
             out.append(failure_from(rec, attempt, rank_dir))
+    offsets = {f.rank - f.local_rank for f in out if f.rank is not None and f.local_rank is not None}
+    for f in out:  # a rank whose log has no `[rankN]:` line (a C++ abort): its local rank and the node's offset
+        if f.rank is None and f.local_rank is not None and len(offsets) == 1:
+            f.rank = f.local_rank + next(iter(offsets))
     return out
 
 
@@ -140,7 +152,9 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
 def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
-    closing_signals = len(CLOSING_SIGNAL.findall(agent_stderr or ""))
+    # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
+    listed_pids = {rec.get("pid") for rec in summary}
+    closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
     verdict = Verdict(root_cause=None)
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
@@ -151,6 +165,8 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
             for other_host, other in other_nodes(logs):
                 fails += failures_of_attempt(other, i, other_host, None)
         attribution.refine_timeouts(fails)
+        if last:
+            verdict.failures, verdict.world = list(fails), attempt_ranks(d, fails)
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
                                                   closing_signals=closing_signals)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
@@ -158,6 +174,23 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:
+    """Every global rank of an attempt: its local rank folders (torch's per-rank dirs, their env or the offset
+    the failures show) and the failures' own ranks."""
+    ranks = {f.rank for f in fails if f.rank is not None}
+    offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
+    for rank_dir in evidence_io.subdirs(attempt_dir):
+        local = parse_int(rank_dir.name, hi=1 << 20)
+        if local is None:
+            continue  # numbered() notes it once, where the failures are read
+        rank = global_rank_of(rank_dir)
+        if rank is None and len(offsets) == 1:
+            rank = local + next(iter(offsets))
+        if rank is not None:
+            ranks.add(rank)
+    return sorted(ranks)
 
 
 # A timeout or a transport error says which rank gave up, not which rank the others waited for.

@@ -8,6 +8,8 @@ import time
 
 import psutil
 
+from ..numbers import parse_int
+
 
 def workers(agent_pid: int) -> list[psutil.Process]:
     """The agent's worker processes: its direct children (a rank's own children, DataLoader workers, carry
@@ -18,21 +20,20 @@ def workers(agent_pid: int) -> list[psutil.Process]:
         return []
 
 
+def _env_int(proc: psutil.Process, name: str) -> int | None:
+    """An integer from a process's environment (numbers.parse_int: 'RANK=²' is no rank), None if unreadable."""
+    try:
+        return parse_int(proc.environ().get(name))
+    except psutil.Error:
+        return None
+
+
 def rank_per_process(procs: list[psutil.Process]) -> list[int | None]:
-    out = []
-    for p in procs:
-        try:
-            out.append(int(p.environ().get("RANK", "")))
-        except (psutil.Error, ValueError):
-            out.append(None)
-    return out
+    return [_env_int(p, "RANK") for p in procs]
 
 
 def local_rank_of(proc: psutil.Process) -> int | None:
-    try:
-        return int(proc.environ().get("LOCAL_RANK", ""))
-    except (psutil.Error, ValueError):
-        return None
+    return _env_int(proc, "LOCAL_RANK")
 
 
 def ranks_of(procs: list[psutil.Process]) -> list[int]:
@@ -50,11 +51,13 @@ def py_spy_stacks(procs) -> dict[int, str]:
 
     out = {}
     for p in procs:
+        rank = _env_int(p, "RANK")
+        if rank is None:
+            continue
         try:
-            rank = int(p.environ().get("RANK", "-1"))
             res = subprocess.run([tool, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
             out[rank] = res.stdout
-        except (psutil.Error, OSError, subprocess.TimeoutExpired, ValueError):
+        except (OSError, subprocess.TimeoutExpired):
             continue
     return out
 

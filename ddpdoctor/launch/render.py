@@ -195,7 +195,9 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
                             if c.get("where") else "")))
     if coll:
         site = coll.get("call_site") or {}
-        rows.append(T(f"collective: {coll['op']} #{coll['seq']} (process group {coll['pg']})"
+        seq = f" #{coll['seq']}" if coll.get("seq") is not None else ""
+        peer = f" with rank {coll['peer']}" if coll.get("peer") is not None else ""
+        rows.append(T(f"collective: {coll['op']}{seq}{peer} (process group {coll['pg']})"
                          + (f" called at {wording.location(site['where'])} in {site.get('function')}"
                             if site.get("where") else "")
                          + f"; waiting: rank(s) {', '.join(map(str, coll.get('waiting_ranks', [])))}"))

@@ -104,6 +104,12 @@ class _Watchdog(hang.Watchdog):
             self.terminal.unmute()  # not a hang after all: the workers had ended; torchrun reports that
         return report
 
+    def announce(self, evidence, left_s):
+        """Say the culprit at once, on the terminal (not muted yet): the ranks' timeout tracebacks come after."""
+        super().announce(evidence, left_s)
+        if self.live_line:
+            _write(sys.stderr, redact_text(self.live_line) + "\n")
+
     def from_early(self, stop: bool):
         """The user's process-group timeout expired: the job is stopped next, so the terminal is muted too (the
         ranks' own timeout errors came before; torchrun's SignalException traceback would come after)."""

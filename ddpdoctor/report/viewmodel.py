@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..grouping import group_results
+from .views.attach import attach_finding, attach_view
 from .views.bench import BENCH_SETTINGS, bench_failure, bench_finding, bench_hosts, bench_settings, bench_view  # noqa: F401
 from .views.clock import CLOCK_MIN_HALF_SPAN_MS, clock_axis, clock_checks, clock_limit, clock_offsets, nice_step  # noqa: F401
 from .views.common import (  # noqa: F401 - the views' names, as the report and its tests read them
@@ -30,6 +31,7 @@ def build(docs: list[dict]) -> dict:
     pre = [d for d in docs if d.get("kind") == "preflight"]
     bench = [d for d in docs if d.get("kind") == "nccl-bench"]
     train = [d for d in docs if d.get("kind") == "run-trainer"]
+    attached = [d for d in docs if d.get("kind") == "attach"]
     nodes = merge_nodes(pre)
     labels, label_note = short_labels(sorted(nodes))
     results = [r for d in pre for r in d.get("results", [])]
@@ -38,7 +40,8 @@ def build(docs: list[dict]) -> dict:
     groups = [finding_group(g, results) for g in group_results(results, len(nodes))]
     findings = [g for g in groups if g["level"] in ("fail", "warn")]
     # A failed benchmark or a trainer's root cause comes first, as a finding of its own.
-    for finding in [bench_finding(d) for d in bench] + [trainer_finding(d) for d in train]:
+    for finding in [bench_finding(d) for d in bench] + [trainer_finding(d) for d in train] + \
+            [attach_finding(d) for d in attached]:
         if finding:
             findings.insert(0, finding)
     verdicts = [d.get("verdict", "pass") for d in docs]
@@ -64,6 +67,7 @@ def build(docs: list[dict]) -> dict:
         "mesh": reachability(nodes, labels),
         "bench": [bench_view(d) for d in bench],
         "trainer": [trainer_view(d) for d in train],
+        "attach": [attach_view(d) for d in attached],
         "details": details(nodes, findings),
         "node_count": len(nodes),
         # One count for the header only when every preflight saw the same nodes; merged runs of different

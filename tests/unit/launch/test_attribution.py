@@ -36,7 +36,9 @@ def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
     hist = [entry(i) for i in range(10, 14)]
     v = fr_dumps.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])}))
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
-    assert "rank 1: 13" in v["summary"] and v["culprits"][0]["where"] == f"{USER}:20"  # its last collective's call
+    # issue 30: its last collective's call site is where it was last seen, not where it stands (no location)
+    assert "rank 1: 13" in v["summary"] and v["culprits"][0]["where"] is None
+    assert v["culprits"][0]["last_seen_where"] == f"{USER}:20"
     assert [c["rank"] for c in v["consequences"]] == [0, 2]
 
 

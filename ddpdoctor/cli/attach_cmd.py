@@ -1,0 +1,65 @@
+"""`ddpdoctor attach`: diagnose a torch.distributed job that runs (or hangs) right now on this machine, whoever
+launched it, from outside: its ranks' stacks read twice with py-spy, one verdict naming rank, host and line."""
+from __future__ import annotations
+
+import click
+
+from . import common
+
+
+@click.command("attach")
+@click.option("--pid", type=click.IntRange(min=1), help="A process of the job (torchrun's agent, a rank, or the "
+              "srun/mpirun that started it): only it and its children are read.")
+@click.option("--job", metavar="KEY", help="The job's key as attach lists it (TORCHELASTIC_RUN_ID, the scheduler's "
+              "job id, or MASTER_ADDR:PORT), when several jobs run here.")
+@click.option("--interval", type=click.FloatRange(min=0, max=600), default=3.0, show_default=True,
+              help="Seconds between the two samples that tell a stuck rank from a slow one (0: one sample).")
+@click.option("--timeout", type=common.TIMEOUT, default=10.0, show_default=True,
+              help="Seconds each py-spy dump may take.")
+@click.option("--stop", is_flag=True, help="After a hang or desync verdict, end the job (SIGTERM to torchrun's "
+              "agent, else to every rank). Without it attach only reads.")
+@click.option("--master", metavar="HOST:PORT", help="Several nodes: run the same command on every node (srun "
+              "--overlap, pbsdsh, mpiexec, ssh); they meet here as preflight's nodes do and the master prints the "
+              "one verdict.")
+@click.option("--nnodes", type=click.IntRange(min=1, max=4096), help="Nodes that must join (default: the launcher's).")
+@click.option("--node-rank", type=click.IntRange(min=0, max=4095), help="This node's rank (default: the launcher's, "
+              "or assigned).")
+@click.option("--local-addr", metavar="ADDR", help="Address this node advertises (like preflight's).")
+@click.option("--token", envvar="DDPDOCTOR_TOKEN", help="Shared secret that signs every message between the nodes "
+              "(as preflight's --token; without it the run's own key file when the nodes share one).")
+@click.option("--meet-timeout", type=common.TIMEOUT, default=60.0, show_default=True,
+              help="Seconds to wait for the nodes to meet.")
+@common.output_options
+@common.save_options
+@common.run_id_option
+def attach(pid, job, interval, timeout, stop, master, nnodes, node_rank, local_addr, token, meet_timeout, as_json,
+           output_dir, report_path, results_dir, no_save):
+    """Find the torch.distributed job on this machine and say which rank holds it up, where, and what to do.
+
+    Reads only (py-spy dump from outside: no signal, the job keeps running). Exit 0 the job progresses,
+    1 a hang or desync found, 2 usage (several jobs here: pick one with --pid or --job), 3 nothing could be
+    read (permission: the line says what to run).
+
+    \b
+    Examples:
+      ddpdoctor attach                       # the one job on this machine
+      ddpdoctor attach --pid 4242 --json     # the job torchrun 4242 runs
+      sudo -E $(command -v ddpdoctor) attach # a job of another user
+    """
+    from ..exitcodes import ExitCode
+    from ..launch.attach.run import AttachRequest, run, run_nodes
+    from ..report.console_attach import render
+
+    out_dir = common.ensure_writable_dir(output_dir)
+    report_file = common.ensure_writable_file(report_path)
+    save = common.saving(results_dir, no_save, out_dir)
+    request = AttachRequest(pid=pid, job=job, interval=interval, timeout=timeout, stop=stop, master=master,
+                            nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, token=token,
+                            meet_timeout=meet_timeout)
+    if request.several_nodes and stop:
+        raise click.UsageError("--stop ends a job on one node; on several nodes stop it with its launcher")
+    doc = run_nodes(request) if request.several_nodes else run(request)
+    if doc is None:
+        return ExitCode.OK  # a second process the launcher started on this node: local rank 0 speaks for it
+    return common.emit(doc, filename="attach.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=render, save=save)

@@ -1,0 +1,193 @@
+"""The torch.distributed jobs on this machine, from every process's environment and the process tree: torchrun's
+agent and its workers, or workers srun, mpirun or a pod started without torchrun (the launcher table says which
+variables carry a worker's rank). A process whose environment cannot be read is counted, not guessed."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import psutil
+
+from ...launchers import LAUNCHERS, env_int
+from ...numbers import parse_int
+
+_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+@dataclass
+class RankProcess:
+    pid: int
+    rank: int
+    local_rank: int | None
+    world_size: int | None
+    node_rank: int | None
+    cmdline: str
+    username: str | None
+    worker_socket: str | None = None  # run-trainer's worker server (its flight recorder), when it started the job
+
+
+@dataclass
+class Job:
+    """One job's processes on this node: its key (TORCHELASTIC_RUN_ID, the scheduler's job id, or the master
+    endpoint), the launcher that started the ranks, the agent (torchrun) if any, the ranks found here."""
+    key: str
+    launcher: str | None
+    world_size: int | None
+    master: str | None
+    ranks: list[RankProcess] = field(default_factory=list)
+    agent_pid: int | None = None
+    command: str = ""
+
+    def to_json(self) -> dict:
+        return {"id": self.key, "launcher": self.launcher, "world_size": self.world_size, "master": self.master,
+                "agent_pid": self.agent_pid, "command": self.command,
+                "ranks_here": sorted(r.rank for r in self.ranks), "ranks_elsewhere": self.elsewhere()}
+
+    def elsewhere(self) -> list[int]:
+        """Ranks of the world with no process here (other nodes', or ended ones)."""
+        here = {r.rank for r in self.ranks}
+        return [r for r in range(self.world_size or 0) if r not in here]
+
+
+@dataclass
+class Discovery:
+    jobs: list[Job]
+    unreadable: list[int]  # python processes whose environment this user may not read
+
+
+def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
+    """(rank, launcher, local rank, world size) from a process's environment: torch's own RANK first (every
+    launcher that runs torch.distributed's env:// sets it), else the launcher's own rank variable."""
+    for launcher in LAUNCHERS:
+        own = any(v in env for v in launcher.rank_vars if v != "RANK")  # PMIX_RANK without OMPI_*/PMI_*
+        if not launcher.rank_vars or not (launcher.present(env) or own):
+            continue
+        rank = env_int(env, "RANK", *launcher.rank_vars)
+        if rank is not None:
+            return (rank, launcher.name, env_int(env, "LOCAL_RANK", *launcher.local_rank_vars),
+                    env_int(env, "WORLD_SIZE", *launcher.size_vars))
+    rank = env_int(env, "RANK")
+    if rank is not None and "WORLD_SIZE" in env:
+        return rank, None, env_int(env, "LOCAL_RANK"), env_int(env, "WORLD_SIZE")
+    return None, None, None, None
+
+
+def job_key(env: dict) -> str:
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"):
+        if env.get(name):
+            step = env.get("SLURM_STEP_ID", "") if name == "SLURM_JOB_ID" else ""
+            master = f"@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+            return f"{env[name]}{'.' + step if step else ''}{master if env.get('MASTER_PORT') else ''}"
+    return f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+
+
+def discover(only_pids: set[int] | None = None) -> Discovery:
+    """Every rank process on this machine (or among ``only_pids`` and their descendants), grouped by job."""
+    skip = {os.getpid(), *(p.pid for p in _ancestors())}
+    jobs: dict[str, Job] = {}
+    unreadable: list[int] = []
+    candidates = _candidates(only_pids)
+    rank_pids: set[int] = set()
+    found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
+    for proc in candidates:
+        if proc.pid in skip:
+            continue
+        try:
+            env = proc.environ()
+            cmd = " ".join(proc.cmdline())[:500]
+            user = proc.username()
+        except psutil.AccessDenied:
+            if _is_python(proc):
+                unreadable.append(proc.pid)
+            continue
+        except psutil.Error:
+            continue
+        rank, launcher, local, world = rank_of(env)
+        if rank is None or not _is_python(proc) or "ddpdoctor" in cmd.split(" -")[0]:
+            continue  # another ddpdoctor (attach under the same srun) is no rank
+        found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
+                                             worker_socket(env, rank)), launcher or ""))
+        rank_pids.add(proc.pid)
+    for proc, env, rp, launcher in found:
+        if _parent_pid(proc) in rank_pids and _same_rank(proc, rp, found):
+            continue  # a rank's own child (a DataLoader worker) carries its RANK: the rank is its parent
+        key = job_key(env)
+        job = jobs.setdefault(key, Job(key, launcher or None, rp.world_size, _master(env)))
+        job.ranks.append(rp)
+    for job in jobs.values():
+        job.ranks.sort(key=lambda r: r.rank)
+        _find_agent(job)
+    return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+
+
+def worker_socket(env: dict, rank: int) -> str | None:
+    """The rank's worker server socket, where run-trainer started the job (DDPDOCTOR_WORKER_SOCKET's template)."""
+    template = env.get("DDPDOCTOR_WORKER_SOCKET")
+    if not template or "{rank}" not in template:
+        return None
+    path = template.replace("{rank}", str(rank))
+    return path if os.path.exists(path) else None
+
+
+def _candidates(only_pids: set[int] | None) -> list[psutil.Process]:
+    if only_pids is None:
+        return list(psutil.process_iter())
+    out = []
+    for pid in only_pids:
+        try:
+            root = psutil.Process(pid)
+            out += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return out
+
+
+def _ancestors() -> list[psutil.Process]:
+    try:
+        return psutil.Process().parents()
+    except psutil.Error:
+        return []
+
+
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        return "python" in proc.name().lower() or "python" in (proc.cmdline() or [""])[0].lower()
+    except psutil.Error:
+        return False
+
+
+def _parent_pid(proc: psutil.Process) -> int | None:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return None
+
+
+def _same_rank(proc, rp: RankProcess, found) -> bool:
+    parent = _parent_pid(proc)
+    return any(other.pid == parent and other.rank == rp.rank for _, _, other, _ in found)
+
+
+def _master(env: dict) -> str | None:
+    addr, port = env.get("MASTER_ADDR"), parse_int(env.get("MASTER_PORT"), hi=65535)
+    return f"{addr}:{port}" if addr and port is not None else addr
+
+
+def _find_agent(job: Job) -> None:
+    """torchrun's agent: the ranks' common parent when its command line is torchrun's."""
+    parents = set()
+    for rp in job.ranks:
+        try:
+            parents.add(psutil.Process(rp.pid).ppid())
+        except psutil.Error:
+            continue
+    for pid in parents:
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        text = " ".join(cmd)
+        if any(mark in text for mark in _AGENT_MARKS):
+            job.agent_pid, job.command = pid, text[:500]
+            return
+    job.command = job.ranks[0].cmdline if job.ranks else ""

@@ -1,0 +1,122 @@
+"""attach on several nodes: the same command on every node (srun --overlap, pbsdsh, mpiexec, an ssh loop), the
+nodes meeting and authenticating exactly as preflight's do (cluster/: mailbox, envelope, key file, roster; no
+protocol of its own). Each node's read of its own ranks travels as the facts of one engine-made check
+(``RanksCheck``); the master rebuilds every rank's record and asks the one judge. A node with no rank of the job
+says so; a node that never joins is named as preflight names it (exit 3)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ...api import Check, Level, Result
+from ...numbers import parse_int
+from ..evidence import pyspy
+from ..evidence.model import Frame, RankState, Source, STILL_RUNNING
+from ..evidence.stacks import wait_of
+from .sample import RankRead
+
+CHECK = "attach-ranks"
+MAX_FRAMES = 64
+MAX_LOCALS = 24
+MAX_TEXT = 300
+
+
+class RanksCheck(Check):
+    """This node's ranks of the job, read from outside (run by the cluster engine as a local-phase check)."""
+    name = CHECK
+    description = "the job's ranks on this node, read from outside with py-spy (ddpdoctor attach)"
+    phase = "local"
+    facts_shape = {"ranks": ["object"]}
+
+    def __init__(self, read_here):
+        self._read_here = read_here  # () -> (job json or None, [RankRead], note)
+        self.timeout_s = 120.0
+
+    def gather(self, ctx) -> dict:
+        job, reads, note = self._read_here()
+        return {"job": job, "ranks": [to_fact(r) for r in reads], "note": note}
+
+    def compare(self, facts_by_node: Mapping[str, dict], opts: Mapping[str, Any]) -> list[Result]:
+        """On the master, with every node's ranks: the one verdict (so every node's exit code is the master's),
+        and a node with no rank of the job named."""
+        out = []
+        reads, job, _ = reads_from_facts(facts_by_node)
+        if reads:
+            from .decide import decide
+
+            diag = decide(reads, parse_world(job, reads))
+            stuck = diag["category"] != "progressing"
+            hosts = sorted({str(c.get("host")) for c in diag.get("culprits") or [] if c.get("host")})
+            out.append(Result(CHECK, Level.FAIL if stuck else Level.PASS, f"{diag['category']}: {diag['summary']}",
+                              hosts or sorted(facts_by_node), fix=diag.get("fix", "") if stuck else ""))
+        for node, facts in sorted(facts_by_node.items()):
+            ranks = (facts or {}).get("ranks") or []
+            if not ranks:
+                out.append(Result(CHECK, Level.WARN, f"no rank of the job runs on {node}"
+                                  + (f" ({facts.get('note')})" if (facts or {}).get("note") else ""), [node],
+                                  fix="run attach on the nodes the job runs on (the launcher's host list)"))
+            else:
+                out.append(Result(CHECK, Level.PASS, f"{len(ranks)} rank(s) read on {node}", [node]))
+        return out
+
+
+def to_fact(read: RankRead) -> dict:
+    s = read.state
+    return {"rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
+            "moved": read.moved, "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
+            "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT],
+                        [[k[:64], v[:MAX_TEXT]] for k, v in f.locals[:MAX_LOCALS]]] for f in s.frames[:MAX_FRAMES]]
+            if s else None}
+
+
+def from_fact(fact: Any, node: str) -> RankRead | None:
+    """A rank another node read, validated (a malformed one is dropped: it came over the wire)."""
+    if not isinstance(fact, dict):
+        return None
+    rank, pid = parse_int(fact.get("rank"), hi=1 << 24), parse_int(fact.get("pid"), hi=1 << 31)
+    if rank is None:
+        return None
+    read = RankRead(rank, pid or 0, str(fact.get("host") or node)[:MAX_TEXT], parse_int(fact.get("local_rank")),
+                    moved=fact.get("moved") if isinstance(fact.get("moved"), bool) else None,
+                    error=str(fact.get("error") or "")[:MAX_TEXT])
+    failure = fact.get("failure")
+    if failure is not None:
+        read.failure = next((f for f in pyspy.DumpFailure if f.value == failure), pyspy.DumpFailure.OTHER)
+        return read
+    frames = []
+    for item in (fact.get("frames") or [])[:MAX_FRAMES]:
+        if not (isinstance(item, list) and len(item) == 4):
+            return None
+        file, line, func, pairs = item
+        pairs = [p for p in pairs[:MAX_LOCALS] if isinstance(p, list) and len(p) == 2] if isinstance(pairs, list) else []
+        frames.append(Frame(str(file)[:MAX_TEXT], parse_int(line, hi=10**9) or 0, str(func)[:MAX_TEXT],
+                            tuple((str(k)[:64], str(v)[:MAX_TEXT]) for k, v in pairs)))
+    frames_t = tuple(frames)
+    read.state = RankState(rank, Source.PY_SPY, host=read.host, node=node, pid=pid, local_rank=read.local_rank,
+                           frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING)
+    return read
+
+
+def reads_of(doc: dict) -> tuple[list[RankRead], dict[str, Any], list[str]]:
+    """Every node's ranks from the master's cluster document, the first job seen, and the nodes with none."""
+    return reads_from_facts({node: ((entry or {}).get("facts") or {}).get(CHECK) or {}
+                             for node, entry in (doc.get("nodes") or {}).items()})
+
+
+def reads_from_facts(facts_by_node: Mapping[str, Any]) -> tuple[list[RankRead], dict[str, Any], list[str]]:
+    reads: list[RankRead] = []
+    job: dict[str, Any] = {}
+    empty = []
+    for node, facts in sorted(facts_by_node.items()):
+        facts = facts if isinstance(facts, dict) else {}
+        ranks = facts.get("ranks") or []
+        if not ranks:
+            empty.append(node)
+        if not job and isinstance(facts.get("job"), dict):
+            job = facts["job"]
+        reads += [r for r in (from_fact(f, node) for f in ranks[:4096]) if r is not None]
+    return sorted(reads, key=lambda r: r.rank), job, empty
+
+
+def parse_world(job: dict | None, reads: list[RankRead]) -> int | None:
+    """The job's world size as a node reported it, else one past the highest rank read."""
+    return parse_int((job or {}).get("world_size"), hi=1 << 24) or (max(r.rank for r in reads) + 1 if reads else None)

@@ -1,0 +1,178 @@
+"""attach's engine: pick the job (one on this node, or the one --pid/--job names), read it, judge it, word the
+fix, and make the `attach` document. Only reads; ``stop`` (opt-in) ends the job after the verdict."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from dataclasses import dataclass
+
+from ...errors import NothingReadable, UsageError
+from ...exitcodes import ExitCode
+from ..evidence import pyspy
+from . import discover as disc
+from .decide import decide
+from .sample import read_job
+
+
+@dataclass
+class AttachRequest:
+    pid: int | None = None
+    job: str | None = None
+    interval: float = 3.0
+    timeout: float = pyspy.TIMEOUT_S
+    stop: bool = False
+    # several nodes: where they meet, as preflight's flags (the launcher's values fill what is not given)
+    master: str | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    local_addr: str | None = None
+    token: str | None = None
+    meet_timeout: float = 60.0
+
+    @property
+    def several_nodes(self) -> bool:
+        return bool(self.master) or (self.nnodes or 1) > 1
+
+
+def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
+    jobs = found.jobs
+    if request.job is not None:
+        jobs = [j for j in jobs if j.key == request.job or j.key.startswith(request.job)]
+        if not jobs:
+            raise UsageError(f"--job {request.job!r}: no such job on this node ({_listing(found.jobs) or 'none'})")
+    if len(jobs) > 1:
+        raise UsageError(f"{len(jobs)} torch.distributed jobs run here; name one with --pid PID or --job KEY: "
+                         f"{_listing(jobs)}")
+    if not jobs:
+        if found.unreadable:
+            raise NothingReadable(permission_fix(found.unreadable, "read their environment"))
+        raise UsageError("no torch.distributed job runs on this machine (no process with RANK/WORLD_SIZE or a "
+                         "launcher's rank variables)" + (f" among --pid {request.pid} and its children"
+                                                         if request.pid else ""))
+    return jobs[0]
+
+
+def _listing(jobs: list[disc.Job]) -> str:
+    return "; ".join(f"--job {j.key} (ranks {','.join(map(str, sorted(r.rank for r in j.ranks)))}, "
+                     f"pid {j.agent_pid or j.ranks[0].pid}: {j.command[:120]})" for j in jobs)
+
+
+def permission_fix(pids: list[int], what: str = "read their stacks") -> str:
+    shown = ", ".join(map(str, pids[:8])) + (" ..." if len(pids) > 8 else "")
+    scope = _ptrace_scope()
+    hint = (f"; kernel.yama.ptrace_scope is {scope}: `sudo sysctl kernel.yama.ptrace_scope=0` lets the same user "
+            f"read them" if scope not in (None, 0) else "")
+    return (f"this user may not {what} (process(es) {shown}): run attach as the job's user or as root "
+            f"(`sudo -E $(command -v ddpdoctor) attach`), or give py-spy CAP_SYS_PTRACE{hint}; in a container, "
+            f"start it with --cap-add SYS_PTRACE")
+
+
+def _ptrace_scope() -> int | None:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as fh:
+            return int(fh.read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+
+
+def run(request: AttachRequest) -> dict:
+    """The attach document; raises UsageError (exit 2) or NothingReadable (exit 3)."""
+    from ... import documents
+
+    found = disc.discover({request.pid} if request.pid else None)
+    job = choose(found, request)
+    tool = pyspy.binary()
+    if tool is None:
+        raise UsageError("py-spy is not installed: `pip install py-spy` (attach reads the ranks' stacks with it)")
+    reads = read_job(job, interval=request.interval, timeout=request.timeout, tool=tool)
+    if not any(r.readable for r in reads):
+        denied = [r.pid for r in reads if r.failure is pyspy.DumpFailure.PERMISSION]
+        if denied:
+            raise NothingReadable(permission_fix(denied))
+        raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
+    diagnosis = decide(reads, job.world_size)
+    stuck = diagnosis["category"] != "progressing"
+    stopped = stop_job(job) if request.stop and stuck else None
+    code = ExitCode.FAIL if stuck else ExitCode.OK
+    return documents.envelope(
+        "attach", verdict="fail" if stuck else "pass", exit_code=int(code),
+        host=socket.gethostname(), job=job.to_json(), interval_s=request.interval,
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped)
+
+
+def stop_job(job: disc.Job) -> dict:
+    """--stop: SIGTERM to torchrun's agent (it stops its workers), else to every rank; after the verdict."""
+    targets = [job.agent_pid] if job.agent_pid else [r.pid for r in job.ranks]
+    sent = []
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+        except OSError:
+            continue
+    return {"signal": "SIGTERM", "pids": sent}
+
+
+def read_here(request: AttachRequest):
+    """This node's part: (the job's json or None, its ranks read, a note when there is none)."""
+    found = disc.discover({request.pid} if request.pid else None)
+    try:
+        job = choose(found, request)
+    except (UsageError, NothingReadable) as exc:
+        return None, [], str(exc)
+    return job.to_json(), read_job(job, interval=request.interval, timeout=request.timeout), ""
+
+
+def run_nodes(request: AttachRequest) -> dict | None:
+    """Every node runs this; they meet as preflight's nodes do (cluster.join), each node's ranks travel as one
+    check's facts, the master judges them all. None: a second process of this node (local rank > 0)."""
+    from ...cluster import join
+    from ...preflight import PreflightRequest
+    from ...registry import LoadedCheck
+    from ...runner import Plan
+    from ...settings import resolve_run
+    from . import nodes
+
+    preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
+                            local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
+                            node_command="ddpdoctor attach --master HOST:PORT")
+    check = nodes.RanksCheck(lambda: read_here(request))
+    check.timeout_s = request.interval + 2 * request.timeout + 30
+    plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.launch.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
+                resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
+    doc = join.run_cluster(plan, preq, preq.launcher())
+    if doc is None:
+        return None
+    return cluster_doc(doc, request)
+
+
+def cluster_doc(doc: dict, request: AttachRequest) -> dict:
+    """The attach document of a cluster run: the master's with every node's ranks and the one verdict; a
+    worker's with its own ranks and where the master's verdict is."""
+    from ... import documents
+    from . import nodes
+
+    reads, job, empty = nodes.reads_of(doc)
+    if doc.get("role") == "worker":
+        own = ((doc.get("nodes") or {}).get(doc.get("this_node")) or {}).get("facts", {}).get(nodes.CHECK) or {}
+        mine = [r for r in (nodes.from_fact(f, str(doc.get("this_node"))) for f in own.get("ranks") or []) if r]
+        return documents.envelope("attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
+                                  exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(),
+                                  job=job or None, interval_s=request.interval, ranks=[r.to_json() for r in mine],
+                                  diagnosis={"category": "worker", "summary": "the master prints the verdict",
+                                             "fix": ""}, stopped=None)
+    world = nodes.parse_world(job, reads)
+    if job:
+        read_ranks = {r.rank for r in reads}
+        job = dict(job, ranks_here=sorted(read_ranks),
+                   ranks_elsewhere=[r for r in range(world or 0) if r not in read_ranks])
+    diagnosis = decide(reads, world) if reads else {"category": "no_job", "summary": "no node runs a rank of the job",
+                                                    "fix": "run attach where the job runs", "culprits": []}
+    diagnosis["nodes_without_ranks"] = empty
+    stuck = diagnosis["category"] not in ("progressing", "no_job")
+    return documents.envelope(
+        "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
+        exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
+        job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None)

@@ -1,0 +1,120 @@
+"""Reading every rank of a job from outside: py-spy dumps of all ranks in parallel, each with its time limit,
+taken twice a few seconds apart to tell a stuck rank from a slow one (its stack, locals included, moved or not).
+Nothing is sent to the processes: no signal, no write."""
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..evidence import pyspy
+from ..evidence.model import RankState, WaitKind, user_frame
+from .discover import Job, RankProcess
+
+
+@dataclass
+class RankRead:
+    """One rank as attach read it: its evidence record (py-spy's), whether it moved between the samples, or why
+    it could not be read."""
+    rank: int
+    pid: int
+    host: str
+    local_rank: int | None
+    state: RankState | None = None
+    moved: bool | None = None
+    failure: pyspy.DumpFailure | None = None
+    error: str = ""
+    recorded: RankState | None = None  # the flight recorder's record (run-trainer's worker server), where one answered
+
+    @property
+    def readable(self) -> bool:
+        return self.state is not None
+
+    @property
+    def waits(self) -> bool:
+        return self.state is not None and self.state.wait is not None and \
+            self.state.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN)
+
+    def to_json(self) -> dict:
+        s = self.state
+        frame = user_frame(s.frames) if s else None
+        wait = s.wait if s else None
+        return {"rank": self.rank, "pid": self.pid, "host": self.host, "local_rank": self.local_rank,
+                "wait": None if wait is None else {"kind": wait.kind.value, "peer": wait.peer,
+                                                   "op": wait.call.op if wait.call else None},
+                "where": frame.where if frame else None, "function": frame.function if frame else None,
+                "moved": self.moved, "failure": self.failure.value if self.failure else None, "error": self.error,
+                "stack": [f"{f.function} ({f.where})" for f in s.frames[:40]] if s else None}
+
+
+def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float) -> dict[int, tuple[pyspy.Dump, dict | None]]:
+    """One py-spy dump per rank and, where run-trainer's worker server listens, its flight record; all at once
+    (a thread each, each bounded by ``timeout``)."""
+    if not ranks:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
+        dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
+        records = {rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
+        return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
+
+
+def flight_record(path: str, timeout: float) -> dict | None:
+    """The rank's flight recorder through its worker server (a read: torch answers from its own thread)."""
+    from ..forensics import flight_record as ask
+
+    return ask(path, timeout)
+
+
+def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_S, tool: str | None = None,
+             host: str | None = None) -> list[RankRead]:
+    """Every rank of ``job`` on this node, sampled twice ``interval`` seconds apart (once when ``interval`` is 0)."""
+    host = host or socket.gethostname()
+    tool = tool or pyspy.binary()
+    first = dump_all(job.ranks, tool, timeout)
+    second = first
+    if interval > 0 and any(d.failure is None for d, _ in first.values()):
+        time.sleep(interval)
+        second = dump_all(job.ranks, tool, timeout)
+    out = []
+    for rp in job.ranks:
+        (d1, fr1), (d2, fr2) = first.get(rp.pid, (None, None)), second.get(rp.pid, (None, None))
+        read = read_rank(rp, d1, d2, host)
+        add_record(read, fr1, fr2)
+        out.append(read)
+    return out
+
+
+def add_record(read: RankRead, first: dict | None, second: dict | None) -> None:
+    """The flight record (the later sample's) as the rank's record; a sequence id that moved is progress."""
+    fr = second if second is not None else first
+    if fr is None:
+        return
+    from ..evidence import flight_recorder
+    from ..evidence.model import Source
+
+    read.recorded = flight_recorder.rank_state(read.rank, fr, Source.WORKER_SERVER, live=True)
+    if first is not None and second is not None and first is not second:
+        read.moved = bool(read.moved) or _last_seqs(first) != _last_seqs(second)
+
+
+def _last_seqs(fr: dict) -> dict:
+    status = fr.get("pg_status") if isinstance(fr, dict) else None
+    return {k: (v.get("last_enqueued_collective"), v.get("last_completed_collective"))
+            for k, v in (status or {}).items() if isinstance(v, dict)}
+
+
+def read_rank(rp: RankProcess, first: pyspy.Dump | None, second: pyspy.Dump | None, host: str) -> RankRead:
+    read = RankRead(rp.rank, rp.pid, host, rp.local_rank)
+    last = second if second is not None and second.failure is None else first
+    if last is None or last.failure is not None:
+        bad = last or pyspy.Dump(rp.pid, failure=pyspy.DumpFailure.OTHER, error="not read")
+        read.failure, read.error = bad.failure, bad.error
+        return read
+    read.state = pyspy.to_state(last, rp.rank, host=host, local_rank=rp.local_rank)
+    if first is not None and first.failure is None and second is not None and second is not first:
+        if second.failure is pyspy.DumpFailure.GONE:
+            read.moved = True  # it ended between the samples: the job changed
+        elif second.failure is None:
+            read.moved = pyspy.signature(first.main_thread()) != pyspy.signature(second.main_thread())
+    return read

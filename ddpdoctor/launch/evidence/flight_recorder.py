@@ -1,0 +1,118 @@
+"""torch's flight recorder -> RankState: gloo's JSON (`_dump_fr_trace_json`, the worker server's
+`fr_trace_json`, run-trainer's dumps) and NCCL-shaped dumps (pickled `nccl_trace_rank_<R>`, the same fields
+plus `state`, `p2p_seq_id`, `frames` with call sites). The dict comes from ``fr_dumps.plain_record`` (typed,
+bounded) or the worker server; only its fields are read here.
+
+A collective is completed when its sequence id is at or below its group's ``last_completed_collective``
+(pg_status, keyed by the rank's own pg_id) or its entry says ``state: completed``. Live, a rank with a
+collective entered but not completed waits in it. NCCL records point-to-point ops (``is_p2p``, with the
+peer in ``input``/``output`` ranks where torch gives them); gloo on torch 2.13 records none.
+"""
+from __future__ import annotations
+
+import json
+
+from ...numbers import parse_int
+from .model import (
+    Call,
+    Ender,
+    Ending,
+    EndKind,
+    Frame,
+    Group,
+    RankState,
+    Source,
+    Wait,
+    WaitKind,
+    user_frame,
+)
+
+
+def _int(v, lo: int = -1) -> int | None:
+    return parse_int(v, lo=lo, hi=1 << 62, signed=lo < 0) if not isinstance(v, float) else None
+
+
+def _sizes(v) -> tuple:
+    if not isinstance(v, (list, tuple)):
+        return ()
+    return tuple(_sizes(x) if isinstance(x, (list, tuple)) else x for x in v)
+
+
+def groups_of(fr: dict) -> tuple[dict[str, Group], tuple[Group, ...]]:
+    """(pg_id -> Group as this rank numbers them, every group it belongs to). Names from the entries'
+    ``process_group`` (and pg_config where it is keyed by name), members from pg_config's ``ranks``."""
+    config = fr.get("pg_config") if isinstance(fr.get("pg_config"), dict) else {}
+    by_name: dict[str, tuple[int, ...] | None] = {}
+    for key, cfg in config.items():
+        if not isinstance(cfg, dict):
+            continue
+        ranks = cfg.get("ranks")
+        try:
+            ranks = json.loads(ranks) if isinstance(ranks, str) and len(ranks) < 1 << 20 else ranks
+        except ValueError:
+            ranks = None
+        ok = isinstance(ranks, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+        by_name[str(cfg.get("name", key))] = tuple(ranks) if ok else None
+    local: dict[str, Group] = {"0": Group("0", by_name.get("0"), "0", "default_pg")}
+    for e in fr.get("entries") or []:
+        pg, pid = e.get("process_group"), e.get("pg_id")
+        if pid is None or not isinstance(pg, (list, tuple)) or not pg:
+            continue
+        name = str(pg[0])
+        local.setdefault(str(pid), Group(name, by_name.get(name), str(pid), str(pg[1]) if len(pg) > 1 else None))
+    return local, tuple({g.key: g for g in local.values()}.values())
+
+
+def _site(e: dict) -> Frame | None:
+    frames = []
+    for f in e.get("frames") or []:
+        line = _int(f.get("line", 0), lo=0)
+        if line is not None:
+            frames.append(Frame(str(f.get("filename", "?")), line, str(f.get("name", "?"))))
+    return user_frame(frames)
+
+
+def calls_of(fr: dict) -> tuple[Call, ...]:
+    """Every entry as a Call, oldest first, with its group resolved from this rank's own pg_id."""
+    local, _ = groups_of(fr)
+    done = {str(k): _int((v or {}).get("last_completed_collective")) for k, v in (fr.get("pg_status") or {}).items()}
+    out = []
+    for e in fr.get("entries") or []:
+        pid = e.get("pg_id")
+        pg = e.get("process_group")
+        group = local.get(str(pid)) if pid is not None else None
+        if group is None:
+            group = Group(str(pg[0]) if isinstance(pg, (list, tuple)) and pg else "0")
+        p2p = bool(e.get("is_p2p"))
+        seq = _int(e.get("p2p_seq_id" if p2p else "collective_seq_id"))
+        last_done = done.get(str(pid) if pid is not None else group.name)
+        completed = (e.get("state") == "completed") or (not p2p and seq is not None and last_done is not None
+                                                         and last_done >= 0 and seq <= last_done)
+        op = str(e.get("profiling_name", "?")).split(":", 1)[-1]
+        out.append(Call(group, op, None if p2p else seq, input_sizes=_sizes(e.get("input_sizes")),
+                        output_sizes=_sizes(e.get("output_sizes")),
+                        dtypes=tuple(str(d) for d in e.get("input_dtypes") or ()), completed=completed, site=_site(e),
+                        created_ns=_int(e.get("time_created_ns"), lo=0), timeout_ms=_int(e.get("timeout_ms"), lo=0)))
+    return tuple(out)
+
+
+def rank_state(rank: int, fr: dict | None, source: Source = Source.FLIGHT_RECORDER, live: bool = False) -> RankState:
+    """One rank's record. ``live``: asked of a running rank: a collective entered and not completed is its wait.
+    The bootstrap's ``ended`` note (the script ended of its own) becomes the ending."""
+    if fr is None:
+        return RankState(rank, source)
+    calls = calls_of(fr)
+    _, groups = groups_of(fr)
+    wait = None
+    if live:
+        pending = [c for c in calls if c.seq is not None and not c.completed]
+        wait = Wait(WaitKind.COLLECTIVE, call=pending[0], site=pending[0].site) if pending else None
+    ending = None
+    ended = fr.get("ended")
+    if isinstance(ended, dict) and _int(ended.get("exit_code")) is not None:
+        where = ended.get("where") if isinstance(ended.get("where"), str) else None
+        file, _, line = (where or "").rpartition(":")
+        frame = Frame(file, _int(line, lo=0) or 0, "?") if file else None
+        ending = Ending(EndKind.EXITED, exit_code=_int(ended["exit_code"]), by=Ender.ITSELF, where=frame)
+    return RankState(rank, source, calls=calls, groups=groups, recorded=True, wait=wait, ending=ending,
+                     raw={"fr": fr})

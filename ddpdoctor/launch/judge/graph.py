@@ -1,0 +1,270 @@
+"""The wait-for graph over ranks, and the verdict it leads to.
+
+Edges: a rank inside a group's collective waits for the members not in it (the ones whose last sequence id
+is lower, or that left no record); a rank in ``recv(src=k)``/``send(dst=k)`` waits for k; a rank inside
+``init_process_group`` or a store wait waits for the ranks its keys name (else for the ranks not there yet).
+A rank that waits in nothing (its own code), that exited (0 or a signal) or whose process is stopped or gone
+is where waits end. The culprits are the ranks the waits lead to. A cycle, or waits that lead only to ranks
+no record places, name no culprit, and the verdict says why. Mismatches (op, sizes, dtypes, splits) are
+judged first, by comparing what each rank called (``mismatch.py``). Nothing here reads message text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..evidence.model import (
+    Call,
+    Ender,
+    EndKind,
+    JobEvidence,
+    RankState,
+    WaitKind,
+    user_frame,
+)
+from . import groups, mismatch
+from .culprits import culprit as _culprit
+from .culprits import state_of as _state
+from .groups import Finding
+from .verdict import Category, Consequence, NoCulprit, Verdict
+
+BAD = {EndKind.STOPPED: Category.PROCESS_STOPPED, EndKind.GONE: Category.PROCESS_GONE}
+BY_KIND = {WaitKind.COLLECTIVE: Category.MISSING_RANK, WaitKind.SEND: Category.MISSING_PEER,
+           WaitKind.RECV: Category.MISSING_PEER, WaitKind.INIT: Category.NEVER_INITIALIZED,
+           WaitKind.STORE: Category.NEVER_INITIALIZED, WaitKind.BARRIER: Category.MISSING_RANK}
+
+
+@dataclass
+class Edge:
+    kind: WaitKind
+    targets: tuple[int, ...] | None     # None: it waits, for whom no record says
+    call: Call | None = None
+
+
+def judge(evidence: JobEvidence) -> Verdict:
+    """The verdict on a job whose ranks stopped making progress (live) or ended (dumps, logs)."""
+    bad = [r for r in sorted(evidence.ranks) if _end(evidence.ranks[r]) in BAD]
+    if bad:
+        cat = BAD[_end(evidence.ranks[bad[0]])]
+        return _finish(Verdict(cat, [_culprit(evidence, r, True, "process_state") for r in bad]), evidence, {})
+    findings = _findings(evidence)
+    for f in findings:
+        odd = mismatch.judge_group(f, evidence)
+        if odd is not None:
+            return _finish(odd, evidence, {r: [Edge(WaitKind.COLLECTIVE, (), f.call)] for r in f.inside})
+    p2p = mismatch.judge_p2p(evidence) or mismatch.judge_a2a(evidence)
+    if p2p is not None:
+        return _finish(p2p, evidence, {})
+    edges = _edges(evidence, findings)
+    if not edges:
+        return _finish(_nobody_waits(evidence, findings), evidence, edges)
+    return _finish(_follow(evidence, findings, edges), evidence, edges)
+
+
+def _end(state: RankState) -> EndKind | None:
+    return state.ending.kind if state.ending else None
+
+
+def silent_ranks(evidence: JobEvidence) -> list[int]:
+    """Ranks of the job no flight recorder answered for, that are not known to have ended: missing evidence."""
+    out = []
+    for r in evidence.expected():
+        s = evidence.ranks.get(r)
+        if s is None or (not s.recorded and _end(s) in (None, EndKind.RUNNING, EndKind.UNKNOWN)
+                         and (s.wait is None or s.wait.kind == WaitKind.UNKNOWN)):
+            out.append(r)
+    return out
+
+
+def _findings(evidence: JobEvidence) -> list[Finding]:
+    """Per group (default first), its newest collective: the ranks inside, the members not inside (a lower
+    sequence id, or no entry: with a record that answered, or none at all), the ranks that wait in it."""
+    live = evidence.live
+    silent = set(silent_ranks(evidence))
+    out = []
+    views = groups.views(evidence)
+    for key in sorted(views, key=groups.order):
+        v = views[key]
+        waiting = v.waiting()
+        if live and not waiting:
+            continue
+        top = v.top(live)
+        if top < 0:
+            continue
+        inside = sorted(r for r, m in v.members.items() if m.last >= top)
+        every = v.ranks if v.ranks is not None else (tuple(evidence.expected()) if key == "0" else ())
+        behind = sorted({r for r, m in v.members.items() if m.last < top}
+                        | {r for r in every if r not in v.members and r in evidence.ranks and evidence.ranks[r].recorded})
+        missing = sorted(set(behind) | {r for r in every if r not in v.members})
+        calls = {r: v.members[r].calls[top] for r in inside if top in v.members[r].calls}
+        ref = _majority_call(calls)
+        waiters = [r for r in inside if r in waiting] if live else inside
+        if not live and not missing and len({c.signature() for c in calls.values()}) <= 1:
+            continue  # every record ends past the same collective with the same call: nothing differs
+        out.append(Finding(v, top, inside, missing, sorted(silent & set(missing)), behind, waiters, ref, calls))
+    return out
+
+
+def _majority_call(calls: dict[int, Call]) -> Call | None:
+    from .vote import majority
+
+    sig = majority({r: c.signature() for r, c in calls.items()})
+    return next((c for r, c in sorted(calls.items()) if sig is None or c.signature() == sig), None)
+
+
+def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edge]]:
+    edges: dict[int, list[Edge]] = {}
+    for f in findings:
+        for r in f.waiters:
+            targets = tuple(f.missing)
+            if targets:
+                edges.setdefault(r, []).append(Edge(WaitKind.COLLECTIVE, targets, f.calls.get(r, f.call)))
+    there = {r for r, s in evidence.ranks.items() if s.wait and s.wait.kind in (WaitKind.INIT, WaitKind.STORE)}
+    for r, s in sorted(evidence.ranks.items()):
+        w = s.wait
+        if w is None or r in edges or not waits(s):
+            continue
+        if w.kind in (WaitKind.SEND, WaitKind.RECV):
+            edges[r] = [Edge(w.kind, (w.peer,) if w.peer is not None else None, w.call)]
+        elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
+            awaited = w.awaited if w.awaited is not None else tuple(
+                x for x in evidence.expected() if x not in there and x != r)
+            edges[r] = [Edge(w.kind, tuple(a for a in awaited if a != r) or None, w.call)]
+        elif w.kind == WaitKind.COLLECTIVE and not s.recorded:
+            edges[r] = [Edge(w.kind, None, w.call)]  # inside a collective no record of its group places
+    return edges
+
+
+def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:
+    """Follow every wait to where it ends: the culprits. Ranks passed on the way waited too (``via``)."""
+    inbound: dict[int, WaitKind] = {}
+    seen, todo, via, opaque = set(), sorted(edges), [], False
+    while todo:
+        r = todo.pop(0)
+        if r in seen:
+            continue
+        seen.add(r)
+        for e in edges.get(r, []):
+            if e.targets is None:
+                opaque = True
+            for t in e.targets or ():
+                inbound.setdefault(t, e.kind)
+                if t in edges and t not in via:
+                    via.append(t)
+                todo.append(t)
+    ends = sorted(t for t in inbound if t not in edges and not _waited_itself(evidence, t))
+    waiters = sorted(edges)
+    if not ends:
+        why = NoCulprit.NO_EVIDENCE if opaque and not _cycle(edges) else NoCulprit.CYCLE
+        v = Verdict(_category_of_waits(edges), no_culprit=why, waiting=waiters)
+        v.call = next((f.call for f in findings), None)
+        return v
+    silent = set(silent_ranks(evidence))
+    culprits = [_culprit(evidence, t, t not in silent, inbound[t].value) for t in ends]
+    cat = _category(evidence, ends[0], inbound[ends[0]])
+    v = Verdict(cat, culprits, via=sorted(set(via) - set(ends)), no_evidence=sorted(silent & set(ends)))
+    v.likely = not evidence.live and bool(v.no_evidence) and len(v.no_evidence) == len(ends)
+    f = min((f for f in findings if ends[0] in f.missing), default=None,
+            key=lambda f: (len(f.missing), groups.order(f.view.key)))
+    if f is not None:
+        v.call, v.waiting, v.calls = f.call, f.inside, f.calls
+        v.last_seq = {r: m.last for r, m in f.view.members.items()}
+    else:
+        w = next((e for r in waiters for e in edges[r] if ends[0] in (e.targets or ())), None)
+        v.call = w.call if w else None
+        v.waiting = sorted(r for r in waiters if any(ends[0] in (e.targets or ()) for e in edges[r]))
+    v.evidence.append("wait_for_graph")
+    return v
+
+
+def waits(s: RankState) -> bool:
+    """The rank was waiting: its stack or traceback stands in a wait (a collective, send/recv, init, a store),
+    and what ended it, if anything, ended it there (an exception raised by the wait: its timeout, a lost peer,
+    the backend's abort). Not a rank that exited of its own or was killed from outside: that is where waits end."""
+    w, e = s.wait, s.ending
+    if w is None or w.kind in (WaitKind.NONE, WaitKind.UNKNOWN):
+        return False
+    if e is None or e.kind in (EndKind.RUNNING, EndKind.UNKNOWN, EndKind.EXCEPTION):
+        return True
+    return e.kind == EndKind.SIGNALLED and e.by in (Ender.LAUNCHER, Ender.BACKEND, Ender.PEER_LOSS)
+
+
+def _waited_itself(evidence: JobEvidence, rank: int) -> bool:
+    """A rank that waited (``waits``), or that the backend aborted or that lost its peer, is not where a wait
+    ends: it waited too (what it waited for, no record says)."""
+    s = evidence.ranks.get(rank)
+    if s is None:
+        return False
+    e = s.ending
+    return waits(s) or bool(e and (e.timed_out or e.by in (Ender.BACKEND, Ender.PEER_LOSS)))
+
+
+def _cycle(edges: dict[int, list[Edge]]) -> bool:
+    def reach(start: int) -> bool:
+        seen, todo = set(), [t for e in edges.get(start, []) for t in e.targets or ()]
+        while todo:
+            r = todo.pop()
+            if r == start:
+                return True
+            if r not in seen:
+                seen.add(r)
+                todo += [t for e in edges.get(r, []) for t in e.targets or ()]
+        return False
+    return any(reach(r) for r in edges)
+
+
+def _category_of_waits(edges: dict[int, list[Edge]]) -> Category:
+    kinds = [e.kind for es in edges.values() for e in es]
+    return BY_KIND.get(kinds[0], Category.MISSING_RANK) if kinds else Category.UNKNOWN
+
+
+def _category(evidence: JobEvidence, rank: int, kind: WaitKind) -> Category:
+    """What kind of culprit: how it ended, else what it was waited in for."""
+    s = evidence.ranks.get(rank)
+    e = s.ending if s else None
+    if e is not None:
+        if e.kind == EndKind.EXITED:
+            return Category.ENDED_EARLY
+        if e.kind == EndKind.SIGNALLED and e.by in (Ender.OUTSIDE, Ender.UNKNOWN, Ender.ITSELF):
+            return Category.KILLED
+        if e.kind == EndKind.EXCEPTION:
+            return Category.EXCEPTION
+    return BY_KIND.get(kind, Category.MISSING_RANK)
+
+
+def _nobody_waits(evidence: JobEvidence, findings: list[Finding]) -> Verdict:
+    """No rank waits for another: all inside the same collective (stuck), every rank in its own code (live),
+    or records that end together (dumps)."""
+    stuck = next((f for f in findings if f.waiters and not f.missing), None)
+    if stuck is not None:
+        v = Verdict(Category.STUCK_COLLECTIVE, [_culprit(evidence, r, False, "stuck") for r in stuck.inside],
+                    no_culprit=NoCulprit.EVERYONE, call=stuck.call, waiting=stuck.inside, calls=stuck.calls)
+        return v
+    if not evidence.ranks or not any(s.recorded or s.frames for s in evidence.ranks.values()):
+        return Verdict(Category.UNKNOWN, no_culprit=NoCulprit.NO_EVIDENCE)
+    if not evidence.live:
+        absent = [r for r in evidence.expected() if r not in evidence.ranks or not evidence.ranks[r].recorded]
+        if absent:
+            v = Verdict(Category.MISSING_RANK, [_culprit(evidence, r, False, "no_record") for r in absent],
+                        no_evidence=absent, likely=True)
+            v.evidence.append("absent_record")
+            return v
+        return Verdict(Category.UNKNOWN, no_culprit=NoCulprit.EVERYONE)
+    ranks = sorted(evidence.ranks)
+    return Verdict(Category.OUTSIDE_COLLECTIVES, [_culprit(evidence, r, True, "own_code") for r in ranks])
+
+
+def _finish(v: Verdict, evidence: JobEvidence, edges: dict[int, list[Edge]]) -> Verdict:
+    """Every rank not named: a consequence, with what it waited in and for whom."""
+    named = set(v.culprit_ranks)
+    for r in sorted(evidence.ranks):
+        if r in named:
+            continue
+        s = evidence.ranks[r]
+        es = edges.get(r) or []
+        targets = tuple(sorted({t for e in es for t in e.targets or ()})) or tuple(sorted(named))
+        kind = es[0].kind if es else (s.wait.kind if s.wait else WaitKind.UNKNOWN)
+        call = es[0].call if es else None
+        v.consequences.append(Consequence(
+            r, targets, kind, call, user_frame(s.frames), s.host, s.node, s.pid, _state(s),
+            aborted=bool(s.ending and s.ending.by == Ender.BACKEND)))
+    return v

@@ -1,0 +1,81 @@
+"""The judge's answer as data: a category, the culprit ranks (each with an explicit ``named`` flag: named for
+certain, or only the likely one), where they stand, the evidence that decided it, and the ranks that waited
+(consequences). Worded last: ``launch/judge/words.py`` and ``launch/render.py``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..evidence.model import Call, Frame, WaitKind
+
+
+class Category(str, Enum):
+    MISSING_RANK = "missing_rank"              # the others wait in a collective this rank never entered
+    MISSING_PEER = "missing_peer"              # a send/recv waits for a peer that is elsewhere
+    NEVER_INITIALIZED = "never_initialized"    # the others wait in init_process_group / the store for this rank
+    DESYNC = "desync"                          # ranks called different collectives, shapes, dtypes or splits
+    STUCK_COLLECTIVE = "stuck_collective"      # every member inside the same call, none completes
+    PROCESS_STOPPED = "process_stopped"        # SIGSTOP, D state
+    PROCESS_GONE = "process_gone"              # vanished
+    ENDED_EARLY = "ended_early"                # exited 0 (or sys.exit) while the others went on
+    KILLED = "killed"                          # ended by a signal nobody in the job sent
+    EXCEPTION = "exception"                    # ended by its own exception
+    OUTSIDE_COLLECTIVES = "outside_collectives"  # nobody waits in anything: every rank in its own code
+    UNKNOWN = "unknown"                        # no evidence
+
+
+class NoCulprit(str, Enum):
+    """Why no rank is named."""
+    CYCLE = "cycle"                # the waits lead round in a circle (a deadlock): no rank waits in nothing
+    TIE = "tie"                    # two equal camps of calls: either may be the wrong one
+    NO_EVIDENCE = "no_evidence"    # nothing answered
+    EVERYONE = "everyone"          # every rank stands in the same place (a stuck communication)
+
+
+@dataclass
+class Culprit:
+    rank: int
+    named: bool                            # True: the evidence names it; False: the likely one ("likely")
+    where: Frame | None = None
+    host: str | None = None
+    node: str | None = None
+    pid: int | None = None
+    state: str | None = None               # the process's state as seen ("running", "stopped", ...)
+    why: str = ""                          # short machine tag of the rule that named it
+    last_seen: Call | None = None          # where its record last saw it (dumps with no stack)
+    ended: dict | None = None              # {"exit_code", "where"} when it ended of its own
+
+
+@dataclass
+class Consequence:
+    rank: int
+    waited_for: tuple[int, ...]
+    kind: WaitKind
+    call: Call | None = None
+    where: Frame | None = None
+    host: str | None = None
+    node: str | None = None
+    pid: int | None = None
+    state: str | None = None
+    aborted: bool = False                  # the backend aborted it (it detected a mismatch: never the culprit)
+
+
+@dataclass
+class Verdict:
+    category: Category
+    culprits: list[Culprit] = field(default_factory=list)
+    no_culprit: NoCulprit | None = None
+    call: Call | None = None               # the collective/op the others wait in (or the mismatched one)
+    calls: dict[int, Call] = field(default_factory=dict)       # each rank's call, for a mismatch
+    waiting: list[int] = field(default_factory=list)           # ranks inside ``call``
+    last_seq: dict[int, int] = field(default_factory=dict)     # per rank, its last sequence id in the group
+    via: list[int] = field(default_factory=list)               # ranks that waited, in a chain, for the culprit
+    consequences: list[Consequence] = field(default_factory=list)
+    no_evidence: list[int] = field(default_factory=list)       # ranks no source answered for
+    likely: bool = False                                       # the evidence is thin: "likely"
+    evidence: list[str] = field(default_factory=list)          # machine tags of what decided it
+    mismatch: str | None = None                                # "op", "sizes", "dtypes", "splits"
+
+    @property
+    def culprit_ranks(self) -> list[int]:
+        return [c.rank for c in self.culprits]

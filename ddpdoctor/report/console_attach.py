@@ -1,0 +1,63 @@
+"""The terminal view of an `attach` document: the verdict line (rank, host, file:line), what the others wait in,
+the fix, then one row per rank. Text read from the job's processes passes through safe_text."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..text import safe_text
+
+_STYLE = {"progressing": "green", "unreadable": "yellow"}
+
+
+def render(doc: dict, console: Console) -> None:
+    diag = doc.get("diagnosis") or {}
+    if doc.get("role") == "worker":
+        console.print(Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}]: {len(doc.get('ranks') or [])} "
+                           f"rank(s) read here; the master prints the verdict (exit {safe_text(doc.get('exit_code'))})"),
+                      soft_wrap=True)
+        return
+    category = str(diag.get("category", "?"))
+    job = doc.get("job") or {}
+    head = Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}] job {safe_text(job.get('id'))} "
+                f"({safe_text(job.get('launcher') or 'no launcher')}, world {safe_text(job.get('world_size'))}): ",
+                style="bold")
+    head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
+    console.print(head, soft_wrap=True)
+    for c in diag.get("culprits") or []:
+        line = f"  rank {c.get('rank')}" + (f" on {c['host']}" if c.get("host") else "") + \
+            (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "") if c.get("where") else "")
+        console.print(safe_text(line), soft_wrap=True)
+    if job.get("ranks_elsewhere"):
+        console.print(f"ranks with no process here (other nodes, or ended): {_ranks(job['ranks_elsewhere'])}; on a "
+                      "multi-node job run attach on every node", soft_wrap=True)
+    if diag.get("nodes_without_ranks"):
+        console.print(Text(f"no rank of the job runs on: {_ranks(safe_text(n) for n in diag['nodes_without_ranks'])}"),
+                      soft_wrap=True)
+    console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
+    table = Table(box=None, pad_edge=False)
+    for name in ("rank", "pid", "in", "where", "moved"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved"))
+    for r in doc.get("ranks") or []:
+        wait = r.get("wait") or {}
+        what = r.get("failure") and f"not read: {r.get('error')}" or _what(wait)
+        table.add_row(str(r.get("rank")), str(r.get("pid")), safe_text(what),
+                      safe_text(f"{r.get('where') or ''}" + (f" ({r['function']})" if r.get("function") else "")),
+                      {True: "yes", False: "no"}.get(r.get("moved"), "-"))
+    console.print(table)
+    if doc.get("stopped"):
+        console.print(f"--stop: sent {doc['stopped']['signal']} to {_ranks(doc['stopped']['pids'])}")
+
+
+def _what(wait: dict) -> str:
+    kind = wait.get("kind")
+    if kind in (None, "none", "unknown"):
+        return "its own code" if kind == "none" else "?"
+    if kind in ("send", "recv"):
+        return f"{wait.get('op')}({'dst' if kind == 'send' else 'src'}={wait.get('peer')})"
+    return str(wait.get("op") or kind)
+
+
+def _ranks(values) -> str:
+    return ", ".join(str(v) for v in values)

@@ -1,0 +1,106 @@
+"""Benchmark: `ddpdoctor attach` on a hung local job against py-spy run by hand on each rank (issue 31's speed).
+
+    python tests/benchmarks/bench_attach.py [--nproc 8] [--runs 3] [--interval 3]
+
+A torchrun job (gloo, --nproc ranks, a 30-minute process-group timeout) where rank 1 sits in its own code while
+the others wait in all_reduce. Measured, alternated, --runs times each:
+1. `ddpdoctor attach --pid AGENT --interval 0 --json` (one sample: discovery, every rank's py-spy dump --locals
+   in parallel, the judge, the document), wall time of the process;
+2. the same with the default two samples (--interval seconds apart): what a user waits for;
+3. by hand: `py-spy dump --locals --pid P` run on each rank one after the other (what one does without attach,
+   before reading any of it).
+Target: 1. and 2. minus the interval at most 5 s for 8 ranks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from ddpdoctor.cluster.local import free_port
+from ddpdoctor.launch.evidence.pyspy import binary
+
+JOB = Path(__file__).resolve().parents[1] / "integration" / "attach_job.py"
+TARGET_S = 5.0
+
+
+def start(nproc: int, tmp: Path) -> subprocess.Popen:
+    env = dict(os.environ, ATTACH_DIR=str(tmp), ATTACH_SHAPE="stuck", OMP_NUM_THREADS="1")
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                              "--master-port", str(free_port()), str(JOB)], env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not all((tmp / f"ready{r}").exists() for r in range(nproc)):
+        if time.monotonic() > deadline or agent.poll() is not None:
+            raise SystemExit("the job never got ready")
+        time.sleep(0.5)
+    time.sleep(2)
+    return agent
+
+
+def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return time.perf_counter() - t0, res
+
+
+def by_hand(pids: list[int]) -> float:
+    t0 = time.perf_counter()
+    for pid in pids:
+        subprocess.run([binary(), "dump", "--locals", "--pid", str(pid)], capture_output=True, timeout=60)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nproc", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--interval", type=float, default=3.0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = start(args.nproc, Path(tmp))
+        try:
+            pids = [p.pid for p in psutil.Process(agent.pid).children()]
+            base = [sys.executable, "-m", "ddpdoctor", "attach", "--pid", str(agent.pid), "--json", "--no-save"]
+            one, two, hand, named = [], [], [], set()
+            for _ in range(args.runs):
+                s, res = timed(base + ["--interval", "0"])
+                one.append(s)
+                named.add(tuple(json.loads(res.stdout)["diagnosis"].get("named") or ()))
+                s, res = timed(base + ["--interval", str(args.interval)])
+                two.append(s)
+                named.add(tuple(json.loads(res.stdout)["diagnosis"].get("named") or ()))
+                hand.append(by_hand(pids))
+            alive = agent.poll() is None and all(psutil.pid_exists(p) for p in pids)
+        finally:
+            family = psutil.Process(agent.pid).children(recursive=True)  # each worker in a session of its own
+            for p in family:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait(30)
+            psutil.wait_procs(family, timeout=30)
+    med = statistics.median
+    print(f"{args.nproc} ranks, {args.runs} runs (median):")
+    print(f"  attach, one sample:             {med(one):.2f} s")
+    print(f"  attach, two samples {args.interval:g} s apart: {med(two):.2f} s "
+          f"({med(two) - args.interval:.2f} s besides the interval)")
+    print(f"  py-spy dump --locals by hand:   {med(hand):.2f} s for {len(pids)} processes, one after the other")
+    print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
+    ok = med(one) <= TARGET_S and med(two) - args.interval <= TARGET_S and named == {(1,)} and alive
+    print(f"target {TARGET_S:g} s: {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""attach's pieces on recorded evidence: py-spy's text parsed (tests/unit/launch/data/pyspy/: real dumps of gloo
+ranks under torch 2.13), what torch's frames say a rank waits in, discovery from environments, the judge."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.errors import NothingReadable, UsageError
+from ddpdoctor.launch.attach import discover as disc
+from ddpdoctor.launch.attach import run as attach_run
+from ddpdoctor.launch.attach.decide import decide
+from ddpdoctor.launch.attach.sample import RankRead, read_rank
+from ddpdoctor.launch.evidence import pyspy
+from ddpdoctor.launch.evidence.model import Source, WaitKind
+
+DATA = Path(__file__).parent / "data" / "pyspy"
+
+
+def dump(name: str) -> pyspy.Dump:
+    return pyspy.parse((DATA / f"{name}.txt").read_text())
+
+
+def test_parse_a_waiting_rank_with_locals():
+    d = dump("allreduce_waiter")
+    assert d.pid == 16865 and len(d.threads) == 1
+    thread = d.main_thread()
+    assert thread.name == "MainThread" and thread.state == "idle"
+    inner = thread.frames[0]
+    assert inner.function == "all_reduce" and inner.file.endswith("torch/distributed/distributed_c10d.py")
+    assert inner.line == 3252 and inner.arguments["async_op"] == "False" and "work" in inner.locals
+    assert thread.frames[-1].function == "<module>" and thread.frames[-1].where == "/tmp/u31rec/job.py:12"
+
+
+@pytest.mark.parametrize("name,kind,op,peer", [
+    ("allreduce_waiter", WaitKind.COLLECTIVE, "all_reduce", None),
+    ("broadcast", WaitKind.COLLECTIVE, "broadcast", None),
+    ("recv_src1", WaitKind.RECV, "recv", 1),
+    ("own_code", WaitKind.NONE, None, None),
+])
+def test_the_records_say_what_a_rank_waits_in(name, kind, op, peer):
+    """py-spy's frames become the model's: torch's recv frame carries src=1 in its arguments (--locals)."""
+    state = pyspy.to_state(dump(name), 3, host="n1")
+    assert state.source is Source.PY_SPY and state.rank == 3 and state.host == "n1"
+    assert (state.wait.kind, state.wait.call.op if state.wait.call else None, state.wait.peer) == (kind, op, peer)
+    assert state.frames[0].local("async_op" if name == "allreduce_waiter" else "nothing") in ("False", None)
+
+
+def test_parse_threads_names_and_frames_without_line():
+    text = ('Process 7: python x.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
+            'Thread 0x7F00 (active+gil): "MainThread"\n    step (/src/train.py:41)\n        Arguments:\n'
+            '            dst: 3\n    <module> (/src/train.py:90)\n\nThread 8 (idle): "pt_elastic"\n'
+            '    run (/usr/lib/python3.11/threading.py)\n')
+    d = pyspy.parse(text)
+    assert d.pid == 7 and [t.name for t in d.threads] == ["MainThread", "pt_elastic"]
+    assert d.threads[1].frames[0].line is None and d.main_thread().frames[0].arguments == {"dst": "3"}
+
+
+def test_failures_are_classified():
+    assert pyspy.classify_failure("Error: Permission denied (os error 13)", 1) is pyspy.DumpFailure.PERMISSION
+    assert pyspy.classify_failure("Error: Operation not permitted (os error 1)", 1) is pyspy.DumpFailure.PERMISSION
+    assert pyspy.classify_failure("No such file or directory (os error 2)", 1 << 30) is pyspy.DumpFailure.GONE
+
+
+def test_a_refused_py_spy_is_a_permission_failure(tmp_path):
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Operation not permitted (os error 1)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    d = pyspy.dump(1, tool=str(fake))
+    assert d.failure is pyspy.DumpFailure.PERMISSION and "not permitted" in d.error
+
+
+def test_the_binary_is_found_beside_the_interpreter(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = pyspy.binary()
+    assert found is not None and Path(found).name == "py-spy"
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"RANK": "2", "LOCAL_RANK": "2", "WORLD_SIZE": "4", "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "j"},
+     (2, "torchrun", 2, 4)),
+    ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_NODEID": "2",
+      "SLURM_JOB_NODELIST": "n[1-4]"}, (5, "slurm", 1, 8)),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, (3, "mpi", 1, 4)),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, (1, None, None, 2)),
+    ({"RANK": "²", "WORLD_SIZE": "2"}, (None, None, None, None)),
+    ({"OMPI_COMM_WORLD_RANK": "١", "OMPI_COMM_WORLD_SIZE": "4"}, (None, None, None, None)),
+    ({"PATH": "/bin"}, (None, None, None, None)),
+])
+def test_a_processes_rank_from_its_environment(env, expected):
+    assert disc.rank_of(env) == expected
+
+
+def test_job_keys():
+    assert disc.job_key({"TORCHELASTIC_RUN_ID": "r1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}) == "r1@h:1"
+    assert disc.job_key({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}) == "42.3"
+    assert disc.job_key({"MASTER_ADDR": "h", "MASTER_PORT": "29500"}) == "h:29500"
+
+
+def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
+    if name is None:
+        return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
+    r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), dump(name), dump(name), "n1")
+    r.moved = moved
+    return r
+
+
+def culprits(doc: dict) -> list[tuple[int, str | None]]:
+    return [(c["rank"], c["where"]) for c in doc["culprits"]]
+
+
+def test_one_rank_in_its_own_code_is_the_culprit():
+    doc = decide([read(0, "allreduce_waiter"), read(1, "own_code"), read(2, "allreduce_waiter")], 3)
+    assert doc["category"] == "missing_rank" and culprits(doc) == [(1, "/tmp/u31rec/job.py:8")]
+    assert doc["named"] == [1] and doc["culprits"][0]["host"] == "n1" and doc["culprits"][0]["function"] == "compute"
+    assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2] and doc["fix"]
+
+
+def test_the_odd_collective_is_the_desync():
+    doc = decide([read(0, "allreduce_waiter"), read(1, "broadcast"), read(2, "allreduce_waiter")], 3)
+    assert doc["category"] == "desync" and culprits(doc) == [(1, "/tmp/u31rec/job.py:15")] and doc["named"] == [1]
+    tie = decide([read(0, "allreduce_waiter"), read(1, "broadcast")], 2)
+    assert tie["category"] == "desync" and tie["named"] == [] and tie.get("no_majority")
+
+
+def test_a_recv_leads_to_the_rank_that_never_sends():
+    doc = decide([read(0, "recv_src1"), read(1, "own_code")], 2)
+    assert doc["category"] == "missing_peer" and culprits(doc) == [(1, "/tmp/u31rec/job.py:8")]
+
+
+def test_moving_waiters_are_progress_and_no_waiters_too():
+    assert decide([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
+    assert decide([read(0, "own_code", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
+
+
+def test_everyone_in_one_collective_names_no_culprit():
+    doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 2)
+    assert doc["category"] == "stuck_collective" and doc["named"] == [] and doc["no_culprit"] == "everyone"
+
+
+def test_ranks_not_read_here_are_no_evidence_not_innocent_nor_named():
+    doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4)
+    assert doc["named"] == [] and doc["no_evidence"] == [2, 3]
+    unread = decide([read(0, "allreduce_waiter"), read(1, None)], 2)
+    assert unread["named"] == [] and unread["no_evidence"] == [1]
+
+
+def test_several_jobs_are_a_usage_error_listing_them():
+    jobs = [disc.Job("a@h:1", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "python a.py", "u")], 9,
+                     "torchrun a.py"),
+            disc.Job("b@h:2", None, 1, "h:2", [disc.RankProcess(2, 0, 0, 1, None, "python b.py", "u")])]
+    with pytest.raises(UsageError, match=r"2 torch.distributed jobs.*--job a@h:1.*torchrun a.py.*--job b@h:2"):
+        attach_run.choose(disc.Discovery(jobs, []), attach_run.AttachRequest())
+    assert attach_run.choose(disc.Discovery(jobs, []), attach_run.AttachRequest(job="b@")).key == "b@h:2"
+    with pytest.raises(NothingReadable, match="root"):
+        attach_run.choose(disc.Discovery([], [77]), attach_run.AttachRequest())
+    with pytest.raises(UsageError, match="no torch.distributed job"):
+        attach_run.choose(disc.Discovery([], []), attach_run.AttachRequest())
+
+
+def fr_entry(seq):
+    return {"collective_seq_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"],
+            "profiling_name": "gloo:all_reduce", "input_sizes": [[4]], "input_dtypes": ["Float"], "is_p2p": False,
+            "frames": []}
+
+
+def fr_doc(enqueued, completed):
+    return {"pg_status": {"0": {"last_enqueued_collective": enqueued, "last_completed_collective": completed}},
+            "entries": [fr_entry(i) for i in range(1, enqueued + 1)]}
+
+
+def test_the_worker_servers_flight_record_places_ranks_by_sequence_id():
+    """run-trainer's workers: their flight record (sequence ids) beside py-spy's stacks."""
+    from ddpdoctor.launch.attach.sample import add_record
+
+    waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
+    add_record(waiter, fr_doc(6, 5), fr_doc(6, 5))
+    add_record(late, fr_doc(5, 5), fr_doc(5, 5))
+    doc = decide([waiter, late], 2)
+    assert doc["named"] == [1] and "all_reduce #6" in doc["summary"] and doc["culprits"][0]["function"] == "compute"
+    moving = read(0, "allreduce_waiter")
+    add_record(moving, fr_doc(6, 5), fr_doc(7, 6))
+    assert moving.moved and decide([moving, read(1, "allreduce_waiter")], 2)["category"] == "progressing"
+
+
+def test_the_worker_socket_comes_from_run_trainers_template(tmp_path):
+    sock = tmp_path / "3.sock"
+    sock.write_text("")
+    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 3) == str(sock)
+    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 4) is None
+    assert disc.worker_socket({}, 3) is None
+
+
+def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
+    """read_job end to end with a stand-in py-spy that prints a recorded dump (the same both times: not moved)."""
+    from ddpdoctor.launch.attach.sample import read_job
+
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\ncat {DATA / 'own_code.txt'}\n")
+    fake.chmod(0o755)
+    job = disc.Job("j", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "p", "u"),
+                                              disc.RankProcess(2, 1, 1, 2, 0, "p", "u")])
+    reads = read_job(job, interval=0.01, tool=str(fake), host="n1")
+    assert [(r.rank, r.moved, r.state.wait.kind) for r in reads] == [(0, False, WaitKind.NONE), (1, False, WaitKind.NONE)]

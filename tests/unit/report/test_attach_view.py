@@ -1,0 +1,46 @@
+"""`ddpdoctor report` shows an attach document: the verdict as a finding (rank, host, file:line, fix) and the
+per-rank table; text read from the job's processes is escaped."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddpdoctor import documents
+from ddpdoctor.launch.attach import discover as disc
+from ddpdoctor.launch.attach.decide import decide
+from ddpdoctor.launch.attach.sample import read_rank
+from ddpdoctor.launch.evidence import pyspy
+from ddpdoctor.report.viewmodel import build
+from tests.unit.helpers import run_cli
+
+DATA = Path(__file__).parents[1] / "launch" / "data" / "pyspy"
+
+
+def attach_doc() -> dict:
+    reads = []
+    for rank, name in enumerate(("allreduce_waiter", "own_code", "allreduce_waiter")):
+        d = pyspy.parse((DATA / f"{name}.txt").read_text())
+        reads.append(read_rank(disc.RankProcess(10 + rank, rank, rank, 3, 0, "python job.py", "u"), d, d, "gpu<b>7"))
+    job = disc.Job("run1@h:1", "torchrun", 3, "h:1", [disc.RankProcess(10 + i, i, i, 3, 0, "p", "u") for i in range(3)])
+    return documents.envelope("attach", verdict="fail", exit_code=1, host="gpu<b>7", job=job.to_json(),
+                              interval_s=3.0, ranks=[r.to_json() for r in reads], diagnosis=decide(reads, 3),
+                              stopped=None)
+
+
+def test_the_view_model_has_the_attach_finding_and_ranks():
+    m = build([attach_doc()])
+    assert m["verdict"] == "fail" and m["findings"][0]["check"] == "attach"
+    assert "/tmp/u31rec/job.py:8" in m["findings"][0]["summary"]
+    view = m["attach"][0]
+    assert [r["in"] for r in view["ranks"]] == ["all_reduce", "its own code", "all_reduce"]
+    assert view["culprits"][0]["rank"] == 1
+
+
+def test_report_renders_an_attach_file_escaped(tmp_path):
+    path = tmp_path / "attach.json"
+    path.write_text(json.dumps(attach_doc()))
+    out = tmp_path / "r.html"
+    res = run_cli("report", str(path), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    html = out.read_text()
+    assert "attach" in html and "/tmp/u31rec/job.py:8" in html and "gpu&lt;b&gt;7" in html and "gpu<b>7" not in html
