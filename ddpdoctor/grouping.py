@@ -22,7 +22,7 @@ def compress_hosts(names: Iterable[str]) -> str:
     families: dict[tuple[str, str], list[str]] = {}
     plain: list[str] = []
     for name in names:
-        m = re.match(r"^(.*?)(\d+)(\D*)$", name)
+        m = re.match(r"^(.*?)([0-9]+)([^0-9]*)$", name)
         if not m:
             plain.append(name)
             continue
@@ -58,7 +58,8 @@ def number_ranges(digits: list[str], sep: str = ",") -> str:
 
 
 def _natural(text: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+    # ASCII digit runs only ('²' is a digit to \d and isdigit(), not to int()): the odd pieces of the split
+    return [int(t) if i % 2 else t for i, t in enumerate(re.split(r"([0-9]+)", text))]
 
 
 def describe_nodes(nodes: list[str], total: int) -> str:

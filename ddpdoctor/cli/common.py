@@ -17,6 +17,7 @@ import click
 
 from ..errors import UsageError
 from ..inputs import MAX_TIMEOUT_S
+from ..text import doc_without_surrogates
 
 
 @dataclass
@@ -236,6 +237,7 @@ def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: 
     asked for that fails (a full disk) is one error line naming the path and the free space, exit 2, after the
     result was shown: nothing of it is lost. The default save failing is one warning line: the verdict's exit
     code stands. The files are written even when rendering fails. Returns the document's exit code."""
+    doc = doc_without_surrogates(doc)  # a lone surrogate from a file or a folder name: no encoder takes it
     try:
         if as_json:
             print_json(doc)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..errors import UsageError
-from ..inputs import MAX_NODES
+from ..inputs import MAX_NODES, read_regular
 
 # A host list is bounded before anything is expanded or kept: node[1-99999999] is one line naming the variable
 # (exit 2), not 10^8 names in memory. The longest legitimate SLURM list (16k hosts spelled out) is ~200 KB;
@@ -137,8 +137,7 @@ def _expand(plan: list) -> list[str]:
 def read_node_file(path: str) -> str:
     """A host file (PBS_NODEFILE, --hosts @FILE), at most MAX_NODE_FILE_BYTES read: a larger one is a
     UsageError naming it; an unreadable one an OSError (the caller says what it meant)."""
-    with open(path, "rb") as fh:
-        raw = fh.read(MAX_NODE_FILE_BYTES + 1)
+    raw = read_regular(path, MAX_NODE_FILE_BYTES)  # a FIFO or device: an OSError before open(), not a hang
     if len(raw) > MAX_NODE_FILE_BYTES:
         raise UsageError(f"{path}: larger than {MAX_NODE_FILE_BYTES >> 20} MiB: not a host file")
     return raw.decode("utf-8", errors="replace")

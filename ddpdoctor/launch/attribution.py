@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict
 from .evidence_io import global_rank_of
 
@@ -243,7 +244,8 @@ def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], ho
     offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
     out = []
     try:
-        dirs = sorted((p for p in attempt_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+        dirs = sorted((p for p in attempt_dir.iterdir() if parse_int(p.name, hi=999_999_999, strip=False) is not None
+                       and p.is_dir()), key=lambda p: int(p.name))
     except OSError:
         return []
     for d in dirs[:4096]:

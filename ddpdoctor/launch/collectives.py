@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ..numbers import parse_int
+
 # faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", "ddpdoctor/launch/bootstrap.py")
@@ -201,7 +203,8 @@ def _behind_the_waiters(found: list[dict], evidence: dict, sites: dict) -> dict:
 
 
 def _pg_order(pg: str):
-    return (0, int(pg)) if pg.isdigit() else (1, pg)
+    number = parse_int(pg, strip=False)
+    return (0, number) if number is not None else (1, pg)
 
 
 def _judge_pg(pg: str, views: dict[int, dict], evidence: dict, sites: dict, dumps: bool = False,

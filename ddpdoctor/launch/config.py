@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..inputs import check_run_id
+from ..numbers import parse_int
 
 REFERENCE_MODULE = "ddpdoctor_trainer.train"
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -76,7 +77,7 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         raise UsageError("--nnodes above 1 needs --master HOST:PORT (the same on every node)")
     if cfg.master:
         host, sep, port = cfg.master.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or parse_int(port, lo=1, hi=65535, strip=False) is None:
             raise UsageError(f"--master {cfg.master!r}: expected HOST:PORT, e.g. node0:29500")
         from ..cluster.endpoint import parse_endpoint
 

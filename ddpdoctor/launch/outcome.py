@@ -200,7 +200,7 @@ def interrupted_root(signum: int) -> dict:
 # ended it, and a post-mortem's hang guess from ranks the stop ended one by one (a signal: STOP_SIGNALS).
 STOP_MARKS = ("unknown", "stopped", "peer_lost", "consequence", "hang")
 # The signals a stop sends (SIGKILL: to a rank still there after the grace); a SIGSEGV or SIGABRT came of itself.
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", None)
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", None)
 
 
 def _said_before(root: dict | None) -> bool:

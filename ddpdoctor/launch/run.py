@@ -173,7 +173,7 @@ class StopOnSignal:
     orderly shutdown short), whatever is left after the grace period gets SIGKILL, and the post-mortem and
     run.json still happen. The signal is kept for the exit code (128 + signal)."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: a dropped ssh session, the same stop
 
     def __init__(self, grace: float = 40.0):
         self.grace, self.signum, self.proc = grace, None, None

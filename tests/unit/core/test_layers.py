@@ -22,7 +22,7 @@ RENDERING = ("ddpdoctor.report", "ddpdoctor.bench.render", "ddpdoctor.launch.ren
 DOCUMENTS = {"ddpdoctor", "ddpdoctor.api", "ddpdoctor.errors", "ddpdoctor.exitcodes", "ddpdoctor.documents",
              "ddpdoctor.shapes", "ddpdoctor.inputs", "ddpdoctor.grouping", "ddpdoctor.redact", "ddpdoctor.devices",
              "ddpdoctor.exports", "ddpdoctor.registry", "ddpdoctor.settings", "ddpdoctor.baseline",
-             "ddpdoctor.lifetime", "ddpdoctor.text", "ddpdoctor.majority", "ddpdoctor.options",
+             "ddpdoctor.lifetime", "ddpdoctor.text", "ddpdoctor.numbers", "ddpdoctor.majority", "ddpdoctor.options",
              "ddpdoctor.check_helpers"}
 
 # Known exceptions, each with its reason.
