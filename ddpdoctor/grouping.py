@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from .numbers import parse_int
+
 SEVERITY = {"fail": 3, "warn": 2, "skip": 1, "pass": 0}
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -55,6 +57,30 @@ def number_ranges(digits: list[str], sep: str = ",") -> str:
         start = prev = d
     out.append(start if start == prev else f"{start}-{prev}")
     return sep.join(out)
+
+
+def rank_ranges(ranks: Iterable) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3, 8": ranks as ranges, so a dump that claims 65,536 ranks is one short line
+    ("3-65535"), not thousands; what is not an int is listed after them as it is."""
+    def is_int(r) -> bool:
+        return isinstance(r, int) and not isinstance(r, bool)
+
+    ranks = list(ranks)
+    ints = sorted({r for r in ranks if is_int(r)})
+    parts = [number_ranges([str(r) for r in ints], sep=", ")] if ints else []
+    return ", ".join(parts + [str(r) for r in ranks if not is_int(r)])
+
+
+def rank_values(values: dict, few: int = 16) -> str:
+    """{"0": 3, "1": 2} -> 'rank 0: 3, rank 1: 2'; more than ``few`` ranks: those of one value together, in
+    ranges ('rank(s) 0-1: 3, rank(s) 2-65535: 2')."""
+    if len(values) <= few:
+        return ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items(), key=lambda x: _natural(str(x[0]))))
+    by_value: dict = {}
+    for r, v in values.items():
+        number = parse_int(r, strip=False)
+        by_value.setdefault(str(v), []).append(r if number is None else number)
+    return ", ".join(f"rank(s) {rank_ranges(rs)}: {v}" for v, rs in by_value.items())
 
 
 def _natural(text: str) -> list:

@@ -215,6 +215,9 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         common.error_line("interrupted")
         return ExitCode.INTERRUPTED
+    except PermissionError as exc:  # a folder or file of mode 000 met where no reader expected one: bad input
+        common.error_line(f"{exc.filename or ''}: permission denied ({exc.strerror or exc})".lstrip(": "))
+        return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the policy: one line, exit 4, traceback with -v
         if common.STATE.verbose:
             traceback.print_exc()

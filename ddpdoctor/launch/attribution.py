@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ..grouping import rank_ranges
 from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict
 from .evidence_io import global_rank_of
@@ -338,7 +339,7 @@ def ended_early(f: RankFailure, ended: dict) -> None:
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
     coll = hang.get("collective") or {}
     op = (coll.get("ops") or {}).get(str(f.rank)) or coll.get("op")
-    names = ", ".join(map(str, culprits))
+    names = rank_ranges(culprits)
     if f.category == "desync":
         return (f"gloo aborted it on a message of another size from rank(s) {names}, whose call differs from the "
                 "majority's: it detected the mismatch, it did not cause it")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ..grouping import rank_ranges, rank_values
 from ..numbers import parse_int
 
 # faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
@@ -265,9 +266,8 @@ def _missing_verdict(pg: str, top: int, views: dict[int, dict], missing: list[in
                 "seq": views[r]["enqueued"], "op": op_of(last), **(fr_site(last) or {})}
     return _verdict("missing_rank", missing, evidence, sites, collective,
                     f"rank(s) {_list(missing)} never entered {collective['op']} #{top} (process group {pg}) "
-                    f"that rank(s) {_list(in_top)} " + ("entered (last sequence ids: " + ", ".join(
-                        f"rank {r}: {s}" for r, s in sorted(collective["last_seq"].items(), key=lambda x: int(x[0])))
-                        + ")" if dumps else "wait in"), silent=silent)
+                    f"that rank(s) {_list(in_top)} " + ("entered (last sequence ids: " + rank_values(collective["last_seq"])
+                                                        + ")" if dumps else "wait in"), silent=silent)
 
 
 def _desync_verdict(pg: str, top: int, views: dict[int, dict], sigs: dict, calls_at_top: dict, majority,
@@ -348,7 +348,7 @@ def _who(rank: int, evidence: dict, sites: dict) -> dict:
 
 
 def _list(ranks) -> str:
-    return ", ".join(map(str, ranks))
+    return rank_ranges(ranks)  # "3-65535", not 65,533 numbers
 
 
 # ---------------------------------------------------------------- progress of a healthy job

@@ -9,6 +9,7 @@ import secrets
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -101,6 +102,10 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         raise UsageError(f"--run-dir {run_dir}: cannot create ({exc.strerror or exc})") from exc
     if not os.access(run_dir, os.W_OK):
         raise UsageError(f"--run-dir {run_dir}: not writable")
+    try:  # os.access says yes to root where nothing can be made (/proc): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".ddpdoctor-probe-", dir=run_dir))
+    except OSError as exc:
+        raise UsageError(f"--run-dir {run_dir}: cannot create a folder there ({exc.strerror or exc})") from None
     cfg.run_id = resolve_run_id(cfg, os.environ)
     check_fresh(cfg)
     if cfg.resume is not None:

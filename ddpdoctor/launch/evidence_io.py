@@ -252,10 +252,14 @@ def subdirs(parent: Path, limit: int = DIR_ENTRIES) -> list[Path]:
                     break
                 try:
                     if entry.is_dir(follow_symlinks=False) or (entry.is_symlink() and entry.is_dir() and _inside(Path(entry.path))):
+                        if not os.access(entry.path, os.R_OK | os.X_OK):  # mode 000, not root: a note, not exit 4
+                            note(f"skipped {entry.path}: permission denied")
+                            continue
                         out.append(Path(entry.path))
                 except OSError:
                     continue
-    except OSError:
+    except OSError as exc:
+        note(f"skipped {parent}: cannot list ({exc.strerror or exc})")
         return []
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import documents
 from ..exitcodes import ExitCode
+from ..grouping import rank_ranges
 from . import attribution, evidence_io, postmortem, records
 from .config import TrainerConfig, resumed_run
 
@@ -146,7 +147,7 @@ def hang_root_cause(report: dict) -> dict:
         message = f"{verdict['summary']} (no progress for {report['stalled_s']:.0f} s; threshold " \
                   f"{threshold.get('seconds')} s, {threshold.get('source')})"
     else:
-        who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
+        who = f"rank(s) {rank_ranges(ranks)}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
     return postmortem.RankFailure(
         rank=ranks[0] if ranks else None, host=first.get("host") or socket.gethostname(),
@@ -173,7 +174,7 @@ def hang_consequences(report: dict) -> list[dict]:
     """The ranks that waited for the culprit, each with where it waited."""
     verdict = report.get("verdict") or {}
     coll = verdict.get("collective") or {}
-    culprits = ", ".join(str(c["rank"]) for c in verdict.get("culprits", []))
+    culprits = rank_ranges(c["rank"] for c in verdict.get("culprits", []))
 
     def waited(c: dict) -> str:  # each rank's own op: a barrier's waiters and an all_reduce's are not the same
         if c.get("waited_in"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import documents
 from ..errors import UsageError
 from ..redact import redact_text
+from ..text import safe_text
 from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
@@ -65,13 +66,13 @@ def _write(sink, line: str) -> None:
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
           logs: list | None = None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
-    secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be muted."""
+    secrets redacted, control sequences shown as text: it is often a scheduler's log file) through ``terminal`` when given, so that it can be muted."""
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
             noticed.set()  # torchrun's "Received SIGINT death signal, shutting down workers"
         for sink in logs or ():
             _write(sink, line)
-        shown = redact_text(line) if sinks else line
+        shown = safe_text(redact_text(line), keep="\r") if sinks else line  # ESC, OSC, U+202E shown, not obeyed
         for sink in sinks:
             if terminal is not None:
                 terminal.write(sink, shown)
