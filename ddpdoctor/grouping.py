@@ -60,14 +60,19 @@ def number_ranges(digits: list[str], sep: str = ",") -> str:
 
 
 def rank_ranges(ranks: Iterable) -> str:
-    """[0, 1, 2, 3, 8] -> "0-3, 8": ranks as ranges, so a dump that claims 65,536 ranks is one short line
-    ("3-65535"), not thousands; what is not an int is listed after them as it is."""
+    """[0, 1, 2, 3, 8, 9] -> "0-3, 8, 9": three or more consecutive ranks as a range, so a dump that claims
+    65,536 ranks is one short line ("3-65535"), not thousands; what is not an int is listed after them as it is."""
     def is_int(r) -> bool:
         return isinstance(r, int) and not isinstance(r, bool)
 
     ranks = list(ranks)
-    ints = sorted({r for r in ranks if is_int(r)})
-    parts = [number_ranges([str(r) for r in ints], sep=", ")] if ints else []
+    runs: list[list[int]] = []
+    for r in sorted({r for r in ranks if is_int(r)}):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs]
     return ", ".join(parts + [str(r) for r in ranks if not is_int(r)])
 
 

@@ -176,10 +176,10 @@ def test_postmortem_of_a_dump_claiming_65536_ranks_is_short(tmp_path):
 def test_rank_ranges():
     from ddpdoctor.grouping import rank_ranges, rank_values
 
-    assert rank_ranges([3, 0, 1, 2, 8, 65535, 65534]) == "0-3, 8, 65534-65535"
+    assert rank_ranges([3, 0, 1, 2, 8, 65535, 65534]) == "0-3, 8, 65534, 65535"
     assert rank_ranges([1, None]) == "1, None" and rank_ranges([]) == ""
     many = {str(r): (3 if r < 2 else 2) for r in range(100)}
-    assert rank_values(many) == "rank(s) 0-1: 3, rank(s) 2-99: 2"
+    assert rank_values(many) == "rank(s) 0, 1: 3, rank(s) 2-99: 2"
     assert rank_values({"1": 2, "0": 3}) == "rank 0: 3, rank 1: 2"
 
 
