@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def code_fingerprint(path: str) -> dict:
                 break
             f = Path(root) / name
             try:
+                if not stat.S_ISREG(os.lstat(f).st_mode):  # a FIFO would block the read, /dev links never end
+                    continue
                 h.update(str(f.relative_to(p)).encode() + b"\0" + f.read_bytes())
             except OSError:
                 continue
