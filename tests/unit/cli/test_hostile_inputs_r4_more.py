@@ -114,3 +114,29 @@ def test_relayed_job_output_is_filtered_like_the_verdicts():
     assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out and out.endswith("\r\n")
     assert log.getvalue() == attack  # the run's own log keeps what was written
+
+
+# ---------------------------------------------------------------- SIGHUP like SIGTERM
+def test_sighup_is_a_stop_of_its_own_code():
+    import signal
+
+    from ddpdoctor.lifetime import STOP_SIGNALS, Terminated, stop_signal_of
+
+    assert signal.SIGHUP in STOP_SIGNALS
+    assert stop_signal_of(Terminated(signal.SIGHUP)) == signal.SIGHUP and Terminated(signal.SIGHUP).name == "SIGHUP"
+    assert stop_signal_of(Terminated()) == signal.SIGTERM
+
+
+def test_a_stop_in_the_middle_of_a_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    import signal
+
+    from ddpdoctor import documents
+    from ddpdoctor.lifetime import Terminated
+
+    def hup(*_a, **_k):
+        raise Terminated(signal.SIGHUP)
+
+    monkeypatch.setattr(documents.os, "replace", hup)
+    with pytest.raises(Terminated):
+        documents.dump({"x": 1}, tmp_path / "run.json")
+    assert list(tmp_path.iterdir()) == []
