@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from shlex import quote
 
-from ddpdoctor.api import REDACTED, Check, nnodes_from_world, passed_if_quiet, per_node, redact_env
+from ddpdoctor.api import REDACTED, Check, nnodes_from_world, parse_int, passed_if_quiet, per_node, redact_env
 
 from .support.ifnames import gloo_ifname_problem, nccl_ifname_matches
 from .support.launchers import per_node as launcher_per_node
@@ -123,7 +123,7 @@ def judge_env(check: Check, node: str, env: dict, ifaces: list[str], opts, shari
                               [node], actual=master, expected="the master node's routable address",
                               fix="export MASTER_ADDR=<hostname or IP of node 0 that the other nodes can reach>"))
     port = env.get("MASTER_PORT")
-    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+    if port is not None and parse_int(port, lo=1, hi=65535, strip=False) is None:
         out.append(check.fail(f"MASTER_PORT={port!r} is not a TCP port", [node], actual=port, expected="1-65535",
                               fix="export MASTER_PORT=29500"))
     if env.get("CUDA_VISIBLE_DEVICES") == "":

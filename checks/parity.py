@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 from pathlib import Path
 from shlex import quote
@@ -22,6 +23,7 @@ from ddpdoctor.api import (TOOL_VERSION, Check, Split, baseline_name, baseline_v
 
 HARD_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")  # env variables whose difference fails (others warn)
 CODE_HASH_LIMIT = 20000  # files hashed outside git; beyond that the fingerprint says it is partial
+CODE_WALK_DEPTH, CODE_WALK_ENTRIES = 32, 200_000  # and folders walked: os.walk recurses (3000 deep: RecursionError)
 
 
 def code_fingerprint(path: str) -> dict:
@@ -39,18 +41,24 @@ def code_fingerprint(path: str) -> dict:
         pass
     h = hashlib.sha256()
     count = 0
-    for root, dirs, files in os.walk(p):
+    top, seen, cut = len(Path(p).parts), 0, False
+    for root, dirs, files in os.walk(p):  # bounded: depth (os.walk recurses) and entries looked at
+        seen += len(dirs) + len(files)
+        if dirs and (len(Path(root).parts) - top >= CODE_WALK_DEPTH or seen > CODE_WALK_ENTRIES):
+            dirs[:], cut = [], True
         dirs[:] = sorted(d for d in dirs if d not in (".git", "__pycache__"))
         for name in sorted(files):
             if count >= CODE_HASH_LIMIT:
                 break
             f = Path(root) / name
             try:
+                if not stat.S_ISREG(os.lstat(f).st_mode):  # a FIFO would block the read, /dev links never end
+                    continue
                 h.update(str(f.relative_to(p)).encode() + b"\0" + f.read_bytes())
             except OSError:
                 continue
             count += 1
-    return {"kind": "content", "files": count, "partial": count >= CODE_HASH_LIMIT, "fingerprint": h.hexdigest()[:16]}
+    return {"kind": "content", "files": count, "partial": cut or count >= CODE_HASH_LIMIT, "fingerprint": h.hexdigest()[:16]}
 
 
 BUILD_FIX = ("all nodes must run the identical environment/image: same Python, torch, CUDA and NCCL "

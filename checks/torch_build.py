@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from shlex import quote
 
-from ddpdoctor.api import Check, Option, passed_if_quiet, per_node
+from ddpdoctor.api import Check, Option, parse_int, passed_if_quiet, per_node
 
 # An NVIDIA driver leaves these behind; a cheap way to know GPUs exist without asking NVML (the gpu check does).
 NVIDIA_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidia0")
@@ -139,8 +140,8 @@ class TorchBuildCheck(Check):
 def _version_tuple(text: str | None) -> tuple[int, ...]:
     nums = []
     for part in str(text or "0").split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
+        number = parse_int(re.match(r"[0-9]*", part).group())  # '2', '13', '0+cu121' -> 0; '²' stops it
+        if number is None:
             break
-        nums.append(int(digits))
+        nums.append(number)
     return tuple(nums) or (0,)

@@ -60,6 +60,7 @@ from .check_helpers import (best_sample, connect_fix, connect_probe, cuda_availa
                             launcher_variables, lookup, lookup_cap_s, measure_collective, nnodes_from_world, redact_env,
                             route_source_addr, time_exchange)
 from .options import Option  # noqa: F401
+from .numbers import parse_int  # noqa: F401 - public: the one parser for integers from outside
 from .majority import (BASELINE, NoMajority, Split, baseline_name, baseline_values, majority,  # noqa: F401
                        nodes_text, split)
 

@@ -22,6 +22,7 @@ from . import __version__
 from .api import Level, Result
 from .errors import UsageError
 from .exitcodes import ExitCode
+from .text import no_surrogates
 
 SCHEMA = "ddpdoctor"
 SCHEMA_VERSION = 1
@@ -139,11 +140,14 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as fh:  # ENOSPC may surface at write or only at close
-            fh.write(text)
+            fh.write(no_surrogates(text))  # a '\ud800' read from a file: UTF-8 cannot hold it
         os.replace(tmp, path)
     except OSError as exc:
         _remove_quietly(tmp)
         raise write_error(path, exc) from exc
+    except BaseException:  # SIGTERM/SIGHUP/Ctrl-C mid-write: no .tmp left behind
+        _remove_quietly(tmp)
+        raise
     return path
 
 

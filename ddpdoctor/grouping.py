@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from .numbers import parse_int
+
 SEVERITY = {"fail": 3, "warn": 2, "skip": 1, "pass": 0}
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -22,7 +24,7 @@ def compress_hosts(names: Iterable[str]) -> str:
     families: dict[tuple[str, str], list[str]] = {}
     plain: list[str] = []
     for name in names:
-        m = re.match(r"^(.*?)(\d+)(\D*)$", name)
+        m = re.match(r"^(.*?)([0-9]+)([^0-9]*)$", name)
         if not m:
             plain.append(name)
             continue
@@ -57,8 +59,38 @@ def number_ranges(digits: list[str], sep: str = ",") -> str:
     return sep.join(out)
 
 
+def rank_ranges(ranks: Iterable) -> str:
+    """[0, 1, 2, 3, 8, 9] -> "0-3, 8, 9": three or more consecutive ranks as a range, so a dump that claims
+    65,536 ranks is one short line ("3-65535"), not thousands; what is not an int is listed after them as it is."""
+    def is_int(r) -> bool:
+        return isinstance(r, int) and not isinstance(r, bool)
+
+    ranks = list(ranks)
+    runs: list[list[int]] = []
+    for r in sorted({r for r in ranks if is_int(r)}):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs]
+    return ", ".join(parts + [str(r) for r in ranks if not is_int(r)])
+
+
+def rank_values(values: dict, few: int = 16) -> str:
+    """{"0": 3, "1": 2} -> 'rank 0: 3, rank 1: 2'; more than ``few`` ranks: those of one value together, in
+    ranges ('rank(s) 0-1: 3, rank(s) 2-65535: 2')."""
+    if len(values) <= few:
+        return ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items(), key=lambda x: _natural(str(x[0]))))
+    by_value: dict = {}
+    for r, v in values.items():
+        number = parse_int(r, strip=False)
+        by_value.setdefault(str(v), []).append(r if number is None else number)
+    return ", ".join(f"rank(s) {rank_ranges(rs)}: {v}" for v, rs in by_value.items())
+
+
 def _natural(text: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+    # ASCII digit runs only ('²' is a digit to \d and isdigit(), not to int()): the odd pieces of the split
+    return [int(t) if i % 2 else t for i, t in enumerate(re.split(r"([0-9]+)", text))]
 
 
 def describe_nodes(nodes: list[str], total: int) -> str:

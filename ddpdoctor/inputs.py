@@ -8,6 +8,7 @@ naming the file.
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import os
 import re
@@ -52,22 +53,51 @@ class Budget:
             raise UsageError(f"{name}: more than {MAX_INPUT_FILES} input files; merge fewer at a time")
 
 
-def read_bounded(path: str | os.PathLike, cap: int) -> bytes:
-    """The file's bytes; more than ``cap`` is an error found after reading cap + 1 bytes, never more. Only a
-    regular file: a FIFO would block the open, a device (/dev/zero) never ends."""
+class NotRegular(OSError):
+    """A path that is a FIFO, a device, a socket or a directory where a file is to be read."""
+
+
+def kind_of(mode: int) -> str:
+    """'a FIFO', 'a character device', ... for a stat mode that is not a regular file's."""
     import stat
 
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """THE way to open a file from a path a user or a file named: a read-only descriptor of a regular file.
+    A FIFO, device, socket or directory is refused (NotRegular, an OSError saying which) before open(): a
+    FIFO would block open() until a writer came, /dev/zero never ends. The open is O_NONBLOCK and checked
+    again, so a FIFO swapped in between cannot block it either. Other failures are the OSError itself."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegular(errno.EINVAL, f"{kind_of(mode)}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegular(errno.EINVAL, f"{kind_of(mode)}, not a regular file")
+    return fd
+
+
+def read_regular(path: str | os.PathLike, cap: int) -> bytes:
+    """At most ``cap`` + 1 bytes of a regular file (open_regular): the caller tells more than ``cap`` apart."""
+    with os.fdopen(open_regular(path), "rb") as fh:
+        return fh.read(cap + 1)
+
+
+def read_bounded(path: str | os.PathLike, cap: int) -> bytes:
+    """The file's bytes; more than ``cap`` is an error found after reading cap + 1 bytes, never more. Only a
+    regular file (open_regular): a FIFO would block the open, a device (/dev/zero) never ends."""
     path = Path(path)
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-            raise UsageError(f"{path}: cannot read ({what}, not a regular file)")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise UsageError(f"{path}: cannot read (not a regular file)")
-            raw = fh.read(cap + 1)
+        raw = read_regular(path, cap)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if len(raw) > cap:

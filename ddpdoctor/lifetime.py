@@ -9,8 +9,20 @@ PR_SET_PDEATHSIG = 1
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, schedulers and Ctrl-C-less tools send): unwinds like Ctrl-C, so every
-    `finally` that stops child processes runs, and ends with 128 + 15 (the command's handler raises it)."""
+    """SIGTERM (what `timeout`, schedulers and Ctrl-C-less tools send) or SIGHUP (a dropped ssh session): unwinds
+    like Ctrl-C, so every `finally` that stops child processes runs, and ends with 128 + the signal (143, 129;
+    the command's handler raises it)."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what stops a command: each unwinds, none kills
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
@@ -26,7 +38,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
 
 
 def import_held(module: str):
-    """Import ``module`` (torch's) with SIGTERM and SIGINT held back. The command's handler raises, and raised
+    """Import ``module`` (torch's) with SIGTERM, SIGINT and SIGHUP held back. The command's handler raises, and raised
     inside torch's native initialisation it ends the process with `terminate called ... error_already_set`
     (rc -6), or leaves torch half-loaded so the next import fails ("cannot load module more than once per
     process": exit 4), or is swallowed by torch's own clean-up (the signal ignored). Held back, the signal is
@@ -34,7 +46,7 @@ def import_held(module: str):
     import importlib
     import threading
 
-    held = {signal.SIGTERM, signal.SIGINT}
+    held = set(STOP_SIGNALS)
     on_main = threading.current_thread() is threading.main_thread()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if on_main else None
     try:
@@ -80,5 +92,5 @@ def stop_signal_of(exc: BaseException | None) -> int | None:
     if isinstance(sigval, int):
         return int(sigval)
     if isinstance(exc, KeyboardInterrupt):
-        return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        return getattr(exc, "signum", signal.SIGTERM) if isinstance(exc, Terminated) else signal.SIGINT
     return None

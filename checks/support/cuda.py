@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ddpdoctor.api import parse_int
+
 
 def has_cuda() -> bool:
     """torch imports and sees at least one usable CUDA device; never raises (ddpdoctor.devices' one meaning)."""
@@ -65,8 +67,8 @@ def resolve_visible(raw: str | None, gpus: list[dict]) -> dict:
 
 
 def _match_entry(entry: str, gpus: list[dict]) -> int | None:
-    if entry.isdigit():
-        i = int(entry)
+    i = parse_int(entry, strip=False)
+    if i is not None:
         return i if any(g["index"] == i for g in gpus) else None
     low = entry.lower()
     if low.startswith("mig-gpu-"):  # legacy MIG-GPU-<uuid>/<gi>/<ci>

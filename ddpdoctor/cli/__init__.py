@@ -148,7 +148,7 @@ def cli(verbose: int, quiet: bool) -> None:
 
 
 def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
+    raise Terminated(signum)  # SIGTERM or SIGHUP
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGHUP, _on_sigterm)  # a dropped ssh session: the same clean-up, exit 129
         redeliver_lost_stops()
     code = run(argv)
     _exit(code)
@@ -192,13 +193,13 @@ def run(argv: list[str] | None = None) -> int:
         return int(rv or 0)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except Terminated:
-        common.error_line("terminated (SIGTERM)")
-        return ExitCode.TERMINATED
+    except Terminated as exc:
+        common.error_line(f"terminated ({exc.name})")
+        return 128 + exc.signum
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (and so SIGTERM) into Abort
         if isinstance(exc.__cause__, Terminated):
-            common.error_line("terminated (SIGTERM)")
-            return ExitCode.TERMINATED
+            common.error_line(f"terminated ({exc.__cause__.name})")
+            return 128 + exc.__cause__.signum
         common.error_line("interrupted")
         return ExitCode.INTERRUPTED
     except click.NoSuchOption as exc:
@@ -216,6 +217,9 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         common.error_line("interrupted")
         return ExitCode.INTERRUPTED
+    except PermissionError as exc:  # a folder or file of mode 000 met where no reader expected one: bad input
+        common.error_line(f"{exc.filename or ''}: permission denied ({exc.strerror or exc})".lstrip(": "))
+        return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the policy: one line, exit 4, traceback with -v
         if common.STATE.verbose:
             traceback.print_exc()

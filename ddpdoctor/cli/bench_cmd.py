@@ -10,6 +10,7 @@ import click
 from ..errors import UsageError
 from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
+from ..numbers import parse_int
 from . import common
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
@@ -143,8 +144,8 @@ def _launcher_env(env, given: bool) -> None:
     if given:
         raise UsageError("running under a launcher (RANK/WORLD_SIZE set): it decides --nproc and --master")
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not env.get(v)]
-    bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE") if not env.get(v, "").isdigit()]  # empty too
-    if env.get("MASTER_PORT") and not env["MASTER_PORT"].isdigit():
+    bad = [f"{v}={env.get(v)!r}" for v in ("RANK", "WORLD_SIZE") if parse_int(env.get(v, ""), strip=False) is None]
+    if env.get("MASTER_PORT") and parse_int(env["MASTER_PORT"], lo=1, hi=65535, strip=False) is None:
         bad.append(f"MASTER_PORT={env['MASTER_PORT']!r}")
     if env.get("MASTER_ADDR"):
         from ..cluster.endpoint import host_like

@@ -17,6 +17,7 @@ import click
 
 from ..errors import UsageError
 from ..inputs import MAX_TIMEOUT_S
+from ..text import doc_without_surrogates
 
 
 @dataclass
@@ -230,12 +231,14 @@ def write_report(docs: list[dict], path: Path | None) -> None:
 
 
 def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: Path | None, as_json: bool,
-         render: Callable[[dict, Any], None], save: Saving | None = None) -> int:
+         render: Callable[[dict, Any], None], save: Saving | None = None, unwritten: list[str] | None = None) -> int:
     """The end of every command: the result is shown first (the JSON on stdout with --json, else the terminal
     view), then written (--output's JSON file, --report's HTML, else the default results directory). A write
-    asked for that fails (a full disk) is one error line naming the path and the free space, exit 2, after the
-    result was shown: nothing of it is lost. The default save failing is one warning line: the verdict's exit
-    code stands. The files are written even when rendering fails. Returns the document's exit code."""
+    asked for that fails (a full disk) is one error line naming the path and the free space (with what the
+    command could not write before: ``unwritten``), after the result was shown: nothing of it is lost, and a
+    full disk never changes the verdict's exit code. The default save failing is one warning line. The files
+    are written even when rendering fails. Returns the document's exit code."""
+    doc = doc_without_surrogates(doc)  # a lone surrogate from a file or a folder name: no encoder takes it
     try:
         if as_json:
             print_json(doc)
@@ -245,8 +248,9 @@ def emit(doc: dict, *, filename: str | None, out_dir: Path | None, report_file: 
         problems = _write_files(doc, filename, out_dir, report_file)
         if out_dir is None and save is not None and filename:
             _save_default(doc, filename, save)
+    problems = list(unwritten or []) + problems
     if problems:
-        raise UsageError("; ".join(problems))
+        error_line("; ".join(problems))
     return doc["exit_code"]
 
 

@@ -87,17 +87,11 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
 
     keep_preflight(pre_doc, Path(doc["run_json"]).parent if doc.get("run_json") else None, doc.get("run_id"))
     # A full --run-dir: the result and its post-mortem are shown first (and go to --output/--report where
-    # those fit), then one line names what could not be written and the free space there (exit 2).
-    unwritten = list(doc.get("unwritten") or [])
-    try:
-        code = common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
-                           render=lambda d, con: shown(d, con, render, render_node_line))
-    except UsageError as exc:
-        unwritten.append(str(exc))
-        code = ExitCode.USAGE
-    if unwritten:
-        raise UsageError("; ".join(unwritten))
-    return code
+    # those fit), then one line names what could not be written and the free space there; the job's exit
+    # code stands (a full disk never changes a verdict).
+    return common.emit(doc, filename="run.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=lambda d, con: shown(d, con, render, render_node_line),
+                       unwritten=list(doc.get("unwritten") or []))
 
 
 def keep_preflight(pre_doc: dict | None, directory: Path | None, run_id: str | None) -> None:

@@ -85,7 +85,9 @@ def _check_paths(request) -> None:
 
 
 def address_like(text: str) -> bool:
-    """An IP address or a host name (--local-addr, a --hosts entry)."""
+    """An IP address or a host name (--local-addr, a --hosts entry); never one with a control character."""
+    if not text.isprintable():
+        return False
     try:
         ipaddress.ip_address(text.split("%")[0])
         return True

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UsageError
+from ..numbers import parse_int
 
 LOOKUP_CAP_S = 6.0  # a lookup unanswered by then is recorded so (one value; plugins read it as api.LOOKUP_CAP_S)
 
@@ -44,6 +45,8 @@ class Endpoint:
 
 def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     """HOST:PORT, [IPv6]:PORT, or HOST alone when a default port exists."""
+    if not (text or "").isprintable():  # '\n', ESC, U+202E: one line here, not a resolver's two-line error
+        raise UsageError(f"--master {text[:80]!r}: a control or invisible character in the host or port")
     text = (text or "").strip()
     if not text:
         raise UsageError("--master is empty: expected HOST:PORT")
@@ -69,10 +72,9 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
         if default_port is None:
             raise UsageError(f"--master {text!r}: no port; expected HOST:PORT")
         port_text = str(default_port)
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise UsageError(f"--master {text!r}: port {port_text!r} is not a number") from None
+    port = parse_int(port_text, lo=None, strip=False)
+    if port is None:
+        raise UsageError(f"--master {text!r}: port {port_text!r} is not a number")
     if not 0 < port < 65536 or not host:
         raise UsageError(f"--master {text[:80]!r}: expected HOST:PORT with a port in 1..65535")
     if not host_like(host):
@@ -89,6 +91,8 @@ def host_like(host: str) -> bool:
     UnicodeError, not an OSError: caught here, as bad input)."""
     from .messages import HOST_RE
 
+    if not host.isprintable():  # 'fe80::1%eth0\n': the scope is not looked at below
+        return False
     try:
         ipaddress.ip_address(host.split("%")[0])
         return True

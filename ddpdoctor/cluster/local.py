@@ -46,15 +46,25 @@ def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
         return 32768
 
 
-def kill_sessions(procs: list[subprocess.Popen], wait_s: float = 10.0) -> None:
-    """SIGKILL the session of every process still running (each started with start_new_session=True)."""
-    for proc in procs:
-        if proc.poll() is None:
+def kill_sessions(procs: list[subprocess.Popen], wait_s: float = 10.0, grace_s: float = 5.0) -> None:
+    """Stop the session of every process still running (each started with start_new_session=True): SIGTERM
+    first, so a node removes what it made (the run's key file) as it unwinds, SIGKILL after ``grace_s``."""
+    running = [p for p in procs if p.poll() is None]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in running:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 pass
-            proc.wait(timeout=wait_s)
+        limit = time.monotonic() + (grace_s if sig == signal.SIGTERM else wait_s)
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.01, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        running = [p for p in running if p.poll() is None]
+        if not running:
+            return
 
 
 def child_python() -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..exitcodes import ExitCode
+from ..numbers import parse_int
 
 PROTOCOL = 1
 MAX_CLAIMS = 16  # claims of one rank read by the master: more is a flood, not a cluster
@@ -31,7 +32,8 @@ class Slot:
 
 
 
-HOST_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?$")  # DNS: labels <= 63
+# DNS: labels <= 63. \Z, not $: '$' also matches before a final newline ('host\n' was a host name)
+HOST_RE = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?\Z")
 HEX_RE = re.compile(r"^[0-9a-f]{16,64}$")
 
 
@@ -269,4 +271,4 @@ def about(key: str) -> str:
     if text is None:
         return "a message ddpdoctor does not write"
     rank = re.split(r"[/.]", rest)[0] if rest else ""
-    return text.format(rank=rank if rank.isdigit() else "?")
+    return text.format(rank=rank if parse_int(rank, strip=False) is not None else "?")

@@ -15,6 +15,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ..grouping import rank_ranges
+from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
 from .evidence.model import is_library
 from .evidence_io import global_rank_of
@@ -257,7 +259,8 @@ def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], ho
     offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
     out = []
     try:
-        dirs = sorted((p for p in attempt_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+        dirs = sorted((p for p in attempt_dir.iterdir() if parse_int(p.name, hi=999_999_999, strip=False) is not None
+                       and p.is_dir()), key=lambda p: int(p.name))
     except OSError:
         return []
     for d in dirs[:4096]:
@@ -351,7 +354,7 @@ def ended_early(f: RankFailure, ended: dict) -> None:
 def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
     coll = hang.get("collective") or {}
     op = (coll.get("ops") or {}).get(str(f.rank)) or coll.get("op")
-    names = ", ".join(map(str, culprits))
+    names = rank_ranges(culprits)
     if f.category == "desync":
         return (f"gloo aborted it on a message of another size from rank(s) {names}, whose call differs from the "
                 "majority's: it detected the mismatch, it did not cause it")

@@ -8,12 +8,14 @@ import re
 import secrets
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
 from ..inputs import check_run_id
+from ..numbers import parse_int
 
 REFERENCE_MODULE = "ddpdoctor_trainer.train"
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -75,7 +77,7 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         raise UsageError("--nnodes above 1 needs --master HOST:PORT (the same on every node)")
     if cfg.master:
         host, sep, port = cfg.master.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or parse_int(port, lo=1, hi=65535, strip=False) is None:
             raise UsageError(f"--master {cfg.master!r}: expected HOST:PORT, e.g. node0:29500")
         from ..cluster.endpoint import parse_endpoint
 
@@ -99,6 +101,10 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
         raise UsageError(f"--run-dir {run_dir}: cannot create ({exc.strerror or exc})") from exc
     if not os.access(run_dir, os.W_OK):
         raise UsageError(f"--run-dir {run_dir}: not writable")
+    try:  # os.access says yes to root where nothing can be made (/proc): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".ddpdoctor-probe-", dir=run_dir))
+    except OSError as exc:
+        raise UsageError(f"--run-dir {run_dir}: cannot create a folder there ({exc.strerror or exc})") from None
     cfg.run_id = resolve_run_id(cfg, os.environ)
     check_fresh(cfg)
     if cfg.resume is not None:

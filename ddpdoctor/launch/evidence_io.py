@@ -24,6 +24,9 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
+from .. import inputs
+from ..numbers import parse_int
+
 # ---------------------------------------------------------------- the caps (FORENSICS.md, "Input bounds")
 ERROR_FILE_BYTES = 4 << 20  # an error.json (message + traceback) is a few KiB; larger is skipped
 STDERR_TAIL_BYTES = 512 << 10  # of a rank's stderr.log only its last 512 KiB are read (seek, not read-all)
@@ -68,14 +71,6 @@ def note(message: str) -> None:
         notes.append(message)
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _inside(path: Path) -> bool:
     roots = _roots.get()
     if roots is None:
@@ -95,24 +90,16 @@ def open_regular(path: Path) -> int | None:
     if not _inside(path):
         note(f"skipped {path}: {'a link that leads' if stat.S_ISLNK(st.st_mode) else 'it lies'} outside the log dir")
         return None
-    try:
-        st = os.stat(path)
-    except OSError:
+    if stat.S_ISLNK(st.st_mode) and not os.path.exists(path):
         note(f"skipped {path}: a dangling link")
         return None
-    if not stat.S_ISREG(st.st_mode):
-        note(f"skipped {path}: {_kind(st.st_mode)}, not a regular file")
-        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+        return inputs.open_regular(path)  # the one opener: a FIFO or device refused before open()
+    except inputs.NotRegular as exc:
+        note(f"skipped {path}: {exc.strerror}")
     except OSError as exc:
         note(f"skipped {path}: cannot read ({exc.strerror or exc})")
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for something else between stat and open
-        os.close(fd)
-        note(f"skipped {path}: not a regular file")
-        return None
-    return fd
+    return None
 
 
 def read_capped(path: Path, cap: int) -> bytes | None:
@@ -265,10 +252,14 @@ def subdirs(parent: Path, limit: int = DIR_ENTRIES) -> list[Path]:
                     break
                 try:
                     if entry.is_dir(follow_symlinks=False) or (entry.is_symlink() and entry.is_dir() and _inside(Path(entry.path))):
+                        if not os.access(entry.path, os.R_OK | os.X_OK):  # mode 000, not root: a note, not exit 4
+                            note(f"skipped {entry.path}: permission denied")
+                            continue
                         out.append(Path(entry.path))
                 except OSError:
                     continue
-    except OSError:
+    except OSError as exc:
+        note(f"skipped {parent}: cannot list ({exc.strerror or exc})")
         return []
     return out
 
@@ -278,7 +269,7 @@ def numbered(dirs: list[Path], prefix: str = "") -> list[tuple[int, Path]]:
     out = []
     for d in dirs:
         tail = d.name[len(prefix):] if d.name.startswith(prefix) else None
-        if tail is not None and tail.isascii() and tail.isdigit() and len(tail) <= 9:
+        if tail is not None and parse_int(tail, hi=999_999_999, strip=False) is not None:
             out.append((int(tail), d))
         else:
             note(f"skipped {d}: not a torchrun {prefix + '<number>' if prefix else '<local rank>'} folder")

@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from ..numbers import parse_int
 from . import evidence_io
 
 MAX_BYTES = evidence_io.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
@@ -82,7 +83,10 @@ def _intlike(v) -> bool:
         return False
     if isinstance(v, int):
         return True
-    return isinstance(v, str) and len(v) <= 20 and v.lstrip("-").isdigit()
+    return parse_int(v, lo=None, signed=True, strip=False) is not None
+
+
+MAX_DEPTH = 16  # folders below a log dir searched for dumps (torchrun's own layout is 3 deep)
 
 
 def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, dict]]:
@@ -93,8 +97,12 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
     for root in roots:
         if not root.is_dir():
             continue
+        top = len(root.parts)
         for folder, dirs, files in os.walk(root):  # followlinks=False: a link cannot lead the walk elsewhere
             dirs.sort()
+            if len(Path(folder).parts) - top >= MAX_DEPTH and dirs:  # 3000 nested folders: no RecursionError
+                evidence_io.note(f"{folder}: deeper than {MAX_DEPTH} folders below {root}; not searched further")
+                dirs.clear()
             seen += len(dirs) + len(files)
             for name in sorted(files):
                 m = RANK_IN_NAME.search(name)

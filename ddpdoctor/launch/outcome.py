@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import documents
 from ..exitcodes import ExitCode
+from ..grouping import rank_ranges
 from . import attribution, evidence_io, postmortem, records
 from .config import TrainerConfig, resumed_run
 from .evidence.model import is_library
@@ -135,7 +136,7 @@ def hang_root_cause(report: dict) -> dict:
         message = f"{verdict['summary']} (no progress for {report['stalled_s']:.0f} s; threshold " \
                   f"{threshold.get('seconds')} s, {threshold.get('source')})"
     else:
-        who = f"rank(s) {', '.join(map(str, ranks))}" if ranks else "no single rank (all stopped together)"
+        who = f"rank(s) {rank_ranges(ranks)}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
     return postmortem.RankFailure(
         rank=ranks[0] if ranks else None, host=first.get("host") or socket.gethostname(),
@@ -162,7 +163,7 @@ def hang_consequences(report: dict) -> list[dict]:
     """The ranks that waited for the culprit, each with where it waited."""
     verdict = report.get("verdict") or {}
     coll = verdict.get("collective") or {}
-    culprits = ", ".join(str(c["rank"]) for c in verdict.get("culprits", []))
+    culprits = rank_ranges(c["rank"] for c in verdict.get("culprits", []))
 
     def waited(c: dict) -> str:  # each rank's own op: a barrier's waiters and an all_reduce's are not the same
         if c.get("waited_in"):
@@ -189,7 +190,7 @@ def interrupted_root(signum: int) -> dict:
 # ended it, and a post-mortem's hang guess from ranks the stop ended one by one (a signal: STOP_SIGNALS).
 STOP_MARKS = ("unknown", "stopped", "peer_lost", "consequence", "hang")
 # The signals a stop sends (SIGKILL: to a rank still there after the grace); a SIGSEGV or SIGABRT came of itself.
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", None)
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", None)
 
 
 def _said_before(root: dict | None) -> bool:

@@ -5,6 +5,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
+from ..grouping import rank_ranges
 from ..report.values import human, phrases
 from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
 from ..report import wording
@@ -200,12 +201,12 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
         rows.append(T(f"collective: {coll['op']}{seq}{peer} (process group {coll['pg']})"
                          + (f" called at {wording.location(site['where'])} in {site.get('function')}"
                             if site.get("where") else "")
-                         + f"; waiting: rank(s) {', '.join(map(str, coll.get('waiting_ranks', [])))}"))
+                         + f"; waiting: rank(s) {rank_ranges(coll.get('waiting_ranks', []))}"))
         for rank, call in (coll.get("calls") or {}).items():
             rows.append(T(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
                              + (f" at {wording.location(call['where'])}" if call.get("where") else "")))
     if verdict.get("no_evidence"):
-        rows.append(T(f"no flight recorder from rank(s) {', '.join(map(str, verdict['no_evidence']))}",
+        rows.append(T(f"no flight recorder from rank(s) {rank_ranges(verdict['no_evidence'])}",
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:

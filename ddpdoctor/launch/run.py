@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import documents
 from ..errors import UsageError
 from ..redact import Lines, know_job
+from ..text import safe_text
 from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
@@ -67,8 +68,9 @@ def _write(sink, line: str) -> None:
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
           logs: list | None = None, folder: Folder | None = None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
-    secrets redacted: it is often a scheduler's log file) through ``terminal`` when given, so that it can be
-    muted, and through ``folder`` when given (tracebacks folded to their last frames: fold.py)."""
+    secrets redacted, control sequences shown as text: it is often a scheduler's log file) through ``terminal``
+    when given, so that it can be muted, and through ``folder`` when given (tracebacks folded to their last
+    frames: fold.py)."""
     redact = Lines()  # one per stream: a key block's context carries across lines
     for line in iter(src.readline, ""):
         if noticed is not None and "death signal" in line:
@@ -76,7 +78,7 @@ def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal
         for sink in logs or ():
             _write(sink, line)
         if sinks:
-            shown = redact(line)
+            shown = safe_text(redact(line), keep="\r")  # ESC, OSC, U+202E shown, not obeyed
             _show(sinks, folder.feed(shown) if folder is not None else [shown], terminal)
     if sinks and folder is not None:
         _show(sinks, folder.flush(), terminal)
@@ -192,7 +194,7 @@ class StopOnSignal:
     orderly shutdown short), whatever is left after the grace period gets SIGKILL, and the post-mortem and
     run.json still happen. The signal is kept for the exit code (128 + signal)."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: a dropped ssh session, the same stop
 
     def __init__(self, grace: float = 40.0):
         self.grace, self.signum, self.proc = grace, None, None

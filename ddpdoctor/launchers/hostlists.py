@@ -6,7 +6,7 @@ import re
 from typing import Callable
 
 from ..errors import UsageError
-from ..inputs import MAX_NODES
+from ..inputs import MAX_NODES, read_regular
 from ..numbers import parse_int
 
 # A host list is bounded before anything is expanded or kept: node[1-99999999] is one line naming the variable
@@ -108,8 +108,7 @@ def read_node_file(path: str, limit: int | None = None) -> str:
     """A host file (PBS_NODEFILE, --hosts @FILE), at most MAX_NODE_FILE_BYTES read: a larger one is a
     UsageError naming it; an unreadable one an OSError (the caller says what it meant)."""
     limit = MAX_NODE_FILE_BYTES if limit is None else limit
-    with open(path, "rb") as fh:
-        raw = fh.read(limit + 1)
+    raw = read_regular(path, limit)  # a FIFO or device: an OSError before open(), not a hang
     if len(raw) > limit:
         raise UsageError(f"{path}: larger than {limit >> 20} MiB: not a host file")
     return raw.decode("utf-8", errors="replace")

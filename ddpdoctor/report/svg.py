@@ -71,8 +71,20 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+PLOT_MAX = 1e15  # beyond it a value in a file (1e308 ms of clock offset, a loss of -1e308) is junk, not a point
+
+
+def plottable(v) -> bool:
+    """A number an axis can hold: finite and within ±PLOT_MAX (1e308 - -1e308 overflows the axis' span)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= PLOT_MAX
+
+
+_finite = plottable
+
+
+def not_drawn(count: int, what: str = "values") -> str:
+    """The chart's note for what it left out: '3 values not drawn (not finite or beyond ±1e15)'."""
+    return f"{count} {what} not drawn (not finite or beyond ±{PLOT_MAX:.0e})" if count else ""
 
 
 def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy, *, w: int = W, h: int = H,
@@ -100,9 +112,11 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
                log_x: bool = False, log_y: bool = False, refs: dict[str, float] | None = None) -> str:
     """Lines (one per series) with a legend; ``refs`` draws dashed horizontal reference lines."""
     # A diverged loss (NaN) or an infinite figure is a real result, but it has no place on an axis.
+    given = sum(len(s) for s in series.values())
     series = {name: [(x, y) for x, y in s if _finite(x) and _finite(y)] for name, s in series.items()}
     refs = {name: v for name, v in (refs or {}).items() if _finite(v)}
     pts = [p for s in series.values() for p in s]
+    dropped = not_drawn(given - len(pts))
     if not pts:
         return ""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts] + list(refs.values())
@@ -127,6 +141,7 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
         y = fy(v)
         body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="ref"/>'
                     f'<text x="{PAD_L + 4}" y="{y - 4:.1f}" class="legend">{escape(name)}</text>')
+    xlabel = xlabel + (f" ({dropped})" if dropped else "")
     return _frame(title, xlabel, ylabel, body, _ticks(lo_x, hi_x, log_x), _ticks(lo_y, hi_y, log_y), fx, fy)
 
 
@@ -138,7 +153,11 @@ def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]],
     offsets are not flattened by the limit); the ±limit band is drawn when it falls on the axis. A point
     beyond the axis (a bad node far off the others) is a triangle at the edge labelled with its value.
     Labels are the short ones given (all of them, or every k-th when they would collide; bad nodes always)."""
-    if not points:
+    kept = [p for p in points if _finite(p[2]) and _finite(p[3])]
+    dropped = not_drawn(len(points) - len(kept), "nodes")
+    note = "; ".join(x for x in (note, dropped) if x)
+    points = kept
+    if not points or not (_finite(half) and _finite(step) and half > 0 and step > 0):
         return ""
     n = len(points)
     wide = n > 24
@@ -189,6 +208,9 @@ def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]],
 
 def bars(title: str, values: list[tuple[str, float, bool]], *, ylabel: str, ref: float | None = None) -> str:
     """One bar per node; outliers (third field) in red; ``ref`` a dashed line (e.g. the median)."""
+    kept = [(name, v, odd) for name, v, odd in values if _finite(v)]
+    dropped, values = not_drawn(len(values) - len(kept)), kept
+    ref = ref if _finite(ref) else None
     if not values:
         return ""
     n = len(values)
@@ -203,7 +225,7 @@ def bars(title: str, values: list[tuple[str, float, bool]], *, ylabel: str, ref:
                     f'{v:.4g}</title></rect>')
     if ref is not None:
         body.append(f'<line x1="{PAD_L}" y1="{fy(ref):.1f}" x2="{W - PAD_R}" y2="{fy(ref):.1f}" class="ref"/>')
-    return _frame(title, "node", ylabel, body, [], _ticks(0, hi, False), fx, fy)
+    return _frame(title, "node" + (f" ({dropped})" if dropped else ""), ylabel, body, [], _ticks(0, hi, False), fx, fy)
 
 
 HEATMAP_PX = 1024  # the reachability heatmap's side: 512 nodes at 2 px a cell, fewer at larger cells

@@ -136,6 +136,41 @@ def test_signal_to_local_nodes_leaves_no_process(sig):
             proc.wait(10)
 
 
+@pytest.mark.timeout(150)
+def test_sighup_to_local_nodes_leaves_no_process_and_no_key_file(tmp_path):
+    """A dropped ssh session (SIGHUP) while the run's key file exists: exit 129 like SIGTERM's 143, every node
+    gone, the key file removed (3 of 9 SIGHUPs left it behind: the nodes were SIGKILLed, never unwound)."""
+    keys = tmp_path / ".ddpdoctor" / "keys"
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "preflight", "--local-nodes", "3", "--only", ONLY,
+                             "--timeout", "20", "--json", "--no-save"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**os.environ, "HOME": str(tmp_path)})
+    kids: list[psutil.Process] = []
+    try:
+        parent = psutil.Process(proc.pid)
+        kids = _node_children(parent, 3, 60)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not (keys.is_dir() and any(keys.iterdir())):
+            time.sleep(0.05)
+        assert keys.is_dir() and any(keys.iterdir()), "the master never wrote the run's key file"
+        kids = parent.children(recursive=True)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=40)
+        gone, alive = psutil.wait_procs(kids, timeout=10)
+        assert not alive, f"left behind: {alive}\n{err.decode(errors='replace')[-2000:]}"
+        assert proc.returncode == 129, (proc.returncode, err.decode(errors="replace")[-2000:])
+        assert b"Traceback" not in err and b"terminate called" not in err
+        assert not list(keys.iterdir()), list(keys.iterdir())
+    finally:
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def _console_script() -> str:
     """The installed `ddpdoctor` script: unlike `python -m`, it does not put the working directory first
     on sys.path, so the parent imports the real ddpdoctor and the children are the ones under test."""

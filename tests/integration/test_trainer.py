@@ -345,7 +345,8 @@ while True:
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("sig,user_script", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)])
+@pytest.mark.parametrize("sig,user_script", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True),
+                                            (signal.SIGHUP, False)])  # SIGHUP: a dropped ssh session (issue 33)
 def test_signal_to_run_trainer_stops_every_process_and_still_writes_run_json(tmp_path, sig, user_script):
     """A signal to run-trainer alone (a scheduler's SIGTERM, `kill -INT`): torchrun and every worker end, nothing
     is left listening, and the post-mortem and run.json still happen."""

@@ -3,6 +3,7 @@ localisation and the one-line failure (pure; no HTML)."""
 from __future__ import annotations
 
 from ...grouping import number_ranges
+from ...numbers import parse_int
 from .common import _finite, _label, single_group
 
 
@@ -65,9 +66,8 @@ def bench_hosts(hosts) -> dict:
     """Which ranks ran on which host, the hosts in rank order; a short line naming them all."""
     by_host: dict[str, list[int]] = {}
     for rank, host in (hosts or {}).items() if isinstance(hosts, dict) else ():
-        try:
-            r = int(rank)
-        except (TypeError, ValueError):
+        r = parse_int(rank)
+        if r is None:
             continue
         by_host.setdefault(str(host), []).append(r)
     rows = [{"host": h, "ranks": _ranges(rs), "count": len(rs)} for h, rs in

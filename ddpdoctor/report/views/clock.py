@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 
 from ...exports import exported, node_exports
+from ..svg import plottable
 from .common import _finite, _natural
 
 
@@ -56,6 +57,7 @@ def clock_axis(points: list[dict], limit: float | None, min_half: float = CLOCK_
     """The clock chart's axis, ±half in ms, fitted to the offsets and their bounds (not to the limit, which
     would flatten sub-millisecond offsets). When a few bad nodes lie more than 10 x beyond the rest, the
     axis fits the rest and those are drawn at its edge with their figure (``clipped``)."""
+    points = [p for p in points if plottable(p["offset_ms"]) and plottable(p["bound_ms"])]  # svg notes the rest
     if not points:
         return {"half": min_half, "step": nice_step(2 * min_half), "clipped": False, "limit_shown": False, "worst": ""}
     extent = [abs(p["offset_ms"]) + p["bound_ms"] for p in points]

@@ -90,7 +90,7 @@ def short_labels(names: list[str], width: int = 10) -> tuple[dict[str, str], str
         return {}, ""
     pattern: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for n in names:
-        m = re.match(r"^(.*?)(\d+)(\D*)$", n)
+        m = re.match(r"^(.*?)([0-9]+)([^0-9]*)$", n)
         if m:
             pattern.setdefault((m.group(1), m.group(3)), []).append((n, m.group(2)))
     labels: dict[str, str] = {}
@@ -116,7 +116,8 @@ def _label(members: list[str], total: int = 0, width: int = 90) -> str:
 
 
 def _natural(text: str) -> list:
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
+    # ASCII digit runs only ('²' is a digit to \d and isdigit(), not to int()): the odd pieces of the split
+    return [(0, int(t), "") if i % 2 else (1, 0, t) for i, t in enumerate(re.split(r"([0-9]+)", text))]
 
 
 def _finite(v) -> bool:

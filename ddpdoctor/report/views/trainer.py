@@ -3,6 +3,7 @@ the run in a line, the root cause and its consequences (pure; no HTML)."""
 from __future__ import annotations
 
 from .. import wording
+from ...numbers import parse_int
 from ..values import human
 from .common import _finite, single_group
 
@@ -14,7 +15,8 @@ def rank_table(metrics: dict) -> dict:
         return [r.get(key) for r in rows if isinstance(r, dict) and _finite(r.get(key))]
 
     def order(rank):
-        return (0, int(rank), "") if str(rank).isdigit() else (1, 0, str(rank))
+        number = parse_int(rank)
+        return (0, number, "") if number is not None else (1, 0, str(rank))
 
     ranks = []
     for rank in sorted(metrics, key=order):

@@ -1,6 +1,8 @@
 """Unit tests of checks/parity.py."""
 from __future__ import annotations
 
+import pytest
+
 from ddpdoctor_checks.env_vars import EnvVarsCheck
 from ddpdoctor_checks.gpu import GpuCheck
 from ddpdoctor_checks.packages import PackagesCheck
@@ -152,3 +154,28 @@ def test_a_baseline_whose_own_nodes_differed_does_not_pass_nodes_that_now_differ
     (ok,) = ParityCheck().compare({"a": parity_node(pkgs=("numpy==2.1.3",)), "b": parity_node(pkgs=("numpy==2.1.3",))},
                                   opts)
     assert ok.level is Level.PASS and "as in the baseline mixed/cluster.json" in ok.summary
+
+
+@pytest.mark.timeout(60)
+def test_code_fingerprint_skips_fifos_and_bounds_its_walk(tmp_path, monkeypatch):
+    """A FIFO in the code directory blocked the hash's read forever; 3000 nested folders overflowed os.walk."""
+    import os
+    import subprocess
+
+    from ddpdoctor_checks import parity
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    os.mkfifo(tmp_path / "pipe")
+    monkeypatch.setattr(parity, "CODE_WALK_DEPTH", 8)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1200):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    try:
+        out = parity.code_fingerprint(str(tmp_path))
+        assert out["kind"] == "content" and out["files"] == 1 and out["partial"], out
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=False, timeout=60)

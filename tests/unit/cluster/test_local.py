@@ -39,9 +39,19 @@ def test_kill_sessions_ends_whole_sessions_and_skips_the_finished():
 
     kids = psutil.Process(node.pid).children(recursive=True)
     local.kill_sessions([done, node], wait_s=10)
-    assert node.returncode == -9 and done.returncode == 0
+    assert node.returncode == -15 and done.returncode == 0  # SIGTERM first: a node removes its key file
     gone, alive = psutil.wait_procs(kids, timeout=10)
     assert not alive, alive
+    node.stdout.close()
+
+
+def test_kill_sessions_kills_a_session_that_ignores_sigterm_after_the_grace():
+    node = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert node.stdout.readline().strip() == "up"
+    local.kill_sessions([node], wait_s=10, grace_s=0.5)
+    assert node.returncode == -9
     node.stdout.close()
 
 
