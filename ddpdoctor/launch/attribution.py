@@ -110,7 +110,7 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     how many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
-        root.reason = DETECTOR  # gloo aborts the rank that receives a message of another size, not the odd one
+        root.reason, root.named = DETECTOR, False  # gloo aborts the rank that receives a message of another size
     # every failed rank lost a peer (or was stopped by the launcher after one did): who left?
     if fails and any(f.category == "peer_lost" for f in fails) and all(
             f.category == "peer_lost" or (f.category == "signal" and f.victim and f.signal in ("SIGTERM", "SIGINT"))
@@ -178,7 +178,7 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
         f.victim, f.reason = True, (f"waited in {calls[f.rank][0]} for {names} and timed out" if f.rank in calls
                                     else f.reason or "failed after the root cause")
     for f in culprits[1:] if one else culprits:
-        f.victim, f.reason = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how
+        f.victim, f.reason, f.named = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how, one
     return new, (culprits[1:] if one else culprits) + out
 
 
@@ -224,7 +224,7 @@ def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], cal
     rest = [f for f in fails if f is not odd[0]]  # the culprit's own record is the root cause, not its consequence
     for f in rest:
         if f in odd:
-            f.victim, f.reason = False, f"likely culprit too: waited in {calls[f.rank][0]}"
+            f.victim, f.reason, f.named = False, f"likely culprit too: waited in {calls[f.rank][0]}", True
         elif f.rank in calls:
             verb = "timed out" if f.category == "timeout" else "waited"
             f.victim, f.reason = True, f"{verb} in {calls[f.rank][0]} for {names}"
@@ -291,11 +291,12 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
             root.reason = (f"{hang['summary']}; rank {root.rank} is the one gloo aborted, which says only that it "
                            "received a message of another size")
         return
-    if root.reason == DETECTOR and hang.get("likely") and culprits == [root.rank]:
+    if root.named is False and root.category == "desync" and hang.get("likely") and culprits == [root.rank]:
         # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
         if len(hang.get("files") or {}) >= 2:
             root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
                            "this rank, which gloo aborted, left none")
+            root.named = None
         else:
             root.reason = (NO_MAJORITY + f"rank {root.rank}, which gloo aborted on a message of another size, and the "
                            "one other rank called differently; either call may be the wrong one")
@@ -327,7 +328,7 @@ def adopt(verdict: Verdict, hang: dict | None) -> None:
                 new.message += f" (its own record: {f.error_type + ': ' if f.error_type else ''}{f.message or f.reason})"
             continue
         if f.rank in culprits:
-            f.victim, f.reason = False, f"culprit too ({hang['class']}): see the root cause"
+            f.victim, f.reason, f.named = False, f"culprit too ({hang['class']}): see the root cause", True
         else:
             f.victim = True
             if f is root or f.category in ("timeout", "desync", "peer_lost"):
@@ -364,11 +365,10 @@ def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
 
 def culprit_ranks(root: dict | None, consequences: list[dict]) -> list[int]:
     """Every rank the verdict blames: the root cause's and the consequences marked culprits too."""
-    named = root and root.get("rank") is not None and root.get("reason") != DETECTOR \
-        and not str(root.get("reason", "")).startswith(NO_MAJORITY)
+    named = root and root.get("rank") is not None and root.get("named") is not False
     out = [root["rank"]] if named else []
     out += [c["rank"] for c in consequences if c.get("rank") is not None and not c.get("victim")
-            and str(c.get("reason", "")).startswith(("culprit too", "likely culprit too"))]
+            and c.get("named") is True]
     return sorted(set(out))
 
 

@@ -74,6 +74,9 @@ class RankFailure:
     log_tail: str = ""
     victim: bool = False
     reason: str = ""
+    # Whether the verdict names this rank: True (a culprit, listed beside the root cause), False (shown but not
+    # named: the rank gloo aborted on a mismatch, one side of a tie), None (undecided: a root cause is named).
+    named: bool | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -137,15 +137,13 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
 def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:
     """Follow every wait to where it ends: the culprits. Ranks passed on the way waited too (``via``)."""
     inbound: dict[int, WaitKind] = {}
-    seen, todo, via, opaque = set(), sorted(edges), [], False
+    seen, todo, via = set(), sorted(edges), []
     while todo:
         r = todo.pop(0)
         if r in seen:
             continue
         seen.add(r)
         for e in edges.get(r, []):
-            if e.targets is None:
-                opaque = True
             for t in e.targets or ():
                 inbound.setdefault(t, e.kind)
                 if t in edges and t not in via:
@@ -153,8 +151,20 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
                 todo.append(t)
     ends = sorted(t for t in inbound if t not in edges and not _waited_itself(evidence, t))
     waiters = sorted(edges)
+    unplaced = sorted(t for t in inbound if not (evidence.ranks.get(t) and evidence.ranks[t].recorded)
+                      and (all(e.targets is None for e in edges[t]) if t in edges else _waited_itself(evidence, t)))
+    if not ends and unplaced and not _cycle(edges):
+        # the waits lead to ranks that left no record of their call (the rank gloo aborted, its call unknown)
+        # while every rank with a record agrees: those are the likely odd ones, not named for certain
+        v = Verdict(Category.DESYNC if any(_aborted(evidence, t) for t in unplaced) else Category.MISSING_RANK,
+                    [_culprit(evidence, t, False, "unplaced") for t in unplaced], likely=True, no_evidence=unplaced)
+        f = next((f for f in findings if unplaced[0] in f.missing), None)
+        if f is not None:
+            v.call, v.waiting, v.calls = f.call, f.inside, f.calls
+        v.evidence.append("unplaced_waiter")
+        return v
     if not ends:
-        why = NoCulprit.NO_EVIDENCE if opaque and not _cycle(edges) else NoCulprit.CYCLE
+        why = NoCulprit.CYCLE if _cycle(edges) else NoCulprit.NO_EVIDENCE
         v = Verdict(_category_of_waits(edges), no_culprit=why, waiting=waiters)
         v.call = next((f.call for f in findings), None)
         return v
@@ -196,6 +206,11 @@ def _waited_itself(evidence: JobEvidence, rank: int) -> bool:
         return False
     e = s.ending
     return waits(s) or bool(e and (e.timed_out or e.by in (Ender.BACKEND, Ender.PEER_LOSS)))
+
+
+def _aborted(evidence: JobEvidence, rank: int) -> bool:
+    s = evidence.ranks.get(rank)
+    return bool(s and s.ending and s.ending.by == Ender.BACKEND)
 
 
 def _cycle(edges: dict[int, list[Edge]]) -> bool:

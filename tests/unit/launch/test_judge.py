@@ -253,3 +253,20 @@ def test_gloo_pipeline_counters_run_ahead_of_the_entries_and_the_stack_places_th
     v = judge(worker_server.job(ev))
     assert v.category == Category.MISSING_RANK and v.culprit_ranks == [2] and v.call.seq == 4 and v.waiting == [0, 1]
     assert v.culprits[0].where == Frame(USER, 33, "compute") and v.via == [3]
+
+
+def test_which_ranks_a_post_mortem_names_does_not_read_its_reasons():
+    """attribution.culprit_ranks reads the typed `named` flag: the rank gloo aborted is shown, not named, and a
+    culprit beside the root cause is named, whatever their reasons say."""
+    from ddpdoctor.launch import attribution
+
+    aborted = classify(RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, category="desync",
+                                   message="Received data size doesn't match expected size"))
+    root, rest = attribution.blame_the_absent(aborted, [], None, "h")
+    assert root.named is False
+    also = RankFailure(rank=3, local_rank=3, host="h", exit_code=None, named=True, reason="culprit too")
+    docs = [root.to_json(), also.to_json()]
+    before = attribution.culprit_ranks(docs[0], docs[1:])
+    for d in docs:
+        d["reason"] = "ganz anders formuliert"
+    assert before == attribution.culprit_ranks(docs[0], docs[1:]) == [3]
