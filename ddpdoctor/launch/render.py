@@ -10,6 +10,8 @@ from ..report.values import human, phrases
 from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
 from ..report import wording
 
+MAX_CULPRIT_ROWS = 8  # more culprits than this are one row of rank ranges
+
 
 def render(doc: dict, console: Console) -> None:
     s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
@@ -190,7 +192,11 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     rows = []
     verdict = hang.get("verdict") or {}
     coll = verdict.get("collective")
-    for c in (verdict.get("culprits") or [])[1:]:  # the first is the root cause's row; the others have only this one
+    others = (verdict.get("culprits") or [])[1:]  # the first is the root cause's row; the others have only this one
+    if len(others) > MAX_CULPRIT_ROWS:  # a dump claiming 65,536 ranks: one line, the ranks as ranges
+        rows.append(T(f"culprits too: rank(s) {rank_ranges([c.get('rank') for c in others])}"))
+        others = []
+    for c in others:
         rows.append(T(f"culprit too: rank {c.get('rank')} on {human(c.get('host'))}"
                          + (f" at {wording.location(c['where'])}" + (f" in {c['function']}" if c.get("function") else "")
                             if c.get("where") else "")))

@@ -3,6 +3,7 @@ class, summary, fix, collective, culprits, consequences, call_sites, no_evidence
 typed fields beside them (category, named, no_culprit, mismatch, via, waits). Decided before; worded here."""
 from __future__ import annotations
 
+from ...grouping import rank_ranges, rank_values
 from ..evidence.model import Call, JobEvidence, WaitKind, user_frame
 from .verdict import Category, Consequence, Culprit, NoCulprit, Verdict
 
@@ -40,7 +41,7 @@ NO_CULPRIT = {NoCulprit.CYCLE: "the waits go round in a circle (each rank waits 
 
 
 def _ranks(ranks) -> str:
-    return ", ".join(map(str, ranks))
+    return rank_ranges(list(ranks))  # "3-65535", not 65,533 numbers
 
 
 def _call(c: Call | None) -> str:
@@ -156,7 +157,7 @@ def _missing(v: Verdict, names: str, pg: str, evidence: JobEvidence) -> str:
     else:
         text = f"rank(s) {names} never entered {_call(c)}{pg} that rank(s) {_ranks(v.waiting)} {verb}"
         if not evidence.live and v.last_seq:
-            text += " (last sequence ids: " + ", ".join(f"rank {r}: {s}" for r, s in sorted(v.last_seq.items())) + ")"
+            text += " (last sequence ids: " + rank_values(v.last_seq) + ")"
     if v.no_evidence:
         text += f"; rank(s) {_ranks(v.no_evidence)} " + ("left no flight record" if not evidence.live
                                                            else "did not answer (no flight recorder)")
@@ -216,7 +217,7 @@ def live_line(verdict: dict, left_s: float | None = None) -> str:
     """One line for the terminal while the job still runs: who the others wait for, where it stands, and when
     the process group's timeout will end the wait (from the hang.verdict document ``to_json`` wrote)."""
     coll = verdict.get("collective") or {}
-    waiting = ", ".join(map(str, coll.get("waiting_ranks") or []))
+    waiting = rank_ranges(coll.get("waiting_ranks") or [])
     seq = f" #{coll['seq']}" if coll.get("seq") is not None else ""
     what = f"{coll.get('op')}{seq}" if coll.get("op") else "their wait"
     when = f"; their process-group timeout expires in {max(0.0, left_s):.0f} s" if left_s is not None else ""
