@@ -79,7 +79,11 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
                 # kept for `ddpdoctor report` under the run's id, unless that id holds an earlier run's records
                 fresh = not any((cfg.records() / name).exists() for name in RECORDS)
                 keep_preflight(pre_doc, cfg.records() if fresh else None, cfg.run_id)
-                common.error_line("the preflight failed (see above): not launching; fix it, or pass --force")
+                common.error_line("the preflight failed (see above): not launching; fix it, or pass --force"
+                                  if pre.get("verified", True) else
+                                  "the preflight's verdict could not be verified (this node has no key or token: "
+                                  "NOT VERIFIED above): not launching; set DDPDOCTOR_TOKEN on every node, or pass "
+                                  "--force")
                 return ExitCode.FAIL
             cfg.preflight = "forced"
     doc = launch(cfg, echo=not common.STATE.quiet, stdout_to_stderr=as_json, preflight=pre,

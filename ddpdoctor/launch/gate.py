@@ -27,7 +27,11 @@ def run_preflight(cfg: TrainerConfig, request, show: Callable[[dict], None] | No
     if show is not None:
         show(doc)
     # "document": the whole preflight, which the command keeps beside run.json (not part of run.json's summary)
-    return {"verdict": doc["verdict"], "failures": [r for r in doc["results"] if r["level"] == "fail"],
+    # A node without the run's key cannot check the master's signature: a PASS it received may be forged, so it
+    # gates as a fail (the preflight itself exits 5, never 0, on such a verdict)
+    verified = (doc.get("auth") or {}).get("verdict_verified") is not False
+    return {"verdict": doc["verdict"] if verified else "fail", "verified": verified,
+            "failures": [r for r in doc["results"] if r["level"] == "fail"],
             "interfaces": dict(cfg.env), "document": doc}
 
 
