@@ -35,12 +35,14 @@ LABELS = tuple(CATEGORY) + tuple(KIND)
 def category(label: str | None) -> str:
     if not label:
         return "no category"
+    if not isinstance(label, str):  # a hand-edited document: shown as it is, never a crash
+        return str(label)
     return CATEGORY.get(label, label.replace("_", " "))
 
 
 def kind(error_type: str | None) -> str | None:
     """The words for a hang class; None for a real exception's type (shown as it is: ValueError)."""
-    return KIND.get(error_type) if error_type else None
+    return KIND.get(error_type) if isinstance(error_type, str) else None
 
 
 def exit_state(rc: dict, stopped_by_us: bool) -> str:
