@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import documents
 from ..errors import UsageError
-from ..redact import Lines, know_job
+from ..redact import Lines, know_job, redact_text
 from ..text import safe_text
 from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
