@@ -4,7 +4,6 @@ summary name run.json and the logs by full path."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path

@@ -163,6 +163,10 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
             v.call, v.waiting, v.calls = f.call, f.inside, f.calls
         v.evidence.append("unplaced_waiter")
         return v
+    if not ends and _cycle(edges):
+        odd = _odd_group(evidence, findings, edges)
+        if odd is not None:
+            return odd
     if not ends:
         why = NoCulprit.CYCLE if _cycle(edges) else NoCulprit.NO_EVIDENCE
         v = Verdict(_category_of_waits(edges), no_culprit=why, waiting=waiters)
@@ -183,6 +187,31 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
         v.call = w.call if w else None
         v.waiting = sorted(r for r in waiters if any(ends[0] in (e.targets or ()) for e in edges[r]))
     v.evidence.append("wait_for_graph")
+    return v
+
+
+def _odd_group(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict | None:
+    """A cycle across groups where every waiter stands in a collective: ranks 0 and 1 wait in the world's
+    all_reduce for rank 2, which waits in a second group's all_reduce (a rank-guarded `if rank == last:`) for
+    them. The ranks that stand in a collective the majority of the waiters is not in are the odd ones; two
+    equal camps (or a send/recv in the cycle: a schedule's deadlock) name none."""
+    from .vote import odd_ones
+
+    if any(e.kind != WaitKind.COLLECTIVE for es in edges.values() for e in es):
+        return None
+    where = {r: (f.view.key, f.top) for f in findings for r in f.waiters}
+    if set(where) != set(edges):
+        return None
+    odd, major = odd_ones(where)
+    if not odd:
+        return None
+    v = Verdict(Category.DESYNC, [_culprit(evidence, r, True, "odd_group") for r in odd],
+                waiting=sorted(r for r in where if where[r] == major))
+    f = next((f for f in findings if (f.view.key, f.top) == major), None)
+    if f is not None:
+        v.call, v.calls = f.call, f.calls
+        v.last_seq = {r: m.last for r, m in f.view.members.items()}
+    v.evidence.append("odd_group_in_cycle")
     return v
 
 

@@ -182,6 +182,20 @@ def test_a_cross_group_deadlock_names_no_culprit_and_says_why():
     assert v["collective"]["pg"] == "0"
 
 
+def test_a_rank_guarded_collective_in_a_second_group_names_the_rank_the_majority_does_not_wait_with():
+    """Three ranks, the world and a metrics group over all three: only rank 2 all_reduces its metrics at one
+    step (`if rank == world - 1:`), ranks 0-1 go on into the world's next all_reduce. Ranks 0-1 wait for rank 2
+    there, rank 2 waits for them in the metrics group: a cycle, but two of the three stand in the world's
+    collective and rank 2 alone in one they never call: rank 2 is named, the others only waited."""
+    ev = {0: rank(grouped(0, 5, "1", 5, 7, 6), stack(17, "main")),
+          1: rank(grouped(1, 5, "1", 5, 7, 6), stack(17, "main")),
+          2: rank(grouped(2, 5, "1", 6, 6, 6), stack(16, "main"))}
+    v = collectives.judge(ev)
+    assert [c["rank"] for c in v["culprits"]] == [2] and v.get("no_culprit") is None, v["summary"]
+    assert v["culprits"][0]["where"] == f"{USER}:16"
+    assert sorted(c["rank"] for c in v["consequences"]) == [0, 1]
+
+
 def test_a_rank_that_answered_before_its_first_collective_never_entered_it():
     """Rank 1 is still loading its data when rank 0 waits in DDP's first collective: its flight recorder
     answers empty. It is the rank missing from the collective, not a rank that 'did not answer'."""
