@@ -92,8 +92,11 @@ def test_markup_that_slipped_past_the_escaping_would_not_run(report, tmp_path):
 
 # Today's figures (tests/benchmarks/README.md "Performance", bench_report.py) before the at-a-glance sections were added: built in
 # 0.29 s, loaded by headless chromium in 1.38 s against 1.01 s for an empty page (0.37 s for the page itself).
-BUILD_S_TODAY = 0.29
-LOAD_ABOVE_EMPTY_S_TODAY = 0.37
+# The bounds are 3x those figures (tests/README: no bound tighter than 3x its quiet time): the same machine
+# later built the same report at the same commit in 0.46-0.54 s of CPU, idle, so a tighter bound failed on the
+# machine's speed, not the report's; the figures themselves are tracked in tests/benchmarks (bench_report.py).
+BUILD_S_TODAY = 3 * 0.29
+LOAD_ABOVE_EMPTY_S_TODAY = 3 * 0.37
 
 
 def load_time(url: str) -> float:
