@@ -125,7 +125,7 @@ def test_a_hung_rank_is_named_in_bounded_time():
     assert p.returncode == 1, p.stderr[-2000:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
-    assert elapsed < 8 + 60  # --timeout 8; 60 s: the launcher and 3 ranks importing torch, sweep up to the fault
+    assert elapsed < 8 + 90  # --timeout 8; 90 s: the launcher and 3 ranks importing torch, sweep up to the fault
 
 
 @pytest.mark.timeout(240)

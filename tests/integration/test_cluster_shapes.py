@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_SITE = ROOT / "tests" / "fakes" / "gpu_site"
-TIMEOUT = 20
+TIMEOUT = 40  # every node imports torch before it joins: 20 s was not enough beside other tests on 2 cores
 PROBE = "ddpd-shape-probe"
 
 

@@ -18,6 +18,8 @@ from tests.integration.test_trainer import run_bounded, run_trainer, two_nodes
 
 pytestmark = pytest.mark.slow
 PG_TIMEOUT = 10
+# run.json is written once the job is stopped after the evidence: under a loaded 2-core CI that took up to 5.8 s
+# past the timeout, so the bound on `waited` is the timeout + 10 s (issue 32: no bound tighter than 3x quiet)
 
 
 @pytest.fixture
@@ -74,7 +76,7 @@ def test_live_verdict_before_the_users_timeout_3_ranks(tmp_path, job):
     rc = doc["root_cause"]
     assert rc["rank"] == 1 and rc["category"] == "hang" and doc["culprit_ranks"] == [1]
     assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2]
-    assert waited < PG_TIMEOUT + 5, waited
+    assert waited < PG_TIMEOUT + 10, waited
     # The job is stopped after its own timeout: torchrun's reaction to that stop is in its log, not on the terminal.
     for noise in ("SignalException", "got signal"):
         assert noise not in p.stderr, p.stderr[-3000:]
@@ -86,7 +88,7 @@ def test_live_two_culprits_4_ranks(tmp_path, job):
     v = doc["hang"]["verdict"]
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1, 2], v
     assert doc["culprit_ranks"] == [1, 2] and sorted(c["rank"] for c in doc["consequences"]) == [0, 3]
-    assert waited < PG_TIMEOUT + 5, waited
+    assert waited < PG_TIMEOUT + 10, waited
 
 
 @pytest.mark.timeout(120)
@@ -99,7 +101,7 @@ def test_live_rank_guarded_barrier_by_majority_3_ranks(tmp_path, job):
     assert v["collective"]["calls"]["0"]["op"] == "barrier" and v["collective"]["op"] == "all_reduce"
     assert all("all_reduce" in c["reason"] for c in doc["consequences"]), doc["consequences"]
     assert 0 not in [c["rank"] for c in doc["consequences"]]  # not its own consequence
-    assert waited < PG_TIMEOUT + 5, waited
+    assert waited < PG_TIMEOUT + 10, waited
 
 
 @pytest.mark.timeout(120)
@@ -155,7 +157,7 @@ def test_rank_frozen_inside_a_collective_3_ranks(tmp_path, job):
     p, doc, waited = live(tmp_path, job, 3, "stuck", [2])
     v = doc["hang"]["verdict"]
     assert v["class"] == "process_stopped" and [c["rank"] for c in v["culprits"]] == [2], v
-    assert waited < PG_TIMEOUT + 5 + 5, waited  # the stopped rank is continued, then stopped
+    assert waited < PG_TIMEOUT + 10 + 5, waited  # the stopped rank is continued, then stopped
 
 
 @pytest.mark.timeout(120)
@@ -224,7 +226,7 @@ def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monk
         assert doc["hang"]["threshold"]["source"] == "process-group timeout" and doc["culprit_ranks"] == [3]
         assert sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2], doc["consequences"]
         waited = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
-        assert waited < PG_TIMEOUT + 5, waited
+        assert waited < PG_TIMEOUT + 10, waited
 
 
 PAIRS = '''\
@@ -257,4 +259,4 @@ def test_subgroups_the_rank_waiting_in_its_pair_is_no_culprit_4_ranks(tmp_path):
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [3], v["summary"]
     assert v["culprits"][0]["where"] == f"{script}:11" and v["collective"]["pg"] == "2"
     assert doc["culprit_ranks"] == [3] and sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2]
-    assert "no_evidence" not in v and waited < PG_TIMEOUT + 5, waited
+    assert "no_evidence" not in v and waited < PG_TIMEOUT + 10, waited

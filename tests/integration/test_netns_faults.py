@@ -184,9 +184,10 @@ def test_cut_link_node_never_arrives(fabric):
     fab = fabric(3)
     fab.in_node(2, "ip", "link", "set", "eth0", "down")
     start = time.monotonic()
-    res = run_cluster(fab, timeout=8, limit=60)
-    # the nodes' promise: --timeout 8 to meet, then exit; 30 s: start-up and teardown of three nodes in namespaces
-    assert time.monotonic() - start < 8 + 30
+    res = run_cluster(fab, timeout=20, limit=90)
+    # the nodes' promise: --timeout 20 to meet, then exit (8 s left node 1, still importing torch beside other
+    # tests on 2 cores, missing too); 30 s: start-up and teardown of three nodes in namespaces
+    assert time.monotonic() - start < 20 + 30
     for code, _, err in res[:2]:
         assert code == 3, err[-1500:]
         assert "missing rank(s) 2" in err
