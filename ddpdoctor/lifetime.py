@@ -68,11 +68,7 @@ def redeliver_lost_stops() -> None:
     previous = sys.unraisablehook
     main = threading.main_thread().ident
 
-    def hook(unraisable) -> None:
-        sig = stop_signal_of(unraisable.exc_value)
-        if sig is None:
-            previous(unraisable)
-            return
+    def send_later(sig: int) -> None:
         # From another thread, a moment later: a signal sent to oneself runs its handler at once, here, inside
         # the place that ignores exceptions. To the main thread, so that a blocking call there is interrupted.
         try:
@@ -81,6 +77,21 @@ def redeliver_lost_stops() -> None:
             timer.start()
         except RuntimeError:  # no new thread at interpreter shutdown: the process is ending anyway
             pass
+
+    def hook(unraisable) -> None:
+        sig = stop_signal_of(unraisable.exc_value)
+        if sig is None:
+            previous(unraisable)
+            return
+        for _ in range(8):  # bounded: each pass is one signal sent and, at worst, one caught here
+            try:
+                send_later(sig)
+                return
+            except BaseException as exc:  # noqa: BLE001 - only the signal just sent can be raised here
+                # On a loaded machine the timer can fire before this hook has returned (Timer.start waits for
+                # its thread): the stop is raised in here, where it would be lost again. Send it once more.
+                if not isinstance(exc, KeyboardInterrupt) and getattr(exc, "sigval", None) is None:
+                    raise
 
     sys.unraisablehook = hook
 

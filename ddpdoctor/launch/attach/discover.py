@@ -103,7 +103,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         except psutil.Error:
             continue
         rank, launcher, local, world = rank_of(env)
-        if rank is None or not _is_python(proc) or "ddpdoctor" in cmd.split(" -")[0]:
+        if rank is None or not _is_python(proc) or is_ddpdoctor(proc.cmdline()):
             continue  # another ddpdoctor (attach under the same srun) is no rank
         found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
                                              worker_socket(env, rank)), launcher or ""))
@@ -118,6 +118,23 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         job.ranks.sort(key=lambda r: r.rank)
         _find_agent(job)
     return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+
+
+def is_ddpdoctor(argv: list[str]) -> bool:
+    """Whether a command line runs ddpdoctor itself (its console script or ``python -m ddpdoctor``), judged by
+    the program run, never by a path that merely contains the name (a venv in /tmp/ddpdoctor-ci.X runs ranks)."""
+    script = os.path.basename(argv[1]) if len(argv) > 1 else ""
+    if os.path.basename(argv[0] if argv else "") == "ddpdoctor" or script == "ddpdoctor":
+        return True
+    args = iter(argv[1:])
+    for arg in args:  # the interpreter's own options, up to the script or -m MODULE
+        if arg == "-m":
+            return next(args, "").split(".")[0] == "ddpdoctor"
+        if arg in ("-X", "-W"):
+            next(args, None)
+        elif not arg.startswith("-") or arg == "-c":
+            return False
+    return False
 
 
 def worker_socket(env: dict, rank: int) -> str | None:

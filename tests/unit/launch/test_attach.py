@@ -97,6 +97,19 @@ def test_job_keys():
     assert disc.job_key({"MASTER_ADDR": "h", "MASTER_PORT": "29500"}) == "h:29500"
 
 
+@pytest.mark.parametrize("argv, ours", [
+    (["/tmp/ddpdoctor-ci.X/venv/bin/python3", "-u", "/home/u/train.py"], False),  # a venv named after us runs ranks
+    (["/opt/ddpdoctor/bin/python", "-m", "torch.distributed.run", "t.py"], False),
+    (["/usr/bin/python3", "-X", "utf8", "-m", "mypkg.train", "-m", "ddpdoctor"], False),
+    (["/usr/bin/python3", "-c", "import ddpdoctor"], False),
+    (["/v/bin/python3", "/v/bin/ddpdoctor", "attach"], True),  # the console script
+    (["/v/bin/python3", "-u", "-m", "ddpdoctor", "preflight"], True),
+    (["ddpdoctor", "attach"], True),
+])
+def test_another_ddpdoctor_is_known_by_the_program_it_runs_not_by_its_path(argv, ours):
+    assert disc.is_ddpdoctor(argv) is ours
+
+
 def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
