@@ -55,7 +55,9 @@ class Launcher:
     ``fix(command)`` starts ``command`` on every node its way; ``started_all`` says that when some nodes
     joined, this launcher did start every node (the missing ones could not reach the master);
     ``rank_vars``/``local_rank_vars``/``size_vars`` name how a worker it started knows its global rank, its rank
-    on the node and the world size (attach reads them from a process's environment)."""
+    on the node and the world size (attach reads them from a process's environment); ``place_vars`` name the job
+    and then the node a process runs in (attach started inside such a job step reads the ranks of its own job on
+    its own node only)."""
     name: str
     present: Callable[[Mapping[str, str]], bool]
     read: Callable[[Mapping[str, str], Context], LauncherInfo]
@@ -65,6 +67,7 @@ class Launcher:
     rank_vars: tuple[str, ...] = ()
     local_rank_vars: tuple[str, ...] = ()
     size_vars: tuple[str, ...] = ()
+    place_vars: tuple[str, ...] = ()
     variables: tuple[VarFamily, ...] = field(default=())
 
 

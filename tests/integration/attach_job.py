@@ -1,5 +1,5 @@
 """A job for tests/integration/test_attach.py: gloo, the given process-group timeout, a shape chosen by
-ATTACH_SHAPE. Each rank writes ready<rank> in ATTACH_DIR when it reaches the place the test reads it at."""
+ATTACH_SHAPE; under torchrun, or under srun alone (the rank from SLURM_PROCID). Each rank writes ready<rank> in ATTACH_DIR when it reaches the place the test reads it at."""
 import datetime
 import os
 import time
@@ -20,6 +20,9 @@ def own_compute(seconds):
 
 
 def main():
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:  # started by srun itself, as many scripts are
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
     rank, shape = dist.get_rank(), os.environ["ATTACH_SHAPE"]
     t = torch.ones(8)

@@ -10,6 +10,7 @@ import psutil
 
 from ...launchers import LAUNCHERS, env_int
 from ...numbers import parse_int
+from . import dump_pipe
 
 _AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
@@ -24,6 +25,7 @@ class RankProcess:
     cmdline: str
     username: str | None
     worker_socket: str | None = None  # run-trainer's worker server (its flight recorder), when it started the job
+    dump_pipe: tuple[str, str] | None = None  # torch's dump pipe and dump file, when the job set them (dump_pipe.py)
 
 
 @dataclass
@@ -106,8 +108,9 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         if rank is None or not _is_python(proc) or is_ddpdoctor(proc.cmdline()):
             continue  # another ddpdoctor (attach under the same srun) is no rank
         found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
-                                             worker_socket(env, rank)), launcher or ""))
+                                             worker_socket(env, rank), dump_pipe.paths(env, rank)), launcher or ""))
         rank_pids.add(proc.pid)
+    found = in_own_place(found, os.environ) if only_pids is None else found
     for proc, env, rp, launcher in found:
         if _parent_pid(proc) in rank_pids and _same_rank(proc, rp, found):
             continue  # a rank's own child (a DataLoader worker) carries its RANK: the rank is its parent
@@ -118,6 +121,21 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         job.ranks.sort(key=lambda r: r.rank)
         _find_agent(job)
     return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+
+
+def in_own_place(found: list, own_env) -> list:
+    """Inside a launcher's job step (``srun --overlap --jobid J ddpdoctor attach``): when ranks of the same job
+    are seen, only those on this node count (SLURM_JOB_ID, then SLURMD_NODENAME). One PID namespace can hold
+    several nodes' ranks (nodes simulated in network namespaces, containers with the host's PIDs); elsewhere the
+    list is kept whole."""
+    for launcher in LAUNCHERS:
+        names = [v for v in launcher.place_vars if own_env.get(v)]
+        if not names or names[0] != launcher.place_vars[0]:
+            continue
+        job = names[0]
+        if any(env.get(job) == own_env[job] for _, env, _, _ in found):
+            return [f for f in found if all(f[1].get(v) == own_env[v] for v in names)]
+    return found
 
 
 def is_ddpdoctor(argv: list[str]) -> bool:

@@ -1,6 +1,7 @@
 """Reading every rank of a job from outside: py-spy dumps of all ranks in parallel, each with its time limit,
-taken twice a few seconds apart to tell a stuck rank from a slow one (its stack, locals included, moved or not).
-Nothing is sent to the processes: no signal, no write."""
+taken twice a few seconds apart to tell a stuck rank from a slow one (its stack, locals included, moved or not),
+with each rank's flight record where one can be had (run-trainer's worker server, or torch's own dump pipe when
+the job set it up). No signal is sent; the only write is a dump request into torch's pipe (dump_pipe.py)."""
 from __future__ import annotations
 
 import socket
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from ..evidence import pyspy
 from ..evidence.model import RankState, WaitKind, user_frame
+from . import dump_pipe
 from .discover import Job, RankProcess
 
 
@@ -49,13 +51,15 @@ class RankRead:
 
 
 def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float) -> dict[int, tuple[pyspy.Dump, dict | None]]:
-    """One py-spy dump per rank and, where run-trainer's worker server listens, its flight record; all at once
-    (a thread each, each bounded by ``timeout``)."""
+    """One py-spy dump per rank and, where run-trainer's worker server listens or torch's dump pipe is open, its
+    flight record; all at once (a thread each, each bounded by ``timeout``)."""
     if not ranks:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
         dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
         records = {rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
+        records.update({rp.pid: pool.submit(dump_pipe.flight_record, *rp.dump_pipe, timeout) for rp in ranks
+                        if rp.dump_pipe and rp.pid not in records})
         return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
 
 
@@ -80,12 +84,18 @@ def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_
     for rp in job.ranks:
         (d1, fr1), (d2, fr2) = first.get(rp.pid, (None, None)), second.get(rp.pid, (None, None))
         read = read_rank(rp, d1, d2, host)
-        add_record(read, fr1, fr2)
+        add_record(read, fr1, fr2, live_source(rp))
         out.append(read)
     return out
 
 
-def add_record(read: RankRead, first: dict | None, second: dict | None) -> None:
+def live_source(rp: RankProcess):
+    from ..evidence.model import Source
+
+    return Source.WORKER_SERVER if rp.worker_socket else Source.FLIGHT_RECORDER
+
+
+def add_record(read: RankRead, first: dict | None, second: dict | None, source=None) -> None:
     """The flight record (the later sample's) as the rank's record; a sequence id that moved is progress."""
     fr = second if second is not None else first
     if fr is None:
@@ -93,9 +103,11 @@ def add_record(read: RankRead, first: dict | None, second: dict | None) -> None:
     from ..evidence import flight_recorder
     from ..evidence.model import Source
 
-    read.recorded = flight_recorder.rank_state(read.rank, fr, Source.WORKER_SERVER, live=True)
+    read.recorded = flight_recorder.rank_state(read.rank, fr, source or Source.WORKER_SERVER, live=True)
     if first is not None and second is not None and first is not second:
-        read.moved = bool(read.moved) or _last_seqs(first) != _last_seqs(second)
+        # The record's sequence ids say whether the rank's collectives moved; its Python stack may move while
+        # they do not (NCCL returns at once: the rank polls, logs or spins in its own loop around a stuck one).
+        read.moved = _last_seqs(first) != _last_seqs(second)
 
 
 def _last_seqs(fr: dict) -> dict:

@@ -110,6 +110,19 @@ def test_another_ddpdoctor_is_known_by_the_program_it_runs_not_by_its_path(argv,
     assert disc.is_ddpdoctor(argv) is ours
 
 
+def test_inside_a_slurm_step_only_the_ranks_of_its_job_on_its_node_count():
+    def proc(job, node, rank):
+        return (None, {"SLURM_JOB_ID": job, "SLURMD_NODENAME": node, "SLURM_PROCID": str(rank)}, rank, "slurm")
+
+    found = [proc("7", "node1", 0), proc("7", "node2", 1), proc("8", "node1", 0)]
+    here = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "node1"}
+    assert [f[2] for f in disc.in_own_place(found, here)] == [0]
+    assert disc.in_own_place(found, {**here, "SLURMD_NODENAME": "node3"}) == []  # a node without ranks says so
+    # another allocation (an salloc shell) or no SLURM at all: every rank found is kept
+    assert disc.in_own_place(found, {"SLURM_JOB_ID": "9", "SLURMD_NODENAME": "node1"}) == found
+    assert disc.in_own_place(found, {}) == found
+
+
 def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
