@@ -173,7 +173,8 @@ def hang_consequences(report: dict) -> list[dict]:
     local = report.get("local_ranks") or {}
     return [postmortem.RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
                                    category="hang", location=c.get("where"), victim=True,
-                                   reason=f"{waited(c)} for rank(s) {culprits}" + (f" at {c['where']}" if c.get("where") else ""),
+                                   reason=waited(c) + (f" for rank(s) {culprits}" if culprits else "")
+                                   + (f" at {c['where']}" if c.get("where") else ""),
                                    fix="nothing to fix on this rank: see the root cause").to_json()
             for c in verdict.get("consequences", [])]
 

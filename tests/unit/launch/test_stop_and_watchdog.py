@@ -115,3 +115,13 @@ def test_a_live_hang_verdict_names_the_culprit_s_local_rank():
     assert root["rank"] == 3 and root["local_rank"] == 1
     assert [(c["rank"], c["local_rank"]) for c in outcome.hang_consequences(report)] == [(0, 0)]
     assert outcome.hang_root_cause({**report, "local_ranks": {}})["local_rank"] is None  # older documents
+
+
+def test_a_verdict_with_no_culprit_gives_its_waiters_no_empty_rank_list():
+    """A cycle or a tie names no culprit: each waiter says where it waited, never "for rank(s)  at"."""
+    report = {"stalled_s": 12.0, "threshold": {"seconds": 10, "source": "--hang-timeout"}, "stacks": {},
+              "verdict": {"class": "no_culprit", "summary": "no culprit named", "fix": "f", "culprits": [],
+                          "consequences": [{"rank": 0, "host": "n0", "where": "/u/t.py:3",
+                                            "waited_in": "init_process_group"}]}}
+    (c,) = outcome.hang_consequences(report)
+    assert c["reason"] == "waited in init_process_group at /u/t.py:3", c
