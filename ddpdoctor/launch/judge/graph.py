@@ -124,7 +124,8 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         if w is None or r in edges or not waits(s):
             continue
         if w.kind in (WaitKind.SEND, WaitKind.RECV):
-            edges[r] = [Edge(w.kind, (w.peer,) if w.peer is not None else None, w.call)]
+            peer = w.peer if w.peer is not None else logged_peer(s, w.kind)
+            edges[r] = [Edge(w.kind, (peer,) if peer is not None else None, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
             awaited = w.awaited if w.awaited is not None else tuple(
                 x for x in evidence.expected() if x not in there and x != r)
@@ -132,6 +133,19 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         elif w.kind == WaitKind.COLLECTIVE and not s.recorded:
             edges[r] = [Edge(w.kind, None, w.call)]  # inside a collective no record of its group places
     return edges
+
+
+LOGGED_P2P = {"send": WaitKind.SEND, "isend": WaitKind.SEND, "recv": WaitKind.RECV, "irecv": WaitKind.RECV}
+
+
+def logged_peer(state: RankState, kind: WaitKind) -> int | None:
+    """The peer of a send/recv the stack stands in but names no peer for (faulthandler's stacks have no
+    locals): the rank's newest logged call (run-trainer's call log, written as each call is made), when it is
+    the same kind of call. Flight-record calls have a sequence id; the log's have none."""
+    logged = [c for c in state.calls if c.seq is None and c.op in LOGGED_P2P]
+    if not logged or LOGGED_P2P[logged[-1].op] is not kind:
+        return None
+    return logged[-1].peer
 
 
 def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:

@@ -270,3 +270,30 @@ def test_which_ranks_a_post_mortem_names_does_not_read_its_reasons():
     for d in docs:
         d["reason"] = "ganz anders formuliert"
     assert before == attribution.culprit_ranks(docs[0], docs[1:]) == [3]
+
+
+def test_a_1f1b_middle_stage_in_its_own_code_is_named_live_from_the_call_log(tmp_path):
+    """A 3-stage 1F1B pipeline, live: ranks 0 and 2 stand in recv (faulthandler's stacks: no locals, no peer),
+    rank 1 in its own backward compute. run-trainer's call log says whom each recv is from (its newest call):
+    both wait for rank 1, the culprit at its line. Without the log the waits lead nowhere: no culprit named."""
+    import json
+
+    from ddpdoctor.launch import collectives
+
+    recv = stack((C10D, 2400, "recv"), (USER, 41, "main"))
+    own = stack((USER, 27, "backward_stage"), (USER, 46, "main"))
+    fr_doc = fr(30, 30, [entry(i) for i in range(1, 4)])
+    evidence = {0: rank(fr_doc, recv), 1: rank(fr_doc, own), 2: rank(fr_doc, recv)}
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    logs = {0: [("send", 1), ("recv", 1)], 1: [("recv", 0), ("send", 2), ("recv", 2)],
+            2: [("recv", 1), ("send", 1), ("recv", 1)]}
+    for r, ops in logs.items():
+        (calls / f"rank{r}.jsonl").write_text("".join(
+            json.dumps({"op": op, "peer": peer, "sizes": [4, 16], "dtype": "torch.float32",
+                        "where": f"{USER}:{40 + i}"}) + "\n" for i, (op, peer) in enumerate(ops)))
+    doc = collectives.judge(evidence, calls_dir=calls)
+    assert [c["rank"] for c in doc["culprits"]] == [1], doc
+    assert doc["culprits"][0]["where"] == f"{USER}:27", doc
+    assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2], doc
+    assert collectives.judge(evidence)["culprits"] == []  # no log: nobody says whom they wait for
