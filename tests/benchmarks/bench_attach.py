@@ -110,8 +110,10 @@ def slurm_bench(runs: int, interval: float) -> None:
                         named.add(tuple(doc["diagnosis"].get("named") or ()))
                 t0 = time.perf_counter()
                 for node, pid in sorted(ranks.items()):
-                    subprocess.run([*overlap, "-w", node, "-N1", "-n1", binary(), "dump", "--locals", "--pid",
-                                    str(pid)], capture_output=True, env=env, timeout=120)
+                    one = subprocess.run([*overlap, "-w", node, "-N1", "-n1", binary(), "dump", "--locals", "--pid",
+                                          str(pid)], capture_output=True, text=True, env=env, timeout=120)
+                    if one.returncode != 0 or "Thread" not in one.stdout:
+                        raise SystemExit(f"py-spy by hand on {node} failed: {one.stderr[-500:]}")
                 hand.append(time.perf_counter() - t0)
             alive = job.poll() is None
         finally:
