@@ -128,17 +128,11 @@ def check_postmortem(shape: Shape, tmp: pytest.TempPathFactory) -> None:
             assert KEPT[shape.name] in json.dumps(doc), f"{what}: {KEPT[shape.name]!r} not kept: {_said(doc)}"
 
 
-# Not yet right under run-trainer (issue 30, open): a 1F1B pipeline whose middle stage is stuck in its own code
-# while its neighbours wait in recv from it both ways. The live watchdog has no flight-record deadline for
-# gloo's send/recv and the verdict varies ("no record places" rank 1, or likely rank 1 without its line).
-_1F1B_LIVE = pytest.mark.xfail(reason="issue 30: the 1F1B middle stage stuck in its own code is not named live",
-                               strict=False)
 PIPELINES = ["pipeline-stuck", "pipeline-shape", "pipeline-healthy", "pipeline-1f1b-stuck", "pipeline-1f1b-healthy"]
-TRAINER_PIPELINES = [pytest.param(n, marks=_1F1B_LIVE) if n == "pipeline-1f1b-stuck" else n for n in PIPELINES]
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", TRAINER_PIPELINES)
+@pytest.mark.parametrize("name", PIPELINES)
 def test_run_trainer_names_the_culprit(name, tmp_path_factory):
     check_run_trainer(SHAPES[name], tmp_path_factory)
 
