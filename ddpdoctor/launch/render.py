@@ -104,6 +104,7 @@ def attempt_lines(doc: dict) -> list[str]:
         last = i == len(attempts) - 1
         if not rc:
             out.append(f"attempt {i + 1}: " + ("passed" if last and doc.get("verdict") == "pass"
+                                               else _hung(doc, i) if last and doc.get("hang")
                                                else "no failure in its records"))
             continue
         what = wording.kind(rc.get("error_type")) or rc.get("error_type") or wording.category(rc.get("category"))
@@ -116,6 +117,16 @@ def attempt_lines(doc: dict) -> list[str]:
         else:
             out.append(f"attempt {i + 1}: {said}" + ("; restarted" if not last else ""))
     return out
+
+
+def _hung(doc: dict, attempt: int) -> str:
+    """The last attempt ended in a hang: what the judge said, and torch's restart where every rank of a
+    restarted attempt stands inside init_process_group."""
+    verdict = (doc.get("hang") or {}).get("verdict") or {}
+    said = f"hung: {verdict.get('summary') or 'no rank made progress'}"
+    if attempt > 0 and verdict.get("category") == "stuck_init":
+        said += " (torch's restart: the restarted ranks never finished meeting again)"
+    return said
 
 
 def straggler_lines(doc: dict) -> list[str]:

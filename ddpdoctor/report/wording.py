@@ -25,6 +25,7 @@ KIND = {
     "desync_no_majority": "the ranks called different collectives (no majority)",
     "desync": "called another collective than the others",
     "stuck_collective": "every rank is inside the same collective and none completes",
+    "stuck_init": "every rank is inside init_process_group and none completes it",
     "process_stopped": "its process is stopped", "process_gone": "its process ended unnoticed",
     "outside_collectives": "every rank is stuck in its own code", "unknown": "no rank's records answered",
     "Hang": "no rank made progress", "usage": "its command-line arguments were refused",

@@ -40,10 +40,10 @@ def test_a_restart_that_passes_says_what_failed_in_attempt_1(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-# Non-strict: on a loaded 2-core machine torch's restarted attempt sometimes hangs in init_process_group (its
-# rendezvous store) instead of failing again; the watchdog then names a hang, and this test's second line fails.
-@pytest.mark.xfail(reason="torch's restarted gloo attempt can hang in init_process_group under load", strict=False)
 def test_a_restart_that_fails_again_says_why_each_attempt_failed(tmp_path):
+    """Attempt 2 fails again, in one of the ways torch 2.13 gives on this machine: the script's own ValueError
+    again, torch's gloo refusing the restarted ranks' connections before the script gets there (about half the
+    runs), or, under load, every restarted rank left inside init_process_group. Each must be said as what it is."""
     script = tmp_path / "always.py"
     script.write_text("import os, sys\n"
                       "import torch.distributed as dist\n"
@@ -58,7 +58,12 @@ def test_a_restart_that_fails_again_says_why_each_attempt_failed(tmp_path):
     p, text = terminal(tmp_path, "--max-restarts", "1", "--", str(script), verbose=True)
     assert p.returncode == 1, text[-3000:]
     assert re.search(r"attempt 1: rank 1, ValueError at \S*always\.py:6; restarted", flat(p.stdout)), p.stdout
-    assert re.search(r"attempt 2: failed because rank 1, ValueError at \S*always\.py:6", flat(p.stdout)), p.stdout
+    again = r"rank 1, ValueError at \S*always\.py:6"
+    refused = r"rank \d: the restarted ranks could not connect \(torch's restart\)"
+    stuck = r"hung: every rank \(0-1\) is inside init_process_group and none is missing.*torch's restart"
+    assert re.search(rf"attempt 2: (failed because ({again}|{refused})|{stuck})", flat(p.stdout)), p.stdout
+    if re.search(refused, flat(p.stdout)):
+        assert "torch's gloo could not connect the restarted ranks" in flat(p.stdout), p.stdout
     assert "earlier frame(s) folded" not in p.stderr  # -v: the tracebacks whole
     assert "nothing to fix" not in p.stdout
     for label in LABELS:

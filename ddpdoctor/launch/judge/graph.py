@@ -181,6 +181,8 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
         odd = _odd_group(evidence, findings, edges)
         if odd is not None:
             return odd
+    if not ends and _all_in_init(evidence, edges):
+        return Verdict(Category.STUCK_INIT, no_culprit=NoCulprit.EVERYONE, waiting=waiters)
     if not ends:
         why = NoCulprit.CYCLE if _cycle(edges) else NoCulprit.NO_EVIDENCE
         v = Verdict(_category_of_waits(edges), no_culprit=why, waiting=waiters)
@@ -268,6 +270,15 @@ def _cycle(edges: dict[int, list[Edge]]) -> bool:
                 todo += [t for e in edges.get(r, []) for t in e.targets or ()]
         return False
     return any(reach(r) for r in edges)
+
+
+def _all_in_init(evidence: JobEvidence, edges: dict[int, list[Edge]]) -> bool:
+    """Every rank of the job stands inside init_process_group or a store wait, and none names a rank it waits
+    for: nobody is missing, the ranks reached the rendezvous and cannot finish it (its store, the network
+    between them, torch's restart)."""
+    expected = evidence.expected()
+    return bool(expected) and set(expected) <= set(edges) and all(
+        e.kind in (WaitKind.INIT, WaitKind.STORE) and not e.targets for r in expected for e in edges[r])
 
 
 def _category_of_waits(edges: dict[int, list[Edge]]) -> Category:

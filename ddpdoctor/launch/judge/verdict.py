@@ -15,6 +15,7 @@ class Category(str, Enum):
     NEVER_INITIALIZED = "never_initialized"    # the others wait in init_process_group / the store for this rank
     DESYNC = "desync"                          # ranks called different collectives, shapes, dtypes or splits
     STUCK_COLLECTIVE = "stuck_collective"      # every member inside the same call, none completes
+    STUCK_INIT = "stuck_init"                  # every rank inside init_process_group / the store, none missing
     PROCESS_STOPPED = "process_stopped"        # SIGSTOP, D state
     PROCESS_GONE = "process_gone"              # vanished
     ENDED_EARLY = "ended_early"                # exited 0 (or sys.exit) while the others went on

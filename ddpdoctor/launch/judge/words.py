@@ -23,6 +23,10 @@ FIX = {
     Category.STUCK_COLLECTIVE: "every rank is inside the same collective and none completes: the communication itself "
                                "(link, transport, a peer's device); run `ddpdoctor preflight` and `ddpdoctor "
                                "nccl-bench` across these hosts",
+    Category.STUCK_INIT: "every rank reached init_process_group and none is missing, but the rendezvous never "
+                         "completes: check that MASTER_ADDR:MASTER_PORT is the same store for all and reachable from "
+                         "every node (`ddpdoctor preflight`); after a restart this is torch's own (its restarted "
+                         "ranks could not meet again): rerun the job",
     Category.ENDED_EARLY: "every rank must issue the same collectives: a rank that returns or calls sys.exit early (a "
                           "shorter data loop, a rank-dependent `if`/`break`) leaves the others waiting in their next "
                           "one; give every rank the same number of steps",
@@ -124,6 +128,9 @@ def summary(v: Verdict, evidence: JobEvidence) -> str:
     if v.category == Category.STUCK_COLLECTIVE:
         hosts = sorted({str(evidence.ranks[r].host) for r in v.waiting if r in evidence.ranks})
         return (f"every rank is inside {_call(c)}{pg} and none completes; hosts: {', '.join(hosts)}")
+    if v.category == Category.STUCK_INIT:
+        return (f"every rank ({_ranks(v.waiting)}) is inside init_process_group and none is missing; the "
+                "rendezvous never completes")
     if v.no_culprit is not None:
         return f"no culprit named: {NO_CULPRIT[v.no_culprit]} (ranks waiting: {_ranks(v.waiting)})"
     if v.category == Category.OUTSIDE_COLLECTIVES:

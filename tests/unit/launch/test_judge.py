@@ -297,3 +297,21 @@ def test_a_1f1b_middle_stage_in_its_own_code_is_named_live_from_the_call_log(tmp
     assert doc["culprits"][0]["where"] == f"{USER}:27", doc
     assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2], doc
     assert collectives.judge(evidence)["culprits"] == []  # no log: nobody says whom they wait for
+
+
+def test_every_rank_inside_init_process_group_is_a_rendezvous_that_never_completes_not_a_missing_rank():
+    """torch's restart can leave every rank of the new attempt inside init_process_group: nobody is missing, so
+    no rank is named and the fix is not "the culprit never reached init_process_group"."""
+    init = stack(("/x/site-packages/torch/distributed/distributed_c10d.py", 1700, "init_process_group"),
+                 (USER, 3, "<module>"))
+    doc = to_json(*_judged({0: rank(None, init), 1: rank(None, init)}))
+    assert doc["category"] == "stuck_init" and doc["culprits"] == [] and doc["no_culprit"] == "everyone", doc
+    assert "none is missing" in doc["summary"] and "never reached" not in doc["fix"], doc
+    # one rank not there yet: the others wait for it, it is named
+    missing = to_json(*_judged({0: rank(None, init), 1: rank(None, stack((USER, 9, "load_data")))}))
+    assert missing["category"] == "never_initialized" and [c["rank"] for c in missing["culprits"]] == [1], missing
+
+
+def _judged(evidence):
+    job = worker_server.job(evidence)
+    return judge(job), job
