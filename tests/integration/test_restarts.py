@@ -60,7 +60,7 @@ def test_a_restart_that_fails_again_says_why_each_attempt_failed(tmp_path):
     assert re.search(r"attempt 1: rank 1, ValueError at \S*always\.py:6; restarted", flat(p.stdout)), p.stdout
     again = r"rank 1, ValueError at \S*always\.py:6"
     refused = r"rank \d: the restarted ranks could not connect \(torch's restart\)"
-    stuck = r"hung: every rank \(0-1\) is inside init_process_group and none is missing.*torch's restart"
+    stuck = r"hung: every rank \(0, 1\) is inside init_process_group and none is missing.*torch's restart"
     assert re.search(rf"attempt 2: (failed because ({again}|{refused})|{stuck})", flat(p.stdout)), p.stdout
     if re.search(refused, flat(p.stdout)):
         assert "torch's gloo could not connect the restarted ranks" in flat(p.stdout), p.stdout

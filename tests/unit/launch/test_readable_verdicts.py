@@ -79,11 +79,11 @@ def test_each_attempt_has_its_line_when_the_restart_passed_and_when_it_failed():
     assert "attempt 1: rank 1, InjectedFailure" in text, text
     assert "attempt 2: failed because rank 0: the restarted ranks could not connect (torch's restart)" in text, text
     hung = {**bad, "root_cause": None, "culprit_ranks": [],
-            "hang": {"verdict": {"category": "stuck_init", "summary": "every rank (0-1) is inside init_process_group"
+            "hang": {"verdict": {"category": "stuck_init", "summary": "every rank (0, 1) is inside init_process_group"
                                  " and none is missing; the rendezvous never completes"}},
             "attempts": [{"attempt": 0, "root_cause": first}, {"attempt": 1, "root_cause": None}]}
     said = " ".join(shown(hung, width=200).split())
-    assert "attempt 2: hung: every rank (0-1) is inside init_process_group and none is missing" in said, said
+    assert "attempt 2: hung: every rank (0, 1) is inside init_process_group and none is missing" in said, said
     assert "(torch's restart: the restarted ranks never finished meeting again)" in said, said
 
 
