@@ -134,3 +134,44 @@ def test_the_launchers_sigterm_leaves_where_the_rank_was_and_still_ends_it(tmp_p
     finally:
         p.kill()
         p.communicate(timeout=30)
+
+
+SLOW_ERROR_FILE = """
+import time
+from torch.distributed.elastic.multiprocessing import errors
+
+def slow(self, e):  # torch's handler, slowed: it opens the file "w", then writes
+    path = self._get_error_file_path()
+    with open(path, "w") as fh:
+        open(path + ".opened", "w").close()
+        time.sleep(1.5)  # within the grace the SIGTERM gives it
+        fh.write('{"message": {"message": "ValueError: late", "extraInfo": {"timestamp": "1"}}}')
+
+errors.ErrorHandler.record_exception = slow
+"""
+
+
+def test_a_sigterm_while_the_error_file_is_written_never_leaves_it_half_written(tmp_path, script):
+    """torchrun stops the other ranks with SIGTERM once one failed; a rank writing its own error file at that
+    moment left it empty, and torchrun's agent died reading it (JSONDecodeError, no failure table). The file
+    appears whole (the rank gets a few seconds to finish it) or not at all."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_ERROR_FILE)
+    error = tmp_path / "error.json"
+    env = {"DDPDOCTOR_STACKS_DIR": str(tmp_path / "stacks"), "DDPDOCTOR_FR_DIR": str(tmp_path / "fr"), "RANK": "0",
+           "TORCHELASTIC_ERROR_FILE": str(error), "PYTHONPATH": f"{hook}:{os.environ.get('PYTHONPATH', '')}"}
+    p = bootstrap(tmp_path, str(script), "raise", env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("*.opened")):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        assert not error.exists() or error.stat().st_size > 0  # torch writes beside it, never in place
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+        assert json.loads(error.read_text())["message"]["message"] == "ValueError: late"  # it landed, whole
+        assert not (tmp_path / "error.json.partial").exists() and not (tmp_path / "error.json.tmp").exists()
+    finally:
+        p.kill()
+        p.communicate(timeout=30)
