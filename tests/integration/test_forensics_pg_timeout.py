@@ -64,7 +64,7 @@ def postmortem(*args) -> dict:
     return json.loads(p.stdout)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_live_verdict_before_the_users_timeout_3_ranks(tmp_path, job):
     """Rank 1 sleeps in data loading; gloo would time rank 0 out at 10 s, before the calibrated threshold (30 s):
     the evidence is taken before that, and the verdict names rank 1 with file:line."""
@@ -82,7 +82,7 @@ def test_live_verdict_before_the_users_timeout_3_ranks(tmp_path, job):
         assert noise not in p.stderr, p.stderr[-3000:]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_live_two_culprits_4_ranks(tmp_path, job):
     p, doc, waited = live(tmp_path, job, 4, "sleep", [1, 2])
     v = doc["hang"]["verdict"]
@@ -91,7 +91,7 @@ def test_live_two_culprits_4_ranks(tmp_path, job):
     assert waited < PG_TIMEOUT + 10, waited
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_live_rank_guarded_barrier_by_majority_3_ranks(tmp_path, job):
     """Rank 0 alone in a barrier, ranks 1 and 2 in DDP's all_reduce: the majority names rank 0, and each waiting
     rank's own op is named (all_reduce, not the culprit's barrier)."""
@@ -104,7 +104,7 @@ def test_live_rank_guarded_barrier_by_majority_3_ranks(tmp_path, job):
     assert waited < PG_TIMEOUT + 10, waited
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_dtype_mismatch_4_ranks_names_the_odd_rank_not_the_aborted_one(tmp_path, job):
     """Rank 2 all_reduces float64: gloo aborts a healthy rank ("collective mismatch"); the ranks' flight records
     (written at exit, and on the launcher's SIGTERM) name rank 2 by majority."""
@@ -115,7 +115,7 @@ def test_dtype_mismatch_4_ranks_names_the_odd_rank_not_the_aborted_one(tmp_path,
     assert doc["root_cause"]["location"] == f"{job}:{LINE['metric']}"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_postmortem_of_a_plain_job_after_its_timeout_3_ranks(tmp_path, job):
     """Plain torchrun: dumps written as the ranks ended (gloo counted the timed-out all_reduce as completed) name
     rank 1 by its last sequence id; the log dir alone names it as the likely culprit, saying why."""
@@ -137,13 +137,17 @@ def test_postmortem_of_a_plain_job_after_its_timeout_3_ranks(tmp_path, job):
     assert "postmortem: FAIL" in human.stdout and "saved in run.json" not in human.stdout
 
 
-@pytest.mark.timeout(120)
-def test_postmortem_barrier_and_shape_on_4_ranks(tmp_path, job):
+@pytest.mark.timeout(180)
+def test_postmortem_barrier_on_4_ranks(tmp_path, job):
     logs, agent, dumps = plain(tmp_path / "b", job, 4, "barrier", [0])
     for doc in (postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after"), postmortem(logs, "--agent-log", agent)):
         assert doc["culprit_ranks"] == [0], doc["root_cause"]
         # the culprit is not its own consequence, and no rankless guess of the logs is kept as one
         assert sorted(c["rank"] for c in doc["consequences"]) == [1, 2, 3], doc["consequences"]
+
+
+@pytest.mark.timeout(180)
+def test_postmortem_shape_on_4_ranks(tmp_path, job):
     logs, agent, dumps = plain(tmp_path / "s", job, 4, "shape", [1])
     doc = postmortem(logs, "--agent-log", agent, "--fr-dir", dumps / "after")
     # The odd rank (8 elements) is the one gloo aborted here: it left no record, the three that did agree.
@@ -152,7 +156,7 @@ def test_postmortem_barrier_and_shape_on_4_ranks(tmp_path, job):
     assert "likely the odd call" in rc["reason"]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_rank_frozen_inside_a_collective_3_ranks(tmp_path, job):
     p, doc, waited = live(tmp_path, job, 3, "stuck", [2])
     v = doc["hang"]["verdict"]
@@ -160,7 +164,7 @@ def test_rank_frozen_inside_a_collective_3_ranks(tmp_path, job):
     assert waited < PG_TIMEOUT + 10 + 5, waited  # the stopped rank is continued, then stopped
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_a_rank_late_but_before_the_users_timeout_is_no_alarm(tmp_path, job):
     """Rank 1 spends 7 s in data loading once, under the user's 10 s timeout: the evidence taken 5 s before the
     timeout is dropped when the collective completes, the job goes on and passes (slow but legal)."""
@@ -191,7 +195,7 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_a_finished_job_slow_to_tear_down_is_no_alarm(tmp_path):
     """Every rank finished its last collective, then spends 12 s tearing down (past the 10 s timeout of a
     collective a poll last saw in flight): the job passes; the ranks' exit records say nothing is pending."""
@@ -202,7 +206,7 @@ def test_a_finished_job_slow_to_tear_down_is_no_alarm(tmp_path):
     assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stdout[-3000:]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
     p, doc, _ = live(tmp_path, job, 3, "healthy", [])
     assert p.returncode == 0 and doc["verdict"] == "pass" and doc["hang"] is None, p.stderr[-2000:]
@@ -248,7 +252,7 @@ dist.destroy_process_group()
 '''
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_subgroups_the_rank_waiting_in_its_pair_is_no_culprit_4_ranks(tmp_path):
     """Two pair groups and the world group: rank 3 sleeps, rank 2 waits in their pair's all_reduce, ranks 0-1
     in the world's. pg_id 1 is a different group on ranks 0-1 and 2-3; rank 2 was blamed with rank 3."""
