@@ -36,7 +36,7 @@ def stack_call(state: RankState) -> RankState:
     wait = state.wait
     if wait is None or wait.kind is not WaitKind.COLLECTIVE or wait.call is None or state.calls:
         return state
-    call = replace(wait.call, seq=STACK_SEQ, completed=False)
+    call = replace(wait.call, seq=STACK_SEQ, completed=False, seq_from_stack=True)
     return replace(state, calls=(call,), wait=replace(wait, call=call), recorded=True,
                    raw={**state.raw, "seq_from": "stack"})
 

@@ -115,6 +115,12 @@ class Call:
     site: Frame | None = None                    # the user's call site (the entry's frames, else the stack)
     created_ns: int | None = None
     timeout_ms: int | None = None
+    seq_from_stack: bool = False                 # ``seq`` stands in for "the collective the stacks show" (attach)
+
+    @property
+    def numbered(self) -> bool:
+        """A sequence id a record gave, worth showing ("all_reduce #7")."""
+        return self.seq is not None and not self.seq_from_stack
 
     def signature(self) -> tuple:
         """What must agree across the ranks of one collective: op, sizes, dtypes, splits. An all_to_all's sizes

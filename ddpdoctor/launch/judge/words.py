@@ -51,7 +51,7 @@ def _ranks(ranks) -> str:
 def _call(c: Call | None) -> str:
     if c is None:
         return "a collective"
-    if c.seq is not None:
+    if c.numbered:
         return f"{c.op} #{c.seq}"
     return f"{c.op}" + (f" (peer rank {c.peer})" if c.peer is not None else "")
 
@@ -94,7 +94,7 @@ def collective(v: Verdict, evidence: JobEvidence) -> dict | None:
     site = c.site or next((user_frame(evidence.ranks[r].frames) for r in v.waiting if r in evidence.ranks
                            and (r not in v.calls or v.calls[r].signature() == c.signature())
                            and user_frame(evidence.ranks[r].frames)), None)
-    out = {"pg": c.group.name, "seq": c.seq, "op": c.op, "input_sizes": _plain(c.input_sizes),
+    out = {"pg": c.group.name, "seq": c.seq if c.numbered else None, "op": c.op, "input_sizes": _plain(c.input_sizes),
            "waiting_ranks": list(v.waiting), "call_site": site.to_json() if site else None,
            "ops": {str(r): x.op for r, x in sorted(v.calls.items())}}
     if c.peer is not None:
@@ -119,7 +119,7 @@ def _plain(v):
 
 def summary(v: Verdict, evidence: JobEvidence) -> str:
     c, names = v.call, _ranks(v.culprit_ranks)
-    pg = f" (process group {c.group.name})" if c is not None and c.seq is not None else ""
+    pg = f" (process group {c.group.name})" if c is not None and c.numbered else ""
     if v.category in (Category.PROCESS_STOPPED, Category.PROCESS_GONE):
         state = v.culprits[0].state or v.category.value.split("_")[1]
         return f"rank(s) {names} {state}; the others wait for them"
@@ -142,7 +142,7 @@ def _desync(v: Verdict, names: str, pg: str) -> str:
     c = v.call
     what = "; ".join(f"rank {r}: {x.op} {_plain(x.input_sizes)} {list(x.dtypes)}"
                      + (f" at {x.site.where}" if x.site else "") for r, x in sorted(v.calls.items()))
-    head = f"collective #{c.seq}{pg}" if c is not None and c.seq is not None else _call(c)
+    head = f"collective #{c.seq}{pg}" if c is not None and c.numbered else _call(c)
     if "majority" in v.evidence or "p2p_majority" in v.evidence:
         agree = [r for r in v.calls if r not in v.culprit_ranks]
         return (f"{head} differs across ranks ({v.mismatch}): rank(s) {names} differ from the {len(agree)} rank(s) "

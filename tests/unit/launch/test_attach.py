@@ -140,6 +140,9 @@ def test_one_rank_in_its_own_code_is_the_culprit():
     assert doc["category"] == "missing_rank" and culprits(doc) == [(1, "/tmp/u31rec/job.py:8")]
     assert doc["named"] == [1] and doc["culprits"][0]["host"] == "n1" and doc["culprits"][0]["function"] == "compute"
     assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2] and doc["fix"]
+    # stacks give no sequence id: the summary names the op alone, never a made-up "#0" of "process group 0"
+    assert "all_reduce" in doc["summary"] and "#0" not in doc["summary"] and "process group" not in doc["summary"]
+    assert doc["collective"]["seq"] is None
 
 
 def test_the_odd_collective_is_the_desync():
