@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import error_file
+
 USAGE = "usage: python -m ddpdoctor.launch.bootstrap (SCRIPT.py | -m MODULE) [ARGS...]"
 
 
@@ -179,12 +181,12 @@ def _watch_sigterm(reader) -> None:
 def _die_of_sigterm() -> None:
     import signal
 
-    if _RECORDING.held_here():
-        _RECORDING.pending = True  # the main thread writes its error file: it honours the stop once that is done
+    if error_file.RECORDING.held_here():
+        error_file.RECORDING.pending = True  # the main thread writes its error file: it stops once that is done
         return
     if not _TERM_ONCE.acquire(blocking=False):
         return  # the other path is at it
-    _RECORDING.wait_clear(ERROR_FILE_GRACE_S)  # the rank's own exception is being written: let it land first
+    error_file.RECORDING.wait_clear(error_file.GRACE_S)  # the rank's own exception is being written: let it land
     dump_stack_at_sigterm()
     dump_flight_record()
     try:
@@ -281,59 +283,18 @@ def record_and_exit(exc: BaseException) -> None:
     while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     exc = exc.with_traceback(tb or exc.__traceback__)
-    _RECORDING.set()
+    error_file.RECORDING.set()
     try:
-        write_error_file(exc)
+        error_file.write(exc)
     except Exception:  # noqa: BLE001
         pass
     finally:
-        _RECORDING.clear()
-    if _RECORDING.pending:
+        error_file.RECORDING.clear()
+    if error_file.RECORDING.pending:
         _die_of_sigterm()
     sys.excepthook(type(exc), exc, exc.__traceback__)
     sys.stderr.flush()
     sys.exit(1)
-
-
-def write_error_file(exc: BaseException) -> None:
-    """torch's error file for ``exc``, appearing whole or not at all. torch's handler writes it in place
-    (open "w", then dump): a rank stopped between the two (the launcher's SIGTERM after another rank failed)
-    left it empty, and torchrun's agent then died reading it (JSONDecodeError: no failure table). torch writes
-    to a side path here; the redacted text then replaces the real one in one rename."""
-    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-    real = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not real:
-        get_error_handler().record_exception(exc)
-        return
-    side = f"{real}.partial"
-    os.environ["TORCHELASTIC_ERROR_FILE"] = side
-    try:
-        get_error_handler().record_exception(exc)
-    finally:
-        os.environ["TORCHELASTIC_ERROR_FILE"] = real
-    redact_error_file(side, real)
-
-
-def redact_error_file(path: str | None, dest: str | None = None) -> None:
-    """error.json with its text redacted (the job's environment and arguments known, ``redact.know_job``),
-    renamed into ``dest`` (default: in place): torchrun copies it onward (its failure table, a parent's
-    TORCHELASTIC_ERROR_FILE) as it stands."""
-    if not path or not os.path.isfile(path):
-        return
-    import json
-
-    from ..redact import know_job, redact_evidence
-
-    dest = dest or path
-    know_job(os.environ, sys.argv[1:])
-    with open(path, encoding="utf-8", errors="replace") as f:
-        data = redact_evidence(json.load(f))
-    with open(f"{dest}.tmp", "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(f"{dest}.tmp", dest)
-    if path != dest:
-        os.unlink(path)
 
 
 def _ours(filename: str) -> bool:
@@ -352,38 +313,6 @@ def _term_lock():
 
 
 _TERM_ONCE = _term_lock()
-ERROR_FILE_GRACE_S = 3.0
-
-
-class _Flag:
-    """Set while the main thread writes the error file; the SIGTERM helper waits (bounded) for it to clear."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._done = threading.Event()
-        self._done.set()
-        self.pending = False  # a SIGTERM arrived on the writing thread itself
-
-    def set(self) -> None:
-        self._done.clear()
-
-    def clear(self) -> None:
-        self._done.set()
-
-    def held_here(self) -> bool:
-        import threading
-
-        return not self._done.is_set() and threading.current_thread() is threading.main_thread()
-
-    def wait_clear(self, timeout: float) -> None:
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():  # the writer itself never waits on it
-            self._done.wait(timeout)
-
-
-_RECORDING = _Flag()
 
 
 def die_with_the_agent() -> None:

@@ -115,6 +115,13 @@ def read_capped(path: Path, cap: int) -> bytes | None:
     return data
 
 
+def read_text(path: Path, cap: int = DUMP_BYTES) -> str:
+    """A whole text file of the run dir (metrics, records the ranks wrote), through the same refusals as every
+    input: a FIFO or device a job left there is skipped with a note, never read (it would block); "" then."""
+    raw = read_capped(Path(path), cap)
+    return "" if raw is None else raw.decode("utf-8", errors="replace")
+
+
 def read_tail(path: Path, max_bytes: int = STDERR_TAIL_BYTES) -> str:
     """The last ``max_bytes`` of a file as text (a rank's log can be gigabytes: seek, never read it all)."""
     fd = open_regular(path)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from . import evidence_io
+
 
 class _UnixHTTP(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float):
@@ -151,7 +153,7 @@ def gather(exchange: Path, me: str, expected: int, wait_s: float) -> dict[str, d
     out = {}
     for path in found:
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(evidence_io.read_text(path))
             out[doc["node"]] = {int(r): ev for r, ev in doc["evidence"].items()}
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from . import evidence_io
 from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 from .stall import Threshold, behind, last_steps, progress_mark
 from .stragglers import Live
@@ -235,7 +236,7 @@ class Watchdog:
         frs = dict(self.last_fr)
         for path in (self.run_dir / "flight_recorder").glob("rank*.json"):  # written at the ranks' exit: complete
             try:
-                frs[int(path.stem[4:])] = json.loads(path.read_text())
+                frs[int(path.stem[4:])] = json.loads(evidence_io.read_text(path))
             except (OSError, ValueError):
                 continue
         return collectives.summarise(frs) if frs else None
@@ -278,7 +279,7 @@ class Watchdog:
         try:
             if path.stat().st_mtime < proc.create_time():
                 return None
-            record = json.loads(path.read_text())
+            record = json.loads(evidence_io.read_text(path))
         except (OSError, ValueError, psutil.Error):
             return None
         return record if isinstance(record, dict) else None
@@ -371,7 +372,7 @@ class Watchdog:
         time.sleep(1.5)
         out = {}
         for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
-            text = path.read_text(errors="replace")[before.get(path, 0):]
+            text = evidence_io.read_text(path, evidence_io.STDERR_TAIL_BYTES)[before.get(path, 0):]
             if text.strip():
                 out[int(path.stem[4:])] = text
         return out or py_spy_stacks(procs)

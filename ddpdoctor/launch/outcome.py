@@ -36,7 +36,7 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
     out = {}
     for path in sorted((run_dir / "metrics").glob("rank*.jsonl")):
         rows = []
-        for line in path.read_text().splitlines():
+        for line in evidence_io.read_text(path).splitlines():
             try:
                 rows.append(json.loads(line))
             except ValueError:
@@ -77,8 +77,13 @@ def checksums(run_dir: Path) -> bool | None:
     path = run_dir / "checksums.jsonl"
     if not path.exists():
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return all(r.get("equal") for r in rows) if rows else None
+    rows = []
+    for line in evidence_io.read_text(path).splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line cut by a rank that died mid-write
+            continue
+    return all(isinstance(r, dict) and r.get("equal") for r in rows) if rows else None
 
 
 def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:

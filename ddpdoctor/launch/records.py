@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psutil
 
+from . import evidence_io
+
 # `.latest.pt.tmp<pid>` (snapshots), `corpus.tmp<pid>` (data), `.run.json.<pid>.tmp` (documents),
 # `rank<R>.json.<pid>.tmp` (a rank's flight record at exit).
 TEMP = re.compile(r"\.tmp(\d+)$|\.(\d+)\.tmp$")
@@ -52,7 +54,7 @@ def clean_temps(root: Path, stale_s: float = STALE_S, run: str = "*") -> list[Pa
 def start_info(records: Path, resumed_run: str | None) -> dict:
     """{"fresh": True} or where the run started from, as the trainer recorded it when it loaded the snapshot."""
     try:
-        data = json.loads((records / "resumed.json").read_text())
+        data = json.loads(evidence_io.read_text(records / "resumed.json", evidence_io.ERROR_FILE_BYTES))
     except (OSError, ValueError):
         data = None
     if not resumed_run:

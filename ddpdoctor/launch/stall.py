@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import evidence_io
+
 
 COLLECTIVE_FRAMES = ("all_reduce", "allreduce", "barrier", "backward", "wait", "broadcast", "all_gather",
                      "reduce_scatter", "_engine_run_backward", "all_to_all", "recv", "send")
@@ -15,7 +17,7 @@ def last_steps(run_dir: Path) -> dict[int, int]:
     out = {}
     for path in (run_dir / "metrics").glob("rank*.jsonl"):
         try:
-            lines = path.read_text().strip().splitlines()
+            lines = evidence_io.read_tail(path, 64 << 10).strip().splitlines()  # the last line is all it needs
             out[int(path.stem[4:])] = json.loads(lines[-1])["step"] if lines else 0
         except (OSError, ValueError, KeyError):
             continue

@@ -602,7 +602,10 @@ def shape_trainer(name: str) -> Callable[[Ctx], Outcome]:
         from tests.integration.shape_jobs import SHAPES, run_trainer
 
         r = run_trainer(SHAPES[name], ctx.tmp, limit=SCENARIO_LIMIT_S)
-        return Outcome(shape_findings(r.doc), r.seconds, r.code, "" if r.code is not None else "killed at the limit")
+        note = "" if r.code is not None else "killed at the limit"
+        if r.code is not None and r.code > 1:  # a usage or internal error: its own line says which
+            note = next((ln for ln in reversed(r.stderr.splitlines()) if ln.startswith("Error:")), "")[:300]
+        return Outcome(shape_findings(r.doc), r.seconds, r.code, note)
 
     return run
 

@@ -212,7 +212,7 @@ def test_agent_log_and_terminal_pump_scrub_the_jobs_values(tmp_path):
 def test_the_ranks_error_file_is_rewritten_redacted(tmp_path, monkeypatch):
     """torch's @record file as the bootstrap leaves it: torchrun copies it onward (a parent's error file, its
     failure table) as it stands, so token shapes and the job's values must already be gone."""
-    from ddpdoctor.launch import bootstrap
+    from ddpdoctor.launch import error_file
 
     err = tmp_path / "error.json"
     message = (f"RuntimeError: hf_abcdefghijklmnopqrstuvwxyz0123 ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123 "
@@ -221,7 +221,7 @@ def test_the_ranks_error_file_is_rewritten_redacted(tmp_path, monkeypatch):
                                                                            "timestamp": "1"}}}))
     monkeypatch.setenv("DB_PASSWORD", DB)
     monkeypatch.setattr("sys.argv", ["job.py", "-k", "Zq8vT3xLp0Wm7Yr2"])
-    bootstrap.redact_error_file(str(err))
+    error_file.redact_error_file(str(err))
     text = err.read_text()
     for secret in ("hf_abcdefghij", "ghp_ABCDEFGHIJ", "xoxb-1234567890", DB):
         assert secret not in text, text

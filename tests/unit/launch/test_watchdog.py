@@ -343,3 +343,23 @@ def test_a_rank_gone_from_its_server_is_read_from_its_exit_record(ranks, tmp_pat
     assert w.gone == {7} and w.pending() == []
     w.last_fr[1] = in_flight
     assert w.pending() == [(created + 10.0, 10.0)]
+
+
+def test_a_fifo_the_job_left_in_its_run_dir_is_skipped_never_read(tmp_path):
+    """The ranks write into run-trainer's run dir; a FIFO (or device) there would block a plain read forever:
+    every reader of the run dir goes through evidence_io's refusals."""
+    import os
+
+    from ddpdoctor.launch import outcome, records
+    from ddpdoctor.launch.stall import last_steps
+
+    (tmp_path / "metrics").mkdir()
+    os.mkfifo(tmp_path / "metrics" / "rank0.jsonl")
+    (tmp_path / "metrics" / "rank1.jsonl").write_text('{"step": 4}\n')
+    os.mkfifo(tmp_path / "checksums.jsonl")
+    os.mkfifo(tmp_path / "resumed.json")
+    assert last_steps(tmp_path) == {0: 0, 1: 4}
+    assert outcome.checksums(tmp_path) is None
+    assert records.start_info(tmp_path, "r1")["step"] is None
+    metrics = outcome.read_metrics(tmp_path)
+    assert metrics["1"] == [{"step": 4}] and not metrics.get("0"), metrics
