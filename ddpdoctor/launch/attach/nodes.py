@@ -1,7 +1,8 @@
 """attach on several nodes: the same command on every node (srun --overlap, pbsdsh, mpiexec, an ssh loop), the
 nodes meeting and authenticating exactly as preflight's do (cluster/: mailbox, envelope, key file, roster; no
-protocol of its own). Each node's read of its own ranks travels as the facts of one engine-made check
-(``RanksCheck``); the master rebuilds every rank's record and asks the one judge. A node with no rank of the job
+protocol of its own). Each node's read of its own ranks (stacks, and the flight record where one was had) travels
+as the facts of one engine-made check (``RanksCheck``); the master rebuilds every rank's record and asks the one
+judge. A node with no rank of the job
 says so; a node that never joins is named as preflight names it (exit 3)."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ CHECK = "attach-ranks"
 MAX_FRAMES = 64
 MAX_LOCALS = 24
 MAX_TEXT = 300
+MAX_RECORD_ENTRIES = 32  # a flight record's newest entries that travel: enough to place a rank around a hang
 
 
 class RanksCheck(Check):
@@ -65,7 +67,18 @@ def to_fact(read: RankRead) -> dict:
             "moved": read.moved, "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
             "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT],
                         [[k[:64], v[:MAX_TEXT]] for k, v in f.locals[:MAX_LOCALS]]] for f in s.frames[:MAX_FRAMES]]
-            if s else None}
+            if s else None,
+            "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None}
+
+
+def _thin_record(fr) -> dict | None:
+    """The flight record a node read (worker server, torch's dump pipe), cut to what places the rank: its groups'
+    status and config and its newest entries, each entry's call sites few."""
+    if not isinstance(fr, dict):
+        return None
+    entries = [dict(e, frames=(e.get("frames") or [])[:8]) for e in (fr.get("entries") or [])[-MAX_RECORD_ENTRIES:]
+               if isinstance(e, dict)]
+    return {"pg_status": fr.get("pg_status") or {}, "pg_config": fr.get("pg_config") or {}, "entries": entries}
 
 
 def from_fact(fact: Any, node: str) -> RankRead | None:
@@ -93,7 +106,22 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
     frames_t = tuple(frames)
     read.state = RankState(rank, Source.PY_SPY, host=read.host, node=node, pid=pid, local_rank=read.local_rank,
                            frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING)
+    read.recorded = _record_of(rank, fact.get("record"), node)
     return read
+
+
+def _record_of(rank: int, record: Any, node: str) -> RankState | None:
+    """Another node's flight record of a rank, through the same typed, bounded reading as a dump file's."""
+    from ..evidence import flight_recorder
+    from ..fr_dumps import plain_record
+
+    if not isinstance(record, dict):
+        return None
+    fr = plain_record(record, f"the flight record of rank {rank} from {node}")
+    if fr is None:
+        return None
+    fr["entries"] = fr["entries"][-MAX_RECORD_ENTRIES:]
+    return flight_recorder.rank_state(rank, fr, Source.FLIGHT_RECORDER, live=True)
 
 
 def reads_of(doc: dict) -> tuple[list[RankRead], dict[str, Any], list[str]]:

@@ -231,3 +231,25 @@ def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
                                               disc.RankProcess(2, 1, 1, 2, 0, "p", "u")])
     reads = read_job(job, interval=0.01, tool=str(fake), host="n1")
     assert [(r.rank, r.moved, r.state.wait.kind) for r in reads] == [(0, False, WaitKind.NONE), (1, False, WaitKind.NONE)]
+
+
+def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
+    """Several nodes: each node's reads go to the master as JSON facts (nodes.to_fact/from_fact); its flight
+    record (worker server, dump pipe) travels too, so the master places ranks by sequence id as one node would."""
+    import json
+
+    from ddpdoctor.launch.attach import nodes
+    from ddpdoctor.launch.attach.sample import add_record
+
+    waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
+    add_record(waiter, fr_doc(6, 5), fr_doc(6, 5))
+    add_record(late, fr_doc(5, 5), fr_doc(5, 5))
+    wire = json.loads(json.dumps([nodes.to_fact(waiter), nodes.to_fact(late)]))
+    back = [nodes.from_fact(f, "node") for f in wire]
+    assert all(b.recorded is not None and b.state is not None for b in back)
+    doc = decide(back, 2)
+    assert doc["named"] == [1] and "all_reduce #6" in doc["summary"], doc
+    # a record of the wrong shape from another node is dropped, the stack kept
+    wire[0]["record"] = {"entries": "junk", "pg_status": 7}
+    kept = nodes.from_fact(wire[0], "node")
+    assert kept.recorded is None and kept.state is not None
