@@ -134,6 +134,23 @@ def test_the_rank_the_backend_aborted_is_never_the_culprit_for_being_aborted():
     assert 3 not in judge(job).culprit_ranks
 
 
+def test_the_receiver_gloo_aborted_in_recv_is_not_the_odd_one_of_the_next_collective():
+    """A pipeline's after-exit dumps: rank 2 sent a wrong size, gloo aborted rank 3 inside its recv (no dump);
+    ranks 0-2 then waited in the world all_reduce #5, which rank 3 never entered. Rank 3 stood in a recv, not in
+    a collective of its own: it is no likely odd caller of #5 (it was named so by the benchmark's dumps run)."""
+    job = JobEvidence(live=False, world=(0, 1, 2, 3))
+    for r in range(3):
+        job.add(flight_recorder.rank_state(r, fr(5, 4, [entry(i) for i in range(1, 6)])))
+    job.add(RankState(3, Source.ERROR_FILE, ending=Ending(EndKind.SIGNALLED, signal="SIGABRT", by=Ender.BACKEND),
+                      wait=Wait(WaitKind.RECV, site=Frame(USER, 41, "stage")), frames=(Frame(USER, 41, "stage"),)))
+    v = judge(job)
+    assert 3 not in v.culprit_ranks, v
+    # the same rank aborted inside the collective itself (a dtype or size mismatch of all_reduce #5) stays the
+    # likely odd one: the three with a record agree
+    job.ranks[3] = replace(job.ranks[3], wait=Wait(WaitKind.COLLECTIVE))
+    assert judge(job).culprit_ranks == [3]
+
+
 def test_a_wrongly_shaped_send_is_named_by_the_pipeline_s_other_transfers():
     """2 sends [4, 8] to 3, which posted [4, 4] like every other transfer of the job: rank 2's send is odd."""
     job = JobEvidence(live=False, world=(0, 1, 2, 3))
