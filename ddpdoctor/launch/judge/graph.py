@@ -166,7 +166,7 @@ def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, lis
     ends = sorted(t for t in inbound if t not in edges and not _waited_itself(evidence, t))
     waiters = sorted(edges)
     unplaced = sorted(t for t in inbound if not (evidence.ranks.get(t) and evidence.ranks[t].recorded)
-                      and not _in_p2p(evidence, t)
+                      and not _aborted_receiver(evidence, t)
                       and (all(e.targets is None for e in edges[t]) if t in edges else _waited_itself(evidence, t)))
     if not ends and unplaced and not _cycle(edges):
         # the waits lead to ranks that left no record of their call (the rank gloo aborted, its call unknown)
@@ -254,11 +254,17 @@ def _waited_itself(evidence: JobEvidence, rank: int) -> bool:
     return waits(s) or bool(e and (e.timed_out or e.by in (Ender.BACKEND, Ender.PEER_LOSS)))
 
 
-def _in_p2p(evidence: JobEvidence, rank: int) -> bool:
-    """It stood in a send/recv (a pipeline's receiver gloo aborted for a message of the wrong size): not in the
-    collective the others wait in, so not its likely odd caller; whom it waited for, no record says."""
+def _aborted_receiver(evidence: JobEvidence, rank: int) -> bool:
+    """It stood where a peer's wrong size reaches the receiver: a send/recv (a pipeline's stage gloo aborted for
+    a message of another size), or an all_to_all (whose parts may differ by rank, so an uneven part says only
+    that some sender sent it). Not the likely odd caller of the collective the others then wait in; whom it
+    waited for, no record says."""
     s = evidence.ranks.get(rank)
-    return bool(s and s.wait and s.wait.kind in (WaitKind.SEND, WaitKind.RECV))
+    w = s.wait if s else None
+    if w is None:
+        return False
+    op = (w.call.op if w.call else "") or ""
+    return w.kind in (WaitKind.SEND, WaitKind.RECV) or "all_to_all" in op or "alltoall" in op
 
 
 def _aborted(evidence: JobEvidence, rank: int) -> bool:

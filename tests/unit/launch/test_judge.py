@@ -149,6 +149,9 @@ def test_the_receiver_gloo_aborted_in_recv_is_not_the_odd_one_of_the_next_collec
     # likely odd one: the three with a record agree
     job.ranks[3] = replace(job.ranks[3], wait=Wait(WaitKind.COLLECTIVE))
     assert judge(job).culprit_ranks == [3]
+    # but aborted inside an all_to_all, it only received another rank's uneven part (MoE splits): not named
+    job.ranks[3] = replace(job.ranks[3], wait=Wait(WaitKind.COLLECTIVE, call=Call(Group("0"), "all_to_all_single")))
+    assert 3 not in judge(job).culprit_ranks
 
 
 def test_a_wrongly_shaped_send_is_named_by_the_pipeline_s_other_transfers():
