@@ -36,9 +36,9 @@ def attach(pid, job, interval, timeout, stop, master, nnodes, node_rank, local_a
            output_dir, report_path, results_dir, no_save):
     """Find the torch.distributed job on this machine and say which rank holds it up, where, and what to do.
 
-    Reads only (py-spy dump from outside: no signal, the job keeps running). Exit 0 the job progresses,
-    1 a hang or desync found, 2 usage (several jobs here: pick one with --pid or --job), 3 nothing could be
-    read (permission: the line says what to run).
+    Reads only (py-spy dump from outside, and torch's own dump pipe where the job set one: no signal, the job
+    keeps running). Exit 0 the job progresses, 1 a hang or desync found, 2 usage (several jobs here: pick one
+    with --pid or --job), 3 nothing could be read (permission: the line says what to run).
 
     \b
     Examples:
