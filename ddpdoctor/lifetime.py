@@ -90,7 +90,7 @@ def redeliver_lost_stops() -> None:
             except BaseException as exc:  # noqa: BLE001 - only the signal just sent can be raised here
                 # On a loaded machine the timer can fire before this hook has returned (Timer.start waits for
                 # its thread): the stop is raised in here, where it would be lost again. Send it once more.
-                if not isinstance(exc, KeyboardInterrupt) and getattr(exc, "sigval", None) is None:
+                if stop_signal_of(exc) is None:
                     raise
 
     sys.unraisablehook = hook

@@ -118,6 +118,11 @@ class Call:
     seq_from_stack: bool = False                 # ``seq`` stands in for "the collective the stacks show" (attach)
 
     @property
+    def all_to_all(self) -> bool:
+        """An all_to_all (torch's and NCCL's spellings): its parts may differ by rank."""
+        return "all_to_all" in self.op or "alltoall" in self.op
+
+    @property
     def numbered(self) -> bool:
         """A sequence id a record gave, worth showing ("all_reduce #7")."""
         return self.seq is not None and not self.seq_from_stack
@@ -125,7 +130,7 @@ class Call:
     def signature(self) -> tuple:
         """What must agree across the ranks of one collective: op, sizes, dtypes, splits. An all_to_all's sizes
         may differ by rank (a router's uneven splits): its splits are compared pairwise instead (mismatch.py)."""
-        if "all_to_all" in self.op or "alltoall" in self.op:
+        if self.all_to_all:
             return (self.op, self.dtypes)
         return (self.op, self.input_sizes, self.dtypes, self.splits)
 

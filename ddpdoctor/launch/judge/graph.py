@@ -261,10 +261,7 @@ def _aborted_receiver(evidence: JobEvidence, rank: int) -> bool:
     waited for, no record says."""
     s = evidence.ranks.get(rank)
     w = s.wait if s else None
-    if w is None:
-        return False
-    op = (w.call.op if w.call else "") or ""
-    return w.kind in (WaitKind.SEND, WaitKind.RECV) or "all_to_all" in op or "alltoall" in op
+    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV) or (w.call is not None and w.call.all_to_all))
 
 
 def _aborted(evidence: JobEvidence, rank: int) -> bool:

@@ -98,7 +98,7 @@ def judge_a2a(evidence: JobEvidence) -> Verdict | None:
     output split r), for the same call (the n-th all_to_all of each rank). A pair that disagrees says only that
     one of the two is wrong; the sender named is the one whose part for some rank differs from what every rank
     sends that rank (the column's majority, that rank's own part included). Else no rank is named (a tie)."""
-    a2a = {r: [c for c in s.calls if "all_to_all" in c.op and c.seq is None] for r, s in evidence.ranks.items()}
+    a2a = {r: [c for c in s.calls if c.all_to_all and c.seq is None] for r, s in evidence.ranks.items()}
     a2a = {r: cs for r, cs in a2a.items() if cs}
     if len(a2a) < 2:
         return None
