@@ -20,6 +20,10 @@ def maybe_fail(step: int, rank: int, args) -> None:
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) != args.fail_attempt:
         return
     mode = args.fail_mode
+    if getattr(args, "fail_exit_s", 0.0) > 0:
+        import atexit
+
+        atexit.register(time.sleep, args.fail_exit_s)  # runs after the exception, before the process ends
     if mode == "exception":
         raise InjectedFailure(f"injected failure at step {step} on rank {rank}")
     if mode == "exit":

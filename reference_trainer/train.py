@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fail-rank", type=int, default=0)
     p.add_argument("--fail-mode", choices=MODES, default="exception")
     p.add_argument("--fail-attempt", type=int, default=0, help="inject only on this restart attempt")
+    p.add_argument("--fail-exit-s", type=float, default=0.0,
+                   help="the failing rank's exit handlers then take this long (a logger's upload after a crash)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1 or args.grad_accum < 1:
         p.error("--steps, --batch-size and --grad-accum must be positive")

@@ -274,6 +274,10 @@ def note_end(exc: SystemExit | None) -> None:
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
         tb = tb.tb_next
     _ENDED.update(exit_code=code, where=where)
+    # The record at exit now, not only at the very end: the script's own exit handlers (registered after the
+    # bootstrap's, so run before it: a logger's upload) may take seconds, and the watchdog knows the job is
+    # ending, not hung, by every rank's record. The atexit one still follows, with what they added.
+    dump_flight_record()
 
 
 def record_and_exit(exc: BaseException) -> None:

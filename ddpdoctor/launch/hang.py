@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from . import evidence_io
-from .procs import local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
+from .procs import failed_at, local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
 from .stall import Threshold, behind, last_steps, progress_mark
 from .stragglers import Live
 
@@ -106,7 +106,8 @@ class Watchdog:
                 return
             if started is not None and not moved and self.starting_up(moved, launched, now):
                 started = now  # start-up silence does not count: the stall counts from its end
-            fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
+            fired = (started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
+                     and not self.failing(now, launched))
             if fired or self.peer_fired():
                 self.judged_at = now
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
@@ -191,7 +192,7 @@ class Watchdog:
             return now
         if any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
             return now
-        if not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
+        if not self.sockets or now - launched > self.grace():
             return launched
         return None
 
@@ -206,11 +207,29 @@ class Watchdog:
         minute (or two thresholds) after the launch, as armed_at's own bound."""
         from . import forensics
 
-        if moved or not self.sockets or now - launched > max(60.0, 2 * (self.threshold.fixed or 0.0)):
+        if moved or not self.sockets or now - launched > self.grace():
             return False
         if any(forensics.waiting(fr) for fr in self.last_fr.values()):
             return False
         return not any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+
+    def grace(self) -> float:
+        """How long start-up or an exit keeps silence from counting (then a rank stuck there is named)."""
+        return max(60.0, 2 * (self.threshold.fixed or 0.0))
+
+    def failing(self, now: float, since: float) -> bool:
+        """A rank here (or on another node: its mark) raised, its error file written, and is still ending: exit
+        handlers (a logger's upload, interpreter shutdown on a loaded node) take seconds while its peers wait.
+        torchrun acts once it has exited (stops the job, or restarts it: stopping it first forbade the restart).
+        Bounded by grace(); another node's mark counts from this attempt's start (``since``)."""
+        from . import forensics
+
+        times = [t for t in map(failed_at, workers(self.agent.pid)) if t is not None]
+        if self.nnodes > 1:
+            if times:
+                forensics.mark_failing(self.exchange, self.node, min(times))
+            times += [t for t in forensics.failing_marks(self.exchange, exclude=self.node) if t >= since]
+        return bool(times) and now - min(times) <= self.grace()
 
     def exiting(self, since: float, now: float) -> bool:
         """Every rank of this node has written its flight record at exit (the bootstrap's atexit, after the
@@ -227,7 +246,7 @@ class Watchdog:
                 times.append((self.run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime)
             except OSError:
                 return False
-        return min(times) >= since and now - min(times) <= max(60.0, 2 * (self.threshold.fixed or 0.0))
+        return min(times) >= since and now - min(times) <= self.grace()
 
     def collectives(self) -> dict | None:
         """Per-rank progress of the job from its collectives (any script), with the straggler if there is one."""
@@ -320,7 +339,8 @@ class Watchdog:
                   "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
                   "local_ranks": {str(r): ev["local_rank"] for r, ev in sorted(evidence.items())
                                   if ev.get("local_rank") is not None},
-                  "flight_recorder": {str(r): _thin(ev.get("fr")) for r, ev in sorted(evidence.items())}}
+                  "flight_recorder": {str(r): forensics.last_entries(ev.get("fr"), 20)
+                                      for r, ev in sorted(evidence.items())}}
         if not stop:
             return report
         for p in procs:  # a SIGSTOPped rank takes the SIGTERM only once it runs again
@@ -376,10 +396,3 @@ class Watchdog:
             if text.strip():
                 out[int(path.stem[4:])] = text
         return out or py_spy_stacks(procs)
-
-
-def _thin(fr: dict | None, keep: int = 20) -> dict | None:
-    """The last entries of a flight record: enough to see the collectives around the hang."""
-    if not fr:
-        return None
-    return {"pg_status": fr.get("pg_status"), "entries": (fr.get("entries") or [])[-keep:]}

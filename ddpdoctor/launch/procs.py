@@ -36,6 +36,17 @@ def local_rank_of(proc: psutil.Process) -> int | None:
     return _env_int(proc, "LOCAL_RANK")
 
 
+def failed_at(proc: psutil.Process) -> float | None:
+    """When this process wrote its torch error file (it raised and is ending), None if it has not: the file
+    torchrun named in its environment, newer than the process (an older one is an earlier attempt's)."""
+    try:
+        path = proc.environ().get("TORCHELASTIC_ERROR_FILE")
+        written = os.stat(path).st_mtime if path else None
+        return written if written is not None and written >= proc.create_time() else None
+    except (psutil.Error, OSError):
+        return None
+
+
 def ranks_of(procs: list[psutil.Process]) -> list[int]:
     return sorted(r for r in rank_per_process(procs) if r is not None)
 

@@ -282,6 +282,45 @@ def test_a_restart_is_no_hang_under_a_short_fixed_threshold(tmp_path):
     assert doc["restarts"] == 1 and doc["hang"] is None and doc["verdict"] == "pass"
 
 
+@pytest.mark.timeout(240)
+def test_a_rank_that_raised_and_is_slow_to_exit_is_restarted_not_judged_hung(tmp_path):
+    """Rank 1 raises, then its exit handlers take 12 s (a logger's upload after a crash) while rank 0 waits in
+    the all_reduce: a 4 s threshold must leave the failure to torchrun, which restarts the job once rank 1 has
+    exited (stopping it as a hang forbade the restart; seen in CI as interpreter shutdown on a loaded node)."""
+    from tests.integration.test_trainer import FAST
+
+    p, doc = run_trainer("--nproc-per-node", "2", "--max-restarts", "1", "--hang-timeout", "4", "--", "--steps",
+                         "15", "--snapshot-every", "5", "--fail-at-step", "8", "--fail-rank", "1",
+                         "--fail-exit-s", "12", *FAST, run_dir=tmp_path / "run", timeout=220)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["restarts"] == 1 and doc["hang"] is None and doc["verdict"] == "pass", doc
+
+
+SLOW_EXIT = """import atexit, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+atexit.register(time.sleep, 8)  # a logger's upload at the end, on every rank
+x = torch.ones(4)
+for _ in range(20):  # 4 s of steps: the watchdog sees progress, so the start-up is over
+    dist.all_reduce(x)
+    time.sleep(0.2)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(150)
+def test_ranks_in_their_own_slow_exit_handlers_after_the_last_line_are_no_hang(tmp_path):
+    """Every rank has run its script's last line; its exit handlers then take 8 s: a 3 s threshold must see a
+    job ending (the flight record is written when the script ends, before those handlers), not a hang."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT)
+    p, doc, _ = hang_run(tmp_path, script, "end", "--hang-timeout", "3")  # "end": an argument it ignores
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert doc["hang"] is None and doc["verdict"] == "pass", doc
+
+
 @pytest.mark.timeout(150)
 def test_other_shape_on_one_rank(tmp_path, script):
     """gloo does not hang on it: the rank that receives more than its tensor holds aborts in C++ ("collective

@@ -313,6 +313,54 @@ def test_ranks_that_wrote_their_exit_record_are_ending_not_hung(ranks, tmp_path)
     assert w.exiting(since=now - 10, now=now + 61) is False  # bounded: a rank stuck in its exit is named after all
 
 
+def test_a_rank_that_wrote_its_error_file_is_failing_not_hung(tmp_path, monkeypatch):
+    """A rank that raised (its own error file, newer than the process) is ending: torchrun acts once it exits.
+    An error file of an earlier attempt (older than the process), or none, changes nothing; bounded by grace."""
+    class Proc:
+        def __init__(self, env, created):
+            self.env, self.created = env, created
+
+        def environ(self):
+            return self.env
+
+        def create_time(self):
+            return self.created
+
+    now = time.time()
+    err = tmp_path / "error.json"
+    procs = [Proc({"RANK": "0"}, now - 20), Proc({"RANK": "1", "TORCHELASTIC_ERROR_FILE": str(err)}, now - 20)]
+    monkeypatch.setattr(hang, "workers", lambda pid: procs)
+    w = hang.Watchdog(Agent(), tmp_path, tmp_path, 4.0, sockets="/nonexistent/{rank}.sock")
+    assert w.failing(now, since=now - 20) is False  # not written
+    err.write_text("{}")
+    assert w.failing(time.time(), since=now - 20) is True
+    assert w.failing(time.time() + w.grace() + 1, since=now - 20) is False  # stuck in its exit: named after all
+    procs[1].created = time.time() + 5  # the file predates this process: an earlier attempt's
+    assert w.failing(time.time(), since=now - 20) is False
+
+
+def test_another_nodes_failing_rank_leaves_the_failure_to_torchrun(tmp_path, monkeypatch):
+    """Several nodes: the node whose rank raised marks it in the shared run dir; the other node, whose ranks
+    wait for it, does not judge them hung either; a mark older than this attempt is an earlier failure's."""
+    class Proc:
+        def environ(self):
+            return {"RANK": "1", "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json")}
+
+        def create_time(self):
+            return time.time() - 20
+
+    (tmp_path / "error.json").write_text("{}")
+    monkeypatch.setattr(hang, "workers", lambda pid: [Proc()])
+    a = hang.Watchdog(Agent(), tmp_path, tmp_path, 4.0, sockets="/x/{rank}.sock", node="a", nnodes=2)
+    now = time.time()
+    assert a.failing(now, since=now - 30) is True and (tmp_path / "hang" / "a.failing").exists()
+    monkeypatch.setattr(hang, "workers", lambda pid: [])
+    b = hang.Watchdog(Agent(), tmp_path, tmp_path, 4.0, sockets="/x/{rank}.sock", node="b", nnodes=2)
+    assert b.failing(now, since=now - 30) is True
+    assert b.failing(now, since=now + 1) is False  # marked before this attempt began
+    assert a.failing(now, since=now - 30) is False  # its own mark is not another node's
+
+
 def test_a_rank_gone_from_its_server_is_read_from_its_exit_record(ranks, tmp_path):
     """The last poll caught a collective in flight; the rank then finished and spends seconds in interpreter
     shutdown (its server gone): its exit record, not that stale poll, tells whether a collective is pending, so
