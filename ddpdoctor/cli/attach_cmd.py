@@ -1,5 +1,5 @@
 """`ddpdoctor attach`: diagnose a torch.distributed job that runs (or hangs) right now on this machine, whoever
-launched it, from outside: its ranks' stacks read twice with py-spy, one verdict naming rank, host and line."""
+launched it, from outside: its ranks' stacks read four times with py-spy, one verdict naming rank, host and line."""
 from __future__ import annotations
 
 import click
@@ -13,7 +13,7 @@ from . import common
 @click.option("--job", metavar="KEY", help="The job's key as attach lists it (TORCHELASTIC_RUN_ID, the scheduler's "
               "job id, or MASTER_ADDR:PORT), when several jobs run here.")
 @click.option("--interval", type=click.FloatRange(min=0, max=600), default=3.0, show_default=True,
-              help="Seconds between the two samples that tell a stuck rank from a slow one (0: one sample).")
+              help="Seconds over which four samples tell a stuck rank from a slow one (0: one sample).")
 @click.option("--timeout", type=common.TIMEOUT, default=10.0, show_default=True,
               help="Seconds each py-spy dump may take.")
 @click.option("--stop", is_flag=True, help="After a hang or desync verdict, end the job (SIGTERM to torchrun's "

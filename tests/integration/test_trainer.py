@@ -102,7 +102,9 @@ def test_exception_on_rank_1_is_the_root_cause(tmp_path):
     assert p.returncode == 1 and doc["verdict"] == "fail"
     rc = doc["root_cause"]
     assert rc["rank"] == 1 and rc["category"] == "exception" and rc["error_type"] == "InjectedFailure"
-    assert "step 4 on rank 1" in rc["message"] and rc["location"].endswith("faults.py:24")
+    faults = Path(__file__).parents[2] / "reference_trainer" / "faults.py"
+    raise_line = 1 + faults.read_text().splitlines().index('        raise InjectedFailure(f"injected failure at step {step} on rank {rank}")')
+    assert "step 4 on rank 1" in rc["message"] and rc["location"].endswith(f"faults.py:{raise_line}"), rc
     assert [c["rank"] for c in doc["consequences"]] == [0]
     assert doc["consequences"][0]["victim"] is True and doc["consequences"][0]["reason"]
     # the run's own records (logs, flight-recorder dumps written at exit) are read, none skipped as "outside"

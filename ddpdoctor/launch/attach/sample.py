@@ -1,5 +1,5 @@
 """Reading every rank of a job from outside: py-spy dumps of all ranks in parallel, each with its time limit,
-taken twice a few seconds apart to tell a stuck rank from a slow one (its stack, locals included, moved or not),
+taken a few times over a few seconds to tell a stuck rank from a slow one (its stack, locals included, moved or not),
 with each rank's flight record where one can be had (run-trainer's worker server, or torch's own dump pipe when
 the job set it up). No signal is sent; the only write is a dump request into torch's pipe (dump_pipe.py)."""
 from __future__ import annotations
@@ -50,16 +50,18 @@ class RankRead:
                 "stack": [f"{f.function} ({f.where})" for f in s.frames[:40]] if s else None}
 
 
-def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float) -> dict[int, tuple[pyspy.Dump, dict | None]]:
-    """One py-spy dump per rank and, where run-trainer's worker server listens or torch's dump pipe is open, its
-    flight record; all at once (a thread each, each bounded by ``timeout``)."""
+def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float,
+             with_records: bool = True) -> dict[int, tuple[pyspy.Dump, dict | None]]:
+    """One py-spy dump per rank and (``with_records``), where run-trainer's worker server listens or torch's dump
+    pipe is open, its flight record; all at once (a thread each, each bounded by ``timeout``)."""
     if not ranks:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
         dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
-        records = {rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
+        records = {} if not with_records else {
+            rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
         records.update({rp.pid: pool.submit(dump_pipe.flight_record, *rp.dump_pipe, timeout) for rp in ranks
-                        if rp.dump_pipe and rp.pid not in records})
+                        if with_records and rp.dump_pipe and rp.pid not in records})
         return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
 
 
@@ -70,21 +72,27 @@ def flight_record(path: str, timeout: float) -> dict | None:
     return ask(path, timeout)
 
 
+SAMPLES = 4  # stack rounds over the interval: a healthy loop seen at the same line (and the same Work address)
+#            in two rounds was judged stuck; in four it rarely is, and a stuck rank is the same in all of them
+
+
 def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_S, tool: str | None = None,
-             host: str | None = None) -> list[RankRead]:
-    """Every rank of ``job`` on this node, sampled twice ``interval`` seconds apart (once when ``interval`` is 0)."""
+             host: str | None = None, samples: int = SAMPLES) -> list[RankRead]:
+    """Every rank of ``job`` on this node, its stack sampled ``samples`` times over ``interval`` seconds (once when
+    ``interval`` is 0); its flight record read in the first and the last round (sequence ids only grow)."""
     host = host or socket.gethostname()
     tool = tool or pyspy.binary()
-    first = dump_all(job.ranks, tool, timeout)
-    second = first
-    if interval > 0 and any(d.failure is None for d, _ in first.values()):
-        time.sleep(interval)
-        second = dump_all(job.ranks, tool, timeout)
+    rounds = [dump_all(job.ranks, tool, timeout)]
+    if interval > 0 and any(d.failure is None for d, _ in rounds[0].values()):
+        start, steps = time.monotonic(), max(1, samples - 1)
+        for k in range(1, steps + 1):
+            time.sleep(max(0.0, start + interval * k / steps - time.monotonic()))
+            rounds.append(dump_all(job.ranks, tool, timeout, with_records=k == steps))
     out = []
     for rp in job.ranks:
-        (d1, fr1), (d2, fr2) = first.get(rp.pid, (None, None)), second.get(rp.pid, (None, None))
-        read = read_rank(rp, d1, d2, host)
-        add_record(read, fr1, fr2, live_source(rp))
+        taken = [r.get(rp.pid, (None, None)) for r in rounds]
+        read = read_rank(rp, [d for d, _ in taken], host)
+        add_record(read, taken[0][1], taken[-1][1], live_source(rp))
         out.append(read)
     return out
 
@@ -116,17 +124,20 @@ def _last_seqs(fr: dict) -> dict:
             for k, v in (status or {}).items() if isinstance(v, dict)}
 
 
-def read_rank(rp: RankProcess, first: pyspy.Dump | None, second: pyspy.Dump | None, host: str) -> RankRead:
+def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str) -> RankRead:
+    """The rank as its last readable dump shows it; moved when any two successive readable dumps differ (or it
+    ended after one)."""
     read = RankRead(rp.rank, rp.pid, host, rp.local_rank)
-    last = second if second is not None and second.failure is None else first
-    if last is None or last.failure is not None:
-        bad = last or pyspy.Dump(rp.pid, failure=pyspy.DumpFailure.OTHER, error="not read")
+    good = [d for d in dumps if d is not None and d.failure is None]
+    if not good:
+        bad = next((d for d in reversed(dumps) if d is not None), None) or pyspy.Dump(
+            rp.pid, failure=pyspy.DumpFailure.OTHER, error="not read")
         read.failure, read.error = bad.failure, bad.error
         return read
-    read.state = pyspy.to_state(last, rp.rank, host=host, local_rank=rp.local_rank)
-    if first is not None and first.failure is None and second is not None and second is not first:
-        if second.failure is pyspy.DumpFailure.GONE:
-            read.moved = True  # it ended between the samples: the job changed
-        elif second.failure is None:
-            read.moved = pyspy.signature(first.main_thread()) != pyspy.signature(second.main_thread())
+    read.state = pyspy.to_state(good[-1], rp.rank, host=host, local_rank=rp.local_rank)
+    first = next(i for i, d in enumerate(dumps) if d is not None and d.failure is None)
+    if any(d is not None and d.failure is pyspy.DumpFailure.GONE for d in dumps[first:]):
+        read.moved = True  # it ended between the samples: the job changed
+    elif len({id(d) for d in good}) > 1:
+        read.moved = len({pyspy.signature(d.main_thread()) for d in good}) > 1
     return read

@@ -2,6 +2,7 @@
 ranks under torch 2.13), what torch's frames say a rank waits in, discovery from environments, the judge."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_inside_a_slurm_step_only_the_ranks_of_its_job_on_its_node_count():
 def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
-    r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), dump(name), dump(name), "n1")
+    r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), [dump(name), dump(name)], "n1")
     r.moved = moved
     return r
 
@@ -231,6 +232,36 @@ def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
                                               disc.RankProcess(2, 1, 1, 2, 0, "p", "u")])
     reads = read_job(job, interval=0.01, tool=str(fake), host="n1")
     assert [(r.rank, r.moved, r.state.wait.kind) for r in reads] == [(0, False, WaitKind.NONE), (1, False, WaitKind.NONE)]
+
+
+def test_a_rank_moved_if_any_two_successive_rounds_differ():
+    """A healthy loop's waiting rank is often at the same line with the same Work in two rounds; a third round
+    that shows it elsewhere is movement. The same stack in every round is not; one readable round says nothing;
+    a rank gone after a readable round ended between them."""
+    rp = disc.RankProcess(100, 0, 0, 2, 0, "python t.py", "u")
+    waiter = dump("allreduce_waiter")
+    assert read_rank(rp, [waiter, dump("allreduce_waiter"), dump("own_code"), dump("allreduce_waiter")],
+                     "n1").moved is True
+    assert read_rank(rp, [dump("allreduce_waiter") for _ in range(4)], "n1").moved is False
+    failed = pyspy.Dump(100, failure=pyspy.DumpFailure.PERMISSION, error="denied")
+    assert read_rank(rp, [waiter, failed, failed], "n1").moved is None
+    gone = pyspy.Dump(100, failure=pyspy.DumpFailure.GONE, error="gone")
+    assert read_rank(rp, [waiter, dump("allreduce_waiter"), gone], "n1").moved is True
+    assert read_rank(rp, [gone, failed], "n1").failure is pyspy.DumpFailure.PERMISSION  # the last word
+
+
+def test_read_job_samples_in_rounds_over_the_interval(tmp_path):
+    """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank."""
+    from ddpdoctor.launch.attach.sample import SAMPLES, read_job
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {DATA / 'own_code.txt'}\n")
+    fake.chmod(0o755)
+    job = disc.Job("j", "torchrun", 1, "h:1", [disc.RankProcess(1, 0, 0, 1, 0, "p", "u")])
+    start = time.monotonic()
+    read_job(job, interval=0.6, tool=str(fake), host="n1")
+    assert len(calls.read_text().splitlines()) == SAMPLES == 4 and time.monotonic() - start >= 0.6
 
 
 def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():

@@ -20,7 +20,7 @@ def attach_doc() -> dict:
     reads = []
     for rank, name in enumerate(("allreduce_waiter", "own_code", "allreduce_waiter")):
         d = pyspy.parse((DATA / f"{name}.txt").read_text())
-        reads.append(read_rank(disc.RankProcess(10 + rank, rank, rank, 3, 0, "python job.py", "u"), d, d, "gpu<b>7"))
+        reads.append(read_rank(disc.RankProcess(10 + rank, rank, rank, 3, 0, "python job.py", "u"), [d, d], "gpu<b>7"))
     job = disc.Job("run1@h:1", "torchrun", 3, "h:1", [disc.RankProcess(10 + i, i, i, 3, 0, "p", "u") for i in range(3)])
     return documents.envelope("attach", verdict="fail", exit_code=1, host="gpu<b>7", job=job.to_json(),
                               interval_s=3.0, ranks=[r.to_json() for r in reads], diagnosis=decide(reads, 3),
