@@ -7,7 +7,7 @@ A torchrun job (gloo, --nproc ranks, a 30-minute process-group timeout) where ra
 the others wait in all_reduce. Measured, alternated, --runs times each:
 1. `ddpdoctor attach --pid AGENT --interval 0 --json` (one sample: discovery, every rank's py-spy dump --locals
    in parallel, the judge, the document), wall time of the process;
-2. the same with the default two samples (--interval seconds apart): what a user waits for;
+2. the same with the default samples (four rounds over --interval seconds): what a user waits for;
 3. by hand: `py-spy dump --locals --pid P` run on each rank one after the other (what one does without attach,
    before reading any of it).
 Target: 1. and 2. minus the interval at most 5 s for 8 ranks.
@@ -121,7 +121,7 @@ def slurm_bench(runs: int, interval: float) -> None:
             job.wait(60)
     med = statistics.median
     print(f"3 SLURM nodes (1 rank each), {runs} runs (median):")
-    print(f"  srun --overlap ... ddpdoctor attach, two samples {interval:g} s apart: {med(times):.2f} s")
+    print(f"  srun --overlap ... ddpdoctor attach, four samples over {interval:g} s: {med(times):.2f} s")
     print(f"  srun --overlap -w NODE py-spy dump --locals by hand: {med(hand):.2f} s for {len(ranks)} nodes")
     print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
     ok = med(times) <= SLURM_TARGET_S and named == {(1,)} and alive
@@ -166,7 +166,7 @@ def main() -> None:
     med = statistics.median
     print(f"{args.nproc} ranks, {args.runs} runs (median):")
     print(f"  attach, one sample:             {med(one):.2f} s")
-    print(f"  attach, two samples {args.interval:g} s apart: {med(two):.2f} s "
+    print(f"  attach, four samples over {args.interval:g} s: {med(two):.2f} s "
           f"({med(two) - args.interval:.2f} s besides the interval)")
     print(f"  py-spy dump --locals by hand:   {med(hand):.2f} s for {len(pids)} processes, one after the other")
     print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
