@@ -276,8 +276,10 @@ def note_end(exc: SystemExit | None) -> None:
     _ENDED.update(exit_code=code, where=where)
     # The record at exit now, not only at the very end: the script's own exit handlers (registered after the
     # bootstrap's, so run before it: a logger's upload) may take seconds, and the watchdog knows the job is
-    # ending, not hung, by every rank's record. The atexit one still follows, with what they added.
-    dump_flight_record()
+    # ending, not hung, by every rank's record. The atexit one still follows, with what they added. A script
+    # that never loaded torch's c10d has no record (and importing torch now would only slow its exit).
+    if "torch._C._distributed_c10d" in sys.modules:
+        dump_flight_record()
 
 
 def record_and_exit(exc: BaseException) -> None:

@@ -106,8 +106,9 @@ class Watchdog:
                 return
             if started is not None and not moved and self.starting_up(moved, launched, now):
                 started = now  # start-up silence does not count: the stall counts from its end
+            failing = self.failing(now, launched)  # each poll: another node learns of it from its mark at once
             fired = (started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
-                     and not self.failing(now, launched))
+                     and not failing)
             if fired or self.peer_fired():
                 self.judged_at = now
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
