@@ -303,8 +303,9 @@ def test_a_rank_slow_to_exit_on_another_node_is_left_to_torchrun_there_too(tmp_p
     keeps it from judging a hang, and torchrun restarts both (without the mark node 1 stopped the job).
     The restart itself is torch's: an agent that restarts for the other node's failure (a membership change, not
     its own) keeps its restart count, so under load the two nodes' workers may key their process group by
-    different attempts and wait in init_process_group forever (torch's env:// does the same); that outcome is
-    said as it is ("stuck_init", after the restart), and is never a hang of the first attempt."""
+    different attempts and wait in init_process_group forever (torch's env:// does the same), or gloo refuses the
+    restarted ranks; those outcomes are said as they are ("stuck_init" after the restart; "restart_connect" with
+    the first attempt's InjectedFailure kept), and neither is a hang of the first attempt."""
     from tests.integration.test_trainer import two_nodes
 
     res = two_nodes(tmp_path / "run", "--steps", "15", "--snapshot-every", "5", "--fail-at-step", "8", "--fail-rank",
@@ -314,8 +315,11 @@ def test_a_rank_slow_to_exit_on_another_node_is_left_to_torchrun_there_too(tmp_p
         doc = json.loads(out)
         if code == 0:
             assert doc["restarts"] == 1 and doc["hang"] is None and doc["verdict"] == "pass", doc
-        else:
+        elif doc["hang"] is not None:
             assert doc["hang"]["verdict"]["category"] == "stuck_init", err[-3000:]
+        else:
+            assert doc["root_cause"]["category"] == "restart_connect", doc["root_cause"]
+            assert (doc["attempts"][0].get("root_cause") or {}).get("error_type") == "InjectedFailure", doc["attempts"]
 
 
 SLOW_EXIT = """import atexit, time
