@@ -1,5 +1,6 @@
 """Secrets recognised by their shape in free text, whatever name stands before them: service tokens
-(``sk-proj-…``, ``ghp_…``, ``hf_…``, ``xoxb-…``, AWS key ids, Google API keys, JWTs), ``Bearer …``, a URL's
+(``sk-proj-…``, ``ghp_…``, ``hf_…``, ``xoxb-…``, AWS key ids, Google API keys, JWTs; also inside a name, as in a
+function or file name ``load_ghp_…_weights``), ``Bearer …``, a URL's
 password, webhook URLs whose path is the credential (Slack, Discord, Teams, Telegram), netrc's
 ``password X`` and ``mysql -pX``. Every pattern starts with a literal, is bounded and checks a word boundary
 by a fixed-width look-behind after that literal, so a scan is linear in the text's length."""
@@ -13,9 +14,25 @@ def _shape(prefix: str, rest: str) -> str:
     return rf"{re.escape(prefix)}(?<![A-Za-z0-9_-]{re.escape(prefix)}){rest}(?![A-Za-z0-9_])"
 
 
+def _glued(prefix: str, extra: str, count: str) -> str:
+    """The same token inside an identifier (a function, file or variable name: ``load_ghp_…``, ``ghp_…_fn``):
+    an underscore may stand on either side. Its characters are letters, digits and ``extra``, ``count`` of them,
+    and both letters and digits among them, as a random token has (so a long word after ``hf_`` stays)."""
+    return (rf"{re.escape(prefix)}(?<![A-Za-z0-9-]{re.escape(prefix)})"
+            rf"(?=[A-Za-z{extra}]{{0,254}}[0-9])(?=[0-9{extra}]{{0,254}}[A-Za-z])[A-Za-z0-9{extra}]{count}"
+            r"(?![A-Za-z0-9])")
+
+
 _DIGIT_AND_LETTER = r"(?=[A-Za-z_-]{0,254}[0-9])(?=[0-9_-]{0,254}[A-Za-z])"
+# Inside a name, only the prefixes no ordinary identifier starts a 16+ character run with (not sk_/pk_/rk_:
+# `sk_learn_model_v2` is scikit-learn's, not Stripe's).
+_GLUED = ([_glued(p, "", "{20,255}") for p in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "hf_")]
+          + [_glued("github_pat_", "_", "{20,255}"), _glued("glpat-", "-", "{20,255}")]
+          + [_glued(f"xox{c}-", "-", "{10,255}") for c in "abprs"]
+          + [_glued("AIza", "-", "{35}"), _glued("npm_", "", "{36}"), _glued("pypi-", "-", "{50,255}")]
+          + [_glued(p, "", "{16}") for p in ("AKIA", "ASIA")])
 _TOKEN_SHAPE = re.compile("|".join(
-    [_shape(p, "[A-Za-z0-9]{20,255}") for p in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "hf_")]  # GitHub, HF
+    _GLUED + [_shape(p, "[A-Za-z0-9]{20,255}") for p in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "hf_")]  # GitHub, HF
     + [_shape("github_pat_", "[A-Za-z0-9_]{20,255}"), _shape("glpat-", "[A-Za-z0-9_-]{20,255}")]  # GitLab
     + [_shape(p, _DIGIT_AND_LETTER + "[A-Za-z0-9_-]{16,255}")  # OpenAI sk-proj-/sk-live-, Stripe sk_live_
        for p in ("sk-", "sk_", "rk-", "rk_", "pk-", "pk_")]

@@ -190,6 +190,28 @@ def test_secrets_in_free_text_by_name_and_shape(text, gone):
     assert gone not in out and REDACTED in out, out
 
 
+GH = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+@pytest.mark.parametrize("text", [
+    f"load_{GH}", f"{GH}_weights", f"def step_{GH}_x():", f'File "/job/my_{GH}.py", line 3, in {GH}_fn',
+    f"    frame: train.py:12 in load_{GH} (x)", "x_hf_AbCdEfGhIjKlMnOpQrStUvWx12y", "f_AKIAABCDEFGHIJKLMN12_g",
+    "t_github_pat_11ABCDEFG0123456789_abcdefghijklmnop_x",
+])
+def test_a_token_inside_a_function_or_file_name_is_redacted(text):
+    """Issue 38: a token glued into an identifier by underscores (a function or file name in a frame) reached
+    the terminal, --json, attach.json and the report: the word boundary took `_` for a word character."""
+    out = redact.redact_text(text)
+    assert REDACTED in out and "A1b2C3d4E5f6" not in out and "AbCdEfGhIj" not in out and "ABCDEFGHIJKLMN12" not in out
+    assert "0123456789_abcdefghijklmnop" not in out, out
+
+
+@pytest.mark.parametrize("text", ["load_hf_pretrainedmodelweights", "hf_pretrainedmodelweights_v2",
+                                  "my_sk_learn_model_v2_final", "ghp_short_1", "def check_AKIAvalue():"])
+def test_ordinary_identifiers_with_a_token_prefix_stay(text):
+    assert redact.redact_text(text) == text
+
+
 @pytest.mark.parametrize("text", [
     "step 10 loss 2.3451 lr 3.0e-4 tokens/s 51234 grad_norm 0.93",
     "saved /runs/exp/ckpt-2b6f0cc904d137be2e1730235f5664094b831186.pt in 0.4 s",
