@@ -59,15 +59,18 @@ def now_iso() -> str:
 def envelope(kind: str, run_id: str | None = None, **body: Any) -> dict:
     """A document: the envelope, then the body. A run-trainer or nccl-bench body carries text other
     processes wrote (log tails, exception messages, tracebacks, stacks): it is redacted here, where every
-    such document is made, so run.json, the terminal view and the HTML report all get the redacted text.
+    such document is made, so run.json, the terminal view and the HTML report all get the redacted text; its
+    rank lists are bounded here too (``rank_lists``: the first 64 and every rank as ranges).
     (A preflight's facts are scrubbed where they are gathered, and its messages are the checks' own words,
     which name flags such as --token in prose.)"""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
     if kind != "preflight":
+        from .rank_lists import bound_document
         from .redact import redact_evidence
 
-        body = redact_evidence(body)
+        # rank lists bounded first (a dump claiming 65,536 ranks: ranges, not 65,534 objects), then redacted
+        body = redact_evidence(bound_document(kind, body))
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,

@@ -5,7 +5,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from ..grouping import rank_ranges
+from ..rank_lists import ranks_text, total
 from ..report.values import human, phrases
 from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
 from ..report import wording
@@ -61,6 +61,9 @@ def render(doc: dict, console: Console) -> None:
         how = wording.category(c.get("category")) + (f"; ended by {c['signal']}" if c.get("signal") else "")
         rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
                       f"({how})", style="dim"))
+    if total(doc, "consequences") > len(doc.get("consequences") or []):  # the document kept the first ones
+        rows.append(T(f"consequences: {total(doc, 'consequences')} in all, rank(s) {ranks_text(doc, 'consequences')}",
+                      style="dim"))
     if doc.get("hang"):
         rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
     rows += [T(line) for line in straggler_lines(doc)]
@@ -203,9 +206,11 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     rows = []
     verdict = hang.get("verdict") or {}
     coll = verdict.get("collective")
-    others = (verdict.get("culprits") or [])[1:]  # the first is the root cause's row; the others have only this one
-    if len(others) > MAX_CULPRIT_ROWS:  # a dump claiming 65,536 ranks: one line, the ranks as ranges
-        rows.append(T(f"culprits too: rank(s) {rank_ranges([c.get('rank') for c in others])}"))
+    culprits = verdict.get("culprits") or []
+    others = culprits[1:]  # the first is the root cause's row; the others have only this one
+    if total(verdict, "culprits") - 1 > MAX_CULPRIT_ROWS:  # a dump claiming 65,536 ranks: one line, as ranges
+        first = culprits[0].get("rank") if isinstance(culprits[0], dict) else None
+        rows.append(T(f"culprits too: rank(s) {ranks_text(verdict, 'culprits', drop=first)}"))
         others = []
     for c in others:
         rows.append(T(f"culprit too: rank {c.get('rank')} on {human(c.get('host'))}"
@@ -218,12 +223,12 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
         rows.append(T(f"collective: {coll['op']}{seq}{peer} (process group {coll['pg']})"
                          + (f" called at {wording.location(site['where'])} in {site.get('function')}"
                             if site.get("where") else "")
-                         + f"; waiting: rank(s) {rank_ranges(coll.get('waiting_ranks', []))}"))
+                         + f"; waiting: rank(s) {ranks_text(coll, 'waiting_ranks')}"))
         for rank, call in (coll.get("calls") or {}).items():
             rows.append(T(f"rank {rank} called {call['op']} {call['input_sizes']} {call['input_dtypes']}"
                              + (f" at {wording.location(call['where'])}" if call.get("where") else "")))
     if verdict.get("no_evidence"):
-        rows.append(T(f"no flight recorder from rank(s) {rank_ranges(verdict['no_evidence'])}",
+        rows.append(T(f"no flight recorder from rank(s) {ranks_text(verdict, 'no_evidence')}",
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:

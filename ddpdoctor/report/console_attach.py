@@ -6,9 +6,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..rank_lists import ranks_text, total
 from ..text import safe_text
 
 _STYLE = {"progressing": "green", "unreadable": "yellow"}
+MAX_CULPRIT_ROWS = 8  # more culprits than this: the first ones, then all of them as rank ranges
 
 
 def render(doc: dict, console: Console) -> None:
@@ -25,13 +27,17 @@ def render(doc: dict, console: Console) -> None:
                 style="bold")
     head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
     console.print(head, soft_wrap=True)
-    for c in diag.get("culprits") or []:
+    culprits = diag.get("culprits") or []
+    for c in culprits[:MAX_CULPRIT_ROWS] if total(diag, "culprits") > MAX_CULPRIT_ROWS else culprits:
         line = f"  rank {c.get('rank')}" + (f" on {c['host']}" if c.get("host") else "") + \
             (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "") if c.get("where") else "")
         console.print(safe_text(line), soft_wrap=True)
+    if total(diag, "culprits") > MAX_CULPRIT_ROWS:  # a world the job claims: the rest as ranges, one line
+        console.print(safe_text(f"  culprits: {total(diag, 'culprits')} in all, rank(s) {ranks_text(diag, 'culprits')}"),
+                      soft_wrap=True)
     if job.get("ranks_elsewhere"):
-        console.print(f"ranks with no process here (other nodes, or ended): {_ranks(job['ranks_elsewhere'])}; on a "
-                      "multi-node job run attach on every node", soft_wrap=True)
+        console.print(f"ranks with no process here (other nodes, or ended): {ranks_text(job, 'ranks_elsewhere')}; "
+                      "on a multi-node job run attach on every node", soft_wrap=True)
     if diag.get("nodes_without_ranks"):
         console.print(Text(f"no rank of the job runs on: {_ranks(safe_text(n) for n in diag['nodes_without_ranks'])}"),
                       soft_wrap=True)

@@ -2,6 +2,7 @@
 its own, and one row per rank read (what it waits in, where it stands, whether it moved) (pure; no HTML)."""
 from __future__ import annotations
 
+from ...rank_lists import ranks_text, total
 from ..values import human
 from .common import single_group
 
@@ -28,7 +29,8 @@ def attach_view(d: dict) -> dict:
             "launcher": job.get("launcher"), "world_size": job.get("world_size"),
             "category": diag.get("category"), "summary": diag.get("summary"), "fix": diag.get("fix"),
             "culprits": [c for c in diag.get("culprits") or [] if isinstance(c, dict)],
-            "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id")}
+            "all_culprits": ranks_text(diag, "culprits") if total(diag, "culprits") > len(diag.get("culprits") or [])
+            else "", "elsewhere": ranks_text(job, "ranks_elsewhere"), "ranks": rows, "run_id": d.get("run_id")}
 
 
 def attach_finding(d: dict) -> dict | None:

@@ -64,3 +64,40 @@ def test_a_token_in_a_frame_of_an_attach_or_run_document_is_redacted():
         doc = documents.envelope(kind, ranks=[rank], diagnosis={"culprits": [dict(rank)]},
                                  hang={"verdict": {"culprits": [{"rank": 1, "function": FUNC}]}})
         assert "A1b2C3d4E5f6" not in json.dumps(doc) and "load_<redacted>_weights" in json.dumps(doc)
+
+
+def test_json_of_a_dump_claiming_65536_ranks_is_bounded_like_the_terminal(tmp_path):
+    """13 MB of --json before (65,534 culprit objects, each consequence waiting for 65,534 ranks): now the first
+    64 of each list and every rank as ranges beside it (rank_lists), a few KB."""
+    logs = tmp_path / "logs"
+    attempt = _rank_dirs(logs, (0, 1))
+    (attempt / "1" / "error.json").write_text(json.dumps({"message": "RuntimeError: boom"}))
+    for r, seq in ((0, 3), (1, 3), (2, 2)):
+        _dump(logs, r, seq, [{"filename": "train.py", "line": 4, "name": "main"}], pg_ranks=list(range(65536)))
+    p = run_cli("postmortem", str(logs), "--json")
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert len(p.stdout) < 100_000, len(p.stdout)
+    v = json.loads(p.stdout)["hang"]["verdict"]
+    assert len(v["culprits"]) == 64 and v["culprits_total"] == 65534 and v["culprits_ranges"] == [[2, 65535]]
+    assert v["culprits"][0]["rank"] == 2 and v["no_evidence_ranges"] == [[3, 65535]]
+    assert all(len(c["wait"]["for"]) <= 64 and c["wait"]["for_ranges"] == [[2, 65535]] for c in v["consequences"])
+
+
+def test_rank_lists_are_bounded_and_say_every_rank():
+    from ddpdoctor.rank_lists import bound_document, ranks_text, spans
+
+    assert spans([3, 0, 1, 2, 8, 65535, 65534]) == [[0, 3], [8, 8], [65534, 65535]]
+    small = {"hang": {"verdict": {"culprits": [{"rank": 1}], "named": [1]}}, "consequences": [], "culprit_ranks": [1]}
+    assert bound_document("run-trainer", small) == small  # at or under the limit: as before, no new key
+    big = {"hang": {"verdict": {"culprits": [{"rank": r} for r in range(1, 1001)], "named": list(range(1, 1001)),
+                                "collective": {"waiting_ranks": [0], "last_seq": {str(r): 1 for r in range(1000)}}}},
+           "consequences": [{"rank": r} for r in range(5000, 5100)], "culprit_ranks": list(range(1, 1001))}
+    out = bound_document("run-trainer", big)
+    v = out["hang"]["verdict"]
+    assert len(v["culprits"]) == 64 and v["culprits_total"] == 1000 and ranks_text(v, "culprits") == "1-1000"
+    assert ranks_text(v, "culprits", drop=1) == "2-1000" and ranks_text(v, "named", drop=500) == "1-499, 501-1000"
+    assert len(v["collective"]["last_seq"]) == 64 and v["collective"]["last_seq_total"] == 1000
+    assert out["consequences_ranges"] == [[5000, 5099]] and len(out["culprit_ranks"]) == 64
+    assert len(big["hang"]["verdict"]["culprits"]) == 1000  # the caller's verdict is left whole
+    job = bound_document("attach", {"job": {"ranks_elsewhere": list(range(2, 65536))}, "diagnosis": {}})["job"]
+    assert ranks_text(job, "ranks_elsewhere") == "2-65535" and len(job["ranks_elsewhere"]) == 64
