@@ -97,9 +97,10 @@ def redeliver_lost_stops() -> None:
 
 
 def stop_signal_of(exc: BaseException | None) -> int | None:
-    """The signal a stop exception stands for: torch's SignalException carries it (``sigval``); Terminated is
-    SIGTERM's; any other KeyboardInterrupt is Ctrl-C's."""
-    sigval = getattr(exc, "sigval", None)
+    """The signal a stop exception stands for: torch's SignalException carries it (``sigval``, or the one that
+    came when the ranks are told another: ``received_signal``, nccl-bench's); Terminated is SIGTERM's; any other
+    KeyboardInterrupt is Ctrl-C's."""
+    sigval = getattr(exc, "received_signal", None) or getattr(exc, "sigval", None)
     if isinstance(sigval, int):
         return int(sigval)
     if isinstance(exc, KeyboardInterrupt):

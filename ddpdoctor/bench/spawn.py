@@ -15,7 +15,7 @@ import socket
 import tempfile
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import DdpdoctorError
 from ..exitcodes import ExitCode
@@ -46,63 +46,104 @@ def run_in_this_process(cfg: dict) -> None:
 
 
 def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
-    """Start the ranks through torch's launcher; the config travels as a JSON file named in the env."""
+    """Start the ranks through torch's launcher; the config travels as a JSON file named in the env.
+
+    A stop signal is obeyed at any moment: from the end of torch's import (held back until then) to the last
+    rank's end, it stops the ranks (torch's agent, or nothing yet started), removes the run's folder and ends
+    the command with the signal's code; the clean-up itself runs with the stop signals held, so a second
+    signal cannot cut it short (it is obeyed right after)."""
     from ..lifetime import import_held
 
     import_held("torch.distributed.launcher.api")  # loads torch: a SIGTERM meanwhile waits until it is done
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
-    run_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
-    cfg_path = os.path.join(run_dir, "config.json")
-    with open(cfg_path, "w") as fh:
-        json.dump(cfg, fh)
-    endpoint = plan.master or f"127.0.0.1:{free_port()}"
-    lc = LaunchConfig(
-        min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc,
-        run_id=f"ddpdoctor-bench-{uuid.uuid5(uuid.NAMESPACE_DNS, endpoint).hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint=endpoint, rdzv_timeout=plan.rdzv_timeout_s,
-        rdzv_configs={"rank": plan.node_rank} if plan.node_rank is not None else {},
-        max_restarts=0, monitor_interval=0.1, start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(run_dir, "logs")),
-    )
-    os.environ[CONFIG_ENV] = cfg_path
-    progress = os.path.join(run_dir, "progress")
-    os.makedirs(progress, exist_ok=True)
-    os.environ[PROGRESS_ENV] = progress
     handlers = _signal_handlers()
-    if handlers:
-        _handle_stops_between_spawns()
-    stopped_by, done, beats = None, threading.Event(), []
-    threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats), name="ddpdoctor-bench-wake",
-                     daemon=True).start()
+    stopped_by, done, beats, waker, run_dir = None, threading.Event(), [], None, None
     try:
-        elastic_launch(lc, _entry)()
-    except ChildFailedError as exc:
-        behind = ranks_behind(progress, beats or None)
-        raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
-    except SignalException as exc:  # the agent stopped the ranks; the command ends as that signal says
-        stopped_by = exc.sigval
+        try:
+            run_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
+            progress = os.path.join(run_dir, "progress")
+            lc = _launch_config(cfg, plan, run_dir, progress)
+            if handlers:
+                _handle_stops_between_spawns()
+            waker = threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats),
+                                     name="ddpdoctor-bench-wake", daemon=True)
+            waker.start()
+            elastic_launch(lc, _entry)()
+        except ChildFailedError as exc:
+            behind = ranks_behind(progress, beats or None)
+            raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
+    except SignalException as exc:  # the agent stopped the ranks (or none had started): end as the signal says
+        stopped_by = getattr(exc, "received_signal", exc.sigval)
     finally:
-        done.set()
-        for sig, handler in handlers.items():  # torch's agent leaves its own (raising SignalException) installed
-            signal.signal(sig, handler)
-        os.environ.pop(SIGNALS_ENV, None)
-        # The config, the progress notes and torch's per-rank logs have been read: nothing outlives the command.
-        shutil.rmtree(run_dir, ignore_errors=True)
+        _clean_up(handlers, run_dir, done, waker)
     if stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
     if stopped_by is not None:
         signal.raise_signal(stopped_by)  # the command's own handler (SIGTERM: exit 143), else the default
 
 
+def _launch_config(cfg: dict, plan: LaunchPlan, run_dir: str, progress: str):
+    """torch's LaunchConfig of this run; the config file, the progress folder and their variables made."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    cfg_path = os.path.join(run_dir, "config.json")
+    with open(cfg_path, "w") as fh:
+        json.dump(cfg, fh)
+    os.makedirs(progress, exist_ok=True)
+    endpoint = plan.master or f"127.0.0.1:{free_port()}"
+    os.environ[CONFIG_ENV] = cfg_path
+    os.environ[PROGRESS_ENV] = progress
+    # A stop ends the ranks with SIGTERM, at once: multiprocessing's resource tracker (started with the first
+    # rank, this environment its own) then frees the semaphores they held and said so after the command's last
+    # line ("There appear to be 11 leaked semaphore objects"). Freeing them is its job; the warning is noise.
+    quiet = "ignore:resource_tracker:UserWarning"
+    warnings = os.environ.get("PYTHONWARNINGS", "")
+    if quiet not in warnings:
+        os.environ["PYTHONWARNINGS"] = f"{warnings},{quiet}" if warnings else quiet
+    # the stop signals are this module's handler's (_handle_stops_between_spawns); torch >= 2.9 sets its
+    # TORCHELASTIC_SIGNALS_TO_HANDLE from this field, over whatever the environment said
+    own = {"signals_to_handle": "SIGQUIT"} if "signals_to_handle" in {f.name for f in fields(LaunchConfig)} else {}
+    return LaunchConfig(
+        **own, min_nodes=plan.nnodes, max_nodes=plan.nnodes, nproc_per_node=plan.nproc,
+        run_id=f"ddpdoctor-bench-{uuid.uuid5(uuid.NAMESPACE_DNS, endpoint).hex[:8]}",
+        rdzv_backend="c10d", rdzv_endpoint=endpoint, rdzv_timeout=plan.rdzv_timeout_s,
+        rdzv_configs={"rank": plan.node_rank} if plan.node_rank is not None else {},
+        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(run_dir, "logs")),
+    )
+
+
+def _clean_up(handlers: dict, run_dir: str | None, done: threading.Event, waker: threading.Thread | None) -> None:
+    """After the launch, however it ended: the command's handlers back (torch's agent leaves its own, raising
+    SignalException, installed), the wake thread stopped before its folder goes, the run's folder removed (the
+    config, the progress notes and torch's per-rank logs have been read: nothing outlives the command). The stop
+    signals are held meanwhile: one that comes now is obeyed once this is done."""
+    on_main = threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if on_main else None
+    try:
+        done.set()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        os.environ.pop(SIGNALS_ENV, None)
+        if waker is not None:
+            waker.join(timeout=5.0)  # it wakes every 0.5 s; a psutil call never blocks for long
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list) -> None:
     """Once the ranks are being stopped (one of them ended: it failed, or a signal came), a rank frozen with
     SIGSTOP cannot act on the signal torch sends it, and torch waits 30 s before its SIGKILL: SIGCONT lets it
     end now. The ranks' heartbeats are kept first (``beats``): a woken rank may beat once more before it ends.
-    The ranks are this process's children (start_method spawn)."""
+    The ranks are this process's children (start_method spawn). Quiet whatever happens: a helper of the
+    command, it never prints (its folder removed under it, a child gone between two looks)."""
     import psutil
 
     me, seen = psutil.Process(), set()
@@ -116,7 +157,7 @@ def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list) -> No
                     if k.pid in live and k.status() == psutil.STATUS_STOPPED:
                         k.send_signal(signal.SIGCONT)
             seen |= live
-        except psutil.Error:
+        except (psutil.Error, OSError):
             continue
 
 
@@ -144,13 +185,18 @@ def _handle_stops_between_spawns() -> None:
 
 
 def _stop_the_ranks(signum: int, frame) -> None:
+    """torch's agent stops the ranks with the signal its SignalException carries: SIGTERM, whichever came. A
+    rank killed by SIGTERM ends at once and silently; SIGINT made each rank still importing torch print a
+    KeyboardInterrupt traceback and could keep one in a collective until torch's 30 s grace ran out. The
+    command still ends as the signal that came says (Ctrl-C: 130)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     if _starting_a_rank(frame):
         threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
         return
-    sigval = signal.Signals(signum)
-    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+    exc = SignalException(f"Process {os.getpid()} got signal: {signal.Signals(signum)}", sigval=signal.SIGTERM)
+    exc.received_signal = signal.Signals(signum)  # what the command ends with (lifetime.stop_signal_of)
+    raise exc
 
 
 def _starting_a_rank(frame) -> bool:
@@ -174,7 +220,11 @@ STALE_S = 3.0  # a rank whose heartbeat stopped this long before the others' did
 
 def _read_notes(progress_dir: str, suffix: str) -> list[dict]:
     notes = []
-    for name in os.listdir(progress_dir):
+    try:
+        names = os.listdir(progress_dir)
+    except OSError:  # removed at the command's end (the wake thread may look once more)
+        return []
+    for name in names:
         if not name.endswith(suffix):
             continue
         try:

@@ -180,6 +180,23 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
+def _stopped_by(exc: BaseException) -> int | None:
+    """A stop signal that reached the command as another exception (torch's SignalException, raised by the
+    handler its launcher installs): the same line and code as the signal's own, never "internal error"."""
+    import signal
+
+    from ..lifetime import stop_signal_of
+
+    sig = stop_signal_of(exc)
+    if sig is None:
+        return None
+    if sig == signal.SIGINT:
+        common.error_line("interrupted")
+        return ExitCode.INTERRUPTED
+    common.error_line(f"terminated ({signal.Signals(sig).name})")
+    return 128 + int(sig)
+
+
 SCRIPT_HINT = ("options for your script go after `--`: ddpdoctor run-trainer [OPTIONS] -- train.py --lr 3e-4")
 
 
@@ -221,6 +238,9 @@ def run(argv: list[str] | None = None) -> int:
         common.error_line(f"{exc.filename or ''}: permission denied ({exc.strerror or exc})".lstrip(": "))
         return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - the policy: one line, exit 4, traceback with -v
+        stopped = _stopped_by(exc)
+        if stopped is not None:
+            return stopped
         if common.STATE.verbose:
             traceback.print_exc()
         common.error_line(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")

@@ -125,3 +125,54 @@ def test_a_rank_frozen_inside_a_collective_is_named_and_the_run_ends_soon_after_
     assert took < TIMEOUT + 20, (took, err[-2000:])
     time.sleep(1)
     assert alive(pids.values()) == [], pids
+
+
+def wait_for_launch(tmp_path: Path, limit_s: float = 120) -> None:
+    """Until torch's import is done and the launch begins (the run's config file exists)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if list((tmp_path / "tmp").glob("ddpdoctor-bench-*/config.json")):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the launch never began")
+
+
+def session_left(sid: int) -> list[int]:
+    """Processes still running in the command's session (zombies waiting for init to reap them aside)."""
+    left = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == sid and " Z " not in Path(f"/proc/{entry}/stat").read_text():
+                    left.append(int(entry))
+            except OSError:
+                continue
+    return left
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("moment, sig, code", [
+    ("launch", signal.SIGTERM, 143),  # the launch just begun, no rank yet: exit 4 ("SignalException") before
+    ("launch+0.5", signal.SIGINT, 130),  # the rendezvous and the spawn of the ranks
+    ("measuring", signal.SIGINT, 130),  # Ctrl-C to the command alone: torch's own handler took it, 30 s grace
+])
+def test_a_stop_at_any_moment_ends_the_bench_promptly_and_leaves_nothing(tmp_path, cleanup, moment, sig, code):
+    """Issue 38: a stop signal is obeyed at any moment after torch's import (held back during it: the test
+    above), with the signal's code, one line and no traceback; the ranks are stopped with SIGTERM (they end at
+    once and print nothing), no process of the command and nothing in its temporary folder is left."""
+    proc = start(tmp_path)
+    cleanup.append(proc)
+    if moment == "measuring":
+        rank_pids(tmp_path)
+    else:
+        wait_for_launch(tmp_path)
+        time.sleep(0.5 if moment == "launch+0.5" else 0.0)
+    proc.send_signal(sig)
+    rc, err, took = finish(proc, 90)
+    assert rc == code, (moment, err[-3000:])
+    assert err.rstrip().splitlines()[-1] in ("Error: interrupted", "Error: terminated (SIGTERM)"), err[-3000:]
+    for bad in ("Traceback", "internal error", "KeyboardInterrupt", "EOFError", "forcefully exiting"):
+        assert bad not in err, (moment, err[-3000:])
+    assert took < 25, (took, err[-3000:])  # seconds on a loaded machine; torch's grace before SIGKILL is 30 s
+    time.sleep(1)
+    assert session_left(proc.pid) == [] and list((tmp_path / "tmp").iterdir()) == []
