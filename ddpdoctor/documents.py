@@ -227,7 +227,19 @@ def validate(doc: Any, name: str = "document") -> None:
         for key in ("nodes", "results", "verdict"):
             if key not in doc:
                 raise UsageError(f"{name}: preflight file lacks {key!r}")
+        check_node_count(doc.get("nodes"), name)
     check_document(doc, name, facts_shapes())
+
+
+def check_node_count(nodes: Any, name: str) -> None:
+    """At most MAX_NODES nodes: no command makes a larger cluster (the largest built today are ~12,000 nodes),
+    so more is not a ddpdoctor result, and reading it would cost the report a minute per million (10^6 empty
+    nodes: 83 s)."""
+    from .inputs import MAX_NODES
+
+    if isinstance(nodes, dict) and len(nodes) > MAX_NODES:
+        raise UsageError(f"{name}: {len(nodes):,} nodes, more than the {MAX_NODES:,} of the largest cluster any "
+                         "ddpdoctor command runs; not a ddpdoctor result")
 
 
 def own_results(doc: dict) -> list[dict]:

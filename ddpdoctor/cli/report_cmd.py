@@ -47,6 +47,9 @@ def report(files, output, results_dir):
     # Memory bounded in total, not only per file: bytes and JSON values over all files (inputs.Budget).
     budget = Budget()
     docs = [documents.load(f, budget) for f in files]  # a malformed or unknown file is a one-line usage error naming it
+    # each file holds at most MAX_NODES nodes; so do all of them together (files of one cluster repeat its nodes)
+    documents.check_node_count({n: None for d in docs if d.get("kind") == "preflight" for n in d.get("nodes") or {}},
+                               f"{len(docs)} files together")
     run_ids = {d.get("run_id") for d in docs}
     if latest is None and len(run_ids) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node"
                                                          for d in docs):

@@ -101,3 +101,42 @@ def test_rank_lists_are_bounded_and_say_every_rank():
     assert len(big["hang"]["verdict"]["culprits"]) == 1000  # the caller's verdict is left whole
     job = bound_document("attach", {"job": {"ranks_elsewhere": list(range(2, 65536))}, "diagnosis": {}})["job"]
     assert ranks_text(job, "ranks_elsewhere") == "2-65535" and len(job["ranks_elsewhere"]) == 64
+
+
+def test_report_of_a_document_of_far_more_nodes_than_any_cluster_is_one_line(tmp_path):
+    """83 s of the report for 10^6 empty nodes: now a document with more nodes than any command makes
+    (inputs.MAX_NODES) is refused once read, one line, exit 2; so are files that hold that many together."""
+    from tests import report_fixtures as rf
+
+    doc = rf.preflight(2, evil=False)
+    doc["nodes"] = {f"n{i}": {} for i in range(100_000)}
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(doc))
+    started = time.process_time()
+    p = run_cli("report", str(big), "-o", str(tmp_path / "r.html"))
+    assert p.returncode == 2 and "100,000 nodes, more than the 16,384" in p.stderr, p.stderr[-2000:]
+    assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
+    assert time.process_time() - started < 10  # about 1 s of CPU: reading the file, not rendering it
+    halves = []
+    for k in range(2):
+        doc["nodes"] = {f"f{k}n{i}": {} for i in range(9000)}
+        halves.append(tmp_path / f"half{k}.json")
+        halves[-1].write_text(json.dumps(doc))
+    p = run_cli("report", *map(str, halves), "-o", str(tmp_path / "r.html"))
+    assert p.returncode == 2 and "2 files together: 18,000 nodes" in p.stderr, p.stderr[-2000:]
+
+
+def test_a_document_is_redacted_one_pass_per_distinct_text(monkeypatch):
+    """A rank's traceback stands in the root cause, in its attempt and among the consequences: redacting the
+    document runs the redaction once per distinct text, not once per place (issue 38: the post-mortem of
+    10,000 rank folders spent its time redacting the same texts again)."""
+    from ddpdoctor import documents, redact
+
+    seen: list[str] = []
+    real = redact.redact_text
+    monkeypatch.setattr(redact, "redact_text", lambda text: seen.append(text) or real(text))
+    tb = "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: boom " + "x" * 100
+    failure = {"rank": 1, "traceback": tb, "log_tail": tb + "\nmore"}
+    documents.envelope("run-trainer", root_cause=failure, consequences=[failure] * 20,
+                       attempts=[{"root_cause": failure, "consequences": [failure] * 20}])
+    assert seen.count(tb) == 1 and seen.count(tb + "\nmore") == 1
