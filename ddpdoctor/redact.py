@@ -355,16 +355,24 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-def redact_evidence(obj: Any, _depth: int = 0) -> Any:
+def redact_evidence(obj: Any, _depth: int = 0, _memo: dict | None = None) -> Any:
     """A document's free text redacted (``redact_text`` on every string) and secret-named keys emptied:
-    applied where a document is made, so run.json, the terminal and the HTML all get the redacted text."""
+    applied where a document is made, so run.json, the terminal and the HTML all get the redacted text. One
+    pass over each distinct text: a rank's traceback stands in the root cause, its attempt and the consequences
+    alike (``_memo``, for this document only: the job's secrets may change between documents)."""
+    memo = {} if _memo is None else _memo
     if _depth > 200:
         return obj
     if isinstance(obj, dict):
         return {k: (REDACTED if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float))
-                    and not isinstance(v, bool) else redact_evidence(v, _depth + 1)) for k, v in obj.items()}
+                    and not isinstance(v, bool) else redact_evidence(v, _depth + 1, memo)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [redact_evidence(v, _depth + 1) for v in obj]
+        return [redact_evidence(v, _depth + 1, memo) for v in obj]
     if isinstance(obj, str):
-        return redact_text(obj)
+        if len(obj) < 16:  # a rank, a category, a host: cheaper to redact than to remember
+            return redact_text(obj)
+        done = memo.get(obj)
+        if done is None:
+            done = memo[obj] = redact_text(obj)
+        return done
     return obj
