@@ -152,9 +152,10 @@ class Cluster:
 
     def start(self, rank: int, *extra: str, only: str = "mesh,launch-args", timeout: float = 15,
               token: str | None = None, json_out: bool = True, env: dict | None = None,
-              output: str | None = None) -> Node:
-        """``json_out`` False: the terminal output (the view a person reads); ``output`` a dir for the JSON."""
-        argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--master", self.master, "--nnodes", str(self.nnodes),
+              output: str | None = None, prefix: tuple[str, ...] = ()) -> Node:
+        """``json_out`` False: the terminal output (the view a person reads); ``output`` a dir for the JSON;
+        ``prefix`` what the command runs under (another user: tests/as_nobody.py), never forked then."""
+        argv = [*prefix, sys.executable, "-m", "ddpdoctor", "preflight", "--master", self.master, "--nnodes", str(self.nnodes),
                 "--node-rank", str(rank), "--local-addr", f"127.0.0.{rank + 1}", "--timeout", str(timeout),
                 "--only", only, *(["--json"] if json_out else []), *(["--token", token] if token else []),
                 *(["--output", output] if output else []), *extra]

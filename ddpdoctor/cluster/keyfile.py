@@ -146,6 +146,40 @@ def read(path: Path) -> str | None:
     return text if len(text) == 2 * KEY_BYTES and all(c in "0123456789abcdef" for c in text) else None
 
 
+def unusable(path: Path) -> str:
+    """Why ``read`` takes no key from ``path``, in a user's words (for a node refused for having none)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "no such file (this node does not share the master's home directory or --shared-dir)"
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror or exc}: a folder on the way is not this user's to read)"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link (refused: a key file is never followed through a link)"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, and this node runs as uid {os.getuid()} (run every node as the same user)"
+    if st.st_mode & 0o077:
+        return f"readable by others (mode {stat.S_IMODE(st.st_mode):04o}; a key file is 0600)"
+    if read(path) is None:
+        return "not a key of this tool (its size or content), or unreadable"
+    return "a key of another run (an earlier master's, left behind)"
+
+
+def may_appear(paths: list[Path]) -> bool:
+    """Whether waiting for a key file can help: one of the places is absent (a network filesystem can show a
+    new file late), not unusable for good (a folder this user may not enter, someone else's file)."""
+    for path in paths:
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def find(paths: list[Path], matches, until: float) -> tuple[str | None, Path | None]:
     """A node: the first key in ``paths`` that ``matches`` (is this run's), polling until ``until``."""
     while True:

@@ -16,16 +16,13 @@ from .liveness import Heartbeats, dead_or_silent
 from .envelope import key_id
 from .mailbox import StoreGone, StoreSilent, bounded
 from .messages import MAX_CLAIMS, Slot, key_of
-from .node import POLL_S, Node
+from .node import KEYLESS_FIX, POLL_S, Node
 from .view import ClusterView
 
 # What the master collects from every node, in a user's words (progress lines and silent nodes' findings).
 COLLECTED = {"facts": "check results", "cfacts": "collective test results"}
 OPEN_GRACE_S = 3.0  # with --allow-unauthenticated: a rank held only by a node without the key waits this long
-KEYLESS_FIX = ("a node that cannot read the run's key file (no shared home directory or --shared-dir) is not "
-               "taken, nor is anyone else claiming its rank under the public names; fix: export "
-               "DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script so every node has it, or, accepting that "
-               "anyone who reaches the port could impersonate a node, pass --allow-unauthenticated on the master")
+
 
 
 class Master(Node):
@@ -114,23 +111,28 @@ class Master(Node):
         # --token: the run goes on without it and fails naming it. A rank nobody claimed is missing.
         missing = [r for r in range(n) if r not in valid and r not in rejected_ranks]
         if missing or 0 not in valid:
-            msg = rosters.missing_message(present=sorted(valid), missing=missing, idents=idents,
-                                          endpoint=str(self.cfg.master), nnodes=n, timeout=self.cfg.timeout,
-                                          hosts=self.cfg.hosts, launcher=self.cfg.launcher,
-                                          command=self.cfg.node_command)
-            if self.rejected:
-                msg += f"; rejected: {'; '.join(sorted(self.rejected.values())[:3])}"
-            if keyless:
-                msg += f"; {KEYLESS_FIX}"
-            self.mb.post("roster", rosters.aborted(msg), public_copy=self.mb.sealed and not self.cfg.token)
-            self._linger(time.monotonic() + 2.0)
-            raise ClusterNotAssembled(msg)
+            self._abort_meet(valid, missing, idents, keyless)
         open_slots = [(i["rank"], i["claim"]) for i in idents if not i.pop("_keyed", True)]
         self.mb.open_slots = {Slot(*s) for s in open_slots}
         roster = rosters.accepted(idents, self.rejected)
         roster["auth"] = {"mode": self.auth_mode(), "open": [list(s) for s in open_slots]}
         self.mb.post("roster", roster)
         return roster
+
+    def _abort_meet(self, valid: dict, missing: list[int], idents: list[dict], keyless: list[str]) -> None:
+        """The run does not assemble: every node is told why (the aborted roster), then this one stops. Nodes
+        refused for having no key come first: "missing rank(s) 1" alone reads as a node that never started."""
+        msg = rosters.missing_message(present=sorted(valid), missing=missing, idents=idents,
+                                      endpoint=str(self.cfg.master), nnodes=self.cfg.nnodes, timeout=self.cfg.timeout,
+                                      hosts=self.cfg.hosts, launcher=self.cfg.launcher, command=self.cfg.node_command)
+        others = sorted(set(self.rejected.values()) - set(keyless))
+        if others:
+            msg += f"; rejected: {'; '.join(others[:3])}"
+        if keyless:
+            msg = f"not taken: {'; '.join(sorted(keyless)[:3])}; {KEYLESS_FIX}. {msg}"
+        self.mb.post("roster", rosters.aborted(msg), public_copy=self.mb.sealed and not self.cfg.token)
+        self._linger(time.monotonic() + 2.0)
+        raise ClusterNotAssembled(msg)
 
     def keyed_only(self) -> bool:
         """This master has the run's key file and was not told to accept nodes without it: an identity under the
@@ -144,18 +146,19 @@ class Master(Node):
             return set()
         return {r for r, idents in valid.items() if not any(i.get("_keyed") for i in idents)}
 
-    def _refuse_keyless(self, valid: dict[int, list[dict]]) -> bool:
+    def _refuse_keyless(self, valid: dict[int, list[dict]]) -> list[str]:
         """At the roster, in a run that takes only keyed nodes: every identity without the key is named as
-        rejected, never taken; its rank is missing unless a node with the key holds it. True if any was."""
+        rejected, never taken; its rank is missing unless a node with the key holds it. The reasons, one per
+        identity refused ([] when none was)."""
         if not self.keyed_only():
-            return False
-        found = False
+            return []
+        found = []
         for r in sorted(valid):
             for i in [i for i in valid[r] if not i.get("_keyed")]:
-                found = True
-                self.rejected[f"ident/{r}/{i['claim']}"] = (
-                    f"rank {r} was claimed without the run's key by {i.get('host')} ({i.get('addr')}): this run "
-                    f"has a key and accepts only nodes that prove it")
+                why = (f"rank {r} was claimed without the run's key by {i.get('host')} ({i.get('addr')}): this run "
+                       f"has a key and accepts only nodes that prove it")
+                self.rejected[f"ident/{r}/{i['claim']}"] = why
+                found.append(why)
             valid[r] = [i for i in valid[r] if i.get("_keyed")]
             if not valid[r]:
                 del valid[r]

@@ -40,6 +40,10 @@ POLL_S = 0.2
 UNAUTHENTICATED_ALLOWS = ("anyone who can reach the rendezvous port can read this run's messages and forge "
                           "them: a node's facts, the roster, the verdict (a fake PASS or a fake failure)")
 TOKEN_FIX = "export DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script, before the preflight starts on every node"
+KEYLESS_FIX = ("a node that cannot read the run's key file (no shared home directory or --shared-dir) is not "
+               "taken, nor is anyone else claiming its rank under the public names; fix: export "
+               "DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script so every node has it, or, accepting that "
+               "anyone who reaches the port could impersonate a node, pass --allow-unauthenticated on the master")
 
 
 def _boot_id() -> str | None:

@@ -14,7 +14,7 @@ from .budget import GRACE_S
 from .envelope import key_id, open_envelope
 from .mailbox import StoreGone, StoreSilent
 from .messages import Finding, Invalid, Slot, about, key_of
-from .node import POLL_S, TOKEN_FIX, Node
+from .node import KEYLESS_FIX, POLL_S, TOKEN_FIX, Node
 from .view import ClusterView
 
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
@@ -99,7 +99,10 @@ class Worker(Node):
         keyed = [(f, b) for f, b in hellos if b.get("key_id")]
         paths = keyfile.candidates(keyfile.scope(str(self.cfg.master), self.cfg.rdzv_id, self.cfg.nnodes),
                                    self.cfg.shared_dir)
-        wait = keyfile.KEY_WAIT_S if keyed and not keys.searched else 0.0
+        # looked for a while when the hello says there is a key and it may yet appear (a network filesystem);
+        # not in a folder this user may not enter: the master refuses a keyless node, the sooner it claims the
+        # sooner it is told why
+        wait = keyfile.KEY_WAIT_S if keyed and not keys.searched and keyfile.may_appear(paths) else 0.0
         keys.searched = True
         key, path = keyfile.find(paths, lambda k: any(self._this_runs_key(k, f, b) for f, b in keyed),
                                  min(until, time.monotonic() + wait))
@@ -178,7 +181,7 @@ class Worker(Node):
     def meet(self) -> dict:
         roster = self.wait_for("roster", self.budget.meet_by + 2 * GRACE_S, about("roster"))
         if roster["status"] == "aborted":
-            raise ClusterNotAssembled(roster["message"])
+            raise ClusterNotAssembled(self._refused_why(roster["message"]))
         opened = roster.get("auth", {}).get("open", [])
         self.mb.open_slots = {Slot(*s) for s in opened if isinstance(s, list) and len(s) == 2
                               and all(isinstance(x, int) for x in s)}
@@ -189,6 +192,19 @@ class Worker(Node):
                                          f"nodes with the same --node-rank?); the master names both")
             raise ClusterNotAssembled(f"this node (rank {self.mb.me.rank}) was not accepted by the master: {why}")
         return roster
+
+    def _refused_why(self, message: str) -> str:
+        """The master's reason the run did not assemble, led by this node's own when it had no key while the
+        master signs with one: the master then names this node's rank missing ("missing rank(s) 1"), which
+        alone tells the node nothing about why it was not taken."""
+        if not self.mb.blind:
+            return message
+        paths = keyfile.candidates(keyfile.scope(str(self.cfg.master), self.cfg.rdzv_id, self.cfg.nnodes),
+                                   self.cfg.shared_dir)
+        looked = "; ".join(f"{p}: {keyfile.unusable(p)}" for p in paths) or "no home directory to look in"
+        return (f"this node (rank {self.mb.me.rank}) was not taken: the master signs this run with its key file and "
+                f"takes only nodes that prove it, and this node could not read the key ({looked}); "
+                f"{KEYLESS_FIX}. The master said: {message.replace(KEYLESS_FIX + '. ', '')}")
 
     def exchange(self, view: ClusterView) -> None:
         if not exchanges.publishers(self.plan):

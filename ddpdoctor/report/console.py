@@ -74,7 +74,7 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
     else:  # never wrapped mid-phrase (`... 3 \nskip`): the tally gets its own line
         console.print(title, soft_wrap=True)
         console.print(Text("  " + tally), soft_wrap=True)
-    _auth_line(doc, console)
+    auth_line(doc, console)
 
     for g in groups:
         if g["level"] in ("fail", "warn"):
@@ -115,7 +115,8 @@ def _unverified(doc: dict) -> bool:
     return _unauthenticated(doc).get("verdict_verified") is False
 
 
-def _auth_line(doc: dict, console: Console) -> None:
+def auth_line(doc: dict, console: Console) -> None:
+    """NOT VERIFIED / NOT AUTHENTICATED, when the document's cluster run was (any command run across nodes)."""
     auth = _unauthenticated(doc)
     if _unverified(doc):
         console.print(Text.assemble(("NOT VERIFIED: ", "bold yellow"),
@@ -160,7 +161,7 @@ def render_worker_line(doc: dict, console: Console, *, hints: bool = True) -> No
         head = f"ddpdoctor preflight [{human(doc.get('this_node'))}] cluster verdict NOT VERIFIED, as received: "
     console.print(other_node_line(head, verdict, f"exit {human(doc.get('exit_code', 0))}, {tally}", where,
                                   "; -v prints it here too" if hints else ""), soft_wrap=True)
-    _auth_line(doc, console)
+    auth_line(doc, console)
     own = own_results(doc)
     for r in own:
         if r["level"] in ("fail", "warn"):

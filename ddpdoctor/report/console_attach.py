@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ..rank_lists import ranks_text, total
 from ..text import safe_text
+from .console import auth_line
 
 _STYLE = {"progressing": "green", "unreadable": "yellow"}
 MAX_CULPRIT_ROWS = 8  # more culprits than this: the first ones, then all of them as rank ranges
@@ -19,6 +20,7 @@ def render(doc: dict, console: Console) -> None:
         console.print(Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}]: {len(doc.get('ranks') or [])} "
                            f"rank(s) read here; the master prints the verdict (exit {safe_text(doc.get('exit_code'))})"),
                       soft_wrap=True)
+        auth_line(doc, console)
         return
     category = str(diag.get("category", "?"))
     job = doc.get("job") or {}
@@ -54,6 +56,7 @@ def render(doc: dict, console: Console) -> None:
     console.print(table)
     if doc.get("stopped"):
         console.print(f"--stop: sent {doc['stopped']['signal']} to {_ranks(doc['stopped']['pids'])}")
+    auth_line(doc, console)  # several nodes: how their messages were protected
 
 
 def _what(wait: dict) -> str:

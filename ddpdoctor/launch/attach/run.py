@@ -157,11 +157,11 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
     if doc.get("role") == "worker":
         own = ((doc.get("nodes") or {}).get(doc.get("this_node")) or {}).get("facts", {}).get(nodes.CHECK) or {}
         mine = [r for r in (nodes.from_fact(f, str(doc.get("this_node"))) for f in own.get("ranks") or []) if r]
-        return documents.envelope("attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
-                                  exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(),
-                                  job=job or None, interval_s=request.interval, ranks=[r.to_json() for r in mine],
-                                  diagnosis={"category": "worker", "summary": "the master prints the verdict",
-                                             "fix": ""}, stopped=None)
+        return _with_auth(documents.envelope(
+            "attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
+            exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(), job=job or None,
+            interval_s=request.interval, ranks=[r.to_json() for r in mine],
+            diagnosis={"category": "worker", "summary": "the master prints the verdict", "fix": ""}, stopped=None), doc)
     world = nodes.parse_world(job, reads)
     if job:
         read_ranks = {r.rank for r in reads}
@@ -171,8 +171,17 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
                                                     "fix": "run attach where the job runs", "culprits": []}
     diagnosis["nodes_without_ranks"] = empty
     stuck = diagnosis["category"] not in ("progressing", "no_job")
-    return documents.envelope(
+    return _with_auth(documents.envelope(
         "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
         exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
         job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None)
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None), doc)
+
+
+def _with_auth(attach_doc: dict, cluster: dict) -> dict:
+    """How the nodes' messages were protected (the cluster run's ``auth``): the terminal, --json and attach.json
+    say NOT AUTHENTICATED or NOT VERIFIED as preflight's do. Added after the envelope: these are the tool's own
+    words (its redaction would take `--token was given` for a flag and its value)."""
+    if isinstance(cluster.get("auth"), dict):
+        attach_doc["auth"] = cluster["auth"]
+    return attach_doc
