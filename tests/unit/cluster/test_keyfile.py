@@ -92,3 +92,21 @@ def test_a_key_left_by_a_killed_master_is_swept_a_day_later(tmp_path):
     os.utime(keys / "old", (day_ago, day_ago))
     keyfile.create([keys / "new"])
     assert sorted(p.name for p in keys.iterdir()) == ["new", "recent"]
+
+
+@pytest.mark.timeout(30)
+def test_why_a_key_file_is_unusable_in_a_users_words_and_when_waiting_helps(tmp_path):
+    """A keyless node refused by a keyed master says why it had no key (issue 38), and waits for the file only
+    where it may yet appear (absent: a network filesystem's lag), not where it can never read it."""
+    made = keyfile.create([tmp_path / "k"])
+    assert "another run" in keyfile.unusable(tmp_path / "k")  # ours, valid: only the hello can tell whose
+    os.chmod(tmp_path / "k", 0o644)
+    assert "readable by others (mode 0644" in keyfile.unusable(tmp_path / "k")
+    assert "no such file" in keyfile.unusable(tmp_path / "absent")
+    os.symlink(tmp_path / "k", tmp_path / "link")
+    assert "symbolic link" in keyfile.unusable(tmp_path / "link")
+    assert keyfile.may_appear([tmp_path / "k", tmp_path / "absent"]) and not keyfile.may_appear([tmp_path / "k"])
+    if os.geteuid() == 0:
+        os.chown(tmp_path / "k", 65534, 65534)
+        assert "owned by uid 65534, and this node runs as uid 0" in keyfile.unusable(tmp_path / "k")
+    made.remove()
