@@ -56,7 +56,7 @@ def render(doc: dict, console: Console) -> None:
     if rc.get("reason") and not root.get("victim"):
         rows.append(T(f"note: {rc['reason']}"))
     title, fix = _title_and_fix(doc, root)
-    rows.append(T(f"fix: {fix}", style="bold"))
+    rows.append(T(f"fix: {shown_message(fix, 'fix')}", style="bold"))  # one naming 3,000 ranks: 270 lines
     for c in doc.get("consequences", []):
         how = wording.category(c.get("category")) + (f"; ended by {c['signal']}" if c.get("signal") else "")
         rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
@@ -145,13 +145,13 @@ def straggler_lines(doc: dict) -> list[str]:
 MESSAGE_SHOWN = 800  # characters of an error message in the panel (a tensor's repr can be megabytes)
 
 
-def shown_message(message) -> str:
-    """The error message as the panel shows it: whole up to MESSAGE_SHOWN characters, else its start and how
-    much more the JSON result holds (a 100,000-character message filled 1,300 terminal lines)."""
+def shown_message(message, what: str = "message") -> str:
+    """The error message (or fix) as the panel shows it: whole up to MESSAGE_SHOWN characters, else its start and
+    how much more the JSON result holds (a 100,000-character message filled 1,300 terminal lines)."""
     text = str(message or "")
     if len(text) <= MESSAGE_SHOWN:
         return text
-    return f"{text[:MESSAGE_SHOWN]}… ({len(text) - MESSAGE_SHOWN:,} more characters: the whole message is in the JSON result)"
+    return f"{text[:MESSAGE_SHOWN]}… ({len(text) - MESSAGE_SHOWN:,} more characters: the whole {what} is in the JSON result)"
 
 
 def render_node_line(doc: dict, console: Console) -> None:
