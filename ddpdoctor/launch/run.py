@@ -22,7 +22,7 @@ from . import evidence_io, hang, procs, records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, socket_dir
-from .fold import Folder
+from .fold import Folder, entry_point_named
 from .outcome import blame_the_disk, build_document, collectives_summary
 
 
@@ -66,7 +66,7 @@ def _write(sink, line: str) -> None:
 
 
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
-          logs: list | None = None, folder: Folder | None = None) -> None:
+          logs: list | None = None, folder: Folder | None = None, rename=None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
     secrets redacted, control sequences shown as text: it is often a scheduler's log file) through ``terminal``
     when given, so that it can be muted, and through ``folder`` when given (tracebacks folded to their last
@@ -78,7 +78,7 @@ def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal
         for sink in logs or ():
             _write(sink, line)
         if sinks:
-            shown = safe_text(redact(line), keep="\r")  # ESC, OSC, U+202E shown, not obeyed
+            shown = safe_text(redact(line if rename is None else rename(line)), keep="\r")  # ESC, OSC: shown
             _show(sinks, folder.feed(shown) if folder is not None else [shown], terminal)
     if sinks and folder is not None:
         _show(sinks, folder.flush(), terminal)
@@ -295,7 +295,9 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal,
                                                           None, folders[0]), daemon=True),
                      threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr] if echo else [],
-                                                          stop.agent_noticed, terminal, [agent], folders[1]), daemon=True)]
+                                                          stop.agent_noticed, terminal, [agent], folders[1],
+                                                          entry_point_named(cfg.shown_script(), torchrun.BOOTSTRAP)),
+                                      daemon=True)]
             for t in pumps:
                 t.start()
             # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
