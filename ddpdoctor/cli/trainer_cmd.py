@@ -42,11 +42,8 @@ from . import common
 def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout, steps,
                 no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
     """Run the reference DDP trainer (or `-- your_script.py args`, `-- -m package.module args`) under torchrun,
-    then explain any failure.
-
-    To see a diagnosis, make the reference trainer fail on purpose (its options go after `--`): `--fail-at-step K`
-    `--fail-rank R` `--fail-mode exception|exit|sigkill|hang` (default exception; `--fail-attempt N`: only on that
-    restart attempt).
+    then explain any failure. To see a diagnosis, make the reference trainer fail (its options go after `--`): `--fail-at-step K` `--fail-rank R`
+    `--fail-mode exception|exit|sigkill|hang` (`--fail-attempt N`: only on that restart attempt).
 
     \b
     Examples:
