@@ -97,7 +97,9 @@ def _worker_argv(request):
     def build(i: int, n: int, master: str) -> list[str]:
         from ..cluster.local import node_addr
 
-        return ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
+        # the master's progress (who has joined, what it waits for) is the cluster's; the other nodes stay quiet
+        quiet = ["-q"] if i or common.STATE.quiet else []
+        return [*quiet, "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
                 "--local-addr", node_addr(i), "--json", "--no-save", *passed]
 
     return build

@@ -320,6 +320,7 @@ class Node:
                 f"SIGSTOP) or starved? rerun it there first; every node exits 3")
 
     def close(self) -> None:
+        self.progress.close()
         self._beating.clear()
         if self.probe is not None:
             self.probe.close()

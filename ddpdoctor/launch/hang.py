@@ -177,8 +177,9 @@ class Watchdog:
         taken = (f"every rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
                  "every rank's evidence was taken as it expired (collecting it outlasted the margin)")
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
-                     "why": (f"your process group's own {early['timeout']:g} s timeout came before ddpdoctor's "
-                             f"hang threshold ({hang_s} s), so {taken}, after the ranks had waited "
+                     "why": (f"your process group's own {early['timeout']:g} s timeout (init_process_group's "
+                             f"timeout=) came before ddpdoctor's own hang limit ({hang_s} s), so {taken}, after the "
+                             f"ranks had waited "
                              f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
                                                                 "the job then ended by that timeout"))}
         return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)

@@ -2,8 +2,14 @@
 its own, and one row per rank read (what it waits in, where it stands, whether it moved) (pure; no HTML)."""
 from __future__ import annotations
 
+from .. import wording
 from ..values import human
 from .common import single_group
+
+
+def _class_in_words(label) -> str:
+    """The judge's class ("missing_rank") as the report says it ("never reached the collective ...")."""
+    return wording.kind(label) or wording.category(label) if label else ""
 
 
 def _what(wait: dict | None) -> str:
@@ -26,7 +32,8 @@ def attach_view(d: dict) -> dict:
             for r in (d.get("ranks") or []) if isinstance(r, dict)]
     return {"verdict": d.get("verdict"), "host": d.get("host"), "job": job.get("id"),
             "launcher": job.get("launcher"), "world_size": job.get("world_size"),
-            "category": diag.get("category"), "summary": diag.get("summary"), "fix": diag.get("fix"),
+            "category": _class_in_words(diag.get("category")), "summary": wording.labels_in(diag.get("summary")),
+            "fix": diag.get("fix"),
             "culprits": [c for c in diag.get("culprits") or [] if isinstance(c, dict)],
             "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id")}
 
@@ -41,5 +48,6 @@ def attach_finding(d: dict) -> dict | None:
                       + (f" at {c['where']}" if c.get("where") else "") for c in culprits)
     return single_group({
         "check": "attach", "level": "fail", "nodes": sorted({str(c.get("host")) for c in culprits}) or [str(d.get("host"))],
-        "summary": f"{diag.get('category')}: {diag.get('summary')}" + (f" ({where})" if where else ""),
+        "summary": f"{_class_in_words(diag.get('category'))}: {wording.labels_in(diag.get('summary'))}"
+                   + (f" ({where})" if where else ""),
         "fix": diag.get("fix", ""), "actual": None, "expected": None})

@@ -44,3 +44,14 @@ def test_report_renders_an_attach_file_escaped(tmp_path):
     assert res.returncode == 0, res.stderr
     html = out.read_text()
     assert "attach" in html and "/tmp/u31rec/job.py:8" in html and "gpu&lt;b&gt;7" in html and "gpu<b>7" not in html
+
+
+def test_no_internal_label_in_the_attach_header_or_finding():
+    """Issue 41 item 3: the report showed `missing_rank:` in the finding and the attach header."""
+    from ddpdoctor.report import wording
+
+    m = build([attach_doc()])
+    label = attach_doc()["diagnosis"]["category"]
+    assert "_" in label  # the judge's label, e.g. outside_collectives / missing_rank
+    assert m["attach"][0]["category"] == wording.kind(label)
+    assert not m["findings"][0]["summary"].startswith(label) and label not in m["findings"][0]["summary"]
