@@ -2,6 +2,7 @@
 fix, and make the `attach` document. Only reads; ``stop`` (opt-in) ends the job after the verdict."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from dataclasses import dataclass
@@ -148,6 +149,11 @@ def run_nodes(request: AttachRequest) -> dict | None:
     from ...settings import resolve_run
     from . import nodes
 
+    # torch's TCPStore client logs every failed connect with a C++ backtrace (ERROR level) before it raises: a
+    # master that is not ddpdoctor's (an HTTP server, junk, closed) must read as the one error line the engine
+    # words, so c10d is silenced in this process below FATAL. Set before torch loads (it reads it then); a
+    # user's own value (set for their jobs, carried by `sudo -E`) is not attach's.
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
                             local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
                             node_command="ddpdoctor attach --master HOST:PORT")
