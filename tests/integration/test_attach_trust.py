@@ -193,14 +193,16 @@ def attach(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
 def attached(node):
     """Root's attach on nobody's job, once: the terminal view, and attach.json (--output)."""
     out = node.base / "out"
-    res = attach("--pid", str(node.nobody_job.pid), "--output", str(out))
+    res = attach("--pid", str(node.nobody_job.pid), "--output", str(out), "--report", str(out / "report.html"))
     saved = out / "attach.json"
     assert saved.exists(), res.stdout + res.stderr
-    return res, json.loads(saved.read_text())
+    doc = json.loads(saved.read_text())
+    doc["_html"] = (out / "report.html").read_text()
+    return res, doc
 
 
 def said(res: subprocess.CompletedProcess, doc: dict) -> str:
-    """Everything attach showed or kept: the terminal and attach.json."""
+    """Everything attach showed or kept: the terminal, attach.json and the HTML report."""
     return res.stdout + res.stderr + json.dumps(doc)
 
 
@@ -214,7 +216,7 @@ def test_a_pipe_the_rank_does_not_hold_is_never_written(node, attached):
     assert not (node.logs / "fifo.log").exists(), (node.logs / "fifo.log").read_bytes()
     text = notes(doc)
     assert f"rank 0: {node.root}/ctl0.pipe" in text and "not used" in text, text
-    assert f"{node.root}/ctl0.pipe" in res.stdout  # the note is on the terminal too
+    assert f"{node.root}/ctl0.pipe" in res.stdout and f"{node.root}/ctl0.pipe" in doc["_html"]  # shown too
     assert (node.home / "asked6").exists()  # the honest rank's own pipe was asked
 
 

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ...launchers import env_int
 from ..evidence_io import DUMP_BYTES as MAX_DUMP_BYTES
-from . import job_access
+from . import job_access, job_paths
 
 DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
 POLL_S = 0.1
@@ -36,7 +36,7 @@ def request(rp, pipe: str) -> bool:
     """Ask torch for a dump: one byte written to the rank's pipe without blocking, with the job's rights
     (job_access: only a FIFO of the rank's uid that its process holds open, reached without a link). False when
     it is not there, no process reads it (no NCCL group yet, or the job ended), or it is not the rank's."""
-    return job_access.as_job(rp, lambda: b"1" if job_access.write_to_pipe(rp, pipe, b"1") else b"", 5.0) == b"1"
+    return job_access.as_job(rp, lambda: b"1" if job_paths.write_to_pipe(rp, pipe, b"1") else b"", 5.0) == b"1"
 
 
 def _exchange(rp, pipe: str, dump_file: str, before: float | None, ask: bool, timeout: float) -> bytes:
@@ -45,16 +45,16 @@ def _exchange(rp, pipe: str, dump_file: str, before: float | None, ask: bool, ti
     deadline = time.monotonic() + timeout
     if ask:
         try:
-            before = job_access.regular_file(rp, dump_file)[0]
-        except job_access.Absent:
+            before = job_paths.regular_file(rp, dump_file)[0]
+        except job_paths.Absent:
             before = None
-        if not job_access.write_to_pipe(rp, pipe, b"1"):
-            raise job_access.Absent()
+        if not job_paths.write_to_pipe(rp, pipe, b"1"):
+            raise job_paths.Absent()
     while True:
         try:
-            _, data = job_access.regular_file(rp, dump_file, newer_than=before, cap=MAX_DUMP_BYTES)
+            _, data = job_paths.regular_file(rp, dump_file, newer_than=before, cap=MAX_DUMP_BYTES)
             return struct.pack("!d", -1.0 if before is None else before) + data
-        except job_access.Absent:
+        except job_paths.Absent:
             if time.monotonic() >= deadline:
                 raise
         time.sleep(POLL_S)

@@ -28,7 +28,8 @@ def attach_view(d: dict) -> dict:
             "launcher": job.get("launcher"), "world_size": job.get("world_size"),
             "category": diag.get("category"), "summary": diag.get("summary"), "fix": diag.get("fix"),
             "culprits": [c for c in diag.get("culprits") or [] if isinstance(c, dict)],
-            "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id")}
+            "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id"),
+            "notes": [n for n in (d.get("notes") if isinstance(d.get("notes"), list) else [])[:50] if isinstance(n, str)]}
 
 
 def attach_finding(d: dict) -> dict | None:

@@ -1,4 +1,4 @@
-"""job_access: what a job names is used in a child with the job's rights, and only when it is the rank's own and
+"""job_access and job_paths: what a job names is used in a child with the job's rights, and only when it is the rank's own and
 what it claims (a FIFO it holds, a regular file, a socket it serves), reached without a link. Here the "rank" is
 this test process (or a process it starts); the ids are changed with chown as root (skipped otherwise)."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddpdoctor.launch.attach import job_access as ja
+from ddpdoctor.launch.attach import job_paths as jp
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change owners and drop to another user")
@@ -44,17 +45,17 @@ def test_a_regular_file_of_the_rank_is_read_and_a_link_never_followed(folder):
     f.write_bytes(b"record")
     (folder / "link_3").symlink_to(f)
     rp = me()
-    assert run(rp, lambda: ja.regular_file(rp, str(f), cap=100)[1]) == (b"record", [])
-    got, notes = run(rp, lambda: ja.regular_file(rp, str(folder / "link_3"), cap=100)[1])
+    assert run(rp, lambda: jp.regular_file(rp, str(f), cap=100)[1]) == (b"record", [])
+    got, notes = run(rp, lambda: jp.regular_file(rp, str(folder / "link_3"), cap=100)[1])
     assert got is None and notes == [f"rank 3: {folder}/link_3 (a link of uid {os.geteuid()}, never followed); "
                                      f"not used ({ja.WHY})"]
-    assert run(rp, lambda: ja.regular_file(rp, str(folder / "absent"), cap=100)[1]) == (None, [])  # no note
-    got, notes = run(rp, lambda: ja.regular_file(rp, str(f), cap=3)[1])
+    assert run(rp, lambda: jp.regular_file(rp, str(folder / "absent"), cap=100)[1]) == (None, [])  # no note
+    got, notes = run(rp, lambda: jp.regular_file(rp, str(f), cap=3)[1])
     assert got is None and "larger than" in notes[0]
     stamp = os.stat(f).st_mtime
-    assert run(rp, lambda: ja.regular_file(rp, str(f), newer_than=stamp, cap=100)[1]) == (None, [])
+    assert run(rp, lambda: jp.regular_file(rp, str(f), newer_than=stamp, cap=100)[1]) == (None, [])
     os.mkfifo(folder / "fifo_3")
-    got, notes = run(rp, lambda: ja.regular_file(rp, str(folder / "fifo_3"), cap=100)[1])
+    got, notes = run(rp, lambda: jp.regular_file(rp, str(folder / "fifo_3"), cap=100)[1])
     assert got is None and "a FIFO, not a regular file" in notes[0]
 
 
@@ -64,7 +65,7 @@ def test_a_relative_path_is_the_ranks_own_folders(folder, monkeypatch):
     try:
         rp = SimpleNamespace(pid=child.pid, rank=3, uid=os.geteuid(), gid=os.getegid())
         monkeypatch.chdir("/")
-        assert run(rp, lambda: ja.regular_file(rp, "dump_3", cap=100)[1]) == (b"mine", [])
+        assert run(rp, lambda: jp.regular_file(rp, "dump_3", cap=100)[1]) == (b"mine", [])
     finally:
         child.kill()
         child.wait(10)
@@ -76,7 +77,7 @@ def test_another_users_file_and_a_link_in_its_folders_are_refused(folder):
     theirs.write_bytes(b"root's")
     rp = me()
     rp.uid, rp.gid = NOBODY, NOBODY
-    got, notes = run(rp, lambda: ja.regular_file(rp, str(theirs), cap=100)[1])
+    got, notes = run(rp, lambda: jp.regular_file(rp, str(theirs), cap=100)[1])
     assert got is None and f"owned by uid 0, not by the job's user, uid {NOBODY}" in notes[0]
     sub = folder / "real"
     sub.mkdir()
@@ -84,10 +85,10 @@ def test_another_users_file_and_a_link_in_its_folders_are_refused(folder):
     os.chown(sub / "d", NOBODY, NOBODY)
     (folder / "jump").symlink_to(sub)
     os.lchown(folder / "jump", NOBODY, NOBODY)  # a link the job made: never followed
-    got, notes = run(rp, lambda: ja.regular_file(rp, str(folder / "jump" / "d"), cap=100)[1])
+    got, notes = run(rp, lambda: jp.regular_file(rp, str(folder / "jump" / "d"), cap=100)[1])
     assert got is None and "its folder 'jump' is a link of uid 65534" in notes[0]
     os.lchown(folder / "jump", 0, 0)  # root's own layout (/var/run -> /run): followed
-    assert run(rp, lambda: ja.regular_file(rp, str(folder / "jump" / "d"), cap=100)[1]) == (b"x", [])
+    assert run(rp, lambda: jp.regular_file(rp, str(folder / "jump" / "d"), cap=100)[1]) == (b"x", [])
 
 
 @as_root
@@ -131,12 +132,12 @@ def test_only_a_fifo_the_rank_holds_open_is_written(folder):
                               "os.O_NONBLOCK); print(flush=True); time.sleep(30)"], stdout=subprocess.PIPE)
     try:
         other.stdout.readline()  # the other process holds ``loose`` open: a reader, but not the rank
-        assert run(rp, lambda: b"y" if ja.write_to_pipe(rp, str(held), b"1") else b"n") == (b"y", [])
+        assert run(rp, lambda: b"y" if jp.write_to_pipe(rp, str(held), b"1") else b"n") == (b"y", [])
         assert os.read(reader, 8) == b"1"
-        got, notes = run(rp, lambda: b"y" if ja.write_to_pipe(rp, str(loose), b"1") else b"n")
+        got, notes = run(rp, lambda: b"y" if jp.write_to_pipe(rp, str(loose), b"1") else b"n")
         assert got is None and "a FIFO rank 3's process" in notes[0] and "does not hold open" in notes[0]
         (folder / "plain_3.pipe").write_text("keep")
-        got, notes = run(rp, lambda: b"y" if ja.write_to_pipe(rp, str(folder / "plain_3.pipe"), b"1") else b"n")
+        got, notes = run(rp, lambda: b"y" if jp.write_to_pipe(rp, str(folder / "plain_3.pipe"), b"1") else b"n")
         assert got is None and "a regular file, not a FIFO" in notes[0]
         assert (folder / "plain_3.pipe").read_text() == "keep"
     finally:
@@ -153,7 +154,7 @@ def test_a_fifo_of_another_user_is_never_opened(folder):
     os.mkfifo(fifo, 0o666)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        got, notes = run(rp, lambda: b"y" if ja.write_to_pipe(rp, str(fifo), b"1") else b"n")
+        got, notes = run(rp, lambda: b"y" if jp.write_to_pipe(rp, str(fifo), b"1") else b"n")
         assert got is None and "owned by uid 0" in notes[0]
         assert os.read(reader, 8) == b""  # no byte came
     finally:
@@ -181,9 +182,9 @@ def test_a_socket_is_asked_only_when_its_peer_is_the_rank(folder):
         server.stdout.readline()
         request = b"POST /handler/x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         owner = SimpleNamespace(pid=server.pid, rank=3, uid=os.geteuid(), gid=os.getegid())
-        assert run(owner, lambda: ja.ask_socket(owner, path, request, 5, 100)) == (b"200\n{}", [])
+        assert run(owner, lambda: jp.ask_socket(owner, path, request, 5, 100)) == (b"200\n{}", [])
         rp = me()  # this process names the socket, another one serves it
-        got, notes = run(rp, lambda: ja.ask_socket(rp, path, request, 5, 100))
+        got, notes = run(rp, lambda: jp.ask_socket(rp, path, request, 5, 100))
         assert got is None and f"served by pid {server.pid}" in notes[0]
     finally:
         server.kill()
