@@ -205,7 +205,8 @@ def worker_record(rp, timeout: float = 5.0) -> dict | None:
     path = rp.worker_socket
     if not path:
         return None
-    request = b"POST /handler/fr_trace_json HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    request = (b"POST /handler/fr_trace_json HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+               b"Connection: close\r\n\r\n")
 
     def work() -> bytes:
         return ask_socket(rp, path, request, timeout, WORKER_ANSWER_BYTES)

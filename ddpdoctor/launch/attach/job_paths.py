@@ -13,6 +13,9 @@ import stat
 import struct
 from typing import Protocol
 
+# imported here, never inside the forked child: another thread of attach may hold an import lock at the fork
+from ...inputs import kind_of
+
 MAX_LINK_HOPS = 40
 MAX_FDS = 65536  # a rank's descriptors looked at for the pipe it holds
 
@@ -89,8 +92,6 @@ def _owned(rp: RankLike, path: str, st: os.stat_result) -> None:
 
 
 def _kind(mode: int) -> str:
-    from ...inputs import kind_of
-
     return "a link" if stat.S_ISLNK(mode) else "a regular file" if stat.S_ISREG(mode) else kind_of(mode)
 
 

@@ -1,6 +1,6 @@
-"""job_access and job_paths: what a job names is used in a child with the job's rights, and only when it is the rank's own and
-what it claims (a FIFO it holds, a regular file, a socket it serves), reached without a link. Here the "rank" is
-this test process (or a process it starts); the ids are changed with chown as root (skipped otherwise)."""
+"""job_access and job_paths: what a job names is used in a child with the job's rights, and only when it is the
+rank's own and what it claims (a FIFO it holds, a regular file, a socket it serves), reached without a link. Here
+the "rank" is this test process (or a process it starts); ids are changed with chown as root (skipped otherwise)."""
 from __future__ import annotations
 
 import os
