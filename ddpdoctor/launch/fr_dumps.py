@@ -24,15 +24,19 @@ def read_dump(path: Path) -> dict | None:
     """One dump as a dict, or None when it is not a readable flight record (not a regular file, too big, not
     JSON/pickle, a memo or nesting bomb, the wrong shape): each refusal is a note, never an exception."""
     raw = evidence_io.read_capped(Path(path), MAX_BYTES)
-    if raw is None:
-        return None
+    return None if raw is None else parse_dump(raw, str(path))
+
+
+def parse_dump(raw: bytes, name: str) -> dict | None:
+    """A dump's bytes (JSON, or a pickle read as data) as a flight record, or None with a note (read_dump's
+    bounds; attach reads the bytes with the job's rights and hands them here)."""
     if raw[:1] in (b"{", b"["):
-        data = evidence_io.loads_bounded(raw, str(path))
+        data = evidence_io.loads_bounded(raw, name)
     else:
-        data = evidence_io.load_plain_pickle(raw, str(path))
-    if data is None or not evidence_io.tree_fits(data, str(path)):
+        data = evidence_io.load_plain_pickle(raw, name)
+    if data is None or not evidence_io.tree_fits(data, name):
         return None
-    return plain_record(data, str(path))
+    return plain_record(data, name)
 
 
 def plain_record(data, name: str) -> dict | None:

@@ -46,6 +46,8 @@ def render(doc: dict, console: Console) -> None:
                       safe_text(f"{r.get('where') or ''}" + (f" ({r['function']})" if r.get("function") else "")),
                       {True: "yes", False: "no"}.get(r.get("moved"), "-"))
     console.print(table)
+    for line in doc.get("notes") or []:  # what a job named that attach did not use, and why
+        console.print(Text(f"note: {safe_text(line)}", style="yellow"), soft_wrap=True)
     if doc.get("stopped"):
         console.print(f"--stop: sent {doc['stopped']['signal']} to {_ranks(doc['stopped']['pids'])}")
 

@@ -34,8 +34,11 @@ class RanksCheck(Check):
         self.timeout_s = 120.0
 
     def gather(self, ctx) -> dict:
+        from . import job_access
+
         job, reads, note = self._read_here()
-        return {"job": job, "ranks": [to_fact(r) for r in reads], "note": note}
+        return {"job": job, "ranks": [to_fact(r) for r in reads], "note": note,
+                "notes": [n[:MAX_TEXT * 2] for n in job_access.take_notes()]}
 
     def compare(self, facts_by_node: Mapping[str, dict], opts: Mapping[str, Any]) -> list[Result]:
         """On the master, with every node's ranks: the one verdict (so every node's exit code is the master's),
@@ -61,14 +64,33 @@ class RanksCheck(Check):
         return out
 
 
+# The only locals that travel: the peer of a send/recv, as an integer (stacks.wait_of reads them on the master).
+# Every other local (a token, a password, a batch) stays on its node: whether a rank moved between the samples,
+# the one use of all its locals, is decided where it was read; the store's messages are sealed, not encrypted.
+PEER_LOCALS = ("dst", "src", "group_dst", "group_src")
+
+
 def to_fact(read: RankRead) -> dict:
+    """A rank's read as the JSON fact that goes to the master: its frames with no local but a peer's rank, the
+    whole redacted (redact.redact_evidence) before it leaves the process."""
+    from ...redact import redact_evidence
+
     s = read.state
-    return {"rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
-            "moved": read.moved, "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
-            "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT],
-                        [[k[:64], v[:MAX_TEXT]] for k, v in f.locals[:MAX_LOCALS]]] for f in s.frames[:MAX_FRAMES]]
-            if s else None,
-            "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None}
+    return redact_evidence({
+        "rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
+        "moved": read.moved, "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
+        "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT], _peer_locals(f.locals)]
+                   for f in s.frames[:MAX_FRAMES]] if s else None,
+        "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None})
+
+
+def _peer_locals(pairs) -> list[list[str]]:
+    out = []
+    for k, v in pairs:
+        peer = parse_int(v, lo=0, hi=1 << 24) if k in PEER_LOCALS else None
+        if peer is not None:
+            out.append([k, str(peer)])
+    return out
 
 
 def _thin_record(fr) -> dict | None:
@@ -122,6 +144,16 @@ def _record_of(rank: int, record: Any, node: str) -> RankState | None:
         return None
     fr["entries"] = fr["entries"][-MAX_RECORD_ENTRIES:]
     return flight_recorder.rank_state(rank, fr, Source.FLIGHT_RECORDER, live=True)
+
+
+def notes_of(doc: dict) -> list[str]:
+    """Every node's notes (what a job named that attach did not use, and why), each with its node."""
+    out = []
+    for node, entry in sorted((doc.get("nodes") or {}).items()):
+        facts = ((entry or {}).get("facts") or {}).get(CHECK) or {}
+        notes = facts.get("notes") if isinstance(facts, dict) else None
+        out += [f"{node}: {str(n)[:MAX_TEXT * 2]}" for n in (notes if isinstance(notes, list) else [])[:50]]
+    return out
 
 
 def reads_of(doc: dict) -> tuple[list[RankRead], dict[str, Any], list[str]]:

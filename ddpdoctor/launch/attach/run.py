@@ -7,10 +7,13 @@ import signal
 import socket
 from dataclasses import dataclass
 
+import psutil
+
 from ...errors import NothingReadable, UsageError
 from ...exitcodes import ExitCode
 from ..evidence import pyspy
 from . import discover as disc
+from . import job_access
 from .decide import decide
 from .sample import read_job
 
@@ -41,6 +44,10 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
         jobs = [j for j in jobs if j.key == request.job or j.key.startswith(request.job)]
         if not jobs:
             raise UsageError(f"--job {request.job!r}: no such job on this node ({_listing(found.jobs) or 'none'})")
+    shared = sorted({j.key for j in jobs if sum(k.key == j.key for k in jobs) > 1})
+    if shared:  # a run id is the job's own word: another user's job (or another launch) may copy it
+        raise UsageError(f"{len(jobs)} jobs share the key {', '.join(shared)} (different users or launcher trees: "
+                         f"never merged); name one with --pid PID: {_listing(jobs, by_pid=True)}")
     if len(jobs) > 1:
         raise UsageError(f"{len(jobs)} torch.distributed jobs run here; name one with --pid PID or --job KEY: "
                          f"{_listing(jobs)}")
@@ -53,9 +60,12 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
     return jobs[0]
 
 
-def _listing(jobs: list[disc.Job]) -> str:
-    return "; ".join(f"--job {j.key} (ranks {','.join(map(str, sorted(r.rank for r in j.ranks)))}, "
-                     f"pid {j.agent_pid or j.ranks[0].pid}: {j.command[:120]})" for j in jobs)
+def _listing(jobs: list[disc.Job], by_pid: bool = False) -> str:
+    def one(j: disc.Job) -> str:
+        ranks = ",".join(map(str, sorted(r.rank for r in j.ranks)))
+        head = f"--pid {j.root_pid} (job {j.key}, " if by_pid else f"--job {j.key} ("
+        return f"{head}user {j.user or j.uid}, ranks {ranks}, pid {j.root_pid}: {j.command[:120]})"
+    return "; ".join(one(j) for j in jobs)
 
 
 def permission_fix(pids: list[int], what: str = "read their stacks") -> str:
@@ -98,18 +108,23 @@ def run(request: AttachRequest) -> dict:
     return documents.envelope(
         "attach", verdict="fail" if stuck else "pass", exit_code=int(code),
         host=socket.gethostname(), job=job.to_json(), interval_s=request.interval,
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped)
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped, notes=job_access.take_notes())
 
 
 def stop_job(job: disc.Job) -> dict:
-    """--stop: SIGTERM to torchrun's agent (it stops its workers), else to every rank; after the verdict."""
-    targets = [job.agent_pid] if job.agent_pid else [r.pid for r in job.ranks]
+    """--stop: SIGTERM to torchrun's agents (they stop their workers), else to every rank; after the verdict,
+    and only to a process that is still the one discovered (same create time: not a reused pid) and of the
+    job's own user."""
+    targets = job.agents or [(r.pid, r.started) for r in job.ranks]
     sent = []
-    for pid in targets:
+    for pid, started in targets:
         try:
-            os.kill(pid, signal.SIGTERM)
+            proc = psutil.Process(pid)
+            if started is None or proc.create_time() != started or proc.uids().effective != job.uid:
+                continue
+            proc.send_signal(signal.SIGTERM)
             sent.append(pid)
-        except OSError:
+        except psutil.Error:
             continue
     return {"signal": "SIGTERM", "pids": sent}
 
@@ -134,6 +149,11 @@ def run_nodes(request: AttachRequest) -> dict | None:
     from ...settings import resolve_run
     from . import nodes
 
+    # torch's TCPStore client logs every failed connect with a C++ backtrace (ERROR level) before it raises: a
+    # master that is not ddpdoctor's (an HTTP server, junk, closed) must read as the one error line the engine
+    # words, so c10d is silenced in this process below FATAL. Set before torch loads (it reads it then); a
+    # user's own value (set for their jobs, carried by `sudo -E`) is not attach's.
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
                             local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
                             node_command="ddpdoctor attach --master HOST:PORT")
@@ -154,6 +174,7 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
     from . import nodes
 
     reads, job, empty = nodes.reads_of(doc)
+    notes = nodes.notes_of(doc)
     if doc.get("role") == "worker":
         own = ((doc.get("nodes") or {}).get(doc.get("this_node")) or {}).get("facts", {}).get(nodes.CHECK) or {}
         mine = [r for r in (nodes.from_fact(f, str(doc.get("this_node"))) for f in own.get("ranks") or []) if r]
@@ -161,7 +182,7 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
                                   exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(),
                                   job=job or None, interval_s=request.interval, ranks=[r.to_json() for r in mine],
                                   diagnosis={"category": "worker", "summary": "the master prints the verdict",
-                                             "fix": ""}, stopped=None)
+                                             "fix": ""}, stopped=None, notes=notes)
     world = nodes.parse_world(job, reads)
     if job:
         read_ranks = {r.rank for r in reads}
@@ -175,4 +196,4 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
         "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
         exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
         job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None)
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None, notes=notes)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..evidence import pyspy
 from ..evidence.model import RankState, WaitKind, user_frame
-from . import dump_pipe
+from . import dump_pipe, job_access
 from .discover import Job, RankProcess
 
 
@@ -58,18 +58,11 @@ def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float,
         return {}
     with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
         dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
-        records = {} if not with_records else {
-            rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
-        records.update({rp.pid: pool.submit(dump_pipe.flight_record, *rp.dump_pipe, timeout) for rp in ranks
+        records = {} if not with_records else {  # asked with the job's rights, of the rank's own (job_access)
+            rp.pid: pool.submit(job_access.worker_record, rp, timeout) for rp in ranks if rp.worker_socket}
+        records.update({rp.pid: pool.submit(dump_pipe.flight_record, rp, timeout) for rp in ranks
                         if with_records and rp.dump_pipe and rp.pid not in records})
         return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
-
-
-def flight_record(path: str, timeout: float) -> dict | None:
-    """The rank's flight recorder through its worker server (a read: torch answers from its own thread)."""
-    from ..forensics import flight_record as ask
-
-    return ask(path, timeout)
 
 
 SAMPLES = 4  # stack rounds over the interval: a healthy loop seen at the same line (and the same Work address)
@@ -82,6 +75,9 @@ def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_
     ``interval`` is 0); its flight record read in the first and the last round (sequence ids only grow)."""
     host = host or socket.gethostname()
     tool = tool or pyspy.binary()
+    for rp in job.ranks:
+        for why in rp.unused:
+            job_access.note(rp.rank, why)
     rounds = [dump_all(job.ranks, tool, timeout)]
     if interval > 0 and any(d.failure is None for d, _ in rounds[0].values()):
         start, steps = time.monotonic(), max(1, samples - 1)

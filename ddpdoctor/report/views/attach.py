@@ -35,7 +35,8 @@ def attach_view(d: dict) -> dict:
             "category": _class_in_words(diag.get("category")), "summary": wording.labels_in(diag.get("summary")),
             "fix": diag.get("fix"),
             "culprits": [c for c in diag.get("culprits") or [] if isinstance(c, dict)],
-            "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id")}
+            "elsewhere": job.get("ranks_elsewhere") or [], "ranks": rows, "run_id": d.get("run_id"),
+            "notes": [n for n in (d.get("notes") if isinstance(d.get("notes"), list) else [])[:50] if isinstance(n, str)]}
 
 
 def attach_finding(d: dict) -> dict | None:

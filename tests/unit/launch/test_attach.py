@@ -106,6 +106,7 @@ def test_job_keys():
     (["/v/bin/python3", "/v/bin/ddpdoctor", "attach"], True),  # the console script
     (["/v/bin/python3", "-u", "-m", "ddpdoctor", "preflight"], True),
     (["ddpdoctor", "attach"], True),
+    (["/v/bin/python3", "-u", "-m", "ddpdoctor.launch.bootstrap", "job.py"], False),  # run-trainer's rank
 ])
 def test_another_ddpdoctor_is_known_by_the_program_it_runs_not_by_its_path(argv, ours):
     assert disc.is_ddpdoctor(argv) is ours
@@ -213,12 +214,28 @@ def test_the_worker_servers_flight_record_places_ranks_by_sequence_id():
     assert moving.moved and decide([moving, read(1, "allreduce_waiter")], 2)["category"] == "progressing"
 
 
-def test_the_worker_socket_comes_from_run_trainers_template(tmp_path):
-    sock = tmp_path / "3.sock"
-    sock.write_text("")
-    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 3) == str(sock)
-    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 4) is None
-    assert disc.worker_socket({}, 3) is None
+def test_the_worker_socket_comes_from_run_trainers_template_and_counts_where_the_rank_listens(tmp_path):
+    """The template names the socket; it is used only where the rank's own process listens on it (read from
+    /proc, the path itself untouched): a file of that name, or a socket another process serves, is not."""
+    import os
+    import socket
+
+    from ddpdoctor.launch.attach import job_access
+
+    env = {"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}
+    assert disc.worker_socket(env, 3) == str(tmp_path / "3.sock")
+    assert disc.worker_socket({}, 3) is None and disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": "/x.sock"}, 3) is None
+    (tmp_path / "4.sock").write_text("")
+    assert not job_access.listens_on(os.getpid(), str(tmp_path / "4.sock"))
+    srv = socket.socket(socket.AF_UNIX)
+    try:
+        srv.bind(str(tmp_path / "3.sock"))
+        assert not job_access.listens_on(os.getpid(), str(tmp_path / "3.sock"))  # bound, not listening
+        srv.listen(1)
+        assert job_access.listens_on(os.getpid(), str(tmp_path / "3.sock"))
+        assert not job_access.listens_on(os.getppid(), str(tmp_path / "3.sock"))  # another process's socket
+    finally:
+        srv.close()
 
 
 def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
@@ -284,3 +301,70 @@ def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
     wire[0]["record"] = {"entries": "junk", "pg_status": 7}
     kept = nodes.from_fact(wire[0], "node")
     assert kept.recorded is None and kept.state is not None
+
+
+def member(pid, rank, uid, parent, world=4):
+    rp = disc.RankProcess(pid, rank, rank, world, 0, "python t.py", f"user{uid}", uid=uid, gid=uid, started=1.0,
+                          parent=parent)
+    return rp, "torchrun", {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
+
+
+def test_a_job_is_one_users_tree_and_a_shared_key_is_a_clash_never_a_merge():
+    """A run id is the job's own word: another user's ranks (or another launch's colliding ranks) with the same
+    key are another job, said, never merged; trees whose ranks fit together (two agents of one job) are one."""
+    one = disc._jobs_of("K", [member(10, 0, 1000, 5), member(11, 1, 1000, 5), member(20, 2, 1000, 6),
+                               member(21, 3, 1000, 6)])
+    assert len(one) == 1 and [r.rank for r in one[0].ranks] == [0, 1, 2, 3]
+    two = disc._jobs_of("K", [member(10, 0, 1000, 5), member(11, 1, 1000, 5), member(20, 0, 1000, 6)])
+    assert sorted(len(j.ranks) for j in two) == [1, 2]
+    assert len(disc._jobs_of("K", [member(10, 0, 1000, 5), member(20, 1, 1000, 6, world=8)])) == 2
+    mine = disc.Job("K", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "p", "root", uid=0, parent=7)],
+                    7, "torchrun a.py", uid=0, user="root")
+    theirs = disc.Job("K", "torchrun", 2, "h:1", [disc.RankProcess(2, 0, 0, 2, 0, "p", "nobody", uid=65534,
+                                                                   parent=8)], 8, "torchrun b.py", uid=65534,
+                      user="nobody")
+    with pytest.raises(UsageError, match=r"2 jobs share the key K .*--pid 7 .*user root.*--pid 8 .*user nobody"):
+        attach_run.choose(disc.Discovery([mine, theirs], []), attach_run.AttachRequest(job="K"))
+
+
+def test_stop_signals_only_the_process_discovered_and_of_the_jobs_user():
+    import subprocess
+    import sys
+
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(p.pid)
+        uid, started = proc.uids().effective, proc.create_time()
+        job = disc.Job("K", "torchrun", 1, None, [], p.pid, uid=uid, agents=[(p.pid, started + 1)])
+        assert attach_run.stop_job(job)["pids"] == []  # another process now has that pid
+        job.agents, job.uid = [(p.pid, started)], uid + 1
+        assert attach_run.stop_job(job)["pids"] == []  # not the job's user
+        assert p.poll() is None
+        job.uid = uid
+        assert attach_run.stop_job(job)["pids"] == [p.pid] and p.wait(10) == -15
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+def test_no_local_but_a_peers_rank_travels_to_the_master():
+    """The store's messages are sealed, not encrypted: a rank's locals stay on its node but for the peer a
+    send/recv names (the master's judge reads it), and what travels is redacted."""
+    import json
+    from dataclasses import replace
+
+    from ddpdoctor.launch.attach import nodes
+    from ddpdoctor.launch.evidence.model import Frame
+
+    r = read(0, "allreduce_waiter")
+    frames = (Frame("/x/torch/distributed/distributed_c10d.py", 9, "recv",
+                    locals=(("src", "3"), ("tensor", "tensor([1.])"), ("dst", "'ghp_" + "a" * 36 + "'"))),
+              Frame("/home/u/train.py", 5, "main", locals=(("api_key", "'sk-" + "b" * 40 + "'"),
+                                                           ("password", "'hunter2hunter2'"))))
+    r.state = replace(r.state, frames=frames)
+    wire = json.dumps(nodes.to_fact(r))
+    assert "ghp_" not in wire and "sk-" not in wire and "hunter2" not in wire and "tensor([1.])" not in wire
+    back = nodes.from_fact(json.loads(wire), "node")
+    assert back.state.frames[0].locals == (("src", "3"),) and back.state.wait.peer == 3
