@@ -63,7 +63,7 @@ SlurmdUser=root
 SlurmctldPort={port}
 SlurmdPort=6818
 AuthType=auth/munge
-AuthInfo=socket={tmp}/munge/munge.socket
+AuthInfo=socket={tmp}/munge/munge.socket{auth_extra}
 CredType=cred/munge
 StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool/%n
@@ -94,15 +94,19 @@ class SlurmCluster:
     """``with SlurmCluster() as c: c.run(["srun", ...])``; ``c.down()`` is idempotent.
 
     ``subnet`` and ``port`` place a second cluster beside one on the defaults (test modules that run at the same
-    time); ``extra_conf`` adds slurm.conf lines (Prolog=, HealthCheckProgram=...) and ``nodes_conf`` replaces
-    the NodeName line (``{n}``, ``{subnet}`` filled in), e.g. to give nodes weights."""
+    time); ``extra_conf`` adds slurm.conf lines (Prolog=, HealthCheckProgram=...), ``nodes_conf`` replaces
+    the NodeName line (``{n}``, ``{subnet}`` filled in), e.g. to give nodes weights, ``auth_extra`` adds to
+    AuthInfo (",cred_expire=10"), and ``node_etc`` puts files in every node's /etc ({"ddpdoctor/ddpdoctor.toml":
+    text}, where "{slurm_conf}" reads as this cluster's slurm.conf: an overlay on /etc in the node's own mount
+    namespace, as a site installs the file on each node; the machine's /etc is untouched)."""
 
     def __init__(self, nnodes: int = NNODES, *, subnet: str = SUBNET, port: int = CTL_PORT, extra_conf: str = "",
-                 nodes_conf: str = NODES):
+                 nodes_conf: str = NODES, auth_extra: str = "", node_etc: dict[str, str] | None = None):
         self.nnodes = nnodes
         self.subnet, self.port = subnet, port
         self.ctl_addr = f"{subnet}.254"
-        self.extra_conf, self.nodes_conf = extra_conf, nodes_conf
+        self.extra_conf, self.nodes_conf, self.auth_extra = extra_conf, nodes_conf, auth_extra
+        self.node_etc = dict(node_etc or {})
         self.tag = uuid.uuid4().hex[:5]
         self.bridge = f"ddpdsl{self.tag}"
         self.namespaces = [f"ddpd-sl-{self.tag}-{i}" for i in range(1, nnodes + 1)]
@@ -159,7 +163,14 @@ class SlurmCluster:
             (self.tmp / d).mkdir(mode=0o755, parents=True)
         nodes = self.nodes_conf.format(n=self.nnodes, subnet=self.subnet)
         self.conf.write_text(SLURM_CONF.format(ctl=self.ctl_addr, port=self.port, tmp=self.tmp, n=self.nnodes,
-                                               subnet=self.subnet, nodes=nodes, extra=self.extra_conf))
+                                               subnet=self.subnet, nodes=nodes, extra=self.extra_conf,
+                                               auth_extra=self.auth_extra))
+        for i in range(1, self.nnodes + 1) if self.node_etc else ():
+            for rel, text in self.node_etc.items():
+                target = self.tmp / "etc" / f"node{i}" / "upper" / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text.replace("{slurm_conf}", str(self.conf)))
+            (self.tmp / "etc" / f"node{i}" / "work").mkdir()
         hosts = ["127.0.0.1 localhost", f"{self.ctl_addr} ctl"]
         hosts += [f"{self.node_addr(i)} node{i}" for i in range(1, self.nnodes + 1)]
         (self.tmp / "hosts").write_text("\n".join(hosts) + "\n")
@@ -196,7 +207,10 @@ class SlurmCluster:
     def _in_namespaces(self, hostname: str, command: str, netns: str | None) -> list[str]:
         """A command in its own UTS + mount namespace (hostname, private /etc/hosts), in ``netns`` if given."""
         assert self.tmp is not None
-        script = f"hostname {hostname} && mount --bind {self.tmp}/hosts /etc/hosts && exec {command}"
+        etc = self.tmp / "etc" / hostname
+        overlay = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={etc}/upper,workdir={etc}/work /etc && "
+                   if etc.is_dir() else "")
+        script = f"hostname {hostname} && {overlay}mount --bind {self.tmp}/hosts /etc/hosts && exec {command}"
         argv = ["unshare", "--uts", "--mount", "sh", "-c", script]
         return (["nsenter", f"--net=/run/netns/{netns}"] if netns else []) + argv
 
