@@ -1,0 +1,80 @@
+"""--prometheus-textfile read by a real node_exporter (Debian's prometheus-node-exporter, started by the test on a
+loopback port with only the textfile collector): preflight and nccl-bench write one ddpdoctor.prom between them, and
+/metrics serves their series with `node_textfile_scrape_error 0`. The lines README's "Run it unattended" shows are
+the ones run here."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus-node-exporter") is None,
+                                reason="needs Debian's prometheus-node-exporter")
+DDPDOCTOR = [sys.executable, "-m", "ddpdoctor"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int, proc: subprocess.Popen, limit: float = 20) -> str:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"node_exporter exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"node_exporter did not answer on 127.0.0.1:{port} within {limit:.0f} s")
+
+
+@pytest.mark.timeout(180)
+def test_node_exporter_serves_preflight_and_nccl_bench_series(tmp_path):
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir()
+    env = dict(os.environ, DDPDOCTOR_NO_SAVE="1", SLURM_JOB_ID="4242")  # hpc_job comes from the scheduler's job id
+    pre = subprocess.run([*DDPDOCTOR, "preflight", "--only", "resources,env-vars", "--exit-codes", "nagios",
+                          "--prometheus-textfile", str(textfiles)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert pre.returncode in (0, 1, 2), pre.stdout + pre.stderr  # a verdict, whatever this machine's shm
+    assert pre.stdout.startswith("DDPDOCTOR ")
+    bench = subprocess.run([*DDPDOCTOR, "nccl-bench", "-b", "4K", "-e", "8K", "-w", "1", "-n", "2",
+                            "--prometheus-textfile", str(textfiles)], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+    assert sorted(p.name for p in textfiles.iterdir()) == [".ddpdoctor.prom.lock", "ddpdoctor.prom"]  # no temp file
+
+    port = free_port()
+    exporter = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+                                 "--collector.disable-defaults", "--collector.textfile",
+                                 f"--collector.textfile.directory={textfiles}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        metrics = scrape(port, exporter)
+    finally:
+        os.killpg(exporter.pid, signal.SIGTERM)
+        exporter.wait(timeout=10)
+    lines = metrics.splitlines()
+    assert "node_textfile_scrape_error 0" in lines, [ln for ln in lines if "textfile" in ln]
+    host = socket.gethostname()
+    assert "# TYPE ddpdoctor_check_status gauge" in lines
+    status = [ln for ln in lines if ln.startswith("ddpdoctor_check_status{")]
+    assert any(f'Hostname="{host}"' in ln and 'check="env-vars"' in ln and 'hpc_job="4242"' in ln for ln in status)
+    assert any('check="resources"' in ln and 'command="preflight"' in ln for ln in status), status
+    busbw = [ln for ln in lines if ln.startswith("ddpdoctor_bus_bandwidth_gbs{")]
+    assert any('collective="all_reduce"' in ln and 'message_size="4096"' in ln and 'command="nccl-bench"' in ln
+               for ln in busbw), busbw
+    stamps = [ln for ln in lines if ln.startswith("ddpdoctor_last_run_timestamp_seconds{")]
+    assert len(stamps) == 2 and all(abs(float(ln.split()[-1]) - time.time()) < 600 for ln in stamps), stamps
+    assert any(ln.startswith("node_textfile_mtime_seconds{") and "ddpdoctor.prom" in ln for ln in lines)
