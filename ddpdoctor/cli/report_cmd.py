@@ -20,7 +20,11 @@ from . import common
 @click.option("--results-dir", "results_dir", default=common.RESULTS_DIR, show_default=True, metavar="DIR",
               envvar="DDPDOCTOR_RESULTS_DIR",
               help="Where the latest run is looked for when no FILES are given (or $DDPDOCTOR_RESULTS_DIR).")
-def report(files, output, results_dir):
+@click.option("--history", is_flag=True,
+              help="Each node's history over every result under --results-dir (the node check's records too): bus "
+                   "bandwidth over runs, checks that flap, a node slower than its own past (default -o: "
+                   "DIR/history.html).")
+def report(files, output, results_dir, history):
     """Merge preflight, nccl-bench and run-trainer JSON files into one HTML report; without FILES, the latest
     result of each kind under ./ddpdoctor-results (each from its own run; the line printed says which).
 
@@ -29,7 +33,14 @@ def report(files, output, results_dir):
       ddpdoctor report                                   # the latest result of each kind
       ddpdoctor report out/*.json -o cluster.html
       ddpdoctor report cluster.json bench.json ddpdoctor-results/RUN_ID/run.json
+      ddpdoctor report --history --results-dir /var/lib/ddpdoctor/node-check
     """
+    if history:
+        from .report_history import history_report
+
+        if files:
+            raise UsageError("--history reads every result under --results-dir: give no FILES with it")
+        return history_report(results_dir, output)
     from .. import documents
     from ..report.html import write_html
 
