@@ -1,7 +1,8 @@
 """--prometheus-textfile read by a real node_exporter (Debian's prometheus-node-exporter, started by the test on a
 loopback port with only the textfile collector): preflight and nccl-bench write one ddpdoctor.prom between them, and
-/metrics serves their series with `node_textfile_scrape_error 0`. The lines README's "Run it unattended" shows are
-the ones run here."""
+/metrics serves their series with `node_textfile_scrape_error 0`. README's "Run it unattended" lines are the ones
+run here (tests/readme_blocks.py reads them): the Prometheus lines, and the node-problem-detector rule run as NPD
+runs it."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,8 @@ import time
 import urllib.request
 
 import pytest
+
+from tests.readme_blocks import npd_config, prometheus_lines
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus-node-exporter") is None,
                                 reason="needs Debian's prometheus-node-exporter")
@@ -39,14 +42,23 @@ def scrape(port: int, proc: subprocess.Popen, limit: float = 20) -> str:
     raise AssertionError(f"node_exporter did not answer on 127.0.0.1:{port} within {limit:.0f} s")
 
 
+README_DIR = "/var/lib/prometheus/node-exporter"
+
+
+def readme_line(program: str, textfiles) -> list[str]:
+    """README's line for ``program``, its textfile directory replaced by the test's."""
+    line = next(argv for argv in prometheus_lines() if argv[0] == program and "--history" not in argv)
+    return [arg.replace(README_DIR, str(textfiles)) for arg in line[1:]]
+
+
 @pytest.mark.timeout(180)
 def test_node_exporter_serves_preflight_and_nccl_bench_series(tmp_path):
     textfiles = tmp_path / "node-exporter"
     textfiles.mkdir()
     env = dict(os.environ, DDPDOCTOR_NO_SAVE="1", SLURM_JOB_ID="4242")  # hpc_job comes from the scheduler's job id
-    pre = subprocess.run([*DDPDOCTOR, "preflight", "--only", "resources,env-vars", "--exit-codes", "nagios",
-                          "--prometheus-textfile", str(textfiles)], capture_output=True, text=True, env=env,
-                         timeout=60)
+    # README's preflight line, on two cheap checks (no torch import) and with Nagios' exit codes
+    pre = subprocess.run([*DDPDOCTOR, *readme_line("ddpdoctor", textfiles), "--only", "resources,env-vars",
+                          "--exit-codes", "nagios"], capture_output=True, text=True, env=env, timeout=60)
     assert pre.returncode in (0, 1, 2), pre.stdout + pre.stderr  # a verdict, whatever this machine's shm
     assert pre.stdout.startswith("DDPDOCTOR ")
     bench = subprocess.run([*DDPDOCTOR, "nccl-bench", "-b", "4K", "-e", "8K", "-w", "1", "-n", "2",
@@ -56,9 +68,9 @@ def test_node_exporter_serves_preflight_and_nccl_bench_series(tmp_path):
     assert sorted(p.name for p in textfiles.iterdir()) == [".ddpdoctor.prom.lock", "ddpdoctor.prom"]  # no temp file
 
     port = free_port()
-    exporter = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
-                                 "--collector.disable-defaults", "--collector.textfile",
-                                 f"--collector.textfile.directory={textfiles}"],
+    exporter = subprocess.Popen(["prometheus-node-exporter", *readme_line("prometheus-node-exporter", textfiles),
+                                 f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
+                                 "--collector.textfile"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         metrics = scrape(port, exporter)
@@ -78,3 +90,23 @@ def test_node_exporter_serves_preflight_and_nccl_bench_series(tmp_path):
     stamps = [ln for ln in lines if ln.startswith("ddpdoctor_last_run_timestamp_seconds{")]
     assert len(stamps) == 2 and all(abs(float(ln.split()[-1]) - time.time()) < 600 for ln in stamps), stamps
     assert any(ln.startswith("node_textfile_mtime_seconds{") and "ddpdoctor.prom" in ln for ln in lines)
+
+
+@pytest.mark.timeout(120)
+def test_readmes_node_problem_detector_rule_runs_as_npd_runs_it():
+    """README's custom-plugin config, checked as NPD validates it (custom plugin, a rule's timeout within the
+    global one, a permanent rule's condition among the defaults), and its rule run: exit 0/1/2, one line of at most
+    max_output_length characters on stdout, within the rule's timeout."""
+    config = npd_config()
+    assert config["plugin"] == "custom"
+    limit = float(config["pluginConfig"]["timeout"].rstrip("s"))
+    (rule,) = config["rules"]
+    assert float(rule["timeout"].rstrip("s")) <= limit
+    assert rule["type"] == "permanent" and rule["condition"] in [c["type"] for c in config["conditions"]]
+    assert rule["path"].endswith("/ddpdoctor")  # the console script; here this venv's, as python -m
+    started = time.monotonic()
+    p = subprocess.run([*DDPDOCTOR, *rule["args"]], capture_output=True, text=True, timeout=limit)
+    assert time.monotonic() - started < limit
+    assert p.returncode in (0, 1, 2) and "Traceback" not in p.stderr, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 1 and len(lines[0]) <= config["pluginConfig"]["max_output_length"], p.stdout

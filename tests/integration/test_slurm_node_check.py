@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.readme_blocks import slurm_conf
 from tests.slurm_cluster import SlurmCluster, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -27,14 +28,11 @@ BIN = os.path.dirname(sys.executable)  # the venv's console scripts: their sheba
 CHECK = f"{BIN}/ddpdoctor-slurm-check"
 INTERVAL = 10  # HealthCheckInterval, seconds
 WAIT = 3 * INTERVAL + 30  # a health check round on 2 loaded cores: the interval, then a torch import per node
-# The lines a site adds to slurm.conf (README's "Run it unattended" shows the same three lines with a real path).
-UNATTENDED_CONF = f"""Prolog={CHECK}
-Epilog={CHECK}
-PrologFlags=Alloc
-HealthCheckProgram={CHECK}
-HealthCheckInterval={INTERVAL}
-SchedulerParameters=nohold_on_prolog_fail,sched_interval=2
-"""
+# The lines README's "Run it unattended" gives a site, with this venv's console script and the test's interval
+README_PATH = "/opt/ddpdoctor/bin/ddpdoctor-slurm-check"
+UNATTENDED_CONF = (slurm_conf().replace(README_PATH, CHECK).replace("HealthCheckInterval=300",
+                                                                   f"HealthCheckInterval={INTERVAL}")
+                   + "SchedulerParameters=nohold_on_prolog_fail,sched_interval=2\n")
 # node3 first: a one-node job goes there unless it is drained, so the prolog is what keeps the job off it
 WEIGHTED = ("NodeName=node[1-2] NodeAddr={subnet}.[1-2] CPUs=1 Weight=10 State=UNKNOWN\n"
             "NodeName=node3 NodeAddr={subnet}.3 CPUs=1 Weight=1 State=UNKNOWN")
