@@ -19,19 +19,18 @@ from ..exitcodes import ExitCode
 from . import common
 
 
+STARTED: float | None = None  # the console script's process start (main); else the budget counts from the command's
+
 
 def _process_start() -> float:
     """When this process started, on the monotonic clock: the budget counts the interpreter's start and the
-    imports before this module too (seconds on a loaded node), as SLURM's 60 s limit does."""
+    imports before the command too (seconds on a loaded node), as SLURM's 60 s limit does."""
     try:
         import psutil
 
         return time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
     except Exception:  # noqa: BLE001 - no psutil or no /proc: from here, a little late
         return time.monotonic()
-
-
-STARTED = _process_start()
 
 
 @click.command("node-check")
@@ -50,19 +49,20 @@ def node_check(config_path, dry_run, as_json):
       HealthCheckInterval=300
     \b
     Examples:
-      ddpdoctor-slurm-check --dry-run          # on a node, by hand: what it would do
-      SLURMD_NODENAME=node7 ddpdoctor-slurm-check    # as a health check on node7 would run
+      ddpdoctor node-check --dry-run           # on a node, by hand: the checks, and what it would do in SLURM
+      SLURMD_NODENAME=node7 ddpdoctor-slurm-check --dry-run   # as node7's health check, acting on nothing
     """
     from ..unattended import node_check as engine, site
 
+    started = STARTED if STARTED is not None else time.monotonic()
     cfg = site.load(config_path or site.config_path()[0])
     at = engine.where(os.environ)
-    doc = engine.run_checks(cfg, STARTED)
+    doc = engine.run_checks(cfg, started)
     state = engine.node_state(at, cfg, os.environ)
     decision = engine.decide(engine.findings_that_drain(doc, cfg.drain_on), state, drain_on=cfg.drain_on)
     done = {"dry_run": True} if dry_run and decision.action in ("drain", "resume") else \
         engine.act(decision, at, cfg, os.environ)
-    engine.record(doc, at, cfg, decision, state, done, time.monotonic() - STARTED)
+    engine.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     _keep(doc, at, cfg)
     if cfg.prometheus_textfile:
         from . import monitoring
@@ -108,6 +108,8 @@ def main() -> None:
     """The console script: the CLI's error policy, except that under SLURM the tool's own failure exits 0."""
     import signal
 
+    global STARTED
+    STARTED = _process_start()
     from . import _exit, _on_sigterm, run
     from ..unattended.node_check import where
 
