@@ -38,11 +38,14 @@ class Where:
 
 def where(env: Mapping[str, str], hostname: str | None = None) -> Where:
     """From slurmd's environment: a prolog or epilog has SLURM_SCRIPT_CONTEXT (and the job's id; before SLURM 21.08
-    only the id, outside any step), a health check only SLURMD_NODENAME; anything else is a person's run."""
+    only the id), a health check only SLURMD_NODENAME; anything else is a person's run, a job's own steps and batch
+    script included (they have SLURM_STEP_ID or SLURM_SUBMIT_DIR, which slurmd never gives its scripts): run inside
+    a job by hand, it must not drain the node as a prolog would."""
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None
     node = env.get("SLURMD_NODENAME") or (hostname or socket.gethostname()).split(".")[0]
     context = SCRIPT_CONTEXTS.get(env.get("SLURM_SCRIPT_CONTEXT", ""))
-    if context is None and env.get("SLURMD_NODENAME") and "SLURM_STEP_ID" not in env:
+    in_a_job = "SLURM_STEP_ID" in env or "SLURM_SUBMIT_DIR" in env
+    if context is None and env.get("SLURMD_NODENAME") and not in_a_job:
         context = PROLOG if job else HEALTH_CHECK
     return Where(context or MANUAL, node, job)
 

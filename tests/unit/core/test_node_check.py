@@ -26,6 +26,7 @@ SHM = nc.Finding("resources", "fail", "/dev/shm is 64 MiB: NCCL and DataLoader w
     ({"SLURMD_NODENAME": "n1"}, "health_check", None),  # what slurmd 22.05 gives a health check, and no more
     ({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7"}, "prolog", "7"),  # a prolog before SLURM_SCRIPT_CONTEXT existed
     ({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "manual", "7"),  # srun'd by a person
+    ({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": "/home/a"}, "manual", "7"),  # a batch script
     ({}, "manual", None),
 ])
 def test_where_reads_slurms_context(env, context, job):
