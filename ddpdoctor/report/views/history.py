@@ -4,6 +4,7 @@ they compare. Pure: the history (ddpdoctor/history/trends.py) in, the template's
 from __future__ import annotations
 
 import datetime as _dt
+import os
 
 from .common import plural
 
@@ -34,15 +35,15 @@ def _runs_text(stamps: list[dict]) -> str:
             f"({when(last['created'])})")
 
 
-def finding_text(f: dict) -> dict:
-    """One finding as the page and the terminal word it."""
+def finding_text(f: dict, root: str = "") -> dict:
+    """One finding as the page and the terminal word it (``root``: the results directory its paths are in)."""
     if f["kind"] == "slower":
         title = f"{f['node']}: {f['op']} at {size_text(f['size'])} is slower than its own past"
         text = (f"{f['busbw_gbs']:.3g} GB/s in run {f['latest']['run_id']} ({when(f['latest']['created'])}), "
                 f"{f['ratio']:.0%} of the median {f['median_gbs']:.3g} GB/s of its previous "
                 f"{_runs_text(f['past'])}")
         fix = (f"compare the node's links and GPUs with a healthy node: ddpdoctor nccl-bench --localise on it and a "
-               f"good neighbour; `ddpdoctor report {f['latest']['path']}` shows the slow run")
+               f"good neighbour; `ddpdoctor report {os.path.join(root, f['latest']['path'])}` shows the slow run")
         return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
     changes = ", ".join(f"{c['run_id']} ({when(c['created'])})" for c in f["changed_at"])
     title = f"{f['node']}: {f['check']} flaps ({f['changes']} changes in its last {f['window']} runs)"
@@ -83,7 +84,7 @@ def charts(nodes: list[dict]) -> list[dict]:
 
 
 def history_view(h: dict) -> dict:
-    findings = [finding_text(f) for f in h["findings"]]
+    findings = [finding_text(f, h["root"]) for f in h["findings"]]
     return {"root": h["root"], "runs": h["runs"], "files": h["files"], "left_out": h.get("left_out", 0),
             "unreadable": h.get("unreadable", 0), "read": h.get("read", 0), "node_count": len(h["nodes"]),
             "findings": findings[:300], "findings_hidden": max(0, len(findings) - 300),
