@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from ..numbers import parse_int
-from . import common
+from . import common, monitoring
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
@@ -55,9 +55,10 @@ MAX_NPROC = 1024  # local ranks on one node
 @common.output_options
 @common.save_options
 @common.run_id_option
+@monitoring.prometheus_option
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
                node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path,
-               results_dir, no_save):
+               results_dir, no_save, prometheus_dir):
     """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation.
 
     \b
@@ -109,13 +110,13 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
                           localise_bytes=localise_bytes, threshold=threshold,
                           result_path=os.path.join(result_dir, "bench.json"))
         return _run(cfg, launched, plan, out_dir=out_dir, report_file=report_file, as_json=as_json,
-                    save=common.saving(results_dir, no_save, out_dir))
+                    save=common.saving(results_dir, no_save, out_dir), prometheus_dir=prometheus_dir)
     finally:
         # Rank 0's result has been read (and written to --output) by now: the temp dir never outlives the command.
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
-def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save=None) -> int:
+def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save=None, prometheus_dir=None) -> int:
     """Run the ranks (here under a launcher, else through torch's launcher), printing each row as rank 0
     measures it, then show rank 0's document. Stopped by a signal, the rows measured so far are the result."""
     from .. import documents
@@ -135,7 +136,10 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
         return ExitCode.OK  # a node or rank other than global rank 0, which speaks for the job
 
     # The rows shown while they were measured are not printed again: the rest of the document and its footer
-    return common.emit(documents.load(cfg.result_path), render=lambda d, _: live.table.rest(d), **emitting)
+    doc = documents.load(cfg.result_path)
+    code = common.emit(doc, render=lambda d, _: live.table.rest(d), **emitting)
+    monitoring.write_prometheus(doc, prometheus_dir, "nccl-bench")
+    return code
 
 
 def _start(cfg, launched: bool, plan) -> None:

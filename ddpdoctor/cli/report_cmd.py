@@ -24,7 +24,11 @@ from . import common
 @click.option("--run", "run_ids", multiple=True, metavar="RUN_ID",
               help="Without FILES: the runs to report on (repeat it), instead of the last one; the line printed "
                    "after a report names the others.")
-def report(files, output, results_dir, run_ids):
+@click.option("--history", is_flag=True,
+              help="Each node's history over every result under --results-dir (the node check's records too): bus "
+                   "bandwidth over runs, checks that flap, a node slower than its own past (default -o: "
+                   "DIR/history.html).")
+def report(files, output, results_dir, run_ids, history):
     """Merge preflight, nccl-bench, run-trainer, postmortem and attach results into one HTML report; without
     FILES, the last run under ./ddpdoctor-results (every command saved under its run id), and one line naming
     the other runs there and how to add them.
@@ -35,7 +39,14 @@ def report(files, output, results_dir, run_ids):
       ddpdoctor report --run 9650508d4e46 --run 20261127-184111-583e6f    # these runs together
       ddpdoctor report out/*.json -o cluster.html
       ddpdoctor report cluster.json bench.json ddpdoctor-results/RUN_ID/run.json
+      ddpdoctor report --history --results-dir /var/lib/ddpdoctor/node-check
     """
+    if history:
+        from .report_history import history_report
+
+        if files:
+            raise UsageError("--history reads every result under --results-dir: give no FILES with it")
+        return history_report(results_dir, output)
     from .. import documents
     from ..report.html import write_html
 
