@@ -1,13 +1,96 @@
-"""attach's decision: progressing (a waiting rank moved between the samples, or no rank waits on another), else
-the one judge (launch/judge, the wait-for graph run-trainer and postmortem use) over the ranks' py-spy records;
-its verdict worded by launch/judge/words like run.json's hang.verdict."""
+"""attach's decision: first whether the job moved (motion: a rank went through a wait between the rounds, or,
+when none waits on another, a rank's stack moved), whether nothing moved and nothing computes (a hang: the one
+judge, launch/judge, the wait-for graph run-trainer and postmortem use, over the ranks' py-spy records), or
+whether nothing moved while a rank that the others wait for uses the CPU (a long step or a hang: watched longer,
+then said as it is). Worded by launch/judge/words like run.json's hang.verdict."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
 
+from ...grouping import rank_ranges
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, words
-from .sample import RankRead
+from .sample import RankRead, is_wait
+
+# A share of one core. A rank blocked in a wait or a sleep uses none (measured: 0.00 over 3 s for a gloo rank in
+# DDP's Reducer wait, and for one in time.sleep); one computing uses a core, a quarter of one when eight ranks
+# share two cores. Above this, a rank that stands still is taken to compute (a long step), not to hang.
+BUSY_CPU = 0.1
+
+
+class Motion(str, Enum):
+    MOVED = "moved"            # the job progresses
+    STILL = "still"            # nothing moved, nothing computes: judge the hang now
+    UNDECIDED = "undecided"    # nothing moved, but a rank computes (a long step or a hang): watch, then say so
+    ONE_SAMPLE = "one_sample"  # --interval 0: movement not measured
+
+
+@dataclass
+class Reading:
+    motion: Motion
+    why: str
+    busy: list[int]
+
+
+def busy(r: RankRead) -> bool:
+    return r.cpu is not None and r.cpu >= BUSY_CPU
+
+
+def _waiting(r: RankRead) -> bool:
+    return r.waits or (r.recorded is not None and r.recorded.wait is not None
+                       and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN))
+
+
+def motion(reads: list[RankRead]) -> Reading:
+    """Whether the job moved between the rounds. Never "moved" when no rank moved: a rank that waits and stands
+    still, beside a rank that computes, may be a long step or a hang (``UNDECIDED``); beside ranks that use no CPU
+    (blocked, asleep) it is a hang (``STILL``)."""
+    readable = [r for r in reads if r.readable]
+    if readable and all(r.moved is None for r in readable):
+        return Reading(Motion.ONE_SAMPLE, "one sample: movement not measured", [])
+    computing = sorted(r.rank for r in readable if busy(r) and not _waiting(r))
+    if not any(_waiting(r) or r.waited for r in reads):
+        moved = sorted(r.rank for r in readable if r.moved)
+        if moved:
+            return Reading(Motion.MOVED, f"no rank waits on another; rank(s) {rank_ranges(moved)} moved", [])
+        what = (f"rank(s) {rank_ranges(computing)} use the CPU" if computing else "none uses the CPU")
+        return Reading(Motion.UNDECIDED, f"no rank moved and none waits on another ({what})", computing)
+    moved = sorted(r.rank for r in reads if r.progressed)
+    if moved:
+        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(moved)} moved between the samples", [])
+    if computing:
+        return Reading(Motion.UNDECIDED, f"no rank moved, and rank(s) {rank_ranges(computing)} use the CPU in "
+                                         "their own code (a long step, or a hang)", computing)
+    if readable and all(_waiting(r) for r in readable):
+        spinning = sorted(r.rank for r in readable if busy(r))
+        if len(spinning) == len(readable):  # every rank inside its wait and working in it (a large collective)
+            return Reading(Motion.UNDECIDED, f"no rank moved; every rank waits and uses the CPU", spinning)
+    return Reading(Motion.STILL, "no rank moved, and none uses the CPU", [])
+
+
+def undecided(reads: list[RankRead]) -> str | None:
+    """Why the rounds cannot tell yet (a watch goes on), or None."""
+    reading = motion(reads)
+    return reading.why if reading.motion is Motion.UNDECIDED else None
+
+
+def undecided_here(reads: list[RankRead]) -> str | None:
+    """A node of several, on its own ranks: watch on while one of them computes in its own code and none went
+    through a wait (the master decides on every node's ranks; a node of waiters alone stops after the interval)."""
+    if any(r.progressed for r in reads):
+        return None
+    computing = sorted(r.rank for r in reads if r.readable and busy(r) and not _waiting(r))
+    return f"rank(s) {rank_ranges(computing)} use the CPU in their own code" if computing else None
+
+
+# Not a verdict on the job: it moved ("pass"), or nothing moved and the rounds could not tell a long step from a
+# hang ("warn": said as it is, exit 0, no rank blamed); every other category is the judge's hang or desync.
+NOT_HUNG = {"progressing": "pass", "no_movement": "warn", "no_job": "pass"}
+
+
+def verdict_of(diagnosis: dict) -> str:
+    return NOT_HUNG.get(str(diagnosis.get("category")), "fail")
 
 
 def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
@@ -42,24 +125,57 @@ def stack_call(state: RankState) -> RankState:
 
 
 def progressing(reads: list[RankRead]) -> str | None:
-    """Why the job is moving, or None: a rank that waits on another moved between the samples (a new Work, a new
-    line), or no rank waits on another at all."""
-    waiting = [r for r in reads if r.waits or (r.recorded is not None and r.recorded.wait is not None
-                                              and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN))]
-    if not waiting:
-        return "no rank waits on another" if any(r.readable for r in reads) else None
-    moved = [r.rank for r in waiting if r.moved]
-    if moved:
-        return f"rank(s) {', '.join(map(str, moved))} moved between the samples"
-    return None
+    """Why the job is moving, or None."""
+    reading = motion(reads)
+    return reading.why if reading.motion is Motion.MOVED else None
 
 
-def decide(reads: list[RankRead], world_size: int | None) -> dict:
-    """The diagnosis document: {"category": "progressing", "summary", "fix"} or the judge's hang.verdict."""
-    why = progressing(reads)
-    if why is not None:
-        return {"category": "progressing", "summary": f"the job progresses: {why}",
+def decide(reads: list[RankRead], world_size: int | None, watched_s: float | None = None) -> dict:
+    """The diagnosis document: {"category": "progressing", ...} when the job moved; {"category": "no_movement",
+    ...} when nothing moved in ``watched_s`` seconds but a rank computes (or none waits on another): a long step
+    cannot be told from a hang; else the judge's hang.verdict."""
+    reading = motion(reads)
+    if reading.motion is Motion.MOVED:
+        return {"category": "progressing", "summary": f"the job progresses: {reading.why}",
                 "fix": "nothing to do now; run attach again if it stops moving", "culprits": [],
                 "consequences": [], "named": [], "likely_culprits": []}
     evidence = evidence_of(reads, world_size)
+    if reading.motion is Motion.ONE_SAMPLE and not any(_waiting(r) for r in reads):
+        return _no_movement(reads, evidence, reading, None)
+    if reading.motion is Motion.UNDECIDED:
+        return _no_movement(reads, evidence, reading, watched_s)
     return words.to_json(judge(evidence), evidence)
+
+
+def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading, watched_s: float | None) -> dict:
+    """Nothing moved, and the rounds cannot tell a long step from a hang: said as it is, no rank blamed."""
+    waiting = sorted(r.rank for r in reads if _waiting(r))
+    verdict = words.to_json(judge(evidence), evidence) if waiting else {}
+    parts = [f"no rank moved in {watched_s:.0f} s" if watched_s is not None
+             else "one sample: whether the ranks move was not measured"]
+    if waiting:
+        coll = (verdict.get("collective") or {}).get("op")
+        behind = sorted(set(verdict.get("named") or []) | set(verdict.get("likely_culprits") or []))
+        parts.append(f"rank(s) {rank_ranges(waiting)} wait" + (f" in {coll}" if coll else "")
+                     + (f" for rank(s) {rank_ranges(behind)}" if behind and len(behind) < len(reads) else ""))
+    else:
+        parts.append("no rank waits on another")
+    computing = [_stands(r) for r in reads if r.rank in reading.busy]
+    if computing:
+        parts.append("; ".join(computing) + ": a long step, or a hang")
+    elif watched_s is not None:
+        parts.append("none uses the CPU (each stands in its own code: see the stacks)")
+    fix = ("if a step takes longer than that, run again with a longer --wait (e.g. --wait 300); if it never "
+           "moves, the stacks below show where each rank stands" if watched_s is not None
+           else "run again with --interval above 0 to see whether the ranks move")
+    return {"category": "no_movement", "summary": "; ".join(parts), "fix": fix, "culprits": [], "consequences": [],
+            "named": [], "likely_culprits": [], "busy": reading.busy, "waiting": waiting,
+            "waits": verdict.get("waits", {}), "collective": verdict.get("collective")}
+
+
+def _stands(r: RankRead) -> str:
+    d = r.to_json()
+    verb = "uses the CPU inside its wait" if _waiting(r) else "computes"
+    where = f" at {d['where']}" + (f" in {d['function']}" if d.get("function") else "") if d.get("where") else ""
+    cpu = f" ({r.cpu * 100:.0f} % of a core)" if r.cpu is not None else ""
+    return f"rank {r.rank} {verb}{where}{cpu}"

@@ -79,15 +79,29 @@ class Dump:
 
 
 def binary() -> str | None:
-    """py-spy on PATH, else beside this interpreter (a venv's bin/, the scripts dir of the wheel's install)."""
+    """py-spy on PATH, else beside this interpreter (a venv's bin/, the scripts dir of the wheel's install), else
+    where pip put the wheel's binary (a venv that reads a parent environment's packages has it there)."""
     found = shutil.which("py-spy")
     if found:
         return found
-    for folder in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
-        candidate = folder / ("py-spy.exe" if os.name == "nt" else "py-spy")
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+    name = "py-spy.exe" if os.name == "nt" else "py-spy"
+    for candidate in (Path(sys.executable).parent / name, Path(sysconfig.get_path("scripts")) / name,
+                      _installed()):
+        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def _installed() -> Path | None:
+    """The binary the py-spy wheel installed, from its own file list."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("py-spy")
+    except PackageNotFoundError:
+        return None
+    return next((Path(dist.locate_file(f)).resolve() for f in dist.files or () if f.name in ("py-spy", "py-spy.exe")),
+                None)
 
 
 def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S) -> Dump:

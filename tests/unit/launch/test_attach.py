@@ -10,7 +10,7 @@ import pytest
 from ddpdoctor.errors import NothingReadable, UsageError
 from ddpdoctor.launch.attach import discover as disc
 from ddpdoctor.launch.attach import run as attach_run
-from ddpdoctor.launch.attach.decide import decide
+from ddpdoctor.launch.attach.decide import Motion, decide, motion, undecided, undecided_here, verdict_of
 from ddpdoctor.launch.attach.sample import RankRead, read_rank
 from ddpdoctor.launch.evidence import pyspy
 from ddpdoctor.launch.evidence.model import Source, WaitKind
@@ -124,11 +124,11 @@ def test_inside_a_slurm_step_only_the_ranks_of_its_job_on_its_node_count():
     assert disc.in_own_place(found, {}) == found
 
 
-def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
+def read(rank: int, name: str | None, moved: bool = False, cpu: float | None = None) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
     r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), [dump(name), dump(name)], "n1")
-    r.moved = moved
+    r.moved, r.cpu = moved, cpu
     return r
 
 
@@ -161,6 +161,72 @@ def test_a_recv_leads_to_the_rank_that_never_sends():
 def test_moving_waiters_are_progress_and_no_waiters_too():
     assert decide([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
     assert decide([read(0, "own_code", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
+
+
+def test_every_rank_unmoved_is_never_progress():
+    """Issue 37: "the job progresses: no rank waits on another" with every rank `moved: no`. Nothing moved and
+    nobody waits: said as it is (warn, exit 0), no rank blamed, never "progresses"."""
+    still = [read(0, "own_code", cpu=0.0), read(1, "own_code", cpu=0.0)]
+    doc = decide(still, 2, watched_s=30)
+    assert doc["category"] == "no_movement" and verdict_of(doc) == "warn" and doc["named"] == []
+    assert doc["summary"].startswith("no rank moved in 30 s; no rank waits on another") and "--wait" in doc["fix"]
+    assert "none uses the CPU" in doc["summary"]
+    assert undecided(still) is not None  # watched on, up to --wait, before it is said
+
+
+def test_a_clear_hang_is_judged_at_once_and_a_long_step_is_watched_then_said_as_it_is():
+    """Nothing moved: the rank the others wait for blocked (no CPU) is a hang, named now; the same rank using a
+    core may be in a long step: watched, then "no rank moved in N s", no rank named."""
+    hang = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.01), read(2, "allreduce_waiter", cpu=0.0)]
+    assert motion(hang).motion is Motion.STILL and undecided(hang) is None
+    doc = decide(hang, 3, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1] and verdict_of(doc) == "fail"
+    long_step = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.97),
+                 read(2, "allreduce_waiter", cpu=0.0)]
+    assert motion(long_step).motion is Motion.UNDECIDED and "rank(s) 1 use the CPU" in undecided(long_step)
+    doc = decide(long_step, 3, watched_s=30)
+    assert doc["category"] == "no_movement" and doc["named"] == [] and doc["culprits"] == [] and doc["busy"] == [1]
+    assert doc["summary"] == ("no rank moved in 30 s; rank(s) 0, 2 wait in all_reduce for rank(s) 1; rank 1 "
+                              "computes at /tmp/u31rec/job.py:8 in compute (97 % of a core): a long step, or a hang")
+    # its stack moving in its own code (a loop) is not the job moving: only a rank that went through a wait is
+    looping = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.0)]
+    assert decide(looping, 2, watched_s=3)["named"] == [1]
+    assert decide([read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.9)], 2,
+                  watched_s=30)["category"] == "no_movement"
+
+
+def test_every_rank_inside_its_wait_and_using_the_cpu_is_watched():
+    """A large collective in progress (gloo reducing): every rank inside it and working is not yet a stuck
+    collective; blocked in it, it is."""
+    working = [read(0, "allreduce_waiter", cpu=0.6), read(1, "allreduce_waiter", cpu=0.5)]
+    assert motion(working).motion is Motion.UNDECIDED
+    blocked = [read(0, "allreduce_waiter", cpu=0.0), read(1, "allreduce_waiter", cpu=0.0)]
+    assert decide(blocked, 2, watched_s=3)["category"] == "stuck_collective"
+
+
+def test_one_sample_measures_no_movement():
+    """--interval 0: whether the ranks move is not measured. Ranks in a wait are judged from the stacks (the
+    snapshot asked for); ranks in their own code are not said to progress."""
+    one = [read(0, "own_code", moved=None), read(1, "own_code", moved=None)]
+    doc = decide(one, 2)
+    assert doc["category"] == "no_movement" and "not measured" in doc["summary"] and "--interval" in doc["fix"]
+    assert decide([read(0, "allreduce_waiter", moved=None), read(1, "own_code", moved=None)], 2)["named"] == [1]
+
+
+def test_a_node_of_several_watches_only_while_its_own_rank_computes():
+    waiters = [read(0, "allreduce_waiter", cpu=0.0), read(1, "allreduce_waiter", cpu=0.0)]
+    assert undecided_here(waiters) is None
+    assert undecided_here([read(2, "own_code", cpu=0.9)]) is not None
+    went_through = read(2, "allreduce_waiter", moved=True, cpu=0.9)
+    assert undecided_here([went_through, read(3, "own_code", cpu=0.9)]) is None
+
+
+def test_the_cpu_share_counts_the_rank_and_its_children_but_no_process_that_came_or_went():
+    from ddpdoctor.launch.attach.sample import cpu_share
+
+    assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 6.0, 11: 2.0, 12: 50.0})) == pytest.approx(1.0)
+    assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 5.0})) == 0.0  # a child ended: no negative jump
+    assert cpu_share((0.0, None), (2.0, {10: 5.0})) is None and cpu_share((1.0, {}), (1.0, {})) is None
 
 
 def test_everyone_in_one_collective_names_no_culprit():
@@ -284,3 +350,28 @@ def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
     wire[0]["record"] = {"entries": "junk", "pg_status": 7}
     kept = nodes.from_fact(wire[0], "node")
     assert kept.recorded is None and kept.state is not None
+
+
+def test_read_job_watches_on_while_the_rounds_cannot_tell_and_no_longer_than_the_wait(tmp_path):
+    """More rounds while ``undecided`` says why, at the window's pace, bounded by ``watch``; none once it is
+    decided. The CPU share is read for every rank (here this test's own process)."""
+    import os
+
+    from ddpdoctor.launch.attach.sample import read_job
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {DATA / 'own_code.txt'}\n")
+    fake.chmod(0o755)
+    job = disc.Job("j", "torchrun", 1, "h:1", [disc.RankProcess(os.getpid(), 0, 0, 1, 0, "p", "u")])
+    seen = []
+    start = time.monotonic()
+    reads = read_job(job, interval=0.3, tool=str(fake), host="n1", watch=1.2, undecided=lambda r: "a long step?",
+                     progress=seen.append)
+    took = time.monotonic() - start
+    rounds = len(calls.read_text().splitlines())
+    assert rounds > 4 and 1.0 <= took < 10 and reads[0].cpu is not None and reads[0].moved is False
+    assert any("a long step?: watching up to 1.2 s (--wait)" in line for line in seen), seen
+    calls.unlink()
+    read_job(job, interval=0.3, tool=str(fake), host="n1", watch=30, undecided=lambda r: None)
+    assert len(calls.read_text().splitlines()) == 4
