@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...launchers import LAUNCHERS, env_int
+from ...launchers import LAUNCHERS, by_name, env_int
 from ...numbers import parse_int
 from . import dump_pipe
 
-_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
+_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate launch",
+                "accelerate-launch", "accelerate.commands.launch")
 
 
 @dataclass
@@ -61,6 +63,10 @@ def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
     """(rank, launcher, local rank, world size) from a process's environment: torch's own RANK first (every
     launcher that runs torch.distributed's env:// sets it), else the launcher's own rank variable."""
     for launcher in LAUNCHERS:
+        if launcher.first_is_parent:
+            if launcher.present(env):  # no rank variable: its parent tells (spawned_ranks)
+                return None, launcher.name, env_int(env, *launcher.local_rank_vars), env_int(env, *launcher.size_vars)
+            continue
         own = any(v in env for v in launcher.rank_vars if v != "RANK")  # PMIX_RANK without OMPI_*/PMI_*
         if not launcher.rank_vars or not (launcher.present(env) or own):
             continue
@@ -91,6 +97,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
     candidates = _candidates(only_pids)
     rank_pids: set[int] = set()
     found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
+    spawned: list[tuple[psutil.Process, dict, str, str | None, str]] = []
     for proc in candidates:
         if proc.pid in skip:
             continue
@@ -106,10 +113,14 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             continue
         rank, launcher, local, world = rank_of(env)
         if rank is None or not _is_python(proc) or is_ddpdoctor(proc.cmdline()):
+            if rank is None and launcher and _is_python(proc):
+                spawned.append((proc, env, cmd, user, launcher))
             continue  # another ddpdoctor (attach under the same srun) is no rank
         found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
                                              worker_socket(env, rank), dump_pipe.paths(env, rank)), launcher or ""))
         rank_pids.add(proc.pid)
+    found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
+    rank_pids |= {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
     for proc, env, rp, launcher in found:
         if _parent_pid(proc) in rank_pids and _same_rank(proc, rp, found):
@@ -121,6 +132,53 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         job.ranks.sort(key=lambda r: r.rank)
         _find_agent(job)
     return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+
+
+def spawned_ranks(spawned: list, allowed: set[int]) -> list[tuple[psutil.Process, dict, RankProcess, str]]:
+    """The ranks of a launcher that gives its workers no rank variable (Lightning's own, launchers/lightning.py):
+    its workers grouped by their parent, which is local rank 0 (it set its variables in-process, so its own
+    environment has none); N = 1 + the workers it started; a rank is NODE_RANK * N + LOCAL_RANK. A process whose
+    parent carries the variables too (a worker's own DataLoader worker) or whose LOCAL_RANK is 0 (local rank 0's
+    own helper, started with its in-process variables) is no rank. The parent counts only among ``allowed``."""
+    mine = {proc.pid for proc, *_ in spawned}
+    by_parent: dict[int, list] = {}
+    for item in spawned:
+        parent, launcher = _parent_pid(item[0]), by_name(item[4])
+        local = env_int(item[1], *launcher.local_rank_vars) if launcher else None
+        if parent is not None and parent not in mine and local:
+            by_parent.setdefault(parent, []).append((item, launcher, local))
+    out = []
+    for parent, kids in by_parent.items():
+        n = max(1 + len(kids), 1 + max(local for _, _, local in kids))
+        first_env = kids[0][0][1]
+        for (proc, env, cmd, user, name), launcher, local in kids:
+            node = env_int(env, *launcher.node_rank_vars) or 0
+            rank = node * n + local
+            out.append((proc, env, RankProcess(proc.pid, rank, local, env_int(env, *launcher.size_vars), node, cmd,
+                                               user, worker_socket(env, rank), dump_pipe.paths(env, rank)), name))
+        first = _first_of(parent, first_env, kids[0][1], n) if parent in allowed else None
+        if first is not None:
+            out.append(first)
+    return out
+
+
+def _first_of(pid: int, worker_env: dict, launcher, n: int):
+    """Local rank 0 of a ``first_is_parent`` launcher: the workers' parent, with the variables it set in-process
+    (the job's, as its workers got them) over its own environment."""
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        own, user = proc.environ(), proc.username()
+    except psutil.Error:
+        return None
+    if not _is_python(proc) or is_ddpdoctor(argv):
+        return None
+    env = {**own, **{k: v for k, v in worker_env.items() if k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                                                  *launcher.node_rank_vars)}, "LOCAL_RANK": "0"}
+    node = env_int(env, *launcher.node_rank_vars) or 0
+    rank = node * n
+    return (proc, env, RankProcess(pid, rank, 0, env_int(env, *launcher.size_vars), node, " ".join(argv)[:500], user,
+                                   worker_socket(own, rank), dump_pipe.paths(own, rank)), launcher.name)
 
 
 def in_own_place(found: list, own_env) -> list:
@@ -209,7 +267,7 @@ def _master(env: dict) -> str | None:
 
 
 def _find_agent(job: Job) -> None:
-    """torchrun's agent: the ranks' common parent when its command line is torchrun's."""
+    """torch's elastic agent: the ranks' common parent when its command line is torchrun's (or accelerate's)."""
     parents = set()
     for rp in job.ranks:
         try:

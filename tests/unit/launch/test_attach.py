@@ -84,12 +84,57 @@ def test_the_binary_is_found_beside_the_interpreter(monkeypatch):
       "SLURM_JOB_NODELIST": "n[1-4]"}, (5, "slurm", 1, 8)),
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, (3, "mpi", 1, 4)),
     ({"RANK": "1", "WORLD_SIZE": "2"}, (1, None, None, 2)),
+    # Lightning's own launcher: no rank variable (its parent, local rank 0, tells: spawned_ranks), whatever
+    # scheduler's variables it inherited
+    ({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5",
+      "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n1"}, (None, "lightning", 1, 2)),
     ({"RANK": "²", "WORLD_SIZE": "2"}, (None, None, None, None)),
     ({"OMPI_COMM_WORLD_RANK": "١", "OMPI_COMM_WORLD_SIZE": "4"}, (None, None, None, None)),
     ({"PATH": "/bin"}, (None, None, None, None)),
 ])
 def test_a_processes_rank_from_its_environment(env, expected):
     assert disc.rank_of(env) == expected
+
+
+LIGHTNING_PARENT = """
+import os, subprocess, sys, time
+env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29999", NODE_RANK="1", WORLD_SIZE="6")
+child = "import time, subprocess, sys, os; l = [] if os.environ['LOCAL_RANK'] != '1' else [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])]; time.sleep(60)"
+kids = [subprocess.Popen([sys.executable, "-c", child], env=dict(env, LOCAL_RANK=str(k))) for k in (1, 2)]
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_job_lightnings_own_launcher_started_is_found_with_its_first_rank():
+    """Lightning's launcher as lightning/fabric/strategies/launchers/subprocess_script.py does it: the user's process
+    (local rank 0, its variables set in-process) starts local ranks 1..N-1 with LOCAL_RANK, NODE_RANK, WORLD_SIZE and
+    MASTER_* and no RANK. On node 1 of 2 with 3 processes each: ranks 3, 4, 5; rank 4's own child (a DataLoader
+    worker, the same variables) is none."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    parent = subprocess.Popen([sys.executable, "-c", LIGHTNING_PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(parent.pid).children(recursive=True)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found = disc.discover({parent.pid})
+        assert len(found.jobs) == 1, found
+        job = found.jobs[0]
+        assert (job.key, job.launcher, job.world_size) == ("127.0.0.1:29999", "lightning", 6)
+        assert [(r.rank, r.local_rank, r.node_rank) for r in job.ranks] == [(3, 0, 1), (4, 1, 1), (5, 2, 1)]
+        assert job.ranks[0].pid == parent.pid and job.elsewhere() == [0, 1, 2]
+    finally:
+        for p in psutil.Process(parent.pid).children(recursive=True):
+            p.kill()
+        parent.kill()
+        parent.wait(10)
 
 
 def test_job_keys():
