@@ -7,8 +7,9 @@ cannot tell a long step from a hang. No signal is sent; the only write is a dump
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,13 +69,14 @@ def is_wait(state: RankState) -> bool:
 
 
 def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float,
-             with_records: bool = True) -> dict[int, tuple[pyspy.Dump, dict | None]]:
+             with_records: bool = True, dump: Callable[..., pyspy.Dump] = pyspy.dump
+             ) -> dict[int, tuple[pyspy.Dump, dict | None]]:
     """One py-spy dump per rank and (``with_records``), where run-trainer's worker server listens or torch's dump
     pipe is open, its flight record; all at once (a thread each, each bounded by ``timeout``)."""
     if not ranks:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, 2 * len(ranks))) as pool:
-        dumps = {rp.pid: pool.submit(pyspy.dump, rp.pid, tool, timeout) for rp in ranks}
+        dumps = {rp.pid: pool.submit(dump, rp.pid, tool, timeout) for rp in ranks}
         records = {} if not with_records else {
             rp.pid: pool.submit(flight_record, rp.worker_socket, timeout) for rp in ranks if rp.worker_socket}
         records.update({rp.pid: pool.submit(dump_pipe.flight_record, *rp.dump_pipe, timeout) for rp in ranks
@@ -127,15 +129,74 @@ class Round:
     cpu: dict[int, dict[int, float] | None]
 
 
+NATIVE_AT_ONCE = 8  # native dumps run together: each reads libtorch's symbols (~0.5 s of CPU, ~300 MB)
+NATIVE_MAX = 32     # ranks read with native frames in one attach; the others keep their Python frames
+
+
+def wants_native(dump: pyspy.Dump) -> bool:
+    """Where Python frames stop short of saying what the rank waits in: its innermost frame a library's and no wait
+    certain from them (inside loss.backward(): DDP's Reducer, or the backward's own compute), or blocked (py-spy's
+    "idle") in its own code (a Work.wait(), a lock, a sleep). Native frames say which."""
+    thread = dump.main_thread()
+    if dump.failure is not None or thread is None or not thread.frames:
+        return False
+    state = pyspy.to_state(dump, 0)
+    wait = state.wait
+    if wait is None or wait.kind in (WaitKind.NONE, WaitKind.UNKNOWN):
+        return state.frames[0].library or thread.state == "idle"
+    library = getattr(wait, "library", None)
+    return library is not None and not library.certain
+
+
 class Sampler:
-    """Rounds of every rank's stack and CPU time, kept in order, so a watch goes on where the first window ended."""
+    """Rounds of every rank's stack and CPU time, kept in order, so a watch goes on where the first window ended;
+    native frames read once, beside the rounds, for the ranks whose Python frames stop short (``wants_native``)."""
 
     def __init__(self, job: Job, tool: str | None, timeout: float, host: str,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, native: bool = True):
         self.job, self.tool, self.timeout, self.host = job, tool, timeout, host
         self.rounds: list[Round] = []
         self.progress = progress or (lambda text: None)
         self.start = time.monotonic()
+        self.native = native
+        self.natives: dict[int, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        # one py-spy at a time per rank: a process has one ptrace tracer, a second py-spy fails ("Failed to get
+        # stack traces", seen when a round met a native read of the same rank)
+        self._locks = {rp.pid: threading.Lock() for rp in job.ranks}
+
+    def dump(self, pid: int, tool: str | None, timeout: float, native: bool = False) -> pyspy.Dump:
+        with self._locks[pid]:
+            return pyspy.dump(pid, tool, timeout, native)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def start_native(self, taken: Round) -> None:
+        """Native dumps of the ranks this round shows stopping short, in the background while the rounds go on."""
+        if not self.native:
+            return
+        todo = [pid for pid, (d, _) in taken.dumps.items() if pid not in self.natives and wants_native(d)]
+        todo = todo[:max(0, NATIVE_MAX - len(self.natives))]
+        if not todo:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=NATIVE_AT_ONCE)
+        for pid in todo:
+            self.natives[pid] = self._pool.submit(self.dump, pid, self.tool, self.timeout, True)
+
+    def native_of(self, pid: int, last: pyspy.Dump | None) -> pyspy.Dump | None:
+        """The rank's native dump, when it shows the same Python frames as its latest round (else it moved since:
+        the rounds say so, and its native frames are not where it stands)."""
+        future = self.natives.get(pid)
+        if future is None or last is None or last.failure is not None:
+            return None
+        native = future.result()  # bounded by py-spy's own timeout
+        if native.failure is not None:
+            return None
+        same = pyspy.python_frames(native.main_thread()) == pyspy.python_frames(last.main_thread())
+        return native if same else None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -143,7 +204,7 @@ class Sampler:
     def take(self, with_records: bool) -> Round:
         at = time.monotonic()
         cpu = {rp.pid: cpu_seconds(rp.pid) for rp in self.job.ranks}
-        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records=with_records), cpu)
+        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu)
         self.rounds.append(taken)
         return taken
 
@@ -155,7 +216,7 @@ class Sampler:
         be read in the first); flight records in the first and the last."""
         n = len(self.job.ranks)
         self.progress(f"reading {n} rank(s) with py-spy: round 1/{samples if interval > 0 else 1}")
-        self.take(with_records=True)
+        self.start_native(self.take(with_records=True))
         if interval <= 0 or not self.readable():
             return
         begin, steps = time.monotonic(), max(1, samples - 1)
@@ -168,9 +229,12 @@ class Sampler:
         """Every rank as all rounds show it; its CPU share over the last ``window`` seconds; its flight record
         from the first and the latest round that read one."""
         out = []
+        if any(not f.done() for f in self.natives.values()):
+            self.progress(f"reading native frames of {len(self.natives)} rank(s) (where Python frames stop)")
         for rp in self.job.ranks:
             taken = [r.dumps.get(rp.pid, (None, None)) for r in self.rounds]
-            read = read_rank(rp, [d for d, _ in taken], self.host)
+            read = read_rank(rp, [d for d, _ in taken], self.host,
+                             self.native_of(rp.pid, taken[-1][0] if taken else None))
             records = [fr for _, fr in taken if fr is not None]
             if records:
                 add_record(read, records[0], records[-1], live_source(rp))
@@ -190,23 +254,26 @@ class Sampler:
 def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_S, tool: str | None = None,
              host: str | None = None, samples: int = SAMPLES, watch: float = 0.0,
              undecided: Callable[[list[RankRead]], str | None] | None = None,
-             progress: Callable[[str], None] | None = None) -> list[RankRead]:
+             progress: Callable[[str], None] | None = None, native: bool = True) -> list[RankRead]:
     """Every rank of ``job`` on this node, its stack sampled ``samples`` times over ``interval`` seconds (once when
     ``interval`` is 0). While ``undecided(reads)`` says why the rounds cannot tell yet (nothing moved, but a rank
     computes: a long step or a hang), more rounds at the same pace, until ``watch`` seconds from the start."""
-    sampler = Sampler(job, tool or pyspy.binary(), timeout, host or socket.gethostname(), progress)
-    sampler.window(interval, samples)
-    reads = sampler.reads(interval)
-    if interval <= 0 or undecided is None or not sampler.readable():
-        return reads
-    pace, k = interval / max(1, samples - 1), 0
-    while (why := undecided(reads)) is not None and sampler.elapsed() + pace <= watch:
-        k += 1
-        sampler.progress(f"{why}: watching up to {watch:g} s (--wait), {sampler.elapsed():.0f} s so far")
-        time.sleep(pace)
-        sampler.take(with_records=k % max(1, samples - 1) == 0)
+    sampler = Sampler(job, tool or pyspy.binary(), timeout, host or socket.gethostname(), progress, native)
+    try:
+        sampler.window(interval, samples)
         reads = sampler.reads(interval)
-    return reads
+        if interval <= 0 or undecided is None or not sampler.readable():
+            return reads
+        pace, k = interval / max(1, samples - 1), 0
+        while (why := undecided(reads)) is not None and sampler.elapsed() + pace <= watch:
+            k += 1
+            sampler.progress(f"{why}: watching up to {watch:g} s (--wait), {sampler.elapsed():.0f} s so far")
+            time.sleep(pace)
+            sampler.start_native(sampler.take(with_records=k % max(1, samples - 1) == 0))
+            reads = sampler.reads(interval)
+        return reads
+    finally:
+        sampler.close()
 
 
 def live_source(rp: RankProcess):
@@ -237,9 +304,11 @@ def _last_seqs(fr: dict) -> dict:
             for k, v in (status or {}).items() if isinstance(v, dict)}
 
 
-def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str) -> RankRead:
-    """The rank as its last readable dump shows it; moved when any two successive readable dumps differ (or it
-    ended after one); waited when any readable dump stands in a wait."""
+def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str,
+              native: pyspy.Dump | None = None) -> RankRead:
+    """The rank as its last readable dump shows it (with its native frames, where a native dump of that same
+    Python stack was had); moved when any two successive readable dumps differ (or it ended after one); waited
+    when any readable dump stands in a wait."""
     read = RankRead(rp.rank, rp.pid, host, rp.local_rank)
     good = [d for d in dumps if d is not None and d.failure is None]
     if not good:
@@ -247,7 +316,7 @@ def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str) -> Ran
             rp.pid, failure=pyspy.DumpFailure.OTHER, error="not read")
         read.failure, read.error = bad.failure, bad.error
         return read
-    read.state = pyspy.to_state(good[-1], rp.rank, host=host, local_rank=rp.local_rank)
+    read.state = pyspy.to_state(native or good[-1], rp.rank, host=host, local_rank=rp.local_rank)
     read.waited = any(is_wait(pyspy.to_state(d, rp.rank)) for d in {id(d): d for d in good[:-1]}.values()) \
         or is_wait(read.state)
     first = next(i for i, d in enumerate(dumps) if d is not None and d.failure is None)

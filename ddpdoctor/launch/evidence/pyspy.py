@@ -104,14 +104,16 @@ def _installed() -> Path | None:
                 None)
 
 
-def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S) -> Dump:
-    """``py-spy dump --locals`` of ``pid``, parsed; never raises, never signals the process."""
+def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S, native: bool = False) -> Dump:
+    """``py-spy dump --locals`` of ``pid``, parsed; never raises, never signals the process. ``native``: with the C
+    and C++ frames too (``--native``: where Python frames stop, in torch's C++ such as DDP's Reducer; it costs
+    about half a second of CPU, reading libtorch's symbols, and pauses the process about 0.1 s)."""
     tool = tool or binary()
     if not tool:
         return Dump(pid, failure=DumpFailure.NO_PYSPY, error="py-spy is not installed (pip install py-spy)")
     try:
-        res = subprocess.run([tool, "dump", "--locals", "--full-filenames", "--pid", str(pid)],
-                             capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run([tool, "dump", "--locals", "--full-filenames", *(["--native"] if native else []),
+                              "--pid", str(pid)], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return Dump(pid, failure=DumpFailure.TIMEOUT, error=f"py-spy dump took over {timeout:g} s")
     except OSError as exc:
@@ -176,6 +178,17 @@ def to_state(dump: Dump, rank: int, *, host: str | None = None, local_rank: int 
     return RankState(rank, model.Source.PY_SPY, host=host, pid=dump.pid, local_rank=local_rank, frames=frames,
                      wait=wait_of(frames), ending=model.STILL_RUNNING,
                      raw={"thread": thread.name if thread else None, "state": thread.state if thread else None})
+
+
+def python_frames(thread: Thread | None) -> tuple:
+    """The thread's Python frames (function, file, line), innermost first: a native dump's without its C frames
+    (a shared object's), to match it against a Python-only dump of the same moment."""
+    return tuple((f.function, f.file, f.line) for f in (thread.frames if thread else []) if not _shared_object(f.file))
+
+
+def _shared_object(file: str) -> bool:
+    name = file.rsplit("/", 1)[-1]
+    return name.endswith((".so", ".dylib", ".dll", ".pyd")) or ".so." in name
 
 
 def signature(thread: Thread | None) -> tuple:

@@ -362,17 +362,20 @@ def test_a_rank_moved_if_any_two_successive_rounds_differ():
 
 
 def test_read_job_samples_in_rounds_over_the_interval(tmp_path):
-    """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank."""
+    """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank. The rank
+    stands blocked ("idle") in its own code: one native read besides, to see in what (a Work.wait, a lock)."""
     from ddpdoctor.launch.attach.sample import SAMPLES, read_job
 
     calls = tmp_path / "calls"
     fake = tmp_path / "py-spy"
-    fake.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {DATA / 'own_code.txt'}\n")
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\ncat {DATA / 'own_code.txt'}\n")
     fake.chmod(0o755)
     job = disc.Job("j", "torchrun", 1, "h:1", [disc.RankProcess(1, 0, 0, 1, 0, "p", "u")])
     start = time.monotonic()
     read_job(job, interval=0.6, tool=str(fake), host="n1")
-    assert len(calls.read_text().splitlines()) == SAMPLES == 4 and time.monotonic() - start >= 0.6
+    lines = calls.read_text().splitlines()
+    assert len([x for x in lines if "--native" not in x]) == SAMPLES == 4 and time.monotonic() - start >= 0.6
+    assert len([x for x in lines if "--native" in x]) == 1
 
 
 def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
@@ -412,11 +415,11 @@ def test_read_job_watches_on_while_the_rounds_cannot_tell_and_no_longer_than_the
     seen = []
     start = time.monotonic()
     reads = read_job(job, interval=0.3, tool=str(fake), host="n1", watch=1.2, undecided=lambda r: "a long step?",
-                     progress=seen.append)
+                     progress=seen.append, native=False)
     took = time.monotonic() - start
     rounds = len(calls.read_text().splitlines())
     assert rounds > 4 and 1.0 <= took < 10 and reads[0].cpu is not None and reads[0].moved is False
     assert any("a long step?: watching up to 1.2 s (--wait)" in line for line in seen), seen
     calls.unlink()
-    read_job(job, interval=0.3, tool=str(fake), host="n1", watch=30, undecided=lambda r: None)
+    read_job(job, interval=0.3, tool=str(fake), host="n1", watch=30, undecided=lambda r: None, native=False)
     assert len(calls.read_text().splitlines()) == 4
