@@ -29,7 +29,7 @@ from enum import Enum
 # ONE library-frame rule: a frame whose file is under one of these is not the user's code. The interpreter's
 # own modules, installed packages (torch included), torch's elastic agent and ddpdoctor's bootstrap.
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
-           "ddpdoctor/launch/bootstrap.py", "ddpdoctor/launch/calls_log.py", "<string>")
+           "ddpdoctor/launch/bootstrap.py", "<string>")
 
 
 def is_library(file: str) -> bool:
@@ -43,7 +43,6 @@ class Source(str, Enum):
     PY_SPY = "py_spy"                      # live: `py-spy dump --locals` from outside
     FAULTHANDLER = "faulthandler"          # live: SIGUSR1 -> stacks/rank<R>.txt
     FLIGHT_RECORDER = "flight_recorder"    # a dump (at exit, on SIGTERM, torch's dump on timeout)
-    CALL_LOG = "call_log"                  # run-trainer's log of send/recv and all_to_all splits (calls_log.py)
     SIGTERM_STACK = "sigterm_stack"        # stacks/sigterm/rank<R>.txt: where it stood when the launcher stopped it
     ERROR_FILE = "error_file"              # torch's error.json (@record)
     RANK_LOG = "rank_log"                  # the rank's stderr.log (its traceback, faulthandler's fatal dump)

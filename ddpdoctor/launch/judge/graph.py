@@ -124,8 +124,8 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         if w is None or r in edges or not waits(s):
             continue
         if w.kind in (WaitKind.SEND, WaitKind.RECV):
-            peer = w.peer if w.peer is not None else logged_peer(s, w.kind)
-            edges[r] = [Edge(w.kind, (peer,) if peer is not None else None, w.call)]
+            targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r)
+            edges[r] = [Edge(w.kind, targets, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
             awaited = w.awaited if w.awaited is not None else tuple(
                 x for x in evidence.expected() if x not in there and x != r)
@@ -135,17 +135,14 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
     return edges
 
 
-LOGGED_P2P = {"send": WaitKind.SEND, "isend": WaitKind.SEND, "recv": WaitKind.RECV, "irecv": WaitKind.RECV}
-
-
-def logged_peer(state: RankState, kind: WaitKind) -> int | None:
-    """The peer of a send/recv the stack stands in but names no peer for (faulthandler's stacks have no
-    locals): the rank's newest logged call (run-trainer's call log, written as each call is made), when it is
-    the same kind of call. Flight-record calls have a sequence id; the log's have none."""
-    logged = [c for c in state.calls if c.seq is None and c.op in LOGGED_P2P]
-    if not logged or LOGGED_P2P[logged[-1].op] is not kind:
-        return None
-    return logged[-1].peer
+def not_waiting(evidence: JobEvidence, rank: int) -> tuple[int, ...] | None:
+    """Whom a send/recv waits for when no source names its peer (faulthandler's stacks have no locals; a
+    schedule's batch of P2POps names none on the stack): the ranks of the job that wait in nothing themselves
+    (their own code, ended, or no record). A pipeline stage stuck in its own compute leaves its neighbours in
+    recv both ways: they lead to it. Several such ranks are all candidates (``_follow`` names them only where
+    the evidence places them); none (every rank waits: a schedule's deadlock) is None: nobody named."""
+    out = tuple(x for x in evidence.expected() if x != rank and not _waited_itself(evidence, x))
+    return out or None
 
 
 def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:
