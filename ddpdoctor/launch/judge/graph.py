@@ -29,7 +29,7 @@ from .verdict import Category, Consequence, NoCulprit, Verdict
 
 BAD = {EndKind.STOPPED: Category.PROCESS_STOPPED, EndKind.GONE: Category.PROCESS_GONE}
 BY_KIND = {WaitKind.COLLECTIVE: Category.MISSING_RANK, WaitKind.SEND: Category.MISSING_PEER,
-           WaitKind.RECV: Category.MISSING_PEER, WaitKind.INIT: Category.NEVER_INITIALIZED,
+           WaitKind.RECV: Category.MISSING_PEER, WaitKind.P2P: Category.MISSING_PEER, WaitKind.INIT: Category.NEVER_INITIALIZED,
            WaitKind.STORE: Category.NEVER_INITIALIZED, WaitKind.BARRIER: Category.MISSING_RANK}
 
 
@@ -123,7 +123,7 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         w = s.wait
         if w is None or r in edges or not waits(s):
             continue
-        if w.kind in (WaitKind.SEND, WaitKind.RECV):
+        if w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
             targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r)
             edges[r] = [Edge(w.kind, targets, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
@@ -258,7 +258,7 @@ def _aborted_receiver(evidence: JobEvidence, rank: int) -> bool:
     waited for, no record says."""
     s = evidence.ranks.get(rank)
     w = s.wait if s else None
-    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV) or (w.call is not None and w.call.all_to_all))
+    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P) or (w.call is not None and w.call.all_to_all))
 
 
 def _aborted(evidence: JobEvidence, rank: int) -> bool:

@@ -215,8 +215,10 @@ def _wait(s) -> dict:
         out["awaited"] = list(w.awaited)
     if w.keys:
         out["keys"] = list(w.keys)
-    if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV):
+    if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
         out["call"] = _call(w.call)
+    if w.library is not None:
+        out["library"] = {"name": w.library.library, "op": w.library.op, "phrase": w.library.phrase}
     return out
 
 
