@@ -124,24 +124,27 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         if w is None or r in edges or not waits(s):
             continue
         if w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
-            targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r)
+            targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r, findings)
             edges[r] = [Edge(w.kind, targets, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
             awaited = w.awaited if w.awaited is not None else tuple(
                 x for x in evidence.expected() if x not in there and x != r)
             edges[r] = [Edge(w.kind, tuple(a for a in awaited if a != r) or None, w.call)]
         elif w.kind == WaitKind.COLLECTIVE and not s.recorded:
-            edges[r] = [Edge(w.kind, None, w.call)]  # inside a collective no record of its group places
+            # inside a collective no record of its group places (a stack alone: attach, a library's wait): it
+            # waits for the ranks that wait in nothing, as a send/recv whose peer no source names
+            edges[r] = [Edge(w.kind, not_waiting(evidence, r, findings), w.call)]
     return edges
 
 
-def not_waiting(evidence: JobEvidence, rank: int) -> tuple[int, ...] | None:
+def not_waiting(evidence: JobEvidence, rank: int, findings: list[Finding]) -> tuple[int, ...] | None:
     """Whom a send/recv waits for when no source names its peer (faulthandler's stacks have no locals; a
     schedule's batch of P2POps names none on the stack): the ranks of the job that wait in nothing themselves
     (their own code, ended, or no record). A pipeline stage stuck in its own compute leaves its neighbours in
     recv both ways: they lead to it. Several such ranks are all candidates (``_follow`` names them only where
     the evidence places them); none (every rank waits: a schedule's deadlock) is None: nobody named."""
-    out = tuple(x for x in evidence.expected() if x != rank and not _waited_itself(evidence, x))
+    inside = {x for f in findings for x in f.inside}  # in a collective a record places them in: they wait there
+    out = tuple(x for x in evidence.expected() if x != rank and x not in inside and not _waited_itself(evidence, x))
     return out or None
 
 
