@@ -124,7 +124,7 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
 
 
 def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
-                world: list[int] | None = None, calls_dir: Path | None = None) -> dict | None:
+                world: list[int] | None = None) -> dict | None:
     """The hang verdict (the one judge, ``launch.judge``) from what a finished job left: the dumps (which may
     have been written after a timeout: gloo then counts the timed-out collective as completed, so the ranks'
     last sequence ids and calls are compared), the ranks' failure records (``failures``: how each ended, where
@@ -138,7 +138,7 @@ def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = Non
     from .judge.words import to_json
 
     ranks = sorted(set(job_ranks(dumps) if dumps else []) | set(world or []))
-    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks, calls_dir)
+    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks)
     found = judge(job)
     verdict = to_json(found, job)
     if not dumps and (not found.culprits or not all(c.named for c in found.culprits)

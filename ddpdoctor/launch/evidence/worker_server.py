@@ -28,6 +28,9 @@ def rank_state(rank: int, ev: dict, live: bool = True, source: Source = Source.W
         wait = wait or seen
     elif seen is not None and wait is None and live and base.recorded:
         wait, calls = _inside_last(fr, calls, seen)
+    if wait is not None and seen is not None and seen.library is not None and wait.library is None \
+            and wait.kind == seen.kind:
+        wait = replace(wait, library=seen.library, site=wait.site or seen.site)  # the library that made the call
     state = ev.get("state")
     ending = base.ending or (Ending(STATES[state]) if state in STATES else None)
     return RankState(rank, source, host=ev.get("host"), node=ev.get("node"), pid=ev.get("pid"),
@@ -47,7 +50,8 @@ def _inside_last(fr: dict, calls: tuple, seen: Wait) -> tuple[Wait | None, tuple
     if not pending or last is None or seen.call is None or calls[last].op != seen.call.op:
         return None, calls
     inside = replace(calls[last], completed=False)
-    return Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site), calls[:last] + (inside,) + calls[last + 1:]
+    return (Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site, library=seen.library),
+            calls[:last] + (inside,) + calls[last + 1:])
 
 
 def _num(v) -> int:
