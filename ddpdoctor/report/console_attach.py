@@ -56,6 +56,8 @@ def _what(wait: dict) -> str:
         return "its own code" if kind == "none" else "?"
     if kind in ("send", "recv"):
         return f"{wait.get('op')}({'dst' if kind == 'send' else 'src'}={wait.get('peer')})"
+    if wait.get("library"):  # a library's wait: "DDP: all_reduce", "FSDP2: reduce_scatter" ("?" where unproven)
+        return f"{wait['library']}: {wait.get('op') or kind}" + ("" if wait.get("certain", True) else "?")
     return str(wait.get("op") or kind)
 
 

@@ -38,8 +38,16 @@ def busy(r: RankRead) -> bool:
 
 
 def _waiting(r: RankRead) -> bool:
-    return r.waits or (r.recorded is not None and r.recorded.wait is not None
-                       and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN))
+    """It stands in a wait: its stack (or its flight record) says so. A library's wait the frames do not prove
+    (inside loss.backward(): DDP's Reducer, or the backward's own compute) is one only while the rank uses no
+    CPU: using a core there, it computes."""
+    if r.recorded is not None and r.recorded.wait is not None \
+            and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN):
+        return True
+    if not r.waits:
+        return False
+    library = r.state.wait.library if r.state is not None and r.state.wait is not None else None
+    return library is None or library.certain or not busy(r)
 
 
 def motion(reads: list[RankRead]) -> Reading:
@@ -109,15 +117,20 @@ def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
 # Stacks read at one moment show every rank that is inside a blocking collective at the same point of the job:
 # each is taken as inside the group's newest collective (sequence id 0 of the sample, not completed), so the
 # ranks not in it are the ones behind. Stacks name no group across ranks (py-spy shows a per-process object), so
-# every collective is taken on the default group: subgroups need the flight recorder.
+# only a collective the stack shows on the default group is placed so: the caller passed no group (py-spy's
+# ``default_group``). One on a subgroup (a DeviceMesh dimension, FSDP's, a library's wait with no group on the
+# stack) is left unplaced: a rank outside it is not missing from it (the 2-D mesh of issue 37: ranks 0 and 2,
+# in the other dimension's collective, were named for "never entering" reduce_scatter); the judge then has it
+# wait for the ranks that wait in nothing, and names none where every rank waits.
 STACK_SEQ = 0
 
 
 def stack_call(state: RankState) -> RankState:
-    """``state`` with its stack's collective as the call it is inside, where no record gave one (adapter field:
-    the judge reads ``calls``)."""
+    """``state`` with its stack's collective as the call it is inside, where no record gave one and the stack
+    shows it on the default group (adapter field: the judge reads ``calls``)."""
     wait = state.wait
-    if wait is None or wait.kind is not WaitKind.COLLECTIVE or wait.call is None or state.calls:
+    if wait is None or wait.kind is not WaitKind.COLLECTIVE or wait.call is None or state.calls \
+            or state.raw.get("default_group") is not True:
         return state
     call = replace(wait.call, seq=STACK_SEQ, completed=False, seq_from_stack=True)
     return replace(state, calls=(call,), wait=replace(wait, call=call), recorded=True,

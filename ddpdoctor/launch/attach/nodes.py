@@ -18,7 +18,7 @@ from ..evidence.stacks import wait_of
 from .sample import RankRead
 
 CHECK = "attach-ranks"
-MAX_FRAMES = 64
+MAX_FRAMES = 96  # a Lightning stack with its native frames (py-spy --native) is 60 and more
 MAX_LOCALS = 24
 MAX_TEXT = 300
 MAX_RECORD_ENTRIES = 32  # a flight record's newest entries that travel: enough to place a rank around a hang
@@ -74,7 +74,8 @@ def to_fact(read: RankRead) -> dict:
             "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT],
                         [[k[:64], v[:MAX_TEXT]] for k, v in f.locals[:MAX_LOCALS]]] for f in s.frames[:MAX_FRAMES]]
             if s else None,
-            "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None}
+            "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None,
+            "default_group": s.raw.get("default_group") if s else None}
 
 
 def _thin_record(fr) -> dict | None:
@@ -111,8 +112,10 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
         frames.append(Frame(str(file)[:MAX_TEXT], parse_int(line, hi=10**9) or 0, str(func)[:MAX_TEXT],
                             tuple((str(k)[:64], str(v)[:MAX_TEXT]) for k, v in pairs)))
     frames_t = tuple(frames)
+    default = fact.get("default_group")
     read.state = RankState(rank, Source.PY_SPY, host=read.host, node=node, pid=pid, local_rank=read.local_rank,
-                           frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING)
+                           frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING,
+                           raw={"default_group": default if isinstance(default, bool) else None})
     read.recorded = _record_of(rank, fact.get("record"), node)
     return read
 

@@ -56,12 +56,16 @@ class RankRead:
         frame = user_frame(s.frames) if s else None
         wait = s.wait if s else None
         return {"rank": self.rank, "pid": self.pid, "host": self.host, "local_rank": self.local_rank,
-                "wait": None if wait is None else {"kind": wait.kind.value, "peer": wait.peer,
-                                                   "op": wait.call.op if wait.call else None},
+                "wait": None if wait is None else {
+                    "kind": wait.kind.value, "peer": wait.peer, "op": wait.call.op if wait.call else None,
+                    "library": wait.library.library if wait.library else None,
+                    "phrase": wait.library.phrase if wait.library else None,
+                    "certain": wait.library.certain if wait.library else None},
                 "where": frame.where if frame else None, "function": frame.function if frame else None,
                 "moved": self.moved, "cpu": None if self.cpu is None else round(self.cpu, 2),
                 "failure": self.failure.value if self.failure else None, "error": self.error,
-                "stack": [f"{f.function} ({f.where})" for f in s.frames[:40]] if s else None}
+                "native": bool(s and s.raw.get("native")),
+                "stack": [f"{f.function} ({f.where})" for f in s.frames[:96]] if s else None}
 
 
 def is_wait(state: RankState) -> bool:
@@ -317,6 +321,7 @@ def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str,
         read.failure, read.error = bad.failure, bad.error
         return read
     read.state = pyspy.to_state(native or good[-1], rp.rank, host=host, local_rank=rp.local_rank)
+    read.state.raw["native"] = native is not None
     read.waited = any(is_wait(pyspy.to_state(d, rp.rank)) for d in {id(d): d for d in good[:-1]}.values()) \
         or is_wait(read.state)
     first = next(i for i, d in enumerate(dumps) if d is not None and d.failure is None)

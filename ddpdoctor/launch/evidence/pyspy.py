@@ -177,7 +177,53 @@ def to_state(dump: Dump, rank: int, *, host: str | None = None, local_rank: int 
                    for f in (thread.frames if thread else []))
     return RankState(rank, model.Source.PY_SPY, host=host, pid=dump.pid, local_rank=local_rank, frames=frames,
                      wait=wait_of(frames), ending=model.STILL_RUNNING,
-                     raw={"thread": thread.name if thread else None, "state": thread.state if thread else None})
+                     raw={"thread": thread.name if thread else None, "state": thread.state if thread else None,
+                          "default_group": default_group(thread)})
+
+
+C10D = "torch/distributed/distributed_c10d.py"
+C10D_LOGGER = "torch/distributed/c10d_logger.py"
+
+
+def default_group(thread: Thread | None) -> bool | None:
+    """Whether the torch.distributed call the stack stands in runs on the default (world) group, from what its
+    caller passed: c10d's logging wrapper, the frame just outside the call, keeps the call's ``args`` and
+    ``kwargs`` (py-spy's locals). True: no group passed (none among the arguments before ``group``'s place, as the
+    call's own frame lists them, nor by name, or ``group=None``); False: a group was passed (a DeviceMesh's, FSDP's,
+    a user's subgroup, or the world's by name); None: the stack does not say (no wrapper, a repr py-spy cut). A
+    collective's own ``group`` argument shows the group it resolved, the default one's address as any other."""
+    frames = thread.frames if thread else []
+    calls = [i for i, f in enumerate(frames) if f.file.endswith(C10D)]
+    if not calls or calls[-1] + 1 >= len(frames) or not frames[calls[-1] + 1].file.endswith(C10D_LOGGER):
+        return None
+    names, wrapper = list(frames[calls[-1]].arguments), frames[calls[-1] + 1]
+    args, kwargs = wrapper.locals.get("args"), wrapper.locals.get("kwargs")
+    if "group" not in names or args is None or kwargs is None or "..." in args or "..." in kwargs:
+        return None
+    if re.search(r"""["']group["']\s*:""", kwargs):
+        return re.search(r"""["']group["']\s*:\s*None\b""", kwargs) is not None
+    return _items(args) <= names.index("group")
+
+
+def _items(text: str) -> int:
+    """How many items py-spy's repr of a tuple holds ("(<Tensor at 0x1>, 0)": 2; "(<Tensor at 0x1>)": 1)."""
+    inner = text.strip()
+    inner = inner[1:-1] if inner[:1] == "(" and inner[-1:] == ")" else inner
+    if not inner.strip():
+        return 0
+    depth, count, quote = 0, 1, ""
+    for ch in inner:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            count += 1
+    return count
 
 
 def python_frames(thread: Thread | None) -> tuple:

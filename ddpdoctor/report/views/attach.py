@@ -13,6 +13,8 @@ def _what(wait: dict | None) -> str:
         return f"{wait.get('op') or kind}({'dst' if kind == 'send' else 'src'}={human(wait.get('peer'))})"
     if kind == "none":
         return "its own code"
+    if wait.get("library"):
+        return f"{wait['library']}: {wait.get('op') or kind}" + ("" if wait.get("certain", True) else "?")
     return str(wait.get("op") or kind or "?")
 
 

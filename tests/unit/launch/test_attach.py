@@ -423,3 +423,82 @@ def test_read_job_watches_on_while_the_rounds_cannot_tell_and_no_longer_than_the
     calls.unlink()
     read_job(job, interval=0.3, tool=str(fake), host="n1", watch=30, undecided=lambda r: None, native=False)
     assert len(calls.read_text().splitlines()) == 4
+
+
+def test_a_2d_mesh_seen_from_stacks_alone_names_the_stuck_rank_not_the_other_dimensions_ranks():
+    """Issue 37: dp x tp (parallelize_module + FSDP2, 4 gloo ranks), rank 1 stuck in its own code; recorded with
+    py-spy from the real job. Ranks 0 and 2 wait in tp's functional collective, rank 3 in FSDP's reduce_scatter
+    on the dp group: subgroups, which stacks cannot match across ranks. Placed on the world group they made a
+    desync of rank 3 (or, in the issue's run, ranks 0 and 2 "never entered reduce_scatter_single"); unplaced, the
+    waits lead to the one rank that waits in nothing."""
+    reads = []
+    for rank in range(4):
+        r = read(rank, f"mesh2d_rank{rank}", cpu=0.0)
+        reads.append(r)
+    assert [pyspy.default_group(dump(f"mesh2d_rank{r}").main_thread()) for r in range(4)] == [None, None, None, None]
+    doc = decide(reads, 4, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1], doc
+    assert doc["culprits"][0]["where"].endswith("faults.py:50")
+    assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2, 3]
+
+
+def test_the_default_group_is_read_from_what_the_caller_passed():
+    """c10d's logging wrapper keeps the call's args and kwargs: a plain dist.all_reduce(t) passed no group (the
+    world's); FSDP2's reduce_scatter passed its own; a repr py-spy cut says nothing."""
+    assert pyspy.default_group(dump("allreduce_waiter").main_thread()) is True
+    assert pyspy.default_group(dump("broadcast").main_thread()) is True  # (tensor, 0): src, not a group
+    assert pyspy.default_group(dump("own_code").main_thread()) is None
+
+    def wrapped(args: str, kwargs: str) -> bool | None:
+        text = ("Thread 1 (idle): \"MainThread\"\n    all_reduce (/t/torch/distributed/distributed_c10d.py:3252)\n"
+                "        Arguments:\n            tensor: <Tensor at 0x1>\n            op: <RedOpType at 0x2>\n"
+                "            group: <ProcessGroup at 0x3>\n            async_op: False\n"
+                "    _exception_logger.<locals>.wrapper (/t/torch/distributed/c10d_logger.py:83)\n"
+                f"        Locals:\n            args: {args}\n            kwargs: {kwargs}\n    <module> (/s/job.py:9)\n")
+        return pyspy.default_group(pyspy.parse(text).main_thread())
+
+    assert wrapped("(<Tensor at 0x1>)", "{}") is True
+    assert wrapped("(<Tensor at 0x1>, <RedOpType at 0x2>, <ProcessGroup at 0x3>)", "{}") is False
+    assert wrapped("(<Tensor at 0x1>)", '{"group": <ProcessGroup at 0x3>}') is False
+    assert wrapped("(<Tensor at 0x1>)", '{"group": None}') is True
+    assert wrapped("(<Tensor at 0x1>)", '{"op": <RedOpType at 0x2>, ...}') is None
+
+
+LIB = Path(__file__).parent / "data" / "library_stacks"
+
+
+def lib_dump(name: str) -> pyspy.Dump:
+    return pyspy.parse((LIB / f"{name}.txt").read_text())
+
+
+def test_native_frames_are_read_where_python_frames_stop_and_name_the_library_wait():
+    """DDP's gradient all_reduce runs inside loss.backward() from C++: the Python frames stop in
+    _engine_run_backward (DDP's Reducer, or the backward's own compute: not certain), so attach reads that rank's
+    native frames, which show c10d::Reducer::finalize_backward. A rank in a plain all_reduce needs none; one
+    blocked ("idle") in its own code gets them (a Work.wait, a lock, a sleep)."""
+    from ddpdoctor.launch.attach.sample import wants_native
+
+    python_only, native = lib_dump("ddp_rank0"), lib_dump("ddp_rank0_native")
+    assert wants_native(python_only) and not wants_native(native)
+    assert not wants_native(dump("allreduce_waiter")) and wants_native(dump("own_code"))
+    rp = disc.RankProcess(100, 0, 0, 2, 0, "python t.py", "u")
+    guessed = read_rank(rp, [python_only, python_only], "n1")
+    assert guessed.state.wait.library is not None and not guessed.state.wait.library.certain
+    known = read_rank(rp, [python_only, python_only], "n1", native)
+    wait = known.state.wait
+    assert (wait.kind, wait.library.library, wait.library.certain) == (WaitKind.COLLECTIVE, "DDP", True)
+    assert "DDP's gradient all_reduce inside loss.backward()" in wait.library.phrase
+    assert known.to_json()["where"] == guessed.to_json()["where"]  # the user's line, not a C frame
+
+
+def test_a_rank_computing_inside_backward_is_not_taken_to_wait():
+    """Inside backward with no native frame proving DDP's wait: using a core, the rank computes (a long backward:
+    watched); using none, it waits (the hang is judged)."""
+    rp = disc.RankProcess(100, 0, 0, 2, 0, "python t.py", "u")
+    computing = read_rank(rp, [lib_dump("ddp_rank0")] * 2, "n1")
+    computing.moved, computing.cpu = False, 0.95
+    other = read(1, "own_code", cpu=0.0)
+    assert motion([computing, other]).motion is Motion.UNDECIDED
+    computing.cpu = 0.0
+    doc = decide([computing, other], 2, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1]
