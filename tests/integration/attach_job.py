@@ -5,7 +5,7 @@ ATTACH_DIR when it reaches the place the test reads it at.
 `ddp`: DistributedDataParallel (its gradient all_reduce inside loss.backward(), from C++): rank 1 first takes
 one long step (ATTACH_LONG_S seconds of CPU in its own code, before its backward: rank 0 waits in DDP's
 Reducer meanwhile; long<rank> marks its start), then hangs before the backward of a later step (sleeping, as a
-stuck data loader or a deadlock would: ready<rank>)."""
+stuck data loader or a deadlock would), where every other rank waits in DDP's Reducer (ready<rank>)."""
 import datetime
 import os
 import time
@@ -44,11 +44,10 @@ def ddp(rank):
         if rank == 1 and step == 3:
             Path(os.environ["ATTACH_DIR"], f"long{rank}").write_text("1")
             spin(float(os.environ.get("ATTACH_LONG_S", "10")))
-        if rank == 1 and step == 6:
+        if step == 6:
             ready(rank)
-            own_compute(3600)
-        if rank == 0 and step == 6:
-            ready(rank)
+            if rank == 1:
+                own_compute(3600)
         loss.backward()  # DDP's gradient all_reduce
         opt.step()
         opt.zero_grad()
