@@ -502,3 +502,20 @@ def test_a_rank_computing_inside_backward_is_not_taken_to_wait():
     computing.cpu = 0.0
     doc = decide([computing, other], 2, watched_s=3)
     assert doc["category"] == "missing_rank" and doc["named"] == [1]
+
+
+def test_what_decides_movement_travels_to_the_master():
+    """Several nodes: each rank's CPU share, whether it stood in a wait, and whether its collective is the default
+    group's reach the master, so it decides as one node would; a bad value from the wire is dropped."""
+    import json
+
+    from ddpdoctor.launch.attach import nodes
+
+    waiter, busy = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.93)
+    wire = json.loads(json.dumps([nodes.to_fact(waiter), nodes.to_fact(busy)]))
+    back = [nodes.from_fact(f, "node") for f in wire]
+    assert [(b.cpu, b.waited, b.state.raw["default_group"]) for b in back] == [(0.0, True, True), (0.93, False, None)]
+    assert decide(back, 2, watched_s=30)["category"] == "no_movement"
+    wire[1].update(cpu=-1, waited="yes", default_group="true")
+    odd = nodes.from_fact(wire[1], "node")
+    assert (odd.cpu, odd.waited, odd.state.raw["default_group"]) == (None, False, None)
