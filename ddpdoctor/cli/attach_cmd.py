@@ -40,8 +40,8 @@ from . import common
 @common.output_options
 @common.save_options
 @common.run_id_option
-def attach(pid, job, interval, wait_s, timeout, stop, master, nnodes, node_rank, local_addr, token, meet_timeout, as_json,
-           output_dir, report_path, results_dir, no_save):
+def attach(pid, job, interval, wait_s, timeout, stop, master, nnodes, node_rank, local_addr, token, meet_timeout,
+           as_json, output_dir, report_path, results_dir, no_save):
     """Find the torch.distributed job on this machine and say which rank holds it up, where, and what to do.
 
     Reads only (py-spy dump from outside, and torch's own dump pipe where the job set one: no signal, the job

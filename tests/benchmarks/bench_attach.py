@@ -70,7 +70,7 @@ def by_hand(pids: list[int], native: bool = False) -> float:
     return time.perf_counter() - t0
 
 
-def slurm_bench(runs: int, interval: float) -> None:
+def slurm_bench(runs: int, interval: float, shape: str = "stuck") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.slurm_cluster import SlurmCluster
 
@@ -78,8 +78,8 @@ def slurm_bench(runs: int, interval: float) -> None:
         bin_dir = os.path.dirname(sys.executable)
         env = cluster.env(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
         job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "bench", sys.executable, str(JOB)],
-                               env=dict(env, ATTACH_DIR=tmp, ATTACH_SHAPE="stuck", MASTER_ADDR="node1",
-                                        MASTER_PORT="29571", OMP_NUM_THREADS="1"),
+                               env=dict(env, ATTACH_DIR=tmp, ATTACH_SHAPE=shape, ATTACH_LONG_S="0",
+                                        MASTER_ADDR="node1", MASTER_PORT="29571", OMP_NUM_THREADS="1"),
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while not all((Path(tmp) / f"ready{r}").exists() for r in range(3)):
@@ -123,7 +123,7 @@ def slurm_bench(runs: int, interval: float) -> None:
             subprocess.run(["scancel", jobid], env=env, timeout=30, capture_output=True)
             job.wait(60)
     med = statistics.median
-    print(f"3 SLURM nodes (1 rank each), {runs} runs (median):")
+    print(f"3 SLURM nodes (1 rank each, shape {shape}), {runs} runs (median):")
     print(f"  srun --overlap ... ddpdoctor attach, four samples over {interval:g} s: {med(times):.2f} s")
     print(f"  srun --overlap -w NODE py-spy dump --locals by hand: {med(hand):.2f} s for {len(ranks)} nodes")
     print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
@@ -141,7 +141,7 @@ def main() -> None:
     ap.add_argument("--slurm", action="store_true", help="3 real SLURM nodes (root, slurm-wlm, munge)")
     args = ap.parse_args()
     if args.slurm:
-        slurm_bench(args.runs, args.interval)
+        slurm_bench(args.runs, args.interval, args.shape)
         return
     with tempfile.TemporaryDirectory() as tmp:
         agent = start(args.nproc, Path(tmp), args.shape)

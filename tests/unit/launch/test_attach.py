@@ -96,10 +96,13 @@ def test_a_processes_rank_from_its_environment(env, expected):
     assert disc.rank_of(env) == expected
 
 
-LIGHTNING_PARENT = """
+LIGHTNING_PARENT = r"""
 import os, subprocess, sys, time
 env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29999", NODE_RANK="1", WORLD_SIZE="6")
-child = "import time, subprocess, sys, os; l = [] if os.environ['LOCAL_RANK'] != '1' else [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])]; time.sleep(60)"
+child = ("import os, subprocess, sys, time\n"
+         "if os.environ['LOCAL_RANK'] == '1':  # a DataLoader worker of its own, with its variables\n"
+         "    worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+         "time.sleep(60)\n")
 kids = [subprocess.Popen([sys.executable, "-c", child], env=dict(env, LOCAL_RANK=str(k))) for k in (1, 2)]
 print("ready", flush=True)
 time.sleep(60)
