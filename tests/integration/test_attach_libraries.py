@@ -1,12 +1,14 @@
 """`ddpdoctor attach` on jobs built on torch's libraries, where the ranks wait inside the library rather than in a
 torch.distributed call of their own (issue 37). One DDP job under plain torchrun (2 gloo ranks, a 30-minute
-process-group timeout; tests/integration/attach_job.py, shape `ddp`) serves every assertion, in its order:
+process-group timeout; tests/integration/attach_job.py, shape `ddp`) serves the first test's assertions, in order:
 
 1. rank 1 takes a long step (10 s of CPU in its own code) while rank 0 waits in DDP's Reducer: attach sees
    nothing move but rank 1 computing, watches, and says the job progresses when rank 0 moves (never a hang);
 2. rank 1 hangs before its backward (asleep in its own code): attach names it at once, with rank 0's wait named
    as DDP's gradient all_reduce from its native frames, shows its sampling on stderr and keeps attach.json.
 
+Then two of the forensics suite's library jobs (tests/integration/library_jobs/): a pipeline stage stuck in its
+forward, and a Lightning job its own launcher started. The whole matrix: tests/benchmarks/bench_attach_libraries.py.
 Every process started is killed by its id at the end."""
 from __future__ import annotations
 
@@ -84,3 +86,54 @@ def test_a_ddp_job_long_step_is_no_hang_and_its_hang_before_backward_is_named(tm
         assert agent.poll() is None  # attach only reads: the job still runs
     finally:
         kill_family(agent)
+
+
+LIBRARY_JOBS = Path(__file__).with_name("library_jobs")  # the forensics suite's jobs (faults.py: rank 1 hangs)
+
+
+def attach_at_fault(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict, float]:
+    """Start a library job as users start it; when its rank 1 hangs (STALL_FILE), attach once: within the
+    job's 20-second process-group timeout, which ends the hang."""
+    stall, log = tmp_path / "stall", tmp_path / "job.log"
+    job = subprocess.Popen(argv, env=dict(os.environ, STALL_FILE=str(stall), FAULT_RANK="1", OMP_NUM_THREADS="1"),
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    try:
+        wait_for([stall], job, log, timeout=240)
+        time.sleep(1.0)  # the others into their wait
+        started = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "ddpdoctor", "attach", "--pid", str(job.pid), "--json", "--no-save",
+                              "--interval", "2", "--wait", "10"], capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        return res, json.loads(res.stdout or "{}"), took
+    finally:
+        kill_family(job)
+
+
+@pytest.mark.timeout(300)
+def test_a_pipeline_stage_stuck_in_its_forward_is_named(tmp_path):
+    """torch.distributed.pipelining, 1F1B over 3 stages, stage 1 stuck in its own forward: its neighbours wait in
+    the schedule's P2POp batch (_wait_batch_p2p), which no torch.distributed call of the user's shows. Before
+    (issue 37): "the job progresses: no rank waits on another"."""
+    res, doc, took = attach_at_fault([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+                                      "--master-port", str(free_port()), str(LIBRARY_JOBS / "pipelining_job.py"),
+                                      "hang", "--schedule", "1f1b"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    diag = doc["diagnosis"]
+    assert diag["named"] == [1] and "faults.py:" in diag["culprits"][0]["where"], diag
+    assert {r["wait"]["library"] for r in doc["ranks"] if r["rank"] != 1} == {"pipelining"}, doc["ranks"]
+    assert took < 20
+
+
+@pytest.mark.timeout(300)
+def test_a_job_lightnings_own_launcher_started_is_found_and_its_hang_named(tmp_path):
+    """`python lightning_job.py --devices 2`: Lightning's launcher is rank 0 itself (its variables set in-process)
+    and started rank 1 with LOCAL_RANK but no RANK. Before (issue 37): no job found, exit 2."""
+    res, doc, took = attach_at_fault([sys.executable, str(LIBRARY_JOBS / "lightning_job.py"), "hang", "--devices",
+                                      "2"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert (doc["job"]["launcher"], doc["job"]["world_size"], doc["job"]["ranks_here"]) == ("lightning", 2, [0, 1])
+    diag = doc["diagnosis"]
+    assert diag["named"] == [1] and "faults.py" in diag["culprits"][0]["where"], diag
+    rank0 = doc["ranks"][0]
+    assert rank0["wait"]["library"] == "DDP" and rank0["native"] and "Lightning" in rank0["wait"]["phrase"]
+    assert took < 20
