@@ -5,6 +5,7 @@ whether nothing moved while a rank that the others wait for uses the CPU (a long
 then said as it is). Worded by launch/judge/words like run.json's hang.verdict."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -53,7 +54,8 @@ def _waiting(r: RankRead) -> bool:
 def motion(reads: list[RankRead]) -> Reading:
     """Whether the job moved between the rounds. Never "moved" when no rank moved: a rank that waits and stands
     still, beside a rank that computes, may be a long step or a hang (``UNDECIDED``); beside ranks that use no CPU
-    (blocked, asleep) it is a hang (``STILL``)."""
+    (blocked, asleep) it is a hang (``STILL``), and so it is when a flight record shows the wait far longer than any
+step before it (``overdue_wait``)."""
     readable = [r for r in reads if r.readable]
     if readable and all(r.moved is None for r in readable):
         return Reading(Motion.ONE_SAMPLE, "one sample: movement not measured", [])
@@ -67,6 +69,9 @@ def motion(reads: list[RankRead]) -> Reading:
     moved = sorted(r.rank for r in reads if r.progressed)
     if moved:
         return Reading(Motion.MOVED, f"rank(s) {rank_ranges(moved)} moved between the samples", [])
+    overdue = overdue_wait(reads)
+    if overdue is not None:
+        return Reading(Motion.STILL, overdue, [])
     if computing:
         return Reading(Motion.UNDECIDED, f"no rank moved, and rank(s) {rank_ranges(computing)} use the CPU in "
                                          "their own code (a long step, or a hang)", computing)
@@ -75,6 +80,37 @@ def motion(reads: list[RankRead]) -> Reading:
         if len(spinning) == len(readable):  # every rank inside its wait and working in it (a large collective)
             return Reading(Motion.UNDECIDED, f"no rank moved; every rank waits and uses the CPU", spinning)
     return Reading(Motion.STILL, "no rank moved, and none uses the CPU", [])
+
+
+# The job's own rhythm, where a flight record gives it (run-trainer's worker server, torch's dump pipe): a wait far
+# longer than any step the record shows is a hang, whatever a rank computes meanwhile (a rank spinning forever).
+# As NVIDIA's resiliency extension times its watchdog: a safety factor over the longest interval observed, after
+# a few; never below a floor (a job's first steps, a record of a few entries).
+OVERDUE_FACTOR = 5.0
+OVERDUE_MIN_GAPS = 5
+OVERDUE_FLOOR_S = 30.0
+
+
+def overdue_wait(reads: list[RankRead], now: float | None = None) -> str | None:
+    """Why a waiting rank's collective is overdue by its own flight record's step times, or None: its pending
+    collective was created more than OVERDUE_FACTOR times the longest gap between the collectives it recorded
+    before (at least OVERDUE_MIN_GAPS of them), and more than OVERDUE_FLOOR_S, ago. Times are the record's
+    (wall clock, time_created_ns)."""
+    now = time.time() if now is None else now
+    for r in reads:
+        rec = r.recorded
+        if rec is None or rec.wait is None or rec.wait.call is None or rec.wait.call.created_ns is None:
+            continue
+        times = sorted(c.created_ns for c in rec.calls if c.created_ns and c.created_ns < rec.wait.call.created_ns)
+        gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:] + [rec.wait.call.created_ns])]
+        if len(gaps) < OVERDUE_MIN_GAPS:
+            continue
+        waited = now - rec.wait.call.created_ns / 1e9
+        limit = max(OVERDUE_FLOOR_S, OVERDUE_FACTOR * max(gaps))
+        if waited > limit:
+            return (f"rank {r.rank} has waited {waited:.0f} s in {rec.wait.call.op}, over {OVERDUE_FACTOR:g} times "
+                    f"the longest step its flight record shows ({max(gaps):.1f} s)")
+    return None
 
 
 def undecided(reads: list[RankRead]) -> str | None:
@@ -151,13 +187,13 @@ def decide(reads: list[RankRead], world_size: int | None, watched_s: float | Non
     if reading.motion is Motion.MOVED:
         return {"category": "progressing", "summary": f"the job progresses: {reading.why}",
                 "fix": "nothing to do now; run attach again if it stops moving", "culprits": [],
-                "consequences": [], "named": [], "likely_culprits": []}
+                "consequences": [], "named": [], "likely_culprits": [], "movement": reading.why}
     evidence = evidence_of(reads, world_size)
     if reading.motion is Motion.ONE_SAMPLE and not any(_waiting(r) for r in reads):
         return _no_movement(reads, evidence, reading, None)
     if reading.motion is Motion.UNDECIDED:
         return _no_movement(reads, evidence, reading, watched_s)
-    return words.to_json(judge(evidence), evidence)
+    return dict(words.to_json(judge(evidence), evidence), movement=reading.why)
 
 
 def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading, watched_s: float | None) -> dict:
@@ -183,7 +219,7 @@ def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading,
            else "run again with --interval above 0 to see whether the ranks move")
     return {"category": "no_movement", "summary": "; ".join(parts), "fix": fix, "culprits": [], "consequences": [],
             "named": [], "likely_culprits": [], "busy": reading.busy, "waiting": waiting,
-            "waits": verdict.get("waits", {}), "collective": verdict.get("collective")}
+            "waits": verdict.get("waits", {}), "collective": verdict.get("collective"), "movement": reading.why}
 
 
 def _stands(r: RankRead) -> str:

@@ -522,3 +522,32 @@ def test_what_decides_movement_travels_to_the_master():
     wire[1].update(cpu=-1, waited="yes", default_group="true")
     odd = nodes.from_fact(wire[1], "node")
     assert (odd.cpu, odd.waited, odd.state.raw["default_group"]) == (None, False, None)
+
+
+def timed_fr(enqueued: int, completed: int, created_s: list[float]) -> dict:
+    doc = fr_doc(enqueued, completed)
+    for entry, t in zip(doc["entries"], created_s):
+        entry["time_created_ns"] = int(t * 1e9)
+    return doc
+
+
+def test_a_wait_far_longer_than_any_step_the_flight_record_shows_is_a_hang_whatever_computes():
+    """The job's own step times, where a flight record gives them: rank 0's record shows a collective every
+    second for ten, and the eleventh pending for 120 s; rank 1 spins in its own code (a core). Five times the
+    longest step and more than 30 s: a hang, named now, not watched. Pending for 8 s: still undecided."""
+    from ddpdoctor.launch.attach.decide import overdue_wait
+    from ddpdoctor.launch.attach.sample import add_record
+
+    now = time.time()
+    waiter, spinner = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.98)
+    steps = [now - 130 + i for i in range(10)] + [now - 120]
+    add_record(waiter, timed_fr(11, 10, steps), timed_fr(11, 10, steps))
+    add_record(spinner, timed_fr(10, 10, steps[:10]), timed_fr(10, 10, steps[:10]))
+    why = overdue_wait([waiter, spinner], now)
+    assert why is not None and "rank 0 has waited 120 s in all_reduce" in why and "(1.0 s)" in why
+    doc = decide([waiter, spinner], 2, watched_s=3)
+    assert doc["named"] == [1] and doc["movement"] == why
+    recent = [now - 18 + i for i in range(10)] + [now - 8]
+    add_record(waiter, timed_fr(11, 10, recent), timed_fr(11, 10, recent))
+    assert overdue_wait([waiter, spinner], now) is None
+    assert decide([waiter, spinner], 2, watched_s=30)["category"] == "no_movement"
