@@ -12,7 +12,7 @@ from enum import Enum
 from ...grouping import rank_ranges
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, words
-from .sample import RankRead, is_wait
+from .sample import RankRead
 
 # A share of one core. A rank blocked in a wait or a sleep uses none (measured: 0.00 over 3 s for a gloo rank in
 # DDP's Reducer wait, and for one in time.sleep); one computing uses a core, a quarter of one when eight ranks
@@ -54,8 +54,8 @@ def _waiting(r: RankRead) -> bool:
 def motion(reads: list[RankRead]) -> Reading:
     """Whether the job moved between the rounds. Never "moved" when no rank moved: a rank that waits and stands
     still, beside a rank that computes, may be a long step or a hang (``UNDECIDED``); beside ranks that use no CPU
-    (blocked, asleep) it is a hang (``STILL``), and so it is when a flight record shows the wait far longer than any
-step before it (``overdue_wait``)."""
+    (blocked, asleep) it is a hang (``STILL``), and so it is when a flight record shows the wait far longer than
+    any step before it (``overdue_wait``)."""
     readable = [r for r in reads if r.readable]
     if readable and all(r.moved is None for r in readable):
         return Reading(Motion.ONE_SAMPLE, "one sample: movement not measured", [])
@@ -78,7 +78,7 @@ step before it (``overdue_wait``)."""
     if readable and all(_waiting(r) for r in readable):
         spinning = sorted(r.rank for r in readable if busy(r))
         if len(spinning) == len(readable):  # every rank inside its wait and working in it (a large collective)
-            return Reading(Motion.UNDECIDED, f"no rank moved; every rank waits and uses the CPU", spinning)
+            return Reading(Motion.UNDECIDED, "no rank moved; every rank waits and uses the CPU", spinning)
     return Reading(Motion.STILL, "no rank moved, and none uses the CPU", [])
 
 
@@ -171,12 +171,6 @@ def stack_call(state: RankState) -> RankState:
     call = replace(wait.call, seq=STACK_SEQ, completed=False, seq_from_stack=True)
     return replace(state, calls=(call,), wait=replace(wait, call=call), recorded=True,
                    raw={**state.raw, "seq_from": "stack"})
-
-
-def progressing(reads: list[RankRead]) -> str | None:
-    """Why the job is moving, or None."""
-    reading = motion(reads)
-    return reading.why if reading.motion is Motion.MOVED else None
 
 
 def decide(reads: list[RankRead], world_size: int | None, watched_s: float | None = None) -> dict:
