@@ -148,8 +148,7 @@ def wants_native(dump: pyspy.Dump) -> bool:
     wait = state.wait
     if wait is None or wait.kind in (WaitKind.NONE, WaitKind.UNKNOWN):
         return state.frames[0].library or thread.state == "idle"
-    library = getattr(wait, "library", None)
-    return library is not None and not library.certain
+    return wait.library is not None and not wait.library.certain
 
 
 class Sampler:
@@ -322,8 +321,8 @@ def read_rank(rp: RankProcess, dumps: list[pyspy.Dump | None], host: str,
         return read
     read.state = pyspy.to_state(native or good[-1], rp.rank, host=host, local_rank=rp.local_rank)
     read.state.raw["native"] = native is not None
-    read.waited = any(is_wait(pyspy.to_state(d, rp.rank)) for d in {id(d): d for d in good[:-1]}.values()) \
-        or is_wait(read.state)
+    distinct = {pyspy.signature(d.main_thread()): d for d in good[:-1]}  # a still rank: one stack to read
+    read.waited = is_wait(read.state) or any(is_wait(pyspy.to_state(d, rp.rank)) for d in distinct.values())
     first = next(i for i, d in enumerate(dumps) if d is not None and d.failure is None)
     if any(d is not None and d.failure is pyspy.DumpFailure.GONE for d in dumps[first:]):
         read.moved = read.waited = True  # it ended between the samples: the job changed
