@@ -194,10 +194,12 @@ def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading,
     """Nothing moved, and the rounds cannot tell a long step from a hang: said as it is, no rank blamed."""
     waiting = sorted(r.rank for r in reads if _waiting(r))
     verdict = words.to_json(judge(evidence), evidence) if waiting else {}
-    parts = [f"no rank moved in {watched_s:.0f} s" if watched_s is not None
+    # "no rank moved" only where none did: a rank computing in a loop moves in its own code (its row says so)
+    who = "no waiting rank" if waiting and any(r.moved for r in reads) else "no rank"
+    parts = [f"{who} moved in {watched_s:.0f} s" if watched_s is not None
              else "one sample: whether the ranks move was not measured"]
     if waiting:
-        coll = (verdict.get("collective") or {}).get("op")
+        coll = (verdict.get("collective") or {}).get("library") or (verdict.get("collective") or {}).get("op")
         behind = sorted(set(verdict.get("named") or []) | set(verdict.get("likely_culprits") or []))
         parts.append(f"rank(s) {rank_ranges(waiting)} wait" + (f" in {coll}" if coll else "")
                      + (f" for rank(s) {rank_ranges(behind)}" if behind and len(behind) < len(reads) else ""))
