@@ -16,7 +16,8 @@ from ..numbers import parse_int
 from . import evidence_io
 
 MAX_BYTES = evidence_io.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
-RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank)(\d{1,6})(?:\.json)?$")
+# nccl_trace_rank_3, rank3.json, and torch's own TORCH_FR_DUMP_TEMP_FILE naming: <prefix><rank>, e.g. rank_3
+RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank_?)(\d{1,6})(?:\.json)?$")
 _PlainUnpickler = evidence_io.PlainUnpickler  # the name tests and callers know
 
 

@@ -36,6 +36,7 @@ class Row:
     kind: WaitKind | None = WaitKind.COLLECTIVE
     native: bool = False        # ``functions`` are C++ symbol prefixes (py-spy --native)
     certain: bool = True        # the frame proves the wait; else the rank may be computing there
+    unless: str | None = None   # what else an uncertain frame may be
 
     def matches(self, function: str, file: str) -> bool:
         if self.files and not any(part in file for part in self.files):
@@ -88,8 +89,8 @@ ROWS: tuple[Row, ...] = (
     Row("torch.distributed", "wait", "a torch.distributed Work.wait()", ("c10d::Work::wait",
         "c10d::ProcessGroupGloo::", "c10d::ProcessGroupNCCL::", "gloo::"), native=True),
     # Python frames alone: inside the autograd engine, the rank waits in DDP's Reducer or computes its backward.
-    Row("DDP", "all_reduce", "loss.backward() (DDP's gradient all_reduce, or the backward's own compute)",
-        ("_engine_run_backward",), ("torch/autograd/",), certain=False),
+    Row("DDP", "all_reduce", "DDP's gradient all_reduce inside loss.backward()", ("_engine_run_backward",),
+        ("torch/autograd/",), certain=False, unless="the backward's own compute"),
     # Who drives the wait (the user's line is then the trainer's call: trainer.fit, accelerator.backward).
     Row("Lightning", "", "from Lightning's training loop", ("*",), ("lightning/pytorch/", "pytorch_lightning/",
         "lightning/fabric/"), kind=None),
@@ -126,5 +127,6 @@ def library_wait(frames: Sequence) -> LibraryWait | None:
         if any(row.matches(f.function, f.file) for f in inner):
             by = driver(frames)
             phrase = f"{row.phrase}, {by.phrase}" if by is not None else row.phrase
-            return LibraryWait(row.library, row.op, phrase, row.kind, row.certain, by.library if by else None)
+            return LibraryWait(row.library, row.op, phrase, row.kind, row.certain, by.library if by else None,
+                               row.unless)
     return None

@@ -161,13 +161,19 @@ class LibraryWait:
     """A wait a library makes on the user's behalf (``evidence.library_waits``: the table of frames -> waits):
     ``library`` "DDP", ``op`` "all_reduce", ``phrase`` "DDP's gradient all_reduce inside loss.backward()".
     ``certain`` False: the frames fit the wait but also the library's own compute (the autograd engine without
-    native frames); ``driver``: who drives it ("Lightning", "Accelerate"), where a frame says."""
+    native frames; ``unless`` says what else it may be); ``driver``: who drives it ("Lightning", "Accelerate")."""
     library: str
     op: str
     phrase: str
     kind: WaitKind = WaitKind.COLLECTIVE
     certain: bool = True
     driver: str | None = None
+    unless: str | None = None
+
+    @property
+    def said(self) -> str:
+        """The phrase as a verdict says it: with what else it may be, while nothing confirms the wait."""
+        return self.phrase if self.certain or not self.unless else f"{self.phrase} (or {self.unless})"
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def library_phrase(ranks, evidence: JobEvidence) -> str | None:
     for r in ranks:
         s = evidence.ranks.get(r)
         if s is not None and s.wait is not None and s.wait.library is not None:
-            return s.wait.library.phrase
+            return s.wait.library.said
     return None
 
 
@@ -240,7 +240,8 @@ def _wait(s) -> dict:
     if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
         out["call"] = _call(w.call)
     if w.library is not None:
-        out["library"] = {"name": w.library.library, "op": w.library.op, "phrase": w.library.phrase}
+        out["library"] = {"name": w.library.library, "op": w.library.op, "phrase": w.library.said,
+                          "certain": w.library.certain}
     return out
 
 

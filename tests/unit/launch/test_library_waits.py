@@ -48,6 +48,7 @@ def test_a_recorded_library_wait_is_named_with_its_library(name):
     wait = stacks.wait_of(frames(name))
     assert wait.kind is kind and wait.library == found and wait.site.where == JOB + line, wait
     assert library.split()[0] in found.phrase and (driver is None or driver in found.phrase), found.phrase
+    assert found.certain or "or the backward" in found.said
 
 
 def test_the_rank_stuck_in_its_own_code_waits_in_nothing_whatever_library_runs_further_out():
