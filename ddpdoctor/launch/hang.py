@@ -326,7 +326,7 @@ class Watchdog:
             for node, theirs in others.items():
                 nodes[node] = sorted(theirs)
                 evidence = {**theirs, **evidence}
-        verdict = collectives.judge(evidence, calls_dir=self.run_dir / "calls") if evidence else None
+        verdict = collectives.judge(evidence) if evidence else None
         if verdict is not None and self.nnodes > 1:
             verdict["nodes"] = {n: r for n, r in sorted(nodes.items())}
             verdict["missing_nodes"] = self.nnodes - len(nodes)

@@ -93,7 +93,7 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     from .fr_dumps import find_dumps, judge_dumps
 
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
-                       verdict.world, run_dir / "calls")
+                       verdict.world)
     attribution.adopt(verdict, hang)
 
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...launchers import LAUNCHERS, env_int
+from ...launchers import LAUNCHERS, by_name, env_int
 from ...numbers import parse_int
 from ...redact import redact_argv
 from . import dump_pipe, job_access
 
-_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
+_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate launch",
+                "accelerate-launch", "accelerate.commands.launch")
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
 
 
@@ -82,6 +84,10 @@ def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
     """(rank, launcher, local rank, world size) from a process's environment: torch's own RANK first (every
     launcher that runs torch.distributed's env:// sets it), else the launcher's own rank variable."""
     for launcher in LAUNCHERS:
+        if launcher.first_is_parent:
+            if launcher.present(env):  # no rank variable: its parent tells (spawned_ranks)
+                return None, launcher.name, env_int(env, *launcher.local_rank_vars), env_int(env, *launcher.size_vars)
+            continue
         own = any(v in env for v in launcher.rank_vars if v != "RANK")  # PMIX_RANK without OMPI_*/PMI_*
         if not launcher.rank_vars or not (launcher.present(env) or own):
             continue
@@ -111,6 +117,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
     candidates = _candidates(only_pids)
     rank_pids: set[int] = set()
     found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
+    spawned: list[tuple[psutil.Process, dict, list[str], str | None, str]] = []
     for proc in candidates:
         if proc.pid in skip:
             continue
@@ -118,7 +125,6 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             env = proc.environ()
             argv = proc.cmdline()
             user = proc.username()
-            uid, gid, started, parent = proc.uids().effective, proc.gids().effective, proc.create_time(), proc.ppid()
         except psutil.AccessDenied:
             if _is_python(proc):
                 unreadable.append(proc.pid)
@@ -127,15 +133,14 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             continue
         rank, launcher, local, world = rank_of(env)
         if rank is None or not _is_python(proc) or is_ddpdoctor(argv):
+            if rank is None and launcher and _is_python(proc):
+                spawned.append((proc, env, argv, user, launcher))
             continue  # another ddpdoctor (attach under the same srun) is no rank
-        socket_path = worker_socket(env, rank)
-        listens = bool(socket_path) and job_access.listens_on(proc.pid, socket_path)
-        rp = RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), command_line(argv), user,
-                         socket_path if listens else None, dump_pipe.paths(env, rank), uid, gid, started, parent)
-        if socket_path and not listens:
-            rp.unused.append(f"{socket_path} (no socket its process, pid {proc.pid}, listens on)")
-        found.append((proc, env, rp, launcher or ""))
+        found.append((proc, env, _rank_process(proc, env, env, rank, local, world, env_int(env, "GROUP_RANK"), argv,
+                                               user), launcher or ""))
         rank_pids.add(proc.pid)
+    found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
+    rank_pids |= {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
     groups: dict[tuple[str, int | None], list[tuple[RankProcess, str, dict]]] = {}
     for proc, env, rp, launcher in found:
@@ -167,9 +172,73 @@ def _jobs_of(key: str, members: list[tuple[RankProcess, str, dict]]) -> list[Job
     return jobs
 
 
+def _rank_process(proc: psutil.Process, env: dict, own_env: dict, rank: int, local: int | None, world: int | None,
+                  node: int | None, argv: list[str], user: str | None) -> RankProcess:
+    """One rank as attach keeps it: its ids (whose rights act on what it names: job_access), and the worker
+    socket only where its own process listens on it (``own_env``: the environment the process really has)."""
+    try:
+        ids = (proc.uids().effective, proc.gids().effective, proc.create_time(), proc.ppid())
+    except psutil.Error:
+        ids = (None, None, None, None)
+    socket_path = worker_socket(own_env, rank)
+    listens = bool(socket_path) and job_access.listens_on(proc.pid, socket_path)
+    rp = RankProcess(proc.pid, rank, local, world, node, command_line(argv), user,
+                     socket_path if listens else None, dump_pipe.paths(own_env, rank), *ids)
+    if socket_path and not listens:
+        rp.unused.append(f"{socket_path} (no socket its process, pid {proc.pid}, listens on)")
+    return rp
+
+
 def command_line(argv: list[str]) -> str:
     """A process's command line as attach shows it: secrets cut (a job's --token is not for the terminal)."""
     return " ".join(redact_argv(argv))[:500]
+
+
+def spawned_ranks(spawned: list, allowed: set[int]) -> list[tuple[psutil.Process, dict, RankProcess, str]]:
+    """The ranks of a launcher that gives its workers no rank variable (Lightning's own, launchers/lightning.py):
+    its workers grouped by their parent, which is local rank 0 (it set its variables in-process, so its own
+    environment has none); N = 1 + the workers it started; a rank is NODE_RANK * N + LOCAL_RANK. A process whose
+    parent carries the variables too (a worker's own DataLoader worker) or whose LOCAL_RANK is 0 (local rank 0's
+    own helper, started with its in-process variables) is no rank. The parent counts only among ``allowed``."""
+    mine = {proc.pid for proc, *_ in spawned}
+    by_parent: dict[int, list] = {}
+    for item in spawned:
+        parent, launcher = _parent_pid(item[0]), by_name(item[4])
+        local = env_int(item[1], *launcher.local_rank_vars) if launcher else None
+        if parent is not None and parent not in mine and local:
+            by_parent.setdefault(parent, []).append((item, launcher, local))
+    out = []
+    for parent, kids in by_parent.items():
+        n = max(1 + len(kids), 1 + max(local for _, _, local in kids))
+        first_env = kids[0][0][1]
+        for (proc, env, argv, user, name), launcher, local in kids:
+            node = env_int(env, *launcher.node_rank_vars) or 0
+            rank = node * n + local
+            out.append((proc, env, _rank_process(proc, env, env, rank, local, env_int(env, *launcher.size_vars), node,
+                                                 argv, user), name))
+        first = _first_of(parent, first_env, kids[0][1], n) if parent in allowed else None
+        if first is not None:
+            out.append(first)
+    return out
+
+
+def _first_of(pid: int, worker_env: dict, launcher, n: int):
+    """Local rank 0 of a ``first_is_parent`` launcher: the workers' parent, with the variables it set in-process
+    (the job's, as its workers got them) over its own environment."""
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        own, user = proc.environ(), proc.username()
+    except psutil.Error:
+        return None
+    if not _is_python(proc) or is_ddpdoctor(argv):
+        return None
+    env = {**own, **{k: v for k, v in worker_env.items() if k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                                                  *launcher.node_rank_vars)}, "LOCAL_RANK": "0"}
+    node = env_int(env, *launcher.node_rank_vars) or 0
+    rank = node * n
+    return (proc, env, _rank_process(proc, env, own, rank, 0, env_int(env, *launcher.size_vars), node, argv, user),
+            launcher.name)
 
 
 def in_own_place(found: list, own_env) -> list:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import psutil
 
@@ -14,7 +16,7 @@ from ...exitcodes import ExitCode
 from ..evidence import pyspy
 from . import discover as disc
 from . import job_access
-from .decide import decide
+from .decide import decide, undecided, undecided_here, verdict_of
 from .sample import read_job
 
 
@@ -25,6 +27,8 @@ class AttachRequest:
     interval: float = 3.0
     timeout: float = pyspy.TIMEOUT_S
     stop: bool = False
+    wait: float = 30.0  # nothing moved but a rank computes: watch up to this long in all, then say it as it is
+    progress: Callable[[str], None] | None = None  # one line per step of the sampling (the CLI shows it)
     # several nodes: where they meet, as preflight's flags (the launcher's values fill what is not given)
     master: str | None = None
     nnodes: int | None = None
@@ -95,20 +99,30 @@ def run(request: AttachRequest) -> dict:
     tool = pyspy.binary()
     if tool is None:
         raise UsageError("py-spy is not installed: `pip install py-spy` (attach reads the ranks' stacks with it)")
-    reads = read_job(job, interval=request.interval, timeout=request.timeout, tool=tool)
+    say = request.progress or (lambda text: None)
+    say(f"job {job.key} ({job.launcher or 'no launcher'}): {len(job.ranks)} rank(s) here")
+    started = time.monotonic()
+    reads = read(job, request, tool)
+    watched = time.monotonic() - started
     if not any(r.readable for r in reads):
         denied = [r.pid for r in reads if r.failure is pyspy.DumpFailure.PERMISSION]
         if denied:
             raise NothingReadable(permission_fix(denied))
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
-    diagnosis = decide(reads, job.world_size)
-    stuck = diagnosis["category"] != "progressing"
-    stopped = stop_job(job) if request.stop and stuck else None
-    code = ExitCode.FAIL if stuck else ExitCode.OK
+    diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
+    verdict = verdict_of(diagnosis)
+    stopped = stop_job(job) if request.stop and verdict == "fail" else None
     return documents.envelope(
-        "attach", verdict="fail" if stuck else "pass", exit_code=int(code),
-        host=socket.gethostname(), job=job.to_json(), interval_s=request.interval,
+        "attach", verdict=verdict, exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK),
+        host=socket.gethostname(), job=job.to_json(), interval_s=request.interval, watched_s=round(watched, 1),
         ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped, notes=job_access.take_notes())
+
+
+def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:
+    """The job's ranks here, sampled over the interval, watched up to --wait while the rounds cannot tell (a
+    node of several watches while one of its own ranks computes and none went through a wait)."""
+    return read_job(job, interval=request.interval, timeout=request.timeout, tool=tool, watch=request.wait,
+                    undecided=undecided_here if one_of_several else undecided, progress=request.progress)
 
 
 def stop_job(job: disc.Job) -> dict:
@@ -136,7 +150,7 @@ def read_here(request: AttachRequest):
         job = choose(found, request)
     except (UsageError, NothingReadable) as exc:
         return None, [], str(exc)
-    return job.to_json(), read_job(job, interval=request.interval, timeout=request.timeout), ""
+    return job.to_json(), read(job, request, one_of_several=True), ""
 
 
 def run_nodes(request: AttachRequest) -> dict | None:
@@ -158,7 +172,7 @@ def run_nodes(request: AttachRequest) -> dict | None:
                             local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
                             node_command="ddpdoctor attach --master HOST:PORT")
     check = nodes.RanksCheck(lambda: read_here(request))
-    check.timeout_s = request.interval + 2 * request.timeout + 30
+    check.timeout_s = max(request.interval, request.wait) + 2 * request.timeout + 30
     plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.launch.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
                 resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
     doc = join.run_cluster(plan, preq, preq.launcher())
@@ -188,12 +202,14 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
         read_ranks = {r.rank for r in reads}
         job = dict(job, ranks_here=sorted(read_ranks),
                    ranks_elsewhere=[r for r in range(world or 0) if r not in read_ranks])
-    diagnosis = decide(reads, world) if reads else {"category": "no_job", "summary": "no node runs a rank of the job",
-                                                    "fix": "run attach where the job runs", "culprits": []}
+    watched = nodes.watched_of(doc)
+    diagnosis = decide(reads, world, watched_s=watched if request.interval > 0 else None) if reads else {
+        "category": "no_job", "summary": "no node runs a rank of the job", "fix": "run attach where the job runs",
+        "culprits": []}
     diagnosis["nodes_without_ranks"] = empty
-    stuck = diagnosis["category"] not in ("progressing", "no_job")
+    verdict = verdict_of(diagnosis)
     return documents.envelope(
-        "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
-        exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
+        "attach", run_id=doc.get("run_id"), verdict=verdict,
+        exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK), role="master", host=socket.gethostname(),
         job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
         ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None, notes=notes)

@@ -19,6 +19,8 @@ def _what(wait: dict | None) -> str:
         return f"{wait.get('op') or kind}({'dst' if kind == 'send' else 'src'}={human(wait.get('peer'))})"
     if kind == "none":
         return "its own code"
+    if wait.get("library"):
+        return f"{wait['library']}: {wait.get('op') or kind}" + ("" if wait.get("certain", True) else "?")
     return str(wait.get("op") or kind or "?")
 
 
@@ -40,15 +42,17 @@ def attach_view(d: dict) -> dict:
 
 
 def attach_finding(d: dict) -> dict | None:
-    """A hang or desync attach found, as a finding of its own (culprit rank, host, where, the fix), else None."""
+    """A hang or desync attach found (fail), or a job where no rank moved and the rounds could not tell a long
+    step from a hang (warn), as a finding of its own (culprit rank, host, where, the fix), else None."""
     diag = d.get("diagnosis") or {}
-    if d.get("verdict") != "fail":
+    if d.get("verdict") not in ("fail", "warn"):
         return None
     culprits = [c for c in diag.get("culprits") or [] if isinstance(c, dict)]
     where = "; ".join(f"rank {human(c.get('rank'))} on {human(c.get('host'))}"
                       + (f" at {c['where']}" if c.get("where") else "") for c in culprits)
     return single_group({
-        "check": "attach", "level": "fail", "nodes": sorted({str(c.get("host")) for c in culprits}) or [str(d.get("host"))],
+        "check": "attach", "level": d.get("verdict"),
+        "nodes": sorted({str(c.get("host")) for c in culprits}) or [str(d.get("host"))],
         "summary": f"{_class_in_words(diag.get('category'))}: {wording.labels_in(diag.get('summary'))}"
                    + (f" ({where})" if where else ""),
         "fix": diag.get("fix", ""), "actual": None, "expected": None})
