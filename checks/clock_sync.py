@@ -73,8 +73,17 @@ def from_adjtimex() -> dict | None:
     status = int.from_bytes(buf.raw[40:44], "little", signed=True)  # after modes(4+pad), offset, freq, maxerror, esterror
     maxerror_us = int.from_bytes(buf.raw[24:32], "little", signed=True)
     synced = state != TIME_ERROR and not (status & STA_UNSYNC)
-    return {"tool": "adjtimex", "synced": synced, "detail": f"kernel clock state {state}, maxerror {maxerror_us} us",
-            "maxerror_us": maxerror_us}
+    return {"tool": "adjtimex", "synced": synced, "detail": kernel_clock_words(state, status, maxerror_us),
+            "maxerror_us": maxerror_us, "state": state}
+
+
+def kernel_clock_words(state: int, status: int, maxerror_us: int) -> str:
+    """What adjtimex says, as a person reads it: no NTP daemon has told the kernel its clock is right (TIME_ERROR,
+    STA_UNSYNC), and the error bound the kernel keeps, in seconds (the raw values stay in the facts)."""
+    bound = f"{maxerror_us / 1e6:g} s" if maxerror_us >= 1_000_000 else f"{maxerror_us / 1e3:g} ms"
+    if state == TIME_ERROR or status & STA_UNSYNC:
+        return f"no NTP service keeps the kernel's clock in step, error bound {bound}"
+    return f"the kernel's clock is kept in step by NTP, error bound {bound}"
 
 
 SOURCES = (from_timedatectl, from_chronyc, from_adjtimex)

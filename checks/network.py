@@ -97,7 +97,9 @@ class NetworkCheck(Check):
             ifname_fix = "pin the interface the nodes reach each other through (the names check names it)"
         else:
             # spelt as the names check and the advice after a pass spell it ('==': exactly that interface)
-            ifname_fix = (f"export NCCL_SOCKET_IFNAME={quote('=' + suggest)} GLOO_SOCKET_IFNAME={quote(suggest)}" if suggest
+            ifname_fix = (f"export NCCL_SOCKET_IFNAME={quote('=' + suggest)} GLOO_SOCKET_IFNAME={quote(suggest)} "
+                          f"(NCCL's '={suggest}' means exactly {suggest}; without that '=' it would match every "
+                          f"interface whose name starts with {suggest})" if suggest
                           else "give this node an interface the other nodes can reach")
         on_loopback = {}  # names that resolve only to loopback: the same fact in every mode, judged by mode
         for name, res in sorted((f.get("resolves") or {}).items()):

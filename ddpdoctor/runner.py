@@ -25,6 +25,7 @@ from .registry import LoadedCheck
 
 # A gather's outcome, stored beside its facts: {"status": ok|skip|error|timeout, "message", "seconds"}.
 OK, SKIPPED, ERROR, TIMEOUT = "ok", "skip", "error", "timeout"
+TOOL_ERROR = "tool_error"  # in a result's details: a check's own failure (it raised, or its gather hung)
 
 
 def _gather_one(lc: LoadedCheck, ctx: NodeContext, box: dict) -> None:
@@ -54,61 +55,109 @@ def gather_all(
     opts_by_check: Mapping[str, Mapping] | None = None,
     cluster: Any = None,
     deadline: float | None = None,
+    within_budget: bool = False,
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """Gather every check on this node at once. Returns (facts by check, outcome by check).
 
     Threads are daemons: a gather stuck in a driver call is abandoned at its deadline (its own timeout,
-    or the run's ``deadline`` when that comes first), not waited for.
+    or the run's ``deadline`` when that comes first), not waited for. ``within_budget`` (the unattended node
+    check, which must end within SLURM's limits): the checks that declare no ``imports`` start at once, beside
+    the imports, which end at the ``deadline`` too; a check the deadline cuts short (not its own timeout), or whose
+    import is not done by then, is skipped with a note, never a failure.
     """
-    run = dict(run or {})
-    opts_by_check = opts_by_check or {}
     checks = list(checks)
-    preimport(checks)
     started = time.monotonic()
-    work: list[tuple[LoadedCheck, dict, threading.Thread, float]] = []
-    for lc in checks:
-        own = time.monotonic() + lc.check.timeout_s
-        deadline_of_check = own if deadline is None else min(own, deadline)
-        ctx = NodeContext(
-            node=node, rank=rank, nnodes=nnodes, run=run,
-            opts=lc.check.with_defaults(opts_by_check.get(lc.name)), cluster=cluster, deadline=deadline_of_check,
-        )
-        box: dict = {}
-        t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
-        t.start()
-        work.append((lc, box, t, deadline_of_check))
+    common = dict(node=node, rank=rank, nnodes=nnodes, run=dict(run or {}), cluster=cluster)
+    importer = Imports(checks)
+    importer.run(in_background=within_budget and deadline is not None)
+    later = [lc for lc in checks if importer.needed_by(lc)] if importer.background else []
+    work = [_start(lc, opts_by_check, deadline, common) for lc in checks if lc not in later]
+    if later:
+        unimported = importer.wait(deadline)
+        for lc in later:
+            late = sorted(unimported & set(lc.check.imports))
+            if late:  # never started: it would import the module a second time, beside the abandoned import
+                work.append((lc, {"status": SKIPPED, "message": f"not run: importing {', '.join(late)} did not "
+                                  f"finish within the {deadline - started:.0f} s budget", "facts": {}}, None, 0.0))
+            else:
+                work.append(_start(lc, opts_by_check, deadline, common))
     facts: dict[str, dict] = {}
     outcome: dict[str, dict] = {}
-    for lc, box, t, deadline_of_check in work:
-        t.join(max(0.0, deadline_of_check - time.monotonic()))
-        if t.is_alive():
+    for lc, box, t, deadline_of_check in sorted(work, key=lambda w: checks.index(w[0])):
+        if t is not None:
+            t.join(max(0.0, deadline_of_check - time.monotonic()))
+        if t is not None and t.is_alive():
             limit = round(deadline_of_check - started, 1)
             box = {"status": TIMEOUT, "message": f"gather did not finish within {limit:g} s",
                    "seconds": limit, "facts": {}}
+            if within_budget and deadline is not None and deadline_of_check >= deadline:
+                box.update(status=SKIPPED, message=f"not finished within the {limit:g} s budget: skipped (run "
+                           f"`ddpdoctor preflight --only {lc.name}` to see it through)")
         facts[lc.name] = box.get("facts", {})
         outcome[lc.name] = {k: v for k, v in box.items() if k != "facts"}
     return facts, outcome
 
 
-def preimport(checks: list[LoadedCheck]) -> None:
-    """Import what the checks declare in ``imports`` on this thread, before their gathers start: two
-    threads importing torch at once can get a half-initialised module or abort the process."""
-    import importlib
+def _start(lc: LoadedCheck, opts_by_check: Mapping | None, deadline: float | None, common: dict) -> tuple:
+    """One check's gather on a daemon thread: (check, its result box, the thread, its deadline)."""
+    own = time.monotonic() + lc.check.timeout_s
+    deadline_of_check = own if deadline is None else min(own, deadline)
+    ctx = NodeContext(opts=lc.check.with_defaults((opts_by_check or {}).get(lc.name)), deadline=deadline_of_check,
+                      **common)
+    box: dict = {}
+    t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
+    t.start()
+    return lc, box, t, deadline_of_check
 
-    for name in sorted({m for lc in checks for m in getattr(lc.check, "imports", ())}):
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself
-            pass
+
+class Imports:
+    """What the checks declare in ``imports``, imported before their gathers start: two threads importing torch at
+    once can get a half-initialised module or abort the process. In the background (the node check's budget) the
+    imports run on one helper thread, abandoned at the deadline (torch from a slow shared filesystem): the checks
+    that need a module not imported by then must not start (they would import it a second time, at once)."""
+
+    def __init__(self, checks: list[LoadedCheck]):
+        self.names = sorted({m for lc in checks for m in getattr(lc.check, "imports", ())})
+        self.done: set[str] = set()
+        self.background: threading.Thread | None = None
+
+    def needed_by(self, lc: LoadedCheck) -> bool:
+        return bool(set(getattr(lc.check, "imports", ())) & set(self.names))
+
+    def _work(self) -> None:
+        import importlib
+
+        for name in self.names:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself
+                pass
+            self.done.add(name)
+
+    def run(self, in_background: bool = False) -> None:
+        if not in_background or not self.names:
+            self._work()
+            return
+        self.background = threading.Thread(target=self._work, name="gather-imports", daemon=True)
+        self.background.start()
+
+    def wait(self, deadline: float) -> set[str]:
+        """The modules still not imported at the deadline."""
+        if self.background is not None:
+            self.background.join(max(0.0, deadline - time.monotonic()))
+        return set(self.names) - self.done
 
 
 def plugin_failure(lc: LoadedCheck, nodes: list[str], summary: str, actual: Any, expected: str,
                    traceback_text: str | None = None) -> Result:
     """A check's own failure (its gather, its contract methods or its compare raised) as a fail result
     naming the check and where it comes from: one plugin's bug never loses the other checks' results."""
+    details: dict = {TOOL_ERROR: True}  # the tool failed, not the node: the unattended check never drains for it
+    if traceback_text is not None:
+        details["traceback"] = traceback_text
     return Result(check=lc.name, level=Level.FAIL, summary=summary, nodes=nodes, actual=actual, expected=expected,
                   fix=f"report this to the plugin's authors ({lc.source}); run with --skip {lc.name} meanwhile",
-                  details={"traceback": traceback_text} if traceback_text is not None else {})
+                  details=details)
 
 
 def _node_facts(lc: LoadedCheck, data: Mapping) -> dict:
@@ -201,7 +250,8 @@ class Plan:
 
 
 def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None,
-                 deadline: float | None = None) -> tuple[dict[str, dict], dict[str, dict]]:
+                 deadline: float | None = None, within_budget: bool = False) -> tuple[dict[str, dict], dict[str, dict]]:
     """``gather_all`` of one phase's checks of a plan (local, cluster, collective)."""
     return gather_all(plan.phase(phase), node, rank=rank, nnodes=nnodes, run=plan.run,
-                      opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline)
+                      opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline,
+                      within_budget=within_budget)

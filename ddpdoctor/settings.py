@@ -9,6 +9,8 @@ ddpdoctor.toml::
     warn_ms = 100
     fail_ms = 1000
 
+    [node-check]          # the unattended node check's own settings (ddpdoctor/unattended/site.py)
+
 A malformed file, an unknown check, an unknown key or a bad value is a UsageError naming file and key.
 """
 from __future__ import annotations
@@ -40,6 +42,8 @@ RUN_OPTIONS = {
                          type=str),
 }
 RUN_KEYS = {key: opt.help for key, opt in RUN_OPTIONS.items()}
+# The tables of ddpdoctor.toml; [node-check] is read by the unattended node check (unattended/site.py) only.
+TABLES = ("run", "checks", "node-check")
 
 
 def read_toml(path: str | None) -> dict:
@@ -54,8 +58,8 @@ def read_toml(path: str | None) -> dict:
     except RecursionError:  # arrays nested thousands deep: tomllib recurses
         raise UsageError(f"config {p}: malformed TOML (nested too deep)") from None
     for key in data:
-        if key not in ("run", "checks"):
-            raise UsageError(f"config {p}: unknown table [{key}] (expected [run] or [checks.NAME])")
+        if key not in TABLES:
+            raise UsageError(f"config {p}: unknown table [{key}] (expected [run], [checks.NAME] or [node-check])")
     if not isinstance(data.get("run", {}), dict):
         raise UsageError(f"config {p}: key 'run' must be the [run] table, got {data['run']!r}")
     if not isinstance(data.get("checks", {}), dict):

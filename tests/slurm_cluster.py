@@ -26,7 +26,7 @@ from pathlib import Path
 
 SUBNET = "198.18.0"
 CTL_ADDR = f"{SUBNET}.254"
-CTL_PORT = 6817
+CTL_PORT = 6817  # the defaults; a second cluster (another subnet and port) may run beside one on them
 NNODES = 3
 TOOLS = ("slurmctld", "slurmd", "munged", "mungekey", "srun", "sbatch", "sinfo", "ip", "nsenter", "unshare",
          "iptables")
@@ -63,7 +63,7 @@ SlurmdUser=root
 SlurmctldPort={port}
 SlurmdPort=6818
 AuthType=auth/munge
-AuthInfo=socket={tmp}/munge/munge.socket
+AuthInfo=socket={tmp}/munge/munge.socket{auth_extra}
 CredType=cred/munge
 StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool/%n
@@ -84,16 +84,29 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
 MinJobAge=2
-NodeName=node[1-{n}] NodeAddr={subnet}.[1-{n}] CPUs=1 State=UNKNOWN
+{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
+{extra}"""
+NODES = "NodeName=node[1-{n}] NodeAddr={subnet}.[1-{n}] CPUs=1 State=UNKNOWN"
 
 
 class SlurmCluster:
-    """``with SlurmCluster() as c: c.run(["srun", ...])``; ``c.down()`` is idempotent."""
+    """``with SlurmCluster() as c: c.run(["srun", ...])``; ``c.down()`` is idempotent.
 
-    def __init__(self, nnodes: int = NNODES):
+    ``subnet`` and ``port`` place a second cluster beside one on the defaults (test modules that run at the same
+    time); ``extra_conf`` adds slurm.conf lines (Prolog=, HealthCheckProgram=...), ``nodes_conf`` replaces
+    the NodeName line (``{n}``, ``{subnet}`` filled in), e.g. to give nodes weights, ``auth_extra`` adds to
+    AuthInfo (",cred_expire=10"), and ``node_etc`` puts files in every node's /etc ({"ddpdoctor/ddpdoctor.toml":
+    text}, where "{slurm_conf}" reads as this cluster's slurm.conf: an overlay on /etc in the node's own mount
+    namespace, as a site installs the file on each node; the machine's /etc is untouched)."""
+
+    def __init__(self, nnodes: int = NNODES, *, subnet: str = SUBNET, port: int = CTL_PORT, extra_conf: str = "",
+                 nodes_conf: str = NODES, auth_extra: str = "", node_etc: dict[str, str] | None = None):
         self.nnodes = nnodes
+        self.subnet, self.port = subnet, port
+        self.ctl_addr = f"{subnet}.254"
+        self.extra_conf, self.nodes_conf, self.auth_extra = extra_conf, nodes_conf, auth_extra
+        self.node_etc = dict(node_etc or {})
         self.tag = uuid.uuid4().hex[:5]
         self.bridge = f"ddpdsl{self.tag}"
         self.namespaces = [f"ddpd-sl-{self.tag}-{i}" for i in range(1, nnodes + 1)]
@@ -101,6 +114,7 @@ class SlurmCluster:
         self.procs: list[subprocess.Popen] = []
         self._made_bridge = False
         self._made_ns: list[str] = []
+        self.slurmd: dict[int, subprocess.Popen] = {}  # node i -> its slurmd (nsenter, unshare and sh exec it)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -113,19 +127,19 @@ class SlurmCluster:
         return dict(os.environ, SLURM_CONF=str(self.conf), PYTHONUNBUFFERED="1", **extra)
 
     def node_addr(self, i: int) -> str:
-        return f"{SUBNET}.{i}"
+        return f"{self.subnet}.{i}"
 
     def up(self) -> "SlurmCluster":
         why = unavailable()
         if why:
             raise RuntimeError(why)
         # A stale controller on the port would silently answer for this cluster (the recipe's pitfall).
-        taken = listening(CTL_PORT)
+        taken = listening(self.port)
         if taken:
-            raise RuntimeError(f"port {CTL_PORT} is taken by {', '.join(taken)} (a slurmctld left running?): "
+            raise RuntimeError(f"port {self.port} is taken by {', '.join(taken)} (a slurmctld left running?): "
                                "refusing to start")
-        if _sh("ip", "-o", "addr", "show", check=False).stdout.find(f" {CTL_ADDR}/") >= 0:
-            raise RuntimeError(f"{CTL_ADDR} is already on an interface here (a cluster left behind?)")
+        if _sh("ip", "-o", "addr", "show", check=False).stdout.find(f" {self.ctl_addr}/") >= 0:
+            raise RuntimeError(f"{self.ctl_addr} is already on an interface here (a cluster left behind?)")
         try:
             self._files()
             self._network()
@@ -147,9 +161,17 @@ class SlurmCluster:
         os.chmod(self.tmp, 0o755)
         for d in ("munge", "state", "run", "log", "spool", *(f"spool/node{i}" for i in range(1, self.nnodes + 1))):
             (self.tmp / d).mkdir(mode=0o755, parents=True)
-        self.conf.write_text(SLURM_CONF.format(ctl=CTL_ADDR, port=CTL_PORT, tmp=self.tmp, n=self.nnodes,
-                                               subnet=SUBNET))
-        hosts = ["127.0.0.1 localhost", f"{CTL_ADDR} ctl"]
+        nodes = self.nodes_conf.format(n=self.nnodes, subnet=self.subnet)
+        self.conf.write_text(SLURM_CONF.format(ctl=self.ctl_addr, port=self.port, tmp=self.tmp, n=self.nnodes,
+                                               subnet=self.subnet, nodes=nodes, extra=self.extra_conf,
+                                               auth_extra=self.auth_extra))
+        for i in range(1, self.nnodes + 1) if self.node_etc else ():
+            for rel, text in self.node_etc.items():
+                target = self.tmp / "etc" / f"node{i}" / "upper" / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text.replace("{slurm_conf}", str(self.conf)))
+            (self.tmp / "etc" / f"node{i}" / "work").mkdir()
+        hosts = ["127.0.0.1 localhost", f"{self.ctl_addr} ctl"]
         hosts += [f"{self.node_addr(i)} node{i}" for i in range(1, self.nnodes + 1)]
         (self.tmp / "hosts").write_text("\n".join(hosts) + "\n")
         key = self.tmp / "munge" / "munge.key"
@@ -159,7 +181,7 @@ class SlurmCluster:
     def _network(self) -> None:
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
         self._made_bridge = True
-        _sh("ip", "addr", "add", f"{CTL_ADDR}/24", "dev", self.bridge)
+        _sh("ip", "addr", "add", f"{self.ctl_addr}/24", "dev", self.bridge)
         _sh("ip", "link", "set", self.bridge, "up")
         for i, ns in enumerate(self.namespaces, start=1):
             _sh("ip", "netns", "add", ns)
@@ -185,7 +207,10 @@ class SlurmCluster:
     def _in_namespaces(self, hostname: str, command: str, netns: str | None) -> list[str]:
         """A command in its own UTS + mount namespace (hostname, private /etc/hosts), in ``netns`` if given."""
         assert self.tmp is not None
-        script = f"hostname {hostname} && mount --bind {self.tmp}/hosts /etc/hosts && exec {command}"
+        etc = self.tmp / "etc" / hostname
+        overlay = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={etc}/upper,workdir={etc}/work /etc && "
+                   if etc.is_dir() else "")
+        script = f"hostname {hostname} && {overlay}mount --bind {self.tmp}/hosts /etc/hosts && exec {command}"
         argv = ["unshare", "--uts", "--mount", "sh", "-c", script]
         return (["nsenter", f"--net=/run/netns/{netns}"] if netns else []) + argv
 
@@ -196,10 +221,10 @@ class SlurmCluster:
                      f"--log-file={t}/log/munged.log", f"--seed-file={t}/munge/munged.seed"], "munged.out")
         self._wait(lambda: (t / "munge" / "munge.socket").exists(), 10, "munged's socket")
         self._spawn(self._in_namespaces("ctl", f"slurmctld -D -i -f {self.conf}", None), "slurmctld.out")
-        self._wait(lambda: bool(listening(CTL_PORT)), 20, f"slurmctld on {CTL_ADDR}:{CTL_PORT}")
+        self._wait(lambda: bool(listening(self.port)), 20, f"slurmctld on {self.ctl_addr}:{self.port}")
         for i, ns in enumerate(self.namespaces, start=1):
-            self._spawn(self._in_namespaces(f"node{i}", f"slurmd -D -f {self.conf} -N node{i}", ns),
-                        f"slurmd-node{i}.out")
+            self.slurmd[i] = self._spawn(self._in_namespaces(f"node{i}", f"slurmd -D -f {self.conf} -N node{i}", ns),
+                                         f"slurmd-node{i}.out")
         self._wait(self._all_idle, 40, "every node idle in sinfo")
 
     def _all_idle(self) -> bool:
@@ -246,6 +271,11 @@ class SlurmCluster:
     def in_node(self, i: int, *argv: str) -> subprocess.CompletedProcess:
         """A command in node i's network namespace (e.g. its firewall)."""
         return _sh("nsenter", f"--net=/run/netns/{self.namespaces[i - 1]}", *argv)
+
+    def in_node_mounts(self, i: int, *argv: str) -> subprocess.CompletedProcess:
+        """A command in node i's mount namespace, the one its slurmd (and so its prolog, its health check and its
+        jobs) sees: ``in_node_mounts(3, "mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", "/dev/shm")``."""
+        return _sh("nsenter", "-t", str(self.slurmd[i].pid), "-m", *argv)
 
     def rsh_agent(self) -> Path:
         """An rsh agent for Open MPI's mpiexec (``--mca plm_rsh_agent``): ``agent HOST COMMAND...`` runs the
@@ -332,7 +362,7 @@ exec nsenter --net=/run/netns/$ns unshare --uts --mount sh -c \\
             found.append(f"a mount under {self.tmp}")
         if self.tmp is not None and self.tmp.exists():
             found.append(f"directory {self.tmp}")
-        found += [f"a listener on {where}" for where in listening(CTL_PORT)]
+        found += [f"a listener on {where}" for where in listening(self.port)]
         return found
 
 

@@ -36,7 +36,6 @@ class BenchConfig:
     localise_bytes: int = 16 << 20
     threshold: float = 0.8
     result_path: str | None = None
-    progress: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -254,6 +253,14 @@ def measure(op_name: str, size: int, ctx: Context, cfg: BenchConfig, group_label
             row.spread = figures.spread
         setattr(row, form, asdict(figures))
     return row
+
+
+def planned_rows(cfg: BenchConfig, world: int) -> int:
+    """How many rows the sweep will measure (measure() skips an op with too few ranks or a size under one
+    element): the command's progress counts against it."""
+    elsize = DTYPES[cfg.dtype]
+    return sum(1 for name in cfg.ops for size in cfg.sizes
+               if world >= OPS[name].min_ranks and OPS[name].count(size, elsize, world) > 0)
 
 
 def sweep(ctx: Context, cfg: BenchConfig, on_row: Callable[[Row], None] | None = None) -> list[Row]:

@@ -1,5 +1,6 @@
-"""The terminal view of an nccl-bench document: nccl-tests' columns, a footer, the localisation verdict. Host
-names come from every rank's node: each line goes through ``T`` (safe_text), escapes shown, never obeyed."""
+"""The terminal view of an nccl-bench document: nccl-tests' columns (printed row by row while the sweep runs),
+a footer, the localisation verdict. Host names come from every rank's node: each line goes through ``T``
+(safe_text), escapes shown, never obeyed."""
 from __future__ import annotations
 
 from rich.console import Console
@@ -31,28 +32,100 @@ def plural(count, noun: str) -> str:
     return f"{count} {noun}" + ("" if str(count) == "1" else "s")
 
 
-def render(doc: dict, console: Console) -> None:
-    """nccl-tests' format: every '#' line stays one line at any width (a wrapped one would lose its '#')."""
-    from ..report.values import human
+def _title(row: dict) -> str:
+    if row.get("group", "all") == "all":
+        return row["op"]
+    node = (row.get("extra") or {}).get("node")
+    return f"{row['op']} ({row['group']}" + (f" {node}" if node else "") + ")"
 
-    run = {k: human(v) for k, v in (doc.get("run") or {}).items()}
-    console.print(T(f"# nccl-bench: {run.get('backend')} · {plural(run.get('world_size'), 'rank')} on "
-                       f"{plural(run.get('nnodes'), 'node')} · {run.get('dtype')} · warmup {run.get('warmup')} · "
-                       f"iters {run.get('iters')}" + (" · CUDA graph" if (doc.get("run") or {}).get("graph") else "")),
-                  soft_wrap=True)
-    current = None
-    for row in doc.get("rows", []):
-        title = row["op"] if row.get("group", "all") == "all" else f"{row['op']} ({row['group']}"                 + (f" {row['extra'].get('node')}" if (row.get("extra") or {}).get("node") else "") + ")"
-        if title != current:
-            current = title
-            console.print(T(f"# {title}", style="bold"), soft_wrap=True)
-            console.print(T(HEAD), soft_wrap=True)
-        console.print(T(row_line(row), style="red" if any((row.get(f) or {}).get("wrong") for f in FORMS) else ""),
-                      soft_wrap=True)
+
+class Table:
+    """nccl-tests' table, printed as it grows (every '#' line stays one line at any width: a wrapped one would
+    lose its '#'): the run's line once, an op's header when the op changes, each row as it comes; ``rest``
+    prints the rows of the finished document not shown yet, then the footer."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.current: str | None = None
+        self.headed = False
+        self.shown = 0  # rows printed so far: the document's first rows, in its order
+
+    def head(self, run: dict) -> None:
+        from ..report.values import human
+
+        if self.headed:
+            return
+        self.headed = True
+        shown = {k: human(v) for k, v in (run or {}).items()}
+        self.console.print(T(f"# nccl-bench: {shown.get('backend')} · {plural(shown.get('world_size'), 'rank')} on "
+                             f"{plural(shown.get('nnodes'), 'node')} · {shown.get('dtype')} · warmup "
+                             f"{shown.get('warmup')} · iters {shown.get('iters')}"
+                             + (" · CUDA graph" if (run or {}).get("graph") else "")), soft_wrap=True)
+
+    def row(self, row: dict) -> None:
+        title = _title(row)
+        if title != self.current:
+            self.current = title
+            self.console.print(T(f"# {title}", style="bold"), soft_wrap=True)
+            self.console.print(T(HEAD), soft_wrap=True)
+        self.console.print(T(row_line(row), style="red" if any((row.get(f) or {}).get("wrong") for f in FORMS) else ""),
+                           soft_wrap=True)
+        self.shown += 1
+
+    def rest(self, doc: dict) -> None:
+        self.head(doc.get("run") or {})
+        for row in doc.get("rows", [])[self.shown:]:
+            self.row(row)
+        _footer(doc, self.console)
+
+
+def render(doc: dict, console: Console) -> None:
+    """The whole document at once (--report's and a test's view; the command prints it as it grows)."""
+    Table(console).rest(doc)
+
+
+class LiveRows:
+    """The sweep while it runs: each row printed as rank 0 measures it and, on a terminal, rich's progress bar
+    below the table (transient: the finished table is what stays). ``feed`` takes the feed's records."""
+
+    def __init__(self, console: Console, bar: bool):
+        self.table = Table(console)
+        self.bar = None
+        if bar and console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("rows"), TimeElapsedColumn(), console=console, transient=True)
+            self.task = self.bar.add_task("nccl-bench: starting the ranks", total=None)
+            self.bar.start()
+
+    def feed(self, records: list[dict]) -> None:
+        for record in records:
+            if "header" in record:
+                self.table.head((record["header"] or {}).get("run") or {})
+                if self.bar is not None and isinstance(record["header"].get("planned"), int):
+                    self.bar.update(self.task, total=record["header"]["planned"], description="nccl-bench: measuring")
+            elif "row" in record:
+                self.table.row(record["row"])
+                if self.bar is not None:
+                    self.bar.advance(self.task)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _footer(doc: dict, console: Console) -> None:
     s = doc.get("summary", {})
     console.print(T(f"# Out of bounds values : {s.get('wrong', 0)} {'OK' if not s.get('wrong') else 'FAILED'}",
-                       style="green" if not s.get("wrong") else "bold red"), soft_wrap=True)
+                    style="green" if not s.get("wrong") else "bold red"), soft_wrap=True)
     console.print(T(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"), soft_wrap=True)
+    if doc.get("interrupted"):
+        planned = doc.get("planned_rows")
+        of = f" of {planned}" if isinstance(planned, int) else ""
+        console.print(T(f"# Interrupted ({doc['interrupted']}) after {len(doc.get('rows') or [])}{of} rows: the "
+                        "figures above are of the rows measured before it", style="yellow"), soft_wrap=True)
     loc = doc.get("localisation")
     if loc:
         for p in loc.get("pairs", []):
@@ -60,7 +133,7 @@ def render(doc: dict, console: Console) -> None:
             console.print(T(f"# pair {' + '.join(p['nodes'])}: busbw {p['busbw_gbs']:.3f} GB/s{mark}"), soft_wrap=True)
         for sus in loc.get("suspects", []):
             console.print(T(f"SLOW NODE {sus['node']}: busbw {sus['busbw_gbs']:.3f} GB/s against a good node, "
-                               f"median {sus['median_gbs']:.3f} GB/s (threshold {loc['threshold']:g} x median)",
-                               style="bold red"))
+                            f"median {sus['median_gbs']:.3f} GB/s (threshold {loc['threshold']:g} x median)",
+                            style="bold red"))
     if doc.get("verdict") == "fail":
         console.print(T("nccl-bench: FAIL", style="bold red"))

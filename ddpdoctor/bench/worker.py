@@ -10,14 +10,14 @@ import datetime
 import json
 import os
 import socket
-import sys
 import time
 from dataclasses import asdict
 
 from .. import documents
 from ..exitcodes import ExitCode
 from . import localise
-from .harness import BenchConfig, Context, measure, start_heartbeat, summary, sweep
+from .feed import FeedWriter, feed_path
+from .harness import BenchConfig, Context, measure, planned_rows, start_heartbeat, summary, sweep
 
 CONFIG_ENV = "DDPDOCTOR_BENCH_CONFIG"
 RANKS_PER_NODE_ENV = "DDPDOCTOR_BENCH_TEST_RANKS_PER_NODE"  # test hook: pretend every K ranks are a node
@@ -38,18 +38,6 @@ def node_of_ranks(hosts: list[str]) -> list[str]:
     if k > 0:
         return [f"node{r // k}" for r in range(len(hosts))]
     return hosts
-
-
-def _progress(cfg: BenchConfig, rank: int, total: int):
-    if rank != 0 or not cfg.progress or not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import Progress
-
-    bar = Progress(transient=True, console=Console(stderr=True))
-    bar.start()
-    task = bar.add_task("nccl-bench", total=total)
-    return bar, task
 
 
 def _wave(cfg: BenchConfig, device, nodes_of_rank: list[str], pairs: list[tuple[str, str]]) -> dict:
@@ -159,17 +147,11 @@ def main(cfg_dict: dict | None = None) -> int:
         rank, world = dist.get_rank(), dist.get_world_size()
         hosts = all_gather_json(socket.gethostname(), device)
         ctx = Context(device)
-        prog = _progress(cfg, rank, len(cfg.ops) * len(cfg.sizes))
-
-        def tick(row) -> None:
-            if prog:
-                prog[0].advance(prog[1])
-
-        try:
-            rows = [asdict(r) for r in sweep(ctx, cfg, on_row=tick)]
-        finally:
-            if prog:
-                prog[0].stop()
+        # Rank 0 hands each row to the command as it is measured: printed at once, kept after an interrupt.
+        feed = FeedWriter(feed_path(cfg.result_path) if rank == 0 else None)
+        feed.put({"header": {"run": run_section(cfg, hosts, world), "hosts": hosts_section(hosts),
+                             "planned": planned_rows(cfg, world)}})
+        rows = [asdict(r) for r in sweep(ctx, cfg, on_row=lambda row: feed.put({"row": asdict(row)}))]
         loc_rows, found = run_localisation(cfg, device, node_of_ranks(hosts)) if cfg.localise else ([], None)
         if rank == 0 and cfg.result_path:
             doc = document(cfg, rows + loc_rows, found, hosts, world, time.perf_counter() - started)
@@ -181,20 +163,38 @@ def main(cfg_dict: dict | None = None) -> int:
     return 0
 
 
-def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list[str], world: int, wall: float) -> dict:
+def run_section(cfg: BenchConfig, hosts: list[str], world: int, wall: float | None = None) -> dict:
+    """The document's ``run``: the settings and the ranks' layout (the feed's header carries it too)."""
     nodes = list(dict.fromkeys(node_of_ranks(hosts)))
+    return {"backend": cfg.backend, "world_size": world, "nnodes": len(nodes),
+            "nproc_per_node": world // max(1, len(nodes)), "dtype": cfg.dtype, "ops": cfg.ops,
+            "min_bytes": min(cfg.sizes), "max_bytes": max(cfg.sizes), "sizes": cfg.sizes, "warmup": cfg.warmup,
+            "iters": cfg.iters, "graph": cfg.graph, "check": cfg.check, "min_busbw": cfg.min_busbw,
+            "wall_s": None if wall is None else round(wall, 3)}
+
+
+def hosts_section(hosts: list[str]) -> dict:
+    return {str(r): h for r, h in enumerate(hosts)}
+
+
+def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list[str], world: int, wall: float) -> dict:
     summ = summary([r for r in rows if r.get("group") == "all"])
     failed = (summ["wrong"] > 0 or (cfg.min_busbw is not None and summ["avg_busbw_gbs"] < cfg.min_busbw)
               or bool(found and found.get("suspects")))
     verdict = "fail" if failed else "pass"
     return documents.envelope(
-        "nccl-bench",
-        run={"backend": cfg.backend, "world_size": world, "nnodes": len(nodes),
-             "nproc_per_node": world // max(1, len(nodes)), "dtype": cfg.dtype, "ops": cfg.ops,
-             "min_bytes": min(cfg.sizes), "max_bytes": max(cfg.sizes), "sizes": cfg.sizes, "warmup": cfg.warmup,
-             "iters": cfg.iters, "graph": cfg.graph, "check": cfg.check, "min_busbw": cfg.min_busbw,
-             "wall_s": round(wall, 3)},
-        hosts={str(r): h for r, h in enumerate(hosts)},
+        "nccl-bench", run=run_section(cfg, hosts, world, wall), hosts=hosts_section(hosts),
         rows=rows, summary=summ, expected={}, localisation=found,
         verdict=verdict, exit_code=ExitCode.FAIL if failed else ExitCode.OK, error=None,
+    )
+
+
+def interrupted_document(header: dict, rows: list[dict], signame: str, exit_code: int) -> dict:
+    """What a sweep stopped by a signal had measured: the rows rank 0 finished (the feed), their footer, and
+    ``interrupted`` (the signal). A wrong element among them fails it; otherwise "warn": an unfinished sweep."""
+    summ = summary([r for r in rows if r.get("group", "all") == "all"])
+    return documents.envelope(
+        "nccl-bench", run=header.get("run") or {}, hosts=header.get("hosts") or {}, rows=rows, summary=summ,
+        expected={}, localisation=None, interrupted=signame, planned_rows=header.get("planned"),
+        verdict="fail" if summ["wrong"] else "warn", exit_code=exit_code, error=None,
     )

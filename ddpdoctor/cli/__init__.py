@@ -28,6 +28,7 @@ COMMANDS = {
     "postmortem": "ddpdoctor.cli.postmortem_cmd:postmortem",
     "report": "ddpdoctor.cli.report_cmd:report",
     "attach": "ddpdoctor.cli.attach_cmd:attach",
+    "node-check": "ddpdoctor.cli.node_check_cmd:node_check",
 }
 
 
@@ -201,7 +202,15 @@ SCRIPT_HINT = ("options for your script go after `--`: ddpdoctor run-trainer [OP
 
 
 def run(argv: list[str] | None = None) -> int:
+    """The command's exit code; with --exit-codes nagios|npd, the monitor's (an error: its UNKNOWN line)."""
+    from .monitoring import finish, style_in
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    common.STATE.monitor, common.STATE.monitor_said = style_in(argv), False
+    return finish(_run(argv))
+
+
+def _run(argv: list[str]) -> int:
     if not argv:  # `ddpdoctor` alone: the help, as git and torchrun do
         click.echo(cli.get_help(Context(cli, info_name="ddpdoctor")))
         return ExitCode.OK

@@ -2,8 +2,13 @@
 launched it, from outside: its ranks' stacks read four times with py-spy, one verdict naming rank, host and line."""
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 import click
 
+from ..text import safe_text
 from . import common
 
 
@@ -14,6 +19,9 @@ from . import common
               "job id, or MASTER_ADDR:PORT), when several jobs run here.")
 @click.option("--interval", type=click.FloatRange(min=0, max=600), default=3.0, show_default=True,
               help="Seconds over which four samples tell a stuck rank from a slow one (0: one sample).")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0, max=3600), default=30.0, show_default=True,
+              help="When no rank moved over the interval but a rank computes (a long step, or a hang?), keep "
+              "watching up to this many seconds in all before saying which it is.")
 @click.option("--timeout", type=common.TIMEOUT, default=10.0, show_default=True,
               help="Seconds each py-spy dump may take.")
 @click.option("--stop", is_flag=True, help="After a hang or desync verdict, end the job (SIGTERM to torchrun's "
@@ -32,13 +40,14 @@ from . import common
 @common.output_options
 @common.save_options
 @common.run_id_option
-def attach(pid, job, interval, timeout, stop, master, nnodes, node_rank, local_addr, token, meet_timeout, as_json,
-           output_dir, report_path, results_dir, no_save):
+def attach(pid, job, interval, wait_s, timeout, stop, master, nnodes, node_rank, local_addr, token, meet_timeout,
+           as_json, output_dir, report_path, results_dir, no_save):
     """Find the torch.distributed job on this machine and say which rank holds it up, where, and what to do.
 
     Reads only (py-spy dump from outside, and torch's own dump pipe where the job set one: no signal, the job
-    keeps running). Exit 0 the job progresses, 1 a hang or desync found, 2 usage (several jobs here: pick one
-    with --pid or --job), 3 nothing could be read (permission: the line says what to run).
+    keeps running). Exit 0 the job progresses (or, verdict warn, no rank moved within --wait while a rank
+    computes: a long step cannot be told from a hang), 1 a hang or desync found, 2 usage (several jobs here: pick
+    one with --pid or --job), 3 nothing could be read (permission: the line says what to run).
 
     \b
     Examples:
@@ -53,13 +62,34 @@ def attach(pid, job, interval, timeout, stop, master, nnodes, node_rank, local_a
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
     save = common.saving(results_dir, no_save, out_dir)
-    request = AttachRequest(pid=pid, job=job, interval=interval, timeout=timeout, stop=stop, master=master,
-                            nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, token=token,
+    request = AttachRequest(pid=pid, job=job, interval=interval, timeout=timeout, stop=stop, wait=wait_s,
+                            master=master, nnodes=nnodes, node_rank=node_rank, local_addr=local_addr, token=token,
                             meet_timeout=meet_timeout)
     if request.several_nodes and stop:
         raise click.UsageError("--stop ends a job on one node; on several nodes stop it with its launcher")
-    doc = run_nodes(request) if request.several_nodes else run(request)
+    with progress_lines(quiet=as_json or common.STATE.quiet) as request.progress:
+        doc = run_nodes(request) if request.several_nodes else run(request)
     if doc is None:
         return ExitCode.OK  # a second process the launcher started on this node: local rank 0 speaks for it
     return common.emit(doc, filename="attach.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=render, save=save)
+
+
+@contextmanager
+def progress_lines(quiet: bool) -> Iterator[Callable[[str], None] | None]:
+    """What attach is doing while it samples (the rounds, a watch and why): one live line on a terminal (rich's
+    status on stderr, gone when the result prints), plain lines on stderr when it is not a terminal, nothing with
+    --json or --quiet."""
+    if quiet:
+        yield None
+        return
+    if not sys.stderr.isatty():
+        def plain(text: str) -> None:
+            print(f"[ddpdoctor attach] {safe_text(text)}", file=sys.stderr, flush=True)
+        yield plain
+        return
+    from rich.text import Text
+
+    status = common.console(stderr=True).status("ddpdoctor attach: finding the job")
+    with status:
+        yield lambda text: status.update(Text(f"ddpdoctor attach: {safe_text(text)}"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 
 import click
@@ -11,7 +12,7 @@ from ..errors import UsageError
 from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
 from ..numbers import parse_int
-from . import common
+from . import common, monitoring
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
@@ -54,9 +55,10 @@ MAX_NPROC = 1024  # local ranks on one node
 @common.output_options
 @common.save_options
 @common.run_id_option
+@monitoring.prometheus_option
 def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, ops, backend, nproc, master, nnodes,
                node_rank, graph, min_busbw, spread, localise, localise_size, threshold, timeout, as_json, output_dir, report_path,
-               results_dir, no_save):
+               results_dir, no_save, prometheus_dir):
     """Collective benchmark with nccl-tests' algbw/busbw definitions, data checks and slow-node localisation.
 
     \b
@@ -106,35 +108,91 @@ def nccl_bench(min_bytes, max_bytes, step_factor, dtype, warmup, iters, check, o
         cfg = BenchConfig(ops=names, sizes=sizes, dtype=dtype, warmup=warmup, iters=iters, check=check, graph=graph,
                           spread=spread, backend=backend, timeout_s=timeout, min_busbw=min_busbw, localise=localise,
                           localise_bytes=localise_bytes, threshold=threshold,
-                          result_path=os.path.join(result_dir, "bench.json"),
-                          progress=not as_json and not common.STATE.quiet)
+                          result_path=os.path.join(result_dir, "bench.json"))
         return _run(cfg, launched, plan, out_dir=out_dir, report_file=report_file, as_json=as_json,
-                    save=common.saving(results_dir, no_save, out_dir))
+                    save=common.saving(results_dir, no_save, out_dir), prometheus_dir=prometheus_dir)
     finally:
         # Rank 0's result has been read (and written to --output) by now: the temp dir never outlives the command.
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
-def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save=None) -> int:
-    """Run the ranks (here under a launcher, else through torch's launcher), then show rank 0's document."""
+def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save=None, prometheus_dir=None) -> int:
+    """Run the ranks (here under a launcher, else through torch's launcher), printing each row as rank 0
+    measures it, then show rank 0's document. Stopped by a signal, the rows measured so far are the result."""
+    from .. import documents
+    from ..bench.feed import FeedReader, feed_path
+    from ..bench.render import LiveRows
+
+    feed = FeedReader(feed_path(cfg.result_path))
+    live = None if as_json else LiveRows(common.console(), bar=not common.STATE.quiet)
+    emitting = dict(filename="nccl-bench.json", out_dir=out_dir, report_file=report_file, as_json=as_json, save=save)
+    try:
+        with _Follow(feed, live):
+            _start(cfg, launched, plan)
+    except KeyboardInterrupt as exc:  # Ctrl-C; lifetime.Terminated (SIGTERM, SIGHUP) is one too
+        _keep_measured(feed, live, getattr(exc, "signum", signal.SIGINT), emitting)
+        raise
+    if not os.path.exists(cfg.result_path) or (launched and int(os.environ.get("RANK", "0")) != 0):
+        return ExitCode.OK  # a node or rank other than global rank 0, which speaks for the job
+
+    # The rows shown while they were measured are not printed again: the rest of the document and its footer
+    doc = documents.load(cfg.result_path)
+    code = common.emit(doc, render=lambda d, _: live.table.rest(d), **emitting)
+    monitoring.write_prometheus(doc, prometheus_dir, "nccl-bench")
+    return code
+
+
+def _start(cfg, launched: bool, plan) -> None:
     from .. import documents
     from ..bench.spawn import run_in_this_process, start_ranks
 
     if launched:
         run_in_this_process(cfg.to_json())
-        if int(os.environ.get("RANK", "0")) != 0:
-            return ExitCode.OK  # rank 0 speaks for the job
     else:
         # torch's launcher gives the ranks its own rendezvous id (TORCHELASTIC_RUN_ID, which the document would
         # carry): pin the workflow's id first, so the result lands under it like preflight's and run-trainer's
         os.environ["DDPDOCTOR_RUN_ID"] = documents.new_run_id()
         start_ranks(cfg.to_json(), plan)
-    if not os.path.exists(cfg.result_path):
-        return ExitCode.OK  # a node other than the one holding global rank 0
-    from ..bench.render import render
 
-    return common.emit(documents.load(cfg.result_path), filename="nccl-bench.json", out_dir=out_dir,
-                       report_file=report_file, as_json=as_json, render=render, save=save)
+
+class _Follow:
+    """While the ranks run, a thread hands the rows rank 0 writes to the terminal view (every 0.2 s); on the
+    way out, the last ones, then the progress bar is gone."""
+
+    def __init__(self, feed, live):
+        import threading
+
+        self.feed, self.live = feed, live
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._follow, name="ddpdoctor-bench-rows", daemon=True)
+
+    def __enter__(self):
+        if self.live is not None:
+            self.thread.start()
+        return self
+
+    def _follow(self) -> None:
+        while not self.done.wait(0.2):
+            self.live.feed(self.feed.poll())
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        if self.live is not None:
+            self.thread.join(5)
+            self.live.feed(self.feed.poll())
+            self.live.close()
+
+
+def _keep_measured(feed, live, signum: int, emitting: dict) -> None:
+    """A sweep stopped by a signal: the rows rank 0 finished before it become the result (shown, saved where
+    the whole one would have been), then the command ends as the signal says. Nothing measured: nothing kept."""
+    from ..bench.worker import interrupted_document
+
+    feed.poll()
+    if feed.header is None:
+        return
+    doc = interrupted_document(feed.header, feed.rows, signal.Signals(signum).name, 128 + signum)
+    common.emit(doc, render=lambda d, _: live.table.rest(d), **emitting)  # live is None only with --json
 
 
 def _launcher_env(env, given: bool) -> None:

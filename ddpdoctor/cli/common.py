@@ -24,6 +24,9 @@ from ..text import doc_without_surrogates
 class _State:
     verbose: int = 0
     quiet: bool = False
+    monitor: str | None = None  # --exit-codes nagios|npd: another monitor reads the exit code and stdout
+    monitor_said: bool = False  # the monitor's status line is out (else an error becomes its UNKNOWN line)
+    last_error: str | None = None  # the error line's text, for that UNKNOWN line
 
 
 STATE = _State()
@@ -40,6 +43,7 @@ def error_line(message: str) -> None:
     """The one red line of the error policy (no markup interpretation, no escape sequences: messages may
     hold text from other nodes)."""
     text = " ".join(str(message).split("\n")[:1]) if not STATE.verbose else str(message)
+    STATE.last_error = " ".join(str(message).split("\n")[:1])
     try:
         from rich.console import Console
         from rich.text import Text

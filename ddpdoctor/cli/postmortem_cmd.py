@@ -22,8 +22,13 @@ from . import common
               help="Where flight-recorder dumps are (torch's TORCH_FR_DUMP_TEMP_FILE files, nccl_trace_rank_<R>, or "
                    "JSON dumps rank<R>.json); DIR itself is always searched.")
 @common.output_options
-def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
+@common.save_options
+@common.run_id_option
+def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path, results_dir, no_save):
     """Explain a failed torchrun job from its log dir: the root-cause rank, why, where, and the consequences.
+
+    The result is kept in ddpdoctor-results/RUN_ID/postmortem.json (RUN_ID: --run-id, the scheduler's job id,
+    else torchrun's --rdzv-id from the log dir), as every command keeps its own.
 
     \b
     Examples:
@@ -38,6 +43,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
+    save = common.saving(results_dir, no_save, out_dir)
     logs = log_root(Path(log_dir))
     agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
     # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
@@ -52,7 +58,7 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
     root = verdict.root_cause.to_json() if failed else None
     stacks_on_file(root, logs.parent.parent / "stacks" / "sigterm")  # a run-trainer run's: <run>/logs/<node>
     doc = documents.envelope(
-        "run-trainer",
+        "run-trainer", run_id=job_run_id(logs),
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": agent_log},
         verdict="fail" if failed else "pass",
         exit_code=ExitCode.FAIL if failed else ExitCode.OK,
@@ -65,7 +71,30 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path):
         hang={"verdict": hang} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
     return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
-                       render=lambda d, console: _render(d, console, render))
+                       render=lambda d, console: _render(d, console, render), save=save)
+
+
+def job_run_id(logs: Path) -> str:
+    """The run id the result is kept under: --run-id or the scheduler's job id (documents.new_run_id), else
+    the job's own torchrun id, from its folder `<rdzv id>_<suffix>` (torchrun's default id "none" is none),
+    so a postmortem of one job lands beside that job's other results; else a new one."""
+    import os
+
+    from ..documents import RUN_ID_VARS, new_run_id
+    from ..inputs import check_run_id
+
+    if any(os.environ.get(v, "").strip() for v in RUN_ID_VARS):
+        return new_run_id()
+    # torch names each run's folder mkdtemp(prefix=f"{rdzv_id}_"): the id, "_", 8 random characters
+    ids = sorted({p.parent.name[:-9] for p in logs.glob("*/attempt_*") if len(p.parent.name) > 9
+                  and p.parent.name[-9] == "_"})
+    if len(ids) == 1 and ids[0] != "none":
+        try:
+            check_run_id(ids[0], "the log dir")
+            return ids[0]
+        except UsageError:
+            pass
+    return new_run_id()
 
 
 def culprit_ranks(verdict) -> list[int]:

@@ -9,7 +9,7 @@ import click
 
 from ..exitcodes import ExitCode
 from ..inputs import MAX_NODES
-from . import common
+from . import common, monitoring
 
 
 def _rdzv_id(value):
@@ -97,7 +97,9 @@ def _worker_argv(request):
     def build(i: int, n: int, master: str) -> list[str]:
         from ..cluster.local import node_addr
 
-        return ["-q", "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
+        # the master's progress (who has joined, what it waits for) is the cluster's; the other nodes stay quiet
+        quiet = ["-q"] if i or common.STATE.quiet else []
+        return [*quiet, "preflight", "--master", master, "--nnodes", str(n), "--node-rank", str(i),
                 "--local-addr", node_addr(i), "--json", "--no-save", *passed]
 
     return build
@@ -146,9 +148,11 @@ def _worker_argv(request):
 @common.output_options
 @common.save_options
 @common.run_id_option
+@monitoring.exit_codes_option
+@monitoring.prometheus_option
 def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes, node_rank, local_addr, timeout,
               token, allow_unauthenticated, nproc_per_node, rdzv_id, code_dir, shared_dir, hosts, baseline, local_nodes, as_json, output_dir,
-              report_path, results_dir, no_save):
+              report_path, results_dir, no_save, exit_codes, prometheus_dir):
     """Check this machine (no arguments) or a whole cluster (--master HOST:PORT --nnodes N on every node).
 
     Every finding names the node and prints a fix. Exit 0 passed, 1 a check failed, 2 bad input,
@@ -162,9 +166,13 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
       ddpdoctor preflight --local-nodes 3                        # a 3-node cluster on this machine
       ddpdoctor preflight --skip gpu-perf --set clock-skew.warn_ms=50 --report preflight.html
       ddpdoctor preflight --master node1:29500 --nnodes 2 --baseline good/cluster.json
+      ddpdoctor preflight --exit-codes nagios --prometheus-textfile /var/lib/prometheus/node-exporter
     """
     from .. import preflight as engine
 
+    monitoring.check_combination(exit_codes, as_json)
+    monitor = exit_codes if exit_codes != "ddpdoctor" else None
+    common.STATE.monitor = monitor or common.STATE.monitor
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
     save = common.saving(results_dir, no_save, out_dir)
@@ -174,6 +182,7 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
     request = engine.PreflightRequest.from_params(dict(params, output_dir=str(written_to) if written_to else None))
     doc = engine.run(request, quiet=common.STATE.quiet, worker_argv=_worker_argv(request))
     if doc is None:
+        common.STATE.monitor_said = True  # nothing to say: local rank 0 says it for the node
         return ExitCode.OK  # a second process on this node (torchrun, mpiexec, srun): local rank 0 speaks for it
 
     name = result_filename(doc)
@@ -187,8 +196,10 @@ def preflight(only, skip, config_path, sets, perf, gpus_per_node, master, nnodes
         else:
             render_preflight(d, con, verbose=common.STATE.verbose, quiet=common.STATE.quiet)
 
-    return common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
-                       render=render, save=save)
+    code = common.emit(doc, filename=name, out_dir=out_dir, report_file=report_file, as_json=as_json,
+                       render=monitoring.monitor_render(monitor) if monitor else render, save=save)
+    monitoring.write_prometheus(doc, prometheus_dir, "preflight")
+    return monitoring.monitor_code(monitor, doc) if monitor else code
 
 
 def result_filename(doc: dict) -> str:

@@ -1,8 +1,9 @@
-"""`ddpdoctor report [FILES...] -o report.html`: merge result files (by default the latest of each kind, each
-from its own run) into one self-contained HTML page."""
+"""`ddpdoctor report [FILES...] -o report.html`: merge result files (by default the last run's, every command
+saved under its run id; --run picks others) into one self-contained HTML page."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -19,27 +20,45 @@ from . import common
                    "ddpdoctor-report.html when FILES are given).")
 @click.option("--results-dir", "results_dir", default=common.RESULTS_DIR, show_default=True, metavar="DIR",
               envvar="DDPDOCTOR_RESULTS_DIR",
-              help="Where the latest run is looked for when no FILES are given (or $DDPDOCTOR_RESULTS_DIR).")
-def report(files, output, results_dir):
-    """Merge preflight, nccl-bench and run-trainer JSON files into one HTML report; without FILES, the latest
-    result of each kind under ./ddpdoctor-results (each from its own run; the line printed says which).
+              help="Where the saved runs are looked for when no FILES are given (or $DDPDOCTOR_RESULTS_DIR).")
+@click.option("--run", "run_ids", multiple=True, metavar="RUN_ID",
+              help="Without FILES: the runs to report on (repeat it), instead of the last one; the line printed "
+                   "after a report names the others.")
+@click.option("--history", is_flag=True,
+              help="Each node's history over every result under --results-dir (the node check's records too): bus "
+                   "bandwidth over runs, checks that flap, a node slower than its own past (default -o: "
+                   "DIR/history.html).")
+def report(files, output, results_dir, run_ids, history):
+    """Merge preflight, nccl-bench, run-trainer, postmortem and attach results into one HTML report; without
+    FILES, the last run under ./ddpdoctor-results (every command saved under its run id), and one line naming
+    the other runs there and how to add them.
 
     \b
     Examples:
-      ddpdoctor report                                   # the latest result of each kind
+      ddpdoctor report                                   # the last run (a job's every command)
+      ddpdoctor report --run 9650508d4e46 --run 20261127-184111-583e6f    # these runs together
       ddpdoctor report out/*.json -o cluster.html
       ddpdoctor report cluster.json bench.json ddpdoctor-results/RUN_ID/run.json
+      ddpdoctor report --history --results-dir /var/lib/ddpdoctor/node-check
     """
+    if history:
+        from .report_history import history_report
+
+        if files:
+            raise UsageError("--history reads every result under --results-dir: give no FILES with it")
+        return history_report(results_dir, output)
     from .. import documents
     from ..report.html import write_html
 
     from ..inputs import MAX_INPUT_FILES, Budget
 
-    run_dir = latest = None
+    if run_ids and files:
+        raise UsageError("--run picks saved runs; with FILES given, name their files instead")
+    chosen = others = None
     if not files:
-        latest = latest_of_each_kind(Path(results_dir))
-        run_dir = max(latest, key=lambda g: g[3])[1]
-        files = [str(f) for _, _, found, _ in latest for f in found]
+        chosen, others = pick_runs(Path(results_dir), run_ids)
+        files = [str(f) for r in chosen for f in r.files]
+    run_dir = chosen[0].path if chosen else None
     target = common.ensure_writable_file(output or str(run_dir / "report.html" if run_dir else "ddpdoctor-report.html"),
                                          "-o/--output")
     if len(files) > MAX_INPUT_FILES:
@@ -50,27 +69,35 @@ def report(files, output, results_dir):
     # each file holds at most MAX_NODES nodes; so do all of them together (files of one cluster repeat its nodes)
     documents.check_node_count({n: None for d in docs if d.get("kind") == "preflight" for n in d.get("nodes") or {}},
                                f"{len(docs)} files together")
-    run_ids = {d.get("run_id") for d in docs}
-    if latest is None and len(run_ids) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node"
-                                                         for d in docs):
-        common.warn_line(f"merging {len(run_ids)} different runs; the report says so at the top")
+    run_ids_read = {d.get("run_id") for d in docs}
+    if chosen is None and len(run_ids_read) > 1 and not all(d.get("kind") == "preflight" and d.get("scope") == "node"
+                                                             for d in docs):
+        common.warn_line(f"merging {len(run_ids_read)} different runs; the report says so at the top")
     write_html(docs, target)
     if not common.STATE.quiet:
         from rich.text import Text
 
-        if latest is not None:  # each kind's latest result, from its own run: say which run each came from
-            common.console().print(Text(f"latest of each kind in {run_dir.parent}: " + "; ".join(
-                f"{kind} from run {run.name} (read {', '.join(f.name for f in found)})"
-                for kind, run, found, _ in latest)), soft_wrap=True)
+        if chosen is not None:  # which runs it read, and what else the results directory holds
+            for line in selection_lines(Path(results_dir), chosen, others, bool(run_ids)):
+                common.console().print(Text(line), soft_wrap=True)
         common.console().print(Text(f"wrote {target} ({target.stat().st_size / 1024:.0f} KiB, "
                                     f"{len(docs)} file{'s' if len(docs) != 1 else ''})"), soft_wrap=True)
     return ExitCode.OK
 
 
-def latest_of_each_kind(root: Path) -> list[tuple[str, Path, list[Path], float]]:
-    """(kind, its run directory, the files, their newest mtime) for each kind of result under ROOT: a run
-    directory's files of one kind come together (a cluster's cluster.json stands for the nodes' node-*.json
-    beside it), from the run whose files of that kind are newest."""
+@dataclass
+class SavedRun:
+    """One run directory's results: the files the commands saved there, their kinds, the newest one's mtime."""
+
+    path: Path
+    files: list[Path]
+    kinds: list[str]
+    newest: float
+
+
+def saved_runs(root: Path) -> list[SavedRun]:
+    """Every run directory under ROOT that holds a result, the newest first (a cluster's cluster.json stands for
+    the nodes' node-*.json beside it)."""
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} is not a directory: give --results-dir a directory of saved results, or name "
                          "the files: ddpdoctor report FILE...")
@@ -78,20 +105,73 @@ def latest_of_each_kind(root: Path) -> list[tuple[str, Path, list[Path], float]]
         candidates = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
     except OSError as exc:
         raise UsageError(f"{root}: cannot read ({exc.strerror or exc})") from exc
-    best: dict[str, tuple[str, Path, list[Path], float]] = {}
+    runs = []
     for run in candidates:
-        by_kind: dict[str, list[Path]] = {}
-        for f in result_files(run):
-            by_kind.setdefault(kind_of(f), []).append(f)
-        for kind, found in by_kind.items():
-            newest = max(_mtime(f) for f in found)
-            if kind not in best or newest > best[kind][3]:
-                best[kind] = (kind, run, found, newest)
-    if not best:
+        found = result_files(run)
+        if found:
+            kinds = list(dict.fromkeys(kind_of(f) for f in found))
+            runs.append(SavedRun(run, found, sorted(kinds, key=_workflow_order), max(_mtime(f) for f in found)))
+    return sorted(runs, key=lambda r: -r.newest)
+
+
+def pick_runs(root: Path, run_ids: tuple[str, ...]) -> tuple[list[SavedRun], list[SavedRun]]:
+    """(the runs to report on, the others): the last run (every command saved under its id: a job's preflight,
+    nccl-bench and run-trainer together), or the runs --run names, the newest first."""
+    runs = saved_runs(root)
+    if not runs:
         raise UsageError(f"no results in {root}/ to report on: run `ddpdoctor preflight` (or nccl-bench, run-trainer) "
                          "here first, or name the files: ddpdoctor report FILE...")
-    order = ("preflight", "nccl-bench", "run", "postmortem")  # the workflow's order; any other kind after them
-    return sorted(best.values(), key=lambda g: (order.index(g[0]) if g[0] in order else len(order), g[0]))
+    if not run_ids:
+        return runs[:1], runs[1:]
+    by_name = {r.path.name: r for r in runs}
+    unknown = [i for i in run_ids if i not in by_name]
+    if unknown:
+        known = ", ".join(r.path.name for r in runs[:8]) + (" ..." if len(runs) > 8 else "")
+        raise UsageError(f"--run {unknown[0]}: no saved results under {root}/{unknown[0]}; the runs there, newest "
+                         f"first: {known}")
+    chosen = [r for r in runs if r.path.name in set(run_ids)]
+    return chosen, [r for r in runs if r not in chosen]
+
+
+COMMAND_OF_KIND = {"run": "run-trainer"}  # how `report` names a kind: as the command the user typed
+SHOWN_OTHERS = 6
+
+
+def _commands(run: SavedRun) -> str:
+    return ", ".join(COMMAND_OF_KIND.get(k, k) for k in run.kinds)
+
+
+def selection_lines(root: Path, chosen: list[SavedRun], others: list[SavedRun], picked: bool) -> list[str]:
+    """What the report holds (each run: its commands and files) and what it left out, with the line that adds it."""
+    import time
+
+    which = "the runs asked for" if picked else "the last run"
+    lines = [f"{which} in {root}: " + "; ".join(
+        f"{r.path.name}: {_commands(r)} (read {', '.join(f.name for f in r.files)})" for r in chosen)]
+    if others:
+        now = time.time()
+        listed = "; ".join(f"{r.path.name} ({_commands(r)}, {_ago(now - r.newest)})" for r in others[:SHOWN_OTHERS])
+        more = f"; and {len(others) - SHOWN_OTHERS} older" if len(others) > SHOWN_OTHERS else ""
+        add = " ".join(f"--run {r.path.name}" for r in [*chosen, others[0]])
+        lines.append(f"not in this report, {len(others)} other run{'s' if len(others) != 1 else ''} in {root}, newest "
+                     f"first: {listed}{more}. To add one: ddpdoctor report {add}")
+    return lines
+
+
+def _ago(seconds: float) -> str:
+    minutes = max(0, int(seconds // 60))
+    if minutes < 1:
+        return "just now"
+    if minutes < 120:
+        return f"{minutes} min ago"
+    return f"{minutes // 60} h ago" if minutes < 48 * 60 else f"{minutes // 1440} days ago"
+
+
+WORKFLOW = ("preflight", "nccl-bench", "run", "postmortem", "attach")  # the workflow's order; any other kind after
+
+
+def _workflow_order(kind: str) -> tuple[int, str]:
+    return (WORKFLOW.index(kind) if kind in WORKFLOW else len(WORKFLOW), kind)
 
 
 def _mtime(path: Path) -> float:

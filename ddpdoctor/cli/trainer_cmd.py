@@ -42,11 +42,13 @@ from . import common
 def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout, steps,
                 no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
     """Run the reference DDP trainer (or `-- your_script.py args`, `-- -m package.module args`) under torchrun,
-    then explain any failure.
+    then explain any failure. To see a diagnosis, make the reference trainer fail (its options go after `--`): `--fail-at-step K` `--fail-rank R`
+    `--fail-mode exception|exit|sigkill|hang` (`--fail-attempt N`: only on that restart attempt).
 
     \b
     Examples:
       ddpdoctor run-trainer --nproc-per-node 2 --steps 50
+      ddpdoctor run-trainer --nproc-per-node 2 --steps 20 -- --fail-at-step 5 --fail-rank 1 --fail-mode hang
       ddpdoctor run-trainer --nnodes 2 --nproc-per-node 8 --master node0:29500 -- train.py --lr 3e-4
     """
     from ..launch.config import TrainerConfig, validate
@@ -139,7 +141,7 @@ def show_preflight(doc: dict) -> None:
     if doc.get("role") == "worker":
         render_worker_line(doc, stderr_console(), hints=False)
     else:
-        render_preflight(doc, stderr_console(), verbose=0, quiet=True)
+        render_preflight(doc, stderr_console(), verbose=0, quiet=True, shown_by="with `ddpdoctor preflight`")
 
 
 def shown(doc: dict, console, full, one_line) -> None:

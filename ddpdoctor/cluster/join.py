@@ -49,8 +49,10 @@ def run_node(cfg: JoinConfig, plan) -> dict:
         raise ClusterNotAssembled(f"master {cfg.master} resolves to {master_addrs[0]} (loopback) but {cfg.nnodes} "
                                   f"nodes are expected; fix: {ep.FIXES[ep.LOOPBACK]}")
     # c10d reads its log level when torch loads: set here, before the import, or its socket warnings
-    # ("waitForInput ... timed out") reach the terminal whatever Node.run sets later
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # ("waitForInput ... timed out") reach the terminal whatever Node.run sets later. FATAL, not ERROR: the
+    # TCPStore client logs every failed connect to a master that is not ddpdoctor's (an HTTP server, junk) with
+    # a C++ backtrace at ERROR before it raises, and the engine words that failure in one line
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         _import_torch_distributed()
     except Exception as exc:  # noqa: BLE001 - a broken torch: ImportError, a missing shared library, ...

@@ -93,7 +93,7 @@ class Master(Node):
             if not missing or time.monotonic() >= self.budget.meet_by:
                 break
             self.mb.keep_hello()
-            self.progress.say(f"{n - len(missing)}/{n} nodes joined; waiting for rank(s) "
+            self.progress.say(f"{n - len(missing)}/{n} nodes joined{_who_joined(valid, missing)}; waiting for rank(s) "
                               f"{rosters.ranks_text(missing[:20])}" + (" ..." if len(missing) > 20 else ""), dedupe=True)
             time.sleep(POLL_S)
         self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
@@ -343,3 +343,15 @@ def unverified(silent: dict[str, str], open_names: list[str], others: list[dict]
     return {nm: why + ("; it joined without the run's key, so this may be an impostor using its name: set "
                        "DDPDOCTOR_TOKEN on every node and rerun" if nm in open_names else "")
             for nm, why in silent.items()}
+
+
+SHOWN_JOINED = 8  # nodes named in the "joined" line; more are counted
+
+
+def _who_joined(valid: dict[int, list[dict]], missing: list[int]) -> str:
+    """': rank 0 vm (10.0.0.1), rank 1 gpu2 (10.0.0.2)' for the nodes in so far (their own claims, as read)."""
+    joined = [(r, idents[-1]) for r, idents in sorted(valid.items()) if r not in missing and idents]
+    if not joined:
+        return ""
+    named = ", ".join(f"rank {r} {ident.get('host')} ({ident.get('addr')})" for r, ident in joined[:SHOWN_JOINED])
+    return f": {named}" + (f" and {len(joined) - SHOWN_JOINED} more" if len(joined) > SHOWN_JOINED else "")

@@ -324,6 +324,7 @@ class Node:
                 f"SIGSTOP) or starved? rerun it there first; every node exits 3")
 
     def close(self) -> None:
+        self.progress.close()
         self._beating.clear()
         if self.probe is not None:
             self.probe.close()

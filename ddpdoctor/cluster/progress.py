@@ -1,5 +1,7 @@
 """Progress lines: short status lines on stderr, so a node waiting for its peers says what it waits for
-(display-safe: text from other nodes is shown, its escape sequences never obeyed)."""
+(display-safe: text from other nodes is shown, its escape sequences never obeyed). On a terminal, a state that
+changes while the node waits (who has joined, whose results are awaited) is one line updated in place (rich's
+status spinner); elsewhere (a pipe, a scheduler's log file) every change is a plain line."""
 from __future__ import annotations
 
 import sys
@@ -10,13 +12,59 @@ from ..text import safe_text
 class Progress:
     """Short status lines on stderr, so a node waiting for its peers says what it waits for."""
 
-    def __init__(self, quiet: bool, label: str):
+    def __init__(self, quiet: bool, label: str, live: bool | None = None):
         self.quiet = quiet
         self.label = label
         self._last = ""
+        self.live = _terminal() if live is None else live
+        self._status = None  # rich's Status while a waiting state is shown in place
 
     def say(self, text: str, *, dedupe: bool = False) -> None:
+        """A line; ``dedupe``: a waiting state, said again each poll (only a change is shown; on a terminal it
+        replaces the state before it, in place)."""
         if self.quiet or (dedupe and text == self._last):
             return
         self._last = text
-        print(f"[ddpdoctor {self.label}] {safe_text(text)}", file=sys.stderr, flush=True)
+        line = f"[ddpdoctor {self.label}] {safe_text(text)}"
+        if dedupe and self.live:
+            self._show_in_place(line)
+            return
+        if self._status is not None:
+            self._status.console.print(_text(line), soft_wrap=True)  # above the spinner, kept
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def _show_in_place(self, line: str) -> None:
+        try:
+            if self._status is None:
+                from rich.console import Console
+
+                self._status = Console(stderr=True, highlight=False).status(_text(line))
+                self._status.start()
+            else:
+                self._status.update(_text(line))
+        except Exception:  # noqa: BLE001 - a display problem never stops a node: plain lines from here on
+            self.live, self._status = False, None
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """The node is done (or unwinding): the spinner goes; what was said as lines stays."""
+        if self._status is not None:
+            status, self._status = self._status, None
+            try:
+                status.stop()
+            except Exception:  # noqa: BLE001 - the node's result matters, not its spinner
+                pass
+
+
+def _text(line: str):
+    from rich.text import Text
+
+    return Text(line)  # never markup: host names come from other nodes
+
+
+def _terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -169,7 +169,8 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
         category="hang", error_type="likely_missing_rank",
         message=(f"likely {names if one else 'one or more of ' + names}: {how}, so not inside the collective that "
                  f"{_ranks(timed_out)} timed out in ({_where(calls)}); no flight-recorder dump says "
-                 + ("for certain" if one else "which of them the others waited for")),
+                 + ("for certain" if one else "which of them the others waited for; no rank is named. "
+                    + TELL_APART[0].upper() + TELL_APART[1:])),
         location=None,
         fix=("look at what " + names + f" was doing ({NO_STACK}); "
              + hang_timeout_advice(pg)))
@@ -182,29 +183,45 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     return new, (culprits[1:] if one else culprits) + out
 
 
+TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
+              "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
+              "or a rerun under `ddpdoctor run-trainer`) tell them apart")
+
+
 def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
                         listed: bool) -> tuple[RankFailure, list[RankFailure]]:
     """Every rank that failed lost a peer inside a collective, and some ranks of the attempt left no failure record:
     torchrun lists only the ranks that failed (``listed``: its table was read), so those most likely ended of their
-    own (exit code 0) early; without its table, a rank killed without a trace looks the same."""
+    own (exit code 0) early; without its table, a rank killed without a trace looks the same. Several such ranks
+    without the table: torchrun's closing SIGTERM leaves the ranks it stopped as silent as the one that left or was
+    killed, so none is named; the candidates are listed with what would tell them apart."""
     names = ", ".join(_name(f) for f in departed)
     calls = {f.rank: waited_call(f) for f in fails}
     first = departed[0]
+    one = len(departed) == 1 or listed
     new = RankFailure(
-        rank=first.rank, local_rank=first.local_rank, host=first.host, exit_code=None, attempt=first.attempt,
-        category="hang", error_type="likely_ended_early",
-        message=(f"likely {names}: left no failure record while every rank that failed lost a peer inside a "
-                 f"collective ({_where(calls)}); " + (
+        rank=first.rank if one else None, local_rank=first.local_rank if one else None, host=first.host,
+        exit_code=None, attempt=first.attempt, category="hang",
+        error_type="likely_ended_early" if one else "no_culprit_candidates",
+        message=(f"likely {names if one else 'one of ' + names}: left no failure record while every rank that "
+                 f"failed lost a peer inside a collective ({_where(calls)}); " + (
                      "torchrun lists only the ranks that failed, so it most likely ended of its own (exit code 0) "
                      "before the others were done" if listed else
                      "without torchrun's failure table (--agent-log), it ended early of its own or was killed "
-                     "without a trace")),
-        fix=ENDED_EARLY_FIX + "; its own last output is in its stdout.log and stderr.log in the log dir")
+                     "without a trace" if one else
+                     "the log dir cannot tell them apart: one ended or was killed (SIGKILL, the OOM killer) without "
+                     "a trace, and torchrun then stopped the others, which leaves no trace either; no rank is "
+                     "named. " + TELL_APART[0].upper() + TELL_APART[1:])),
+        fix=(ENDED_EARLY_FIX + "; its own last output is in its stdout.log and stderr.log in the log dir" if one else
+             TELL_APART + "; " + ENDED_EARLY_FIX))
     for f in fails:
         f.victim, f.reason = True, f"its {calls[f.rank][0]} broke when {names} left"
-    for f in departed[1:]:
-        f.victim, f.reason = False, "likely ended early too: left no failure record"
-    return new, departed[1:] + fails
+    for f in departed[1:] if one else departed:
+        f.victim = False
+        if not one:
+            f.named = False
+        f.reason = "likely ended early too: left no failure record" if one else "a candidate: left no failure record"
+    return new, (departed[1:] if one else departed) + fails
 
 
 def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], calls: dict,

@@ -334,16 +334,6 @@ def die_with_the_agent() -> None:
         os._exit(137)
 
 
-def install_calls_log() -> None:
-    """send/recv and all_to_all splits as they are called (launch/calls_log.py): gloo records none of them."""
-    try:
-        from ddpdoctor.launch import calls_log
-
-        calls_log.install()
-    except Exception:  # noqa: BLE001 - forensics must never stop the job
-        pass
-
-
 def main(argv: list[str] | None = None) -> None:
     kind, target, args = parse(sys.argv[1:] if argv is None else argv)
     if kind == "path" and not os.path.isfile(target):
@@ -354,7 +344,6 @@ def main(argv: list[str] | None = None) -> None:
     install_stack_dump()
     start_worker_server()
     install_dump_on_sigterm()
-    install_calls_log()
     try:
         run(kind, target, args)
     except SystemExit as exc:  # passes as under plain python, noted first

@@ -35,8 +35,7 @@ def _int(v) -> int:
 
 
 # ---------------------------------------------------------------- the job
-def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: str = "live",
-          calls_dir=None) -> dict:
+def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: str = "live") -> dict:
     """``evidence``: rank -> {"host", "pid", "state", "fr", "stacks"}. Returns the verdict document: the one
     judge (``launch.judge``, a wait-for graph over the ranks) on the evidence model, worded by judge.words.
 
@@ -49,11 +48,6 @@ def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: 
     from .judge.words import to_json
 
     job = worker_server.job(evidence, expected, live=source != "dumps")
-    if calls_dir is not None:  # run-trainer's call log: the peers of send/recv, which gloo does not record
-        from .evidence import calls
-
-        for state in calls.from_dir(calls_dir, sorted(job.ranks)):
-            job.add(state)
     return to_json(judge_job(job), job)
 
 

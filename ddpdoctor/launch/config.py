@@ -50,6 +50,10 @@ class TrainerConfig:
     def is_reference(self) -> bool:
         return self.script is None and self.module is None
 
+    def shown_script(self) -> str:
+        """The program as torchrun would name it had it run it directly: the script, the module or the trainer's."""
+        return self.module or self.script or REFERENCE_MODULE
+
     def endpoint(self) -> str:
         return self.master or self.standalone_endpoint or "127.0.0.1:29500"
 

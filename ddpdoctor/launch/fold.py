@@ -1,11 +1,11 @@
-"""Folding the tracebacks in run-trainer's relayed output (the ranks', torchrun's failure table's): each shows
-its last frames and its exception line on the terminal; the frames before them are one line saying where the
-whole traceback is (the logs; -v relays everything). Other ranks' lines interleaved with one pass through."""
+"""Folding the tracebacks in run-trainer's relayed output (the ranks', torchrun's, its failure table's): each is
+one line on the terminal, its exception line, saying how many frames were folded and where the whole traceback
+is (the logs; -v relays everything): the verdict that follows says where and why in the user's words. Other
+ranks' lines interleaved with one pass through."""
 from __future__ import annotations
 
 import re
 
-KEEP_FRAMES = 2  # the innermost frames shown: where it failed and its caller
 MAX_HELD = 2000  # lines held for one traceback at most: a longer one is relayed as it is
 # torchrun's --tee prefixes each line with the rank ("[default1]:[rank1]: ", "[rank1]:"); its own lines have none.
 PREFIX = re.compile(r"^(?P<prefix>(?:\[[^\]\n]{1,40}\]:){1,4})?(?P<rest>.*)$", re.S)
@@ -16,8 +16,8 @@ class Folder:
     """Fed one relayed line at a time; returns the lines to show now. ``where``: the logs, as the fold line
     names them."""
 
-    def __init__(self, where: str, keep: int = KEEP_FRAMES):
-        self.where, self.keep = where, keep
+    def __init__(self, where: str):
+        self.where = where
         self._held: dict[str, tuple[int, list[str]]] = {}  # prefix -> (its separator's width, the lines so far)
 
     def feed(self, line: str) -> list[str]:
@@ -45,11 +45,22 @@ class Folder:
         return out
 
     def _fold(self, block: list[str], prefix: str, sep: int) -> list[str]:
-        head, body, last = block[0], block[1:-1], block[-1]
-        starts = [i for i, line in enumerate(body) if PREFIX.match(line)["rest"].lstrip().startswith("File ")]
-        if len(starts) <= self.keep:
+        frames = sum(PREFIX.match(line)["rest"].lstrip().startswith("File ") for line in block[1:-1])
+        if not frames:
             return block
-        cut = starts[-self.keep]
-        note = (f"{prefix}{' ' * sep}  ... {len(starts) - self.keep} earlier frame(s) folded: the whole traceback is in "
-                f"{self.where} (-v shows it here)\n")
-        return [head, note, *body[cut:], last]
+        head = PREFIX.match(block[0])["rest"]
+        last = PREFIX.match(block[-1])["rest"].rstrip("\r\n")
+        # what stood before "Traceback" (torchrun's "  traceback : "), then the exception line, then the note
+        return [f"{prefix}{head[:head.index(HEADER)]}{last[sep:]}  [traceback folded: {frames} "
+                f"frame{'s' if frames != 1 else ''}, the whole one in {self.where}; -v shows it]\n"]
+
+
+def entry_point_named(script: str, bootstrap: str):
+    """torchrun names the program it ran in its failure table (``<name> FAILED``): that is run-trainer's bootstrap,
+    which then runs the user's script; on the terminal the table names the script, as a plain torchrun would."""
+    header = f"{bootstrap} FAILED"
+
+    def rename(line: str) -> str:
+        return line.replace(header, f"{script} FAILED", 1) if line.rstrip("\r\n") == header else line
+
+    return rename

@@ -16,7 +16,8 @@ from ..numbers import parse_int
 from . import evidence_io
 
 MAX_BYTES = evidence_io.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
-RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank)(\d{1,6})(?:\.json)?$")
+# nccl_trace_rank_3, rank3.json, and torch's own TORCH_FR_DUMP_TEMP_FILE naming: <prefix><rank>, e.g. rank_3
+RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank_?)(\d{1,6})(?:\.json)?$")
 _PlainUnpickler = evidence_io.PlainUnpickler  # the name tests and callers know
 
 
@@ -24,15 +25,19 @@ def read_dump(path: Path) -> dict | None:
     """One dump as a dict, or None when it is not a readable flight record (not a regular file, too big, not
     JSON/pickle, a memo or nesting bomb, the wrong shape): each refusal is a note, never an exception."""
     raw = evidence_io.read_capped(Path(path), MAX_BYTES)
-    if raw is None:
-        return None
+    return None if raw is None else parse_dump(raw, str(path))
+
+
+def parse_dump(raw: bytes, name: str) -> dict | None:
+    """A dump's bytes (JSON, or a pickle read as data) as a flight record, or None with a note (read_dump's
+    bounds; attach reads the bytes with the job's rights and hands them here)."""
     if raw[:1] in (b"{", b"["):
-        data = evidence_io.loads_bounded(raw, str(path))
+        data = evidence_io.loads_bounded(raw, name)
     else:
-        data = evidence_io.load_plain_pickle(raw, str(path))
-    if data is None or not evidence_io.tree_fits(data, str(path)):
+        data = evidence_io.load_plain_pickle(raw, name)
+    if data is None or not evidence_io.tree_fits(data, name):
         return None
-    return plain_record(data, str(path))
+    return plain_record(data, name)
 
 
 def plain_record(data, name: str) -> dict | None:
@@ -124,7 +129,7 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
 
 
 def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
-                world: list[int] | None = None, calls_dir: Path | None = None) -> dict | None:
+                world: list[int] | None = None) -> dict | None:
     """The hang verdict (the one judge, ``launch.judge``) from what a finished job left: the dumps (which may
     have been written after a timeout: gloo then counts the timed-out collective as completed, so the ranks'
     last sequence ids and calls are compared), the ranks' failure records (``failures``: how each ended, where
@@ -138,7 +143,7 @@ def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = Non
     from .judge.words import to_json
 
     ranks = sorted(set(job_ranks(dumps) if dumps else []) | set(world or []))
-    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks, calls_dir)
+    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks)
     found = judge(job)
     verdict = to_json(found, job)
     if not dumps and (not found.culprits or not all(c.named for c in found.culprits)

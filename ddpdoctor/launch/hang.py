@@ -177,8 +177,9 @@ class Watchdog:
         taken = (f"every rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
                  "every rank's evidence was taken as it expired (collecting it outlasted the margin)")
         threshold = {"seconds": early["timeout"], "source": "process-group timeout",
-                     "why": (f"your process group's own {early['timeout']:g} s timeout came before ddpdoctor's "
-                             f"hang threshold ({hang_s} s), so {taken}, after the ranks had waited "
+                     "why": (f"your process group's own {early['timeout']:g} s timeout (init_process_group's "
+                             f"timeout=) came before ddpdoctor's own hang limit ({hang_s} s), so {taken}, after the "
+                             f"ranks had waited "
                              f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
                                                                 "the job then ended by that timeout"))}
         return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
@@ -325,7 +326,7 @@ class Watchdog:
             for node, theirs in others.items():
                 nodes[node] = sorted(theirs)
                 evidence = {**theirs, **evidence}
-        verdict = collectives.judge(evidence, calls_dir=self.run_dir / "calls") if evidence else None
+        verdict = collectives.judge(evidence) if evidence else None
         if verdict is not None and self.nnodes > 1:
             verdict["nodes"] = {n: r for n, r in sorted(nodes.items())}
             verdict["missing_nodes"] = self.nnodes - len(nodes)

@@ -93,7 +93,7 @@ def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
     from .fr_dumps import find_dumps, judge_dumps
 
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
-                       verdict.world, run_dir / "calls")
+                       verdict.world)
     attribution.adopt(verdict, hang)
 
 
@@ -138,8 +138,7 @@ def hang_root_cause(report: dict) -> dict:
     threshold = report.get("threshold") or {}
     first = culprits[0] if culprits else {}
     if verdict:
-        message = f"{verdict['summary']} (no progress for {report['stalled_s']:.0f} s; threshold " \
-                  f"{threshold.get('seconds')} s, {threshold.get('source')})"
+        message = f"{verdict['summary']} ({_past_the_limit(report['stalled_s'], threshold)})"
     else:
         who = f"rank(s) {rank_ranges(ranks)}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
@@ -152,6 +151,16 @@ def hang_root_cause(report: dict) -> dict:
         fix=verdict.get("fix") or "look at the stack of the rank(s) behind: a rank that never reaches the "
             "collective the others wait in (a data loader stall, a rank-dependent branch, a deadlock) hangs the job",
     ).to_json()
+
+
+def _past_the_limit(stalled_s: float, threshold: dict) -> str:
+    """Why this is a hang, in a clause: how long nothing moved, and which limit that passed."""
+    seconds, source = threshold.get("seconds"), threshold.get("source")
+    if source == "process-group timeout":
+        return f"no progress for {stalled_s:.0f} s, and the job's own process-group timeout ({seconds:g} s) was expiring"
+    if source == "--hang-timeout":
+        return f"no progress for {stalled_s:.0f} s, past --hang-timeout {seconds:g} s"
+    return f"no progress for {stalled_s:.0f} s, past the {seconds} s hang limit calibrated from the job's own pace"
 
 
 def _hang_location(report: dict, ranks: list[int]) -> str | None:

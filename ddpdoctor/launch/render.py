@@ -46,7 +46,7 @@ def render(doc: dict, console: Console) -> None:
               f"{wording.category(root.get('category'))}")]
     if kind or rc.get("error_type") or rc.get("message"):
         what = f"{kind}: " if kind else f"{rc['error_type']}: " if rc.get("error_type") else ""
-        rows.append(T(f"error: {what}{shown_message(rc.get('message'))}"))
+        rows.append(T(f"error: {what}{wording.in_words(shown_message(rc.get('message')))}"))
     else:
         rows.append(T("error: no error message in the records read"))
     if rc.get("location"):
@@ -54,25 +54,35 @@ def render(doc: dict, console: Console) -> None:
                      if c.get("where") == rc["location"]), None)
         rows.append(T(f"where: {wording.location(rc['location'])}" + (f" in {func}" if func else "")))
     if rc.get("reason") and not root.get("victim"):
-        rows.append(T(f"note: {rc['reason']}"))
+        rows.append(T(f"note: {wording.in_words(rc['reason'])}"))
     title, fix = _title_and_fix(doc, root)
-    rows.append(T(f"fix: {shown_message(fix, 'fix')}", style="bold"))  # one naming 3,000 ranks: 270 lines
-    for c in doc.get("consequences", []):
-        how = wording.category(c.get("category")) + (f"; ended by {c['signal']}" if c.get("signal") else "")
-        rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: {c.get('reason')} "
-                      f"({how})", style="dim"))
-    if total(doc, "consequences") > len(doc.get("consequences") or []):  # the document kept the first ones
-        rows.append(T(f"consequences: {total(doc, 'consequences')} in all, rank(s) {ranks_text(doc, 'consequences')}",
-                      style="dim"))
+    rows.append(T(f"fix: {shown_message(wording.in_words(fix), 'fix')}", style="bold"))  # 3,000 ranks: 270 lines
+    rows += consequence_rows(doc)
     if doc.get("hang"):
         rows += hang_rows(doc["hang"], saved=_tool(doc) == "run-trainer")
     rows += [T(line) for line in straggler_lines(doc)]
     for line in doc.get("input_notes") or []:  # records the post-mortem skipped (a FIFO, a link out, too big)
         rows.append(T(f"note: {line}", style="dim"))
+    terms = wording.terms_line([row.plain for row in rows])  # each term a newcomer meets, explained once
+    if terms:
+        rows.append(T(terms, style="dim"))
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — {title}", style="bold red"),
                         border_style="red"))
     for line in where:  # below the box, one a line: a path is never broken by the panel's edge
         console.print(T(line, style="dim"), soft_wrap=True)
+
+
+def consequence_rows(doc: dict) -> list[Text]:
+    """One row per consequence the document lists; where it kept the first ones only, all of them as ranges."""
+    rows = []
+    for c in doc.get("consequences", []):
+        how = wording.category(c.get("category")) + (f"; ended by {c['signal']}" if c.get("signal") else "")
+        rows.append(T(f"consequence: rank {human(c.get('rank'))} on {human(c.get('host'))}: "
+                      f"{wording.in_words(c.get('reason'))} ({how})", style="dim"))
+    if total(doc, "consequences") > len(doc.get("consequences") or []):
+        rows.append(T(f"consequences: {total(doc, 'consequences')} in all, rank(s) {ranks_text(doc, 'consequences')}",
+                      style="dim"))
+    return rows
 
 
 NOTHING = "nothing to fix"  # a victim's fix: never the fix under a root-cause title
@@ -184,7 +194,7 @@ def _tool(doc: dict) -> str:
 def describe_start(start: dict | None) -> str:
     """How the run started, from the document's "start" (records.start_info): fresh, or resumed from a run."""
     if not start or start.get("fresh", True):
-        return "fresh"
+        return "started from scratch (no snapshot resumed)"
     step = start.get("step")
     return f"resumed from run {start.get('from_run')}" + (f" at step {step}" if step is not None else "")
 
@@ -232,19 +242,32 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
                          style="yellow"))
     t = hang.get("threshold") or {}
     if t:
-        # the why of a --hang-timeout is the flag itself: "(--hang-timeout)", not "(--hang-timeout: set by --hang-timeout)"
-        why = f": {t['why']}" if t.get("why") and t["why"] != f"set by {t.get('source')}" else ""
-        if t.get("source") == "process-group timeout" and t.get("why"):  # one sentence: hang.from_early's
-            rows.append(T(f"threshold: {t['why']}", style="dim"))
-        else:
-            rows.append(T(f"threshold: {human(t.get('seconds'))} s ({human(t.get('source'))}{why}); no progress for "
-                          f"{human(hang.get('stalled_s'))} s", style="dim"))
+        rows.append(T(limit_line(t, hang.get("stalled_s")), style="dim"))
     if saved:
         rows.append(T(f"stacks of {len(hang.get('stacks', {}))} rank(s) and their flight recorders saved in run.json",
                          style="dim"))
     elif verdict.get("files"):
         rows.append(T(f"read from the flight-recorder dumps of rank(s) {', '.join(verdict['files'])}", style="dim"))
     return rows
+
+
+def limit_line(t: dict, stalled_s) -> str:
+    """When ddpdoctor called it a hang, in words: its own hang limit (--hang-timeout, or calibrated from the job's
+    pace, and what that means), or the job's own process-group timeout that came first (hang.from_early's
+    sentence, which names both)."""
+    if t.get("source") == "process-group timeout" and t.get("why"):
+        return f"hang limit: {wording.paths_in(t['why'])}"
+    head = f"hang limit: {human(t.get('seconds'))} s without progress"
+    if t.get("source") == "--hang-timeout":
+        head += " (--hang-timeout)"
+    elif t.get("source") == "calibrated":
+        head += (" (calibrated from this job's own pace: " + str(t.get("why") or "") + "; --hang-timeout sets it)"
+                 if t.get("why") else " (calibrated from this job's own pace; --hang-timeout sets it)")
+    elif t.get("why") and t["why"] != f"set by {t.get('source')}":
+        head += f" ({human(t.get('source'))}: {t['why']})"
+    elif t.get("source"):
+        head += f" ({human(t.get('source'))})"
+    return head + f"; no progress for {human(stalled_s)} s"
 
 
 def collectives_line(summary: dict) -> str:

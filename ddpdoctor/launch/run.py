@@ -18,11 +18,12 @@ from .. import documents
 from ..errors import UsageError
 from ..redact import Lines, know_job, redact_text
 from ..text import safe_text
-from . import evidence_io, hang, procs, records, torchrun
+from . import evidence_io, hang, procs, records, stall, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, socket_dir
-from .fold import Folder
+from .fold import Folder, entry_point_named
+from .pace import Pace
 from .outcome import blame_the_disk, build_document, collectives_summary
 
 
@@ -33,13 +34,33 @@ class Terminal:
     only, and the verdict is the last word on the terminal. Lines held while muted are echoed after all if the
     stop is called off (the watchdog found the workers already gone: torchrun's own failure report follows)."""
 
-    def __init__(self) -> None:
+    def __init__(self, status_on: bool = False) -> None:
         self._lock = threading.Lock()
         self._muted = False
         self._held: list = []
+        self.status_on = status_on  # a terminal: the job's progress is one line under the output (pace.py)
+        self._status: str | None = None
+
+    def status(self, text: str | None) -> None:
+        """The progress line at the bottom of the terminal, redrawn in place (None: gone)."""
+        with self._lock:
+            self._erase()
+            self._status = None if self._muted or not self.status_on else text
+            self._draw()
+
+    def _erase(self) -> None:
+        if self._status:
+            _write(sys.stderr, "\r\x1b[2K")
+
+    def _draw(self) -> None:
+        if self._status:
+            width = max(20, shutil.get_terminal_size().columns - 1)  # one row: a wrapped one could not be erased
+            _write(sys.stderr, self._status[:width])
 
     def mute(self) -> None:
         with self._lock:
+            self._erase()
+            self._status = None
             self._muted = True
 
     def unmute(self) -> None:
@@ -54,7 +75,9 @@ class Terminal:
                 if len(self._held) < 10_000:  # bounded: a chatty job stopped for minutes
                     self._held.append((sink, line))
                 return
-        _write(sink, line)
+            self._erase()  # the line goes above the progress line, which is drawn again under it
+            _write(sink, line)
+            self._draw()
 
 
 def _write(sink, line: str) -> None:
@@ -66,7 +89,7 @@ def _write(sink, line: str) -> None:
 
 
 def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal | None = None,
-          logs: list | None = None, folder: Folder | None = None) -> None:
+          logs: list | None = None, folder: Folder | None = None, rename=None) -> None:
     """Copy one of torchrun's pipes line by line: to ``logs`` always, as written; to ``sinks`` (the terminal,
     secrets redacted, control sequences shown as text: it is often a scheduler's log file) through ``terminal``
     when given, so that it can be muted, and through ``folder`` when given (tracebacks folded to their last
@@ -78,7 +101,7 @@ def _pump(src, sinks, noticed: threading.Event | None = None, terminal: Terminal
         for sink in logs or ():
             _write(sink, line)
         if sinks:
-            shown = safe_text(redact(line), keep="\r")  # ESC, OSC, U+202E shown, not obeyed
+            shown = safe_text(redact(line if rename is None else rename(line)), keep="\r")  # ESC, OSC: shown
             _show(sinks, folder.feed(shown) if folder is not None else [shown], terminal)
     if sinks and folder is not None:
         _show(sinks, folder.flush(), terminal)
@@ -106,11 +129,23 @@ class _Watchdog(hang.Watchdog):
             self.terminal.unmute()  # not a hang after all: the workers had ended; torchrun reports that
         return report
 
+    pace: Pace | None = None
+
     def announce(self, evidence, left_s):
         """Say the culprit at once, on the terminal (not muted yet): the ranks' timeout tracebacks come after."""
         super().announce(evidence, left_s)
         if self.live_line:
-            _write(sys.stderr, redact_text(self.live_line) + "\n")
+            if self.terminal is not None:
+                self.terminal.write(sys.stderr, redact_text(self.live_line) + "\n")
+            else:
+                _write(sys.stderr, redact_text(self.live_line) + "\n")
+
+    def progress(self):
+        """Each poll's progress mark, also shown as the job's pace (steps, or collectives done)."""
+        mark = super().progress()
+        if self.pace is not None:
+            self.pace.observe(mark[0], stall.last_steps(self.run_dir))
+        return mark
 
     def from_early(self, stop: bool):
         """The user's process-group timeout expired: the job is stopped next, so the terminal is muted too (the
@@ -272,6 +307,14 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
         shutil.rmtree(sockets, ignore_errors=True)
 
 
+def _interactive() -> bool:
+    """Both streams on a terminal: only there does a progress line redrawn in place read as one."""
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _shown_path(path: Path) -> str:
     """The logs as the fold line names them: relative to the working directory when under it."""
     try:
@@ -281,10 +324,26 @@ def _shown_path(path: Path) -> str:
     return rel if not rel.startswith("..") else str(path)
 
 
+def _watchdog(cfg, proc, logs, env, terminal: Terminal, echo: bool, stdout_to_stderr: bool) -> _Watchdog:
+    """The hang watchdog beside torchrun, with what it says while the job runs."""
+    # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
+    # Each poll makes every rank serialise its flight record: every 2 s, unless a short fixed threshold.
+    poll = 1.0 if cfg.hang_timeout is not None and cfg.hang_timeout < 20 else 2.0
+    dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
+                    sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
+    dog.terminal = terminal
+    if echo:  # a straggler named while the job runs: one line on the terminal (stragglers.py)
+        dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")
+    if echo and not stdout_to_stderr:  # the job's pace: a status line on a terminal, else now and then
+        dog.pace = Pace(show=terminal.status if terminal.status_on else None,
+                        say=lambda text: terminal.write(sys.stderr, text + "\n"))
+    return dog
+
+
 def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, preflight, folders) -> dict:
     started = time.time()
     out_sink = sys.stderr if stdout_to_stderr else sys.stdout
-    terminal = Terminal()
+    terminal = Terminal(status_on=echo and not stdout_to_stderr and _interactive())
     with StopOnSignal() as stop:
         stop.terminal = terminal
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -295,17 +354,12 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             pumps = [threading.Thread(target=_pump, args=(proc.stdout, [out_sink] if echo else [], None, terminal,
                                                           None, folders[0]), daemon=True),
                      threading.Thread(target=_pump, args=(proc.stderr, [sys.stderr] if echo else [],
-                                                          stop.agent_noticed, terminal, [agent], folders[1]), daemon=True)]
+                                                          stop.agent_noticed, terminal, [agent], folders[1],
+                                                          entry_point_named(cfg.shown_script(), torchrun.BOOTSTRAP)),
+                                      daemon=True)]
             for t in pumps:
                 t.start()
-            # Always on: without --hang-timeout its threshold calibrates itself from the job's own progress.
-            # Each poll makes every rank serialise its flight record: every 2 s, unless a short fixed threshold.
-            poll = 1.0 if cfg.hang_timeout is not None and cfg.hang_timeout < 20 else 2.0
-            dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
-                            sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
-            dog.terminal = terminal
-            if echo:  # a straggler named while the job runs: one line on the terminal (stragglers.py)
-                dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")
+            dog = _watchdog(cfg, proc, logs, env, terminal, echo, stdout_to_stderr)
             stop.watch(dog)
             dog.start()
             try:
@@ -314,6 +368,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
             finally:
                 if dog:
                     dog.stop()
+                terminal.status(None)  # the verdict follows: no progress line under it
                 for t in pumps:
                     t.join(5)
         finally:

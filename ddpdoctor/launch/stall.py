@@ -82,6 +82,6 @@ class Threshold:
     def describe(self) -> dict:
         if self.fixed is not None:
             return {"seconds": self.fixed, "source": "--hang-timeout", "why": "set by --hang-timeout"}
-        why = (f"{self.factor:g} x the longest gap between progress events after {self.warmup} warm-up events "
-               f"({self.longest_gap:.1f} s), at least {self.floor:g} s")
+        why = (f"{self.factor:g} x its longest pause between two collectives or steps after a warm-up of "
+               f"{self.warmup} ({self.longest_gap:.1f} s), and at least {self.floor:g} s")
         return {"seconds": round(self.value() or self.floor, 1), "source": "calibrated", "why": why}

@@ -1,23 +1,24 @@
-"""The launchers as data: one module per launcher (torchrun, Kubernetes, SLURM, PBS, Open MPI/MPICH, --hosts),
-each a `base.Launcher`, and the table preflight, run-trainer, attach and the checks (through ddpdoctor.api)
-all read: which launcher started this process, its node rank and count, its fix for a node that never came,
+"""The launchers as data: one module per launcher (torchrun, Lightning's own, Kubernetes, SLURM, PBS, Open
+MPI/MPICH, --hosts), each a `base.Launcher`, and the table preflight, run-trainer, attach and the checks (through
+ddpdoctor.api) all read: which launcher started this process, its node rank and count, its fix for a node that never came,
 its per-node variables, and how a worker it started knows its rank.
 
 A new launcher is one module here with a LAUNCHER and its place in `LAUNCHERS` (the order is the detection's:
-the first whose ``present`` matches wins; torchrun first, as its workers also sit inside SLURM or MPI jobs).
+the first whose ``present`` matches wins; torchrun first, as its workers also sit inside SLURM or MPI jobs, then
+Lightning's, whose workers inherit a scheduler's variables when started inside an allocation).
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 from . import hosts as _hosts
-from . import kubernetes, mpi, pbs, slurm, torchrun
+from . import kubernetes, lightning, mpi, pbs, slurm, torchrun
 from .base import Context, Launcher, LauncherInfo, VarFamily, env_int, nnodes_from_world, rank_in_hosts
 from .hostlists import (MAX_LIST_CHARS, MAX_NODE_FILE_BYTES, expand_slurm_nodelist, hosts_of_node_file,
                         missing_hosts, read_node_file)
 
-LAUNCHERS: tuple[Launcher, ...] = (torchrun.LAUNCHER, kubernetes.LAUNCHER, slurm.LAUNCHER, pbs.LAUNCHER,
-                                   mpi.LAUNCHER)
+LAUNCHERS: tuple[Launcher, ...] = (torchrun.LAUNCHER, lightning.LAUNCHER, kubernetes.LAUNCHER, slurm.LAUNCHER,
+                                   pbs.LAUNCHER, mpi.LAUNCHER)
 ALL: tuple[Launcher, ...] = LAUNCHERS + (_hosts.LAUNCHER,)
 VARIABLES: tuple[VarFamily, ...] = tuple(f for launcher in ALL for f in launcher.variables)
 

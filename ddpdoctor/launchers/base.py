@@ -14,7 +14,8 @@ from ..numbers import parse_int
 
 @dataclass
 class LauncherInfo:
-    source: str | None = None  # the launcher's name in LAUNCHERS: "torchrun", "kubernetes", "slurm", "pbs", "mpi", "hosts"
+    source: str | None = None  # its name in LAUNCHERS: "torchrun", "lightning", "kubernetes", "slurm", "pbs", "mpi",
+    #                            "hosts"
     node_rank: int | None = None
     nnodes: int | None = None
     master: str | None = None  # host or host:port
@@ -57,7 +58,9 @@ class Launcher:
     ``rank_vars``/``local_rank_vars``/``size_vars`` name how a worker it started knows its global rank, its rank
     on the node and the world size (attach reads them from a process's environment); ``place_vars`` name the job
     and then the node a process runs in (attach started inside such a job step reads the ranks of its own job on
-    its own node only)."""
+    its own node only). ``first_is_parent``: a launcher that gives its workers no rank variable (Lightning's own):
+    local rank 0 is the user's process, the parent of the others, with its variables set in-process; a rank is
+    ``node_rank_vars`` times the processes on the node plus its local rank."""
     name: str
     present: Callable[[Mapping[str, str]], bool]
     read: Callable[[Mapping[str, str], Context], LauncherInfo]
@@ -69,6 +72,8 @@ class Launcher:
     size_vars: tuple[str, ...] = ()
     place_vars: tuple[str, ...] = ()
     variables: tuple[VarFamily, ...] = field(default=())
+    node_rank_vars: tuple[str, ...] = ()
+    first_is_parent: bool = False
 
 
 def env_int(env: Mapping[str, str], *names: str, signed: bool = False) -> int | None:

@@ -51,9 +51,11 @@ def _nodes(result: dict, limit: int = 6) -> str:
     return ", ".join(nodes[:limit]) + f" (+{len(nodes) - limit} more)"
 
 
-def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bool = False) -> None:
+def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bool = False,
+                     shown_by: str = "without -q") -> None:
     """Verdict line, then one panel per distinct problem (naming its nodes), then one line per passing
-    check: the length depends on the problems, not on the number of nodes."""
+    check: the length depends on the problems, not on the number of nodes. ``quiet``: the verdict and the
+    failures only, the warnings named in one line (``shown_by`` says how to see them)."""
     from ..grouping import group_results
 
     results = doc.get("results", [])
@@ -77,12 +79,17 @@ def render_preflight(doc: dict, console: Console, *, verbose: int = 0, quiet: bo
     auth_line(doc, console)
 
     for g in groups:
-        if g["level"] in ("fail", "warn"):
+        if g["level"] == "fail" or (g["level"] == "warn" and not quiet):
             view = _group_view(g, results)
             console.print(_finding_panel(view, verbose))
             _fix_line(view, console)
 
-    if quiet:
+    if quiet:  # -q: "only the verdict and failures"; the warnings are named, one line
+        warned = list(dict.fromkeys(g["check"] for g in groups if g["level"] == "warn"))
+        if warned:
+            console.print(T(f"  {len(warned)} warning{'s' if len(warned) != 1 else ''} not shown: "
+                            f"{', '.join(warned)}; {shown_by} each is shown with its fix", style="yellow"),
+                          soft_wrap=True)
         return
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("level", no_wrap=True)

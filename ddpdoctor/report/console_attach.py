@@ -10,7 +10,7 @@ from ..rank_lists import ranks_text, total
 from ..text import safe_text
 from .console import auth_line
 
-_STYLE = {"progressing": "green", "unreadable": "yellow"}
+_STYLE = {"progressing": "green", "unreadable": "yellow", "no_movement": "yellow"}
 MAX_CULPRIT_ROWS = 8  # more culprits than this: the first ones, then all of them as rank ranges
 
 
@@ -45,15 +45,17 @@ def render(doc: dict, console: Console) -> None:
                       soft_wrap=True)
     console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
     table = Table(box=None, pad_edge=False)
-    for name in ("rank", "pid", "in", "where", "moved"):
-        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved"))
+    for name in ("rank", "pid", "in", "where", "moved", "cpu"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved", "cpu"))
     for r in doc.get("ranks") or []:
         wait = r.get("wait") or {}
         what = r.get("failure") and f"not read: {r.get('error')}" or _what(wait)
         table.add_row(str(r.get("rank")), str(r.get("pid")), safe_text(what),
                       safe_text(f"{r.get('where') or ''}" + (f" ({r['function']})" if r.get("function") else "")),
-                      {True: "yes", False: "no"}.get(r.get("moved"), "-"))
+                      {True: "yes", False: "no"}.get(r.get("moved"), "-"), _cpu(r.get("cpu")))
     console.print(table)
+    for line in doc.get("notes") or []:  # what a job named that attach did not use, and why
+        console.print(Text(f"note: {safe_text(line)}", style="yellow"), soft_wrap=True)
     if doc.get("stopped"):
         console.print(f"--stop: sent {doc['stopped']['signal']} to {_ranks(doc['stopped']['pids'])}")
     auth_line(doc, console)  # several nodes: how their messages were protected
@@ -65,7 +67,16 @@ def _what(wait: dict) -> str:
         return "its own code" if kind == "none" else "?"
     if kind in ("send", "recv"):
         return f"{wait.get('op')}({'dst' if kind == 'send' else 'src'}={wait.get('peer')})"
+    if wait.get("library"):  # a library's wait: "DDP: all_reduce", "FSDP2: reduce_scatter" ("?" where unproven)
+        return f"{wait['library']}: {wait.get('op') or kind}" + ("" if wait.get("certain", True) else "?")
     return str(wait.get("op") or kind)
+
+
+def _cpu(share) -> str:
+    """The share of a core a rank used over the last window, as a person reads it."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        return "-"
+    return f"{share * 100:.0f} %"
 
 
 def _ranks(values) -> str:

@@ -92,6 +92,27 @@ def build_html(docs: list[dict]) -> str:
                                                   csp=CSP.format(script=f"sha256-{digest}"))
 
 
+def build_history_html(history: dict) -> str:
+    """The history page (`ddpdoctor report --history`): views/history.py's model, the same CSS and script."""
+    from .views.history import history_view
+
+    view = history_view(history)
+    drawn = [{"op": c["op"], "svg": Markup(svg.line_chart(f"{c['op']} bus bandwidth per node", c["series"],
+                                                          xlabel="the node's run", ylabel="busbw (GB/s)"))}
+             for c in view["charts"]]
+    js = (TEMPLATES / "report.js").read_text()
+    digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
+    return _env().get_template("history.html").render(h=view, charts=drawn, css=Markup((TEMPLATES / "report.css")
+                                                      .read_text()), js=Markup(js),
+                                                      csp=CSP.format(script=f"sha256-{digest}"))
+
+
+def write_history_html(history: dict, path) -> Path:
+    from ..documents import write_atomic
+
+    return write_atomic(path, build_history_html(history))
+
+
 def write_html(docs: list[dict], path) -> Path:
     """Write atomically, so a half-written report is never opened."""
     from ..documents import write_atomic

@@ -120,6 +120,10 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
     if not pts:
         return ""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts] + list(refs.values())
+    zeros = sum(1 for p in pts if p[1] <= 0) if log_y else 0  # a log axis has no 0: said, never silently dropped
+    if zeros:
+        dropped = "; ".join(filter(None, [dropped, f"{zeros} value{'s' if zeros != 1 else ''} of 0 or less not drawn "
+                                                  "(a log axis has no 0; the table has them)"]))
     if log_y:
         ys = [y for y in ys if y > 0] or [1.0]
     lo_x, hi_x = _decades(min(xs), max(xs), log_x)

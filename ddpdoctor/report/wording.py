@@ -73,3 +73,59 @@ def location(where: str | None) -> str:
         return ""
     file, sep, line = where.rpartition(":")
     return f"{path(file)}:{line}" if sep and re.fullmatch(r"[0-9]+", line) and file else path(where)
+
+
+ABSOLUTE = re.compile(r"(?<![\w./~-])/[\w.+@%-]+(?:/[\w.+@%-]+)+")
+
+
+def paths_in(text: str) -> str:
+    """Every absolute path in a sentence (a fix, a reason) in the one style the panel uses for `where:`: relative
+    to the working directory when under it, else as it is."""
+    if not isinstance(text, str) or "/" not in text:
+        return text
+    return ABSOLUTE.sub(lambda m: path(m.group()), text)
+
+
+def labels_in(text: str) -> str:
+    """A class label the judge's data carries, "(missing_rank)", in words: "(never reached the collective ...)"."""
+    if not isinstance(text, str) or "(" not in text:
+        return text
+    return re.sub(r"\(([a-z]+(?:_[a-z]+)+)\)", lambda m: f"({KIND.get(m[1]) or CATEGORY.get(m[1]) or m[1].replace('_', ' ')})",
+                  text)
+
+
+def in_words(text: str) -> str:
+    """A sentence from the document as the panel shows it: one path style, no internal label."""
+    return labels_in(paths_in(text))
+
+
+# The terms a newcomer meets in a failure panel, each explained once under it (terms_line): the pattern that
+# finds the term in the panel's text, and the explanation (a function of the match).
+TERMS = (
+    (re.compile(r"#(\d+) \(process group (\d+)\)"),
+     lambda m: f"#{m[1]} (process group {m[2]}) = the {_ordinal(m[1])} collective the ranks started on process group "
+               f"{m[2]}" + (" (torch's default group: every rank)" if m[2] == "0" else " (a group the job created)")),
+    (re.compile(r"last sequence ids"),
+     lambda m: "sequence id = how many collectives a rank had started on that group (a rank behind the others "
+               "never started the last one)"),
+    (re.compile(r"flight recorders?"),
+     lambda m: "flight recorder = torch's record of each rank's last collectives (which call, started or done)"),
+)
+
+
+def _ordinal(number: str) -> str:
+    n = int(number)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def terms_line(texts: list[str]) -> str | None:
+    """'terms: X = ...; Y = ...' for the terms the panel's lines use (each once, in the order met), else None."""
+    said: list[str] = []
+    for pattern, explain in TERMS:
+        for text in texts:
+            m = pattern.search(text or "")
+            if m:
+                said.append(explain(m))
+                break
+    return "terms: " + "; ".join(said) if said else None

@@ -1,10 +1,12 @@
 """Benchmark: `ddpdoctor attach` on a hung local job against py-spy run by hand on each rank (issue 31's speed).
 
-    python tests/benchmarks/bench_attach.py [--nproc 8] [--runs 3] [--interval 3]
+    python tests/benchmarks/bench_attach.py [--nproc 8] [--runs 3] [--interval 3] [--shape stuck|ddp]
     python tests/benchmarks/bench_attach.py --slurm [--runs 3] [--interval 3]   # root, slurm-wlm + munge
 
 A torchrun job (gloo, --nproc ranks, a 30-minute process-group timeout) where rank 1 sits in its own code while
-the others wait in all_reduce. Measured, alternated, --runs times each:
+the others wait: in all_reduce (--shape stuck), or inside loss.backward() in DDP's Reducer (--shape ddp: their
+Python frames stop in _engine_run_backward, so attach reads their native frames too, py-spy --native, to name
+DDP's gradient all_reduce). Measured, alternated, --runs times each:
 1. `ddpdoctor attach --pid AGENT --interval 0 --json` (one sample: discovery, every rank's py-spy dump --locals
    in parallel, the judge, the document), wall time of the process;
 2. the same with the default samples (four rounds over --interval seconds): what a user waits for;
@@ -40,8 +42,8 @@ TARGET_S = 5.0
 SLURM_TARGET_S = 15.0
 
 
-def start(nproc: int, tmp: Path) -> subprocess.Popen:
-    env = dict(os.environ, ATTACH_DIR=str(tmp), ATTACH_SHAPE="stuck", OMP_NUM_THREADS="1")
+def start(nproc: int, tmp: Path, shape: str = "stuck") -> subprocess.Popen:
+    env = dict(os.environ, ATTACH_DIR=str(tmp), ATTACH_SHAPE=shape, ATTACH_LONG_S="0", OMP_NUM_THREADS="1")
     agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                               "--master-port", str(free_port()), str(JOB)], env=env, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -60,14 +62,15 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.Co
     return time.perf_counter() - t0, res
 
 
-def by_hand(pids: list[int]) -> float:
+def by_hand(pids: list[int], native: bool = False) -> float:
     t0 = time.perf_counter()
     for pid in pids:
-        subprocess.run([binary(), "dump", "--locals", "--pid", str(pid)], capture_output=True, timeout=60)
+        subprocess.run([binary(), "dump", "--locals", *(["--native"] if native else []), "--pid", str(pid)],
+                       capture_output=True, timeout=60)
     return time.perf_counter() - t0
 
 
-def slurm_bench(runs: int, interval: float) -> None:
+def slurm_bench(runs: int, interval: float, shape: str = "stuck") -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.slurm_cluster import SlurmCluster
 
@@ -75,8 +78,8 @@ def slurm_bench(runs: int, interval: float) -> None:
         bin_dir = os.path.dirname(sys.executable)
         env = cluster.env(PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
         job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "bench", sys.executable, str(JOB)],
-                               env=dict(env, ATTACH_DIR=tmp, ATTACH_SHAPE="stuck", MASTER_ADDR="node1",
-                                        MASTER_PORT="29571", OMP_NUM_THREADS="1"),
+                               env=dict(env, ATTACH_DIR=tmp, ATTACH_SHAPE=shape, ATTACH_LONG_S="0",
+                                        MASTER_ADDR="node1", MASTER_PORT="29571", OMP_NUM_THREADS="1"),
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while not all((Path(tmp) / f"ready{r}").exists() for r in range(3)):
@@ -120,7 +123,7 @@ def slurm_bench(runs: int, interval: float) -> None:
             subprocess.run(["scancel", jobid], env=env, timeout=30, capture_output=True)
             job.wait(60)
     med = statistics.median
-    print(f"3 SLURM nodes (1 rank each), {runs} runs (median):")
+    print(f"3 SLURM nodes (1 rank each, shape {shape}), {runs} runs (median):")
     print(f"  srun --overlap ... ddpdoctor attach, four samples over {interval:g} s: {med(times):.2f} s")
     print(f"  srun --overlap -w NODE py-spy dump --locals by hand: {med(hand):.2f} s for {len(ranks)} nodes")
     print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
@@ -133,25 +136,30 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--interval", type=float, default=3.0)
+    ap.add_argument("--shape", choices=("stuck", "ddp"), default="stuck",
+                    help="stuck: the others wait in all_reduce; ddp: in DDP's Reducer (native frames read)")
     ap.add_argument("--slurm", action="store_true", help="3 real SLURM nodes (root, slurm-wlm, munge)")
     args = ap.parse_args()
     if args.slurm:
-        slurm_bench(args.runs, args.interval)
+        slurm_bench(args.runs, args.interval, args.shape)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        agent = start(args.nproc, Path(tmp))
+        agent = start(args.nproc, Path(tmp), args.shape)
         try:
             pids = [p.pid for p in psutil.Process(agent.pid).children()]
             base = [sys.executable, "-m", "ddpdoctor", "attach", "--pid", str(agent.pid), "--json", "--no-save"]
-            one, two, hand, named = [], [], [], set()
+            one, two, hand, named, natives, libraries = [], [], [], set(), set(), set()
             for _ in range(args.runs):
                 s, res = timed(base + ["--interval", "0"])
                 one.append(s)
                 named.add(tuple(json.loads(res.stdout)["diagnosis"].get("named") or ()))
                 s, res = timed(base + ["--interval", str(args.interval)])
                 two.append(s)
-                named.add(tuple(json.loads(res.stdout)["diagnosis"].get("named") or ()))
-                hand.append(by_hand(pids))
+                doc = json.loads(res.stdout)
+                named.add(tuple(doc["diagnosis"].get("named") or ()))
+                natives.add(sum(1 for r in doc["ranks"] if r.get("native")))
+                libraries.add(tuple(sorted({str((r.get("wait") or {}).get("library")) for r in doc["ranks"]})))
+                hand.append(by_hand(pids, native=args.shape == "ddp"))
             alive = agent.poll() is None and all(psutil.pid_exists(p) for p in pids)
         finally:
             family = psutil.Process(agent.pid).children(recursive=True)  # each worker in a session of its own
@@ -168,7 +176,9 @@ def main() -> None:
     print(f"  attach, one sample:             {med(one):.2f} s")
     print(f"  attach, four samples over {args.interval:g} s: {med(two):.2f} s "
           f"({med(two) - args.interval:.2f} s besides the interval)")
-    print(f"  py-spy dump --locals by hand:   {med(hand):.2f} s for {len(pids)} processes, one after the other")
+    print(f"  py-spy dump --locals{' --native' if args.shape == 'ddp' else ''} by hand: {med(hand):.2f} s for "
+          f"{len(pids)} processes, one after the other")
+    print(f"  ranks read with native frames: {sorted(natives)}; their waits' libraries: {sorted(libraries)}")
     print(f"  culprit named: {sorted(named)}; job still running after: {alive}")
     ok = med(one) <= TARGET_S and med(two) - args.interval <= TARGET_S and named == {(1,)} and alive
     print(f"target {TARGET_S:g} s: {'met' if ok else 'NOT met'}")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -104,17 +105,24 @@ def test_the_flight_record_comes_through_torchs_dump_pipe_and_places_the_late_ra
 
 
 def test_no_pipe_no_write(tmp_path):
-    """A regular file, a link to one, or a pipe nobody reads: never written, no request made."""
+    """A regular file, a link to one, or a pipe the rank does not hold: never written, no request made."""
     plain = tmp_path / "p0.pipe"
     plain.write_text("keep")
     link = tmp_path / "p1.pipe"
     link.symlink_to(plain)
     fifo = tmp_path / "p2.pipe"
     os.mkfifo(fifo)
-    assert not dump_pipe.request(str(plain)) and not dump_pipe.request(str(link))
-    assert not dump_pipe.request(str(fifo))  # ENXIO: torch has not opened it
+    rank = SimpleNamespace(pid=os.getpid(), rank=0, uid=os.geteuid(), gid=os.getegid(),
+                           dump_pipe=(str(plain), str(tmp_path / "never")))
+    assert not dump_pipe.request(rank, str(plain)) and not dump_pipe.request(rank, str(link))
+    assert not dump_pipe.request(rank, str(fifo))  # not held open by the rank (and nobody reads it)
+    held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert dump_pipe.request(rank, str(fifo)) and os.read(held, 8) == b"1"  # the rank's own pipe
+    finally:
+        os.close(held)
     assert plain.read_text() == "keep"
-    assert dump_pipe.flight_record(str(plain), str(tmp_path / "never"), 0.5) is None
+    assert dump_pipe.flight_record(rank, 0.5) is None
 
 
 def test_the_paths_follow_torchs_variables():

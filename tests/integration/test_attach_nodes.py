@@ -76,3 +76,48 @@ def test_a_node_that_never_joins_is_named(two_node_job):
     assert master.returncode == 3, master.stdout + master.stderr
     said = " ".join(master.stderr.split())  # the error line may be wrapped to the terminal's width
     assert "2/3 nodes joined" in said and "missing rank(s) 2" in said and "Traceback" not in said, said
+
+
+FAKE_MASTER = r'''
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(16)
+print(srv.getsockname()[1], flush=True)
+answer = {"http": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "junk": b"\x00junk\xff" * 64,
+          "close": b""}[sys.argv[1]]
+while True:
+    conn, _ = srv.accept()
+    try:
+        conn.settimeout(2)
+        conn.recv(4096)
+        conn.sendall(answer)
+    except OSError:
+        pass
+    conn.close()
+'''
+
+
+@pytest.mark.timeout(240)
+def test_a_master_that_is_not_ddpdoctor_is_one_line_and_exit_3():
+    """Issue #38, 6: --master pointed at an HTTP server, a junk server, one that closes every connection, or a
+    port nobody listens on: one error line each, exit 3, none of torch's C++ log or backtrace."""
+    servers = [subprocess.Popen([sys.executable, "-c", FAKE_MASTER, kind], stdout=subprocess.PIPE, text=True)
+               for kind in ("http", "junk", "close")]
+    try:
+        ports = [int(s.stdout.readline()) for s in servers] + [free_port()]
+        nodes = [subprocess.Popen([sys.executable, "-m", "ddpdoctor", "attach", "--no-save", "--interval", "0",
+                                   "--master", f"127.0.0.1:{port}", "--nnodes", "2", "--node-rank", "1",
+                                   "--local-addr", "127.0.0.2", "--meet-timeout", "5"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for port in ports]
+        for port, node in zip(ports, nodes):
+            out, err = node.communicate(timeout=200)
+            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[ddpdoctor")]
+            assert node.returncode == 3, (port, out, err)
+            assert len(lines) == 1 and lines[0].startswith("Error:"), err
+            for cpp in ("frame #", "Exception raised from", "TCPStore.cpp", "c10::", "Traceback"):
+                assert cpp not in err, err
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait(10)

@@ -212,3 +212,47 @@ def test_absurd_nnodes_is_a_one_line_usage_error(extra):
     assert len(out.stderr.strip().splitlines()) == 1 and "--nnodes" in out.stderr, out.stderr
     assert out.stdout == ""
     assert time.monotonic() - start < 0 + 40  # no network wait at all; 40 s: an interpreter's start-up (1 s quiet), loaded box
+
+
+@pytest.mark.timeout(120)
+def test_a_master_that_is_not_ddpdoctors_is_one_error_line_without_torchs_backtrace():
+    """An HTTP server on the master's port: torch's TCPStore client logs each failed ping with a C++ backtrace
+    at ERROR level before it raises; the node says one line (exit 3) and nothing of torch's. A fresh
+    interpreter (not forked from the test's torch-imported server): c10d reads its log level when torch loads."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.5)
+    stop = threading.Event()
+
+    def answer_http() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    conn.recv(64)
+                    conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nhello")
+                except OSError:
+                    pass
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+        out = subprocess.run([sys.executable, "-m", "ddpdoctor", "preflight", "--master",
+                              f"127.0.0.1:{srv.getsockname()[1]}", "--nnodes", "2", "--node-rank", "1",
+                              "--local-addr", "127.0.0.2", "--timeout", "5", "--no-save"],
+                             capture_output=True, text=True, timeout=100, env=env)
+    finally:
+        stop.set()
+        srv.close()
+    assert out.returncode == 3, out.stderr[-2000:]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "store did not answer" in errors[0], out.stderr[-2000:]
+    assert "TCPStore.cpp" not in out.stderr and "frame #" not in out.stderr, out.stderr[-2000:]

@@ -49,6 +49,14 @@ LOGS_CANNOT_TELL = {
     # pair's all_reduce without ever timing out, and the launcher stops it as silently as the stuck rank 3
     "tpdp-stuck": "rank 2, waiting in its pair (30-minute timeout), leaves no record, as rank 3",
 }
+# What run-trainer cannot tell either, since it observes the job without replacing torch's functions (the call log
+# that wrapped dist.send/recv/all_to_all_single broke every pipelining schedule, issue 37): who sent a message of
+# the wrong size is only in the calls' history, and gloo records no send/recv nor all_to_all splits. It names no
+# culprit there (never an innocent rank) and exits 1.
+TRAINER_CANNOT_TELL = {
+    "pipeline-shape": "the sender completed its send; only the history of calls says what it sent",
+    "moe-splits": "the rank of odd splits completed its all_to_all; gloo records no splits",
+}
 # Evidence the document must keep as torch wrote it: the store key the others waited on names the missing rank
 # (`wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2`); it is no secret to redact.
 KEPT = {"lifecycle-noinit": "keys: /default_pg/0//cpu//0/2"}
@@ -92,6 +100,9 @@ def check_run_trainer(shape: Shape, tmp: pytest.TempPathFactory) -> None:
     doc = run.doc
     assert doc is not None, run.stderr[-3000:]
     assert run.code == 1 and doc["verdict"] == "fail", f"exit {run.code}: {_said(doc)}"
+    if shape.name in TRAINER_CANNOT_TELL:
+        assert set(culprits_named(doc)) <= set(shape.culprits), f"an innocent rank named: {_said(doc)}"
+        return
     assert culprits_named(doc) == list(shape.culprits), _said(doc)
     rc = doc["root_cause"]
     assert rc and rc.get("rank") in shape.culprits, _said(doc)

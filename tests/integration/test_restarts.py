@@ -1,6 +1,6 @@
 """Restarts on the terminal (real processes, CPU, gloo): with --max-restarts, each attempt's outcome in one line
 (attempt 1: rank 1, InjectedFailure at train.py:N; attempt 2: passed, or failed because ...); the ranks'
-tracebacks relayed folded (the last frames; -v everything); no internal label on screen."""
+tracebacks relayed folded (one line each; -v everything); no internal label on screen."""
 from __future__ import annotations
 
 import re
@@ -33,7 +33,7 @@ def test_a_restart_that_passes_says_what_failed_in_attempt_1(tmp_path):
     assert p.returncode == 0, text[-3000:]
     assert re.search(r"attempt 1: rank 1, InjectedFailure at \S*faults\.py:\d+; restarted", p.stdout), p.stdout
     assert "attempt 2: passed" in p.stdout, p.stdout
-    assert "earlier frame(s) folded" in p.stderr and "InjectedFailure: injected failure" in p.stderr, p.stderr[-3000:]
+    assert "[traceback folded: " in p.stderr and "InjectedFailure: injected failure" in p.stderr, p.stderr[-3000:]
     for label in LABELS:
         assert label not in p.stdout, (label, p.stdout)
 
@@ -64,7 +64,7 @@ def test_a_restart_that_fails_again_says_why_each_attempt_failed(tmp_path):
     assert re.search(rf"attempt 2: (failed because ({again}|{refused})|{stuck})", flat(p.stdout)), p.stdout
     if re.search(refused, flat(p.stdout)):
         assert "torch's gloo could not connect the restarted ranks" in flat(p.stdout), p.stdout
-    assert "earlier frame(s) folded" not in p.stderr  # -v: the tracebacks whole
+    assert "traceback folded" not in p.stderr  # -v: the tracebacks whole
     assert "nothing to fix" not in p.stdout
     for label in LABELS:
         assert label not in p.stdout, (label, p.stdout)

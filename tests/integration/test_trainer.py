@@ -445,8 +445,8 @@ def test_the_preflight_it_ran_is_kept_beside_run_json_and_reported_with_it(tmp_p
     assert p.stdout.rstrip().splitlines()[-2].startswith("run.json: ") and p.stdout.rstrip().splitlines()[-1].startswith("logs: ")
     p = ddpdoctor("report")
     assert p.returncode == 0, p.stderr
-    assert f"preflight from run {run.name} (read {node_file.name}); run from run {run.name} (read run.json)" in \
-        " ".join(p.stdout.split()) and "different runs" not in p.stdout + p.stderr
+    assert f"the last run in ddpdoctor-results: {run.name}: preflight, run-trainer (read {node_file.name}, run.json)" \
+        in " ".join(p.stdout.split()) and "different runs" not in p.stdout + p.stderr
     # A gate that stops the launch keeps its preflight too (and launches nothing)
     p = ddpdoctor("run-trainer", "--rdzv-id", "blocked-1", "--preflight-args",
                   "--only resources --set resources.fail_shm_mib=100000000", "--", "--steps", "3")

@@ -1,13 +1,140 @@
-"""attach's decision: progressing (a waiting rank moved between the samples, or no rank waits on another), else
-the one judge (launch/judge, the wait-for graph run-trainer and postmortem use) over the ranks' py-spy records;
-its verdict worded by launch/judge/words like run.json's hang.verdict."""
+"""attach's decision: first whether the job moved (motion: a rank went through a wait between the rounds, or,
+when none waits on another, a rank's stack moved), whether nothing moved and nothing computes (a hang: the one
+judge, launch/judge, the wait-for graph run-trainer and postmortem use, over the ranks' py-spy records), or
+whether nothing moved while a rank that the others wait for uses the CPU (a long step or a hang: watched longer,
+then said as it is). Worded by launch/judge/words like run.json's hang.verdict."""
 from __future__ import annotations
 
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
+from enum import Enum
 
+from ...grouping import rank_ranges
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, words
 from .sample import RankRead
+
+# A share of one core. A rank blocked in a wait or a sleep uses none (measured: 0.00 over 3 s for a gloo rank in
+# DDP's Reducer wait, and for one in time.sleep); one computing uses a core, a quarter of one when eight ranks
+# share two cores. Above this, a rank that stands still is taken to compute (a long step), not to hang.
+BUSY_CPU = 0.1
+
+
+class Motion(str, Enum):
+    MOVED = "moved"            # the job progresses
+    STILL = "still"            # nothing moved, nothing computes: judge the hang now
+    UNDECIDED = "undecided"    # nothing moved, but a rank computes (a long step or a hang): watch, then say so
+    ONE_SAMPLE = "one_sample"  # --interval 0: movement not measured
+
+
+@dataclass
+class Reading:
+    motion: Motion
+    why: str
+    busy: list[int]
+
+
+def busy(r: RankRead) -> bool:
+    return r.cpu is not None and r.cpu >= BUSY_CPU
+
+
+def _waiting(r: RankRead) -> bool:
+    """It stands in a wait: its stack (or its flight record) says so. A library's wait the frames do not prove
+    (inside loss.backward(): DDP's Reducer, or the backward's own compute) is one only while the rank uses no
+    CPU: using a core there, it computes."""
+    if r.recorded is not None and r.recorded.wait is not None \
+            and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN):
+        return True
+    if not r.waits:
+        return False
+    library = r.state.wait.library if r.state is not None and r.state.wait is not None else None
+    return library is None or library.certain or not busy(r)
+
+
+def motion(reads: list[RankRead]) -> Reading:
+    """Whether the job moved between the rounds. Never "moved" when no rank moved: a rank that waits and stands
+    still, beside a rank that computes, may be a long step or a hang (``UNDECIDED``); beside ranks that use no CPU
+    (blocked, asleep) it is a hang (``STILL``), and so it is when a flight record shows the wait far longer than
+    any step before it (``overdue_wait``)."""
+    readable = [r for r in reads if r.readable]
+    if readable and all(r.moved is None for r in readable):
+        return Reading(Motion.ONE_SAMPLE, "one sample: movement not measured", [])
+    computing = sorted(r.rank for r in readable if busy(r) and not _waiting(r))
+    if not any(_waiting(r) or r.waited for r in reads):
+        moved = sorted(r.rank for r in readable if r.moved)
+        if moved:
+            return Reading(Motion.MOVED, f"no rank waits on another; rank(s) {rank_ranges(moved)} moved", [])
+        what = (f"rank(s) {rank_ranges(computing)} use the CPU" if computing else "none uses the CPU")
+        return Reading(Motion.UNDECIDED, f"no rank moved and none waits on another ({what})", computing)
+    moved = sorted(r.rank for r in reads if r.progressed)
+    if moved:
+        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(moved)} moved between the samples", [])
+    overdue = overdue_wait(reads)
+    if overdue is not None:
+        return Reading(Motion.STILL, overdue, [])
+    if computing:
+        return Reading(Motion.UNDECIDED, f"no rank moved, and rank(s) {rank_ranges(computing)} use the CPU in "
+                                         "their own code (a long step, or a hang)", computing)
+    if readable and all(_waiting(r) for r in readable):
+        spinning = sorted(r.rank for r in readable if busy(r))
+        if len(spinning) == len(readable):  # every rank inside its wait and working in it (a large collective)
+            return Reading(Motion.UNDECIDED, "no rank moved; every rank waits and uses the CPU", spinning)
+    return Reading(Motion.STILL, "no rank moved, and none uses the CPU", [])
+
+
+# The job's own rhythm, where a flight record gives it (run-trainer's worker server, torch's dump pipe): a wait far
+# longer than any step the record shows is a hang, whatever a rank computes meanwhile (a rank spinning forever).
+# As NVIDIA's resiliency extension times its watchdog: a safety factor over the longest interval observed, after
+# a few; never below a floor (a job's first steps, a record of a few entries).
+OVERDUE_FACTOR = 5.0
+OVERDUE_MIN_GAPS = 5
+OVERDUE_FLOOR_S = 30.0
+
+
+def overdue_wait(reads: list[RankRead], now: float | None = None) -> str | None:
+    """Why a waiting rank's collective is overdue by its own flight record's step times, or None: its pending
+    collective was created more than OVERDUE_FACTOR times the longest gap between the collectives it recorded
+    before (at least OVERDUE_MIN_GAPS of them), and more than OVERDUE_FLOOR_S, ago. Times are the record's
+    (wall clock, time_created_ns)."""
+    now = time.time() if now is None else now
+    for r in reads:
+        rec = r.recorded
+        if rec is None or rec.wait is None or rec.wait.call is None or rec.wait.call.created_ns is None:
+            continue
+        times = sorted(c.created_ns for c in rec.calls if c.created_ns and c.created_ns < rec.wait.call.created_ns)
+        gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:] + [rec.wait.call.created_ns])]
+        if len(gaps) < OVERDUE_MIN_GAPS:
+            continue
+        waited = now - rec.wait.call.created_ns / 1e9
+        limit = max(OVERDUE_FLOOR_S, OVERDUE_FACTOR * max(gaps))
+        if waited > limit:
+            return (f"rank {r.rank} has waited {waited:.0f} s in {rec.wait.call.op}, over {OVERDUE_FACTOR:g} times "
+                    f"the longest step its flight record shows ({max(gaps):.1f} s)")
+    return None
+
+
+def undecided(reads: list[RankRead]) -> str | None:
+    """Why the rounds cannot tell yet (a watch goes on), or None."""
+    reading = motion(reads)
+    return reading.why if reading.motion is Motion.UNDECIDED else None
+
+
+def undecided_here(reads: list[RankRead]) -> str | None:
+    """A node of several, on its own ranks: watch on while one of them computes in its own code and none went
+    through a wait (the master decides on every node's ranks; a node of waiters alone stops after the interval)."""
+    if any(r.progressed for r in reads):
+        return None
+    computing = sorted(r.rank for r in reads if r.readable and busy(r) and not _waiting(r))
+    return f"rank(s) {rank_ranges(computing)} use the CPU in their own code" if computing else None
+
+
+# Not a verdict on the job: it moved ("pass"), or nothing moved and the rounds could not tell a long step from a
+# hang ("warn": said as it is, exit 0, no rank blamed); every other category is the judge's hang or desync.
+NOT_HUNG = {"progressing": "pass", "no_movement": "warn", "no_job": "pass"}
+
+
+def verdict_of(diagnosis: dict) -> str:
+    return NOT_HUNG.get(str(diagnosis.get("category")), "fail")
 
 
 def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
@@ -26,40 +153,74 @@ def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
 # Stacks read at one moment show every rank that is inside a blocking collective at the same point of the job:
 # each is taken as inside the group's newest collective (sequence id 0 of the sample, not completed), so the
 # ranks not in it are the ones behind. Stacks name no group across ranks (py-spy shows a per-process object), so
-# every collective is taken on the default group: subgroups need the flight recorder.
+# only a collective the stack shows on the default group is placed so: the caller passed no group (py-spy's
+# ``default_group``). One on a subgroup (a DeviceMesh dimension, FSDP's, a library's wait with no group on the
+# stack) is left unplaced: a rank outside it is not missing from it (the 2-D mesh of issue 37: ranks 0 and 2,
+# in the other dimension's collective, were named for "never entering" reduce_scatter); the judge then has it
+# wait for the ranks that wait in nothing, and names none where every rank waits.
 STACK_SEQ = 0
 
 
 def stack_call(state: RankState) -> RankState:
-    """``state`` with its stack's collective as the call it is inside, where no record gave one (adapter field:
-    the judge reads ``calls``)."""
+    """``state`` with its stack's collective as the call it is inside, where no record gave one and the stack
+    shows it on the default group (adapter field: the judge reads ``calls``)."""
     wait = state.wait
-    if wait is None or wait.kind is not WaitKind.COLLECTIVE or wait.call is None or state.calls:
+    if wait is None or wait.kind is not WaitKind.COLLECTIVE or wait.call is None or state.calls \
+            or state.raw.get("default_group") is not True:
         return state
     call = replace(wait.call, seq=STACK_SEQ, completed=False, seq_from_stack=True)
     return replace(state, calls=(call,), wait=replace(wait, call=call), recorded=True,
                    raw={**state.raw, "seq_from": "stack"})
 
 
-def progressing(reads: list[RankRead]) -> str | None:
-    """Why the job is moving, or None: a rank that waits on another moved between the samples (a new Work, a new
-    line), or no rank waits on another at all."""
-    waiting = [r for r in reads if r.waits or (r.recorded is not None and r.recorded.wait is not None
-                                              and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN))]
-    if not waiting:
-        return "no rank waits on another" if any(r.readable for r in reads) else None
-    moved = [r.rank for r in waiting if r.moved]
-    if moved:
-        return f"rank(s) {', '.join(map(str, moved))} moved between the samples"
-    return None
-
-
-def decide(reads: list[RankRead], world_size: int | None) -> dict:
-    """The diagnosis document: {"category": "progressing", "summary", "fix"} or the judge's hang.verdict."""
-    why = progressing(reads)
-    if why is not None:
-        return {"category": "progressing", "summary": f"the job progresses: {why}",
+def decide(reads: list[RankRead], world_size: int | None, watched_s: float | None = None) -> dict:
+    """The diagnosis document: {"category": "progressing", ...} when the job moved; {"category": "no_movement",
+    ...} when nothing moved in ``watched_s`` seconds but a rank computes (or none waits on another): a long step
+    cannot be told from a hang; else the judge's hang.verdict."""
+    reading = motion(reads)
+    if reading.motion is Motion.MOVED:
+        return {"category": "progressing", "summary": f"the job progresses: {reading.why}",
                 "fix": "nothing to do now; run attach again if it stops moving", "culprits": [],
-                "consequences": [], "named": [], "likely_culprits": []}
+                "consequences": [], "named": [], "likely_culprits": [], "movement": reading.why}
     evidence = evidence_of(reads, world_size)
-    return words.to_json(judge(evidence), evidence)
+    if reading.motion is Motion.ONE_SAMPLE and not any(_waiting(r) for r in reads):
+        return _no_movement(reads, evidence, reading, None)
+    if reading.motion is Motion.UNDECIDED:
+        return _no_movement(reads, evidence, reading, watched_s)
+    return dict(words.to_json(judge(evidence), evidence), movement=reading.why)
+
+
+def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading, watched_s: float | None) -> dict:
+    """Nothing moved, and the rounds cannot tell a long step from a hang: said as it is, no rank blamed."""
+    waiting = sorted(r.rank for r in reads if _waiting(r))
+    verdict = words.to_json(judge(evidence), evidence) if waiting else {}
+    # "no rank moved" only where none did: a rank computing in a loop moves in its own code (its row says so)
+    who = "no waiting rank" if waiting and any(r.moved for r in reads) else "no rank"
+    parts = [f"{who} moved in {watched_s:.0f} s" if watched_s is not None
+             else "one sample: whether the ranks move was not measured"]
+    if waiting:
+        coll = (verdict.get("collective") or {}).get("library") or (verdict.get("collective") or {}).get("op")
+        behind = sorted(set(verdict.get("named") or []) | set(verdict.get("likely_culprits") or []))
+        parts.append(f"rank(s) {rank_ranges(waiting)} wait" + (f" in {coll}" if coll else "")
+                     + (f" for rank(s) {rank_ranges(behind)}" if behind and len(behind) < len(reads) else ""))
+    else:
+        parts.append("no rank waits on another")
+    computing = [_stands(r) for r in reads if r.rank in reading.busy]
+    if computing:
+        parts.append("; ".join(computing) + ": a long step, or a hang")
+    elif watched_s is not None:
+        parts.append("none uses the CPU (each stands in its own code: see the stacks)")
+    fix = ("if a step takes longer than that, run again with a longer --wait (e.g. --wait 300); if it never "
+           "moves, the stacks below show where each rank stands" if watched_s is not None
+           else "run again with --interval above 0 to see whether the ranks move")
+    return {"category": "no_movement", "summary": "; ".join(parts), "fix": fix, "culprits": [], "consequences": [],
+            "named": [], "likely_culprits": [], "busy": reading.busy, "waiting": waiting,
+            "waits": verdict.get("waits", {}), "collective": verdict.get("collective"), "movement": reading.why}
+
+
+def _stands(r: RankRead) -> str:
+    d = r.to_json()
+    verb = "uses the CPU inside its wait" if _waiting(r) else "computes"
+    where = f" at {d['where']}" + (f" in {d['function']}" if d.get("function") else "") if d.get("where") else ""
+    cpu = f" ({r.cpu * 100:.0f} % of a core)" if r.cpu is not None else ""
+    return f"rank {r.rank} {verb}{where}{cpu}"

@@ -1,6 +1,10 @@
 """The torch.distributed jobs on this machine, from every process's environment and the process tree: torchrun's
 agent and its workers, or workers srun, mpirun or a pod started without torchrun (the launcher table says which
-variables carry a worker's rank). A process whose environment cannot be read is counted, not guessed."""
+variables carry a worker's rank). A process whose environment cannot be read is counted, not guessed.
+
+A job is a process tree of one user: a run id (or any key) a job's environment gives is the job's own word, so
+ranks of different uids are never one job, nor are launcher trees whose ranks collide (two rank 0s); they are
+listed apart (``choose`` says the clash, exit 2)."""
 from __future__ import annotations
 
 import os
@@ -8,11 +12,15 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...launchers import LAUNCHERS, env_int
+from ...launchers import LAUNCHERS, by_name, env_int
 from ...numbers import parse_int
-from . import dump_pipe
+from ...redact import redact_argv
+from . import dump_pipe, job_access
 
-_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
+_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate launch",
+                "accelerate-launch", "accelerate.commands.launch")
+BOOTSTRAP = "ddpdoctor.launch.bootstrap"
 
 
 @dataclass
@@ -26,6 +34,11 @@ class RankProcess:
     username: str | None
     worker_socket: str | None = None  # run-trainer's worker server (its flight recorder), when it started the job
     dump_pipe: tuple[str, str] | None = None  # torch's dump pipe and dump file, when the job set them (dump_pipe.py)
+    uid: int | None = None  # the process's effective uid and gid: whose rights act on what it names (job_access)
+    gid: int | None = None
+    started: float | None = None  # its create time: the same process, not a reused pid, when --stop signals
+    parent: int | None = None
+    unused: list[str] = field(default_factory=list)  # what it named that is not its own: noted when it is read
 
 
 @dataclass
@@ -39,11 +52,21 @@ class Job:
     ranks: list[RankProcess] = field(default_factory=list)
     agent_pid: int | None = None
     command: str = ""
+    uid: int | None = None
+    user: str | None = None
+    agents: list[tuple[int, float]] = field(default_factory=list)  # torchrun's agents of the job: (pid, started)
 
     def to_json(self) -> dict:
         return {"id": self.key, "launcher": self.launcher, "world_size": self.world_size, "master": self.master,
-                "agent_pid": self.agent_pid, "command": self.command,
+                "agent_pid": self.agent_pid, "command": self.command, "user": self.user, "uid": self.uid,
                 "ranks_here": sorted(r.rank for r in self.ranks), "ranks_elsewhere": self.elsewhere()}
+
+    @property
+    def root_pid(self) -> int | None:
+        """The process that names this job for --pid: torchrun's agent, else its ranks' parent, else a rank."""
+        parents = {r.parent for r in self.ranks}
+        return self.agent_pid or (parents.pop() if len(parents) == 1 and None not in parents else None) or \
+            (self.ranks[0].pid if self.ranks else None)
 
     def elsewhere(self) -> list[int]:
         """Ranks of the world with no process here (other nodes', or ended ones)."""
@@ -61,6 +84,10 @@ def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
     """(rank, launcher, local rank, world size) from a process's environment: torch's own RANK first (every
     launcher that runs torch.distributed's env:// sets it), else the launcher's own rank variable."""
     for launcher in LAUNCHERS:
+        if launcher.first_is_parent:
+            if launcher.present(env):  # no rank variable: its parent tells (spawned_ranks)
+                return None, launcher.name, env_int(env, *launcher.local_rank_vars), env_int(env, *launcher.size_vars)
+            continue
         own = any(v in env for v in launcher.rank_vars if v != "RANK")  # PMIX_RANK without OMPI_*/PMI_*
         if not launcher.rank_vars or not (launcher.present(env) or own):
             continue
@@ -86,17 +113,17 @@ def job_key(env: dict) -> str:
 def discover(only_pids: set[int] | None = None) -> Discovery:
     """Every rank process on this machine (or among ``only_pids`` and their descendants), grouped by job."""
     skip = {os.getpid(), *(p.pid for p in _ancestors())}
-    jobs: dict[str, Job] = {}
     unreadable: list[int] = []
     candidates = _candidates(only_pids)
     rank_pids: set[int] = set()
     found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
+    spawned: list[tuple[psutil.Process, dict, list[str], str | None, str]] = []
     for proc in candidates:
         if proc.pid in skip:
             continue
         try:
             env = proc.environ()
-            cmd = " ".join(proc.cmdline())[:500]
+            argv = proc.cmdline()
             user = proc.username()
         except psutil.AccessDenied:
             if _is_python(proc):
@@ -105,22 +132,113 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         except psutil.Error:
             continue
         rank, launcher, local, world = rank_of(env)
-        if rank is None or not _is_python(proc) or is_ddpdoctor(proc.cmdline()):
+        if rank is None or not _is_python(proc) or is_ddpdoctor(argv):
+            if rank is None and launcher and _is_python(proc):
+                spawned.append((proc, env, argv, user, launcher))
             continue  # another ddpdoctor (attach under the same srun) is no rank
-        found.append((proc, env, RankProcess(proc.pid, rank, local, world, env_int(env, "GROUP_RANK"), cmd, user,
-                                             worker_socket(env, rank), dump_pipe.paths(env, rank)), launcher or ""))
+        found.append((proc, env, _rank_process(proc, env, env, rank, local, world, env_int(env, "GROUP_RANK"), argv,
+                                               user), launcher or ""))
         rank_pids.add(proc.pid)
+    found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
+    rank_pids |= {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
+    groups: dict[tuple[str, int | None], list[tuple[RankProcess, str, dict]]] = {}
     for proc, env, rp, launcher in found:
-        if _parent_pid(proc) in rank_pids and _same_rank(proc, rp, found):
+        if rp.parent in rank_pids and _same_rank(proc, rp, found):
             continue  # a rank's own child (a DataLoader worker) carries its RANK: the rank is its parent
-        key = job_key(env)
-        job = jobs.setdefault(key, Job(key, launcher or None, rp.world_size, _master(env)))
-        job.ranks.append(rp)
-    for job in jobs.values():
-        job.ranks.sort(key=lambda r: r.rank)
+        groups.setdefault((job_key(env), rp.uid), []).append((rp, launcher, env))
+    jobs = [job for (key, _), members in groups.items() for job in _jobs_of(key, members)]
+    return Discovery(sorted(jobs, key=lambda j: (j.key, j.uid if j.uid is not None else -1, j.root_pid or 0)),
+                     unreadable)
+
+
+def _jobs_of(key: str, members: list[tuple[RankProcess, str, dict]]) -> list[Job]:
+    """The jobs of one key and one user: one, or one per launcher tree (the ranks' parent) when the trees'
+    ranks collide or their world sizes differ: those are different jobs that share a key (a copied run id),
+    never merged. Trees whose ranks fit together are one job (several torchrun agents of one job on a host)."""
+    trees: dict[int | None, list[tuple[RankProcess, str, dict]]] = {}
+    for member in members:
+        trees.setdefault(member[0].parent, []).append(member)
+    ranks = [rp.rank for rp, _, _ in members]
+    worlds = {rp.world_size for rp, _, _ in members}
+    parts = [members] if len(ranks) == len(set(ranks)) and len(worlds) == 1 else list(trees.values())
+    jobs = []
+    for part in parts:
+        first, launcher, env = part[0]
+        job = Job(key, launcher or None, first.world_size, _master(env), uid=first.uid, user=first.username)
+        job.ranks = sorted((rp for rp, _, _ in part), key=lambda r: r.rank)
         _find_agent(job)
-    return Discovery(sorted(jobs.values(), key=lambda j: j.key), unreadable)
+        jobs.append(job)
+    return jobs
+
+
+def _rank_process(proc: psutil.Process, env: dict, own_env: dict, rank: int, local: int | None, world: int | None,
+                  node: int | None, argv: list[str], user: str | None) -> RankProcess:
+    """One rank as attach keeps it: its ids (whose rights act on what it names: job_access), and the worker
+    socket only where its own process listens on it (``own_env``: the environment the process really has)."""
+    try:
+        ids = (proc.uids().effective, proc.gids().effective, proc.create_time(), proc.ppid())
+    except psutil.Error:
+        ids = (None, None, None, None)
+    socket_path = worker_socket(own_env, rank)
+    listens = bool(socket_path) and job_access.listens_on(proc.pid, socket_path)
+    rp = RankProcess(proc.pid, rank, local, world, node, command_line(argv), user,
+                     socket_path if listens else None, dump_pipe.paths(own_env, rank), *ids)
+    if socket_path and not listens:
+        rp.unused.append(f"{socket_path} (no socket its process, pid {proc.pid}, listens on)")
+    return rp
+
+
+def command_line(argv: list[str]) -> str:
+    """A process's command line as attach shows it: secrets cut (a job's --token is not for the terminal)."""
+    return " ".join(redact_argv(argv))[:500]
+
+
+def spawned_ranks(spawned: list, allowed: set[int]) -> list[tuple[psutil.Process, dict, RankProcess, str]]:
+    """The ranks of a launcher that gives its workers no rank variable (Lightning's own, launchers/lightning.py):
+    its workers grouped by their parent, which is local rank 0 (it set its variables in-process, so its own
+    environment has none); N = 1 + the workers it started; a rank is NODE_RANK * N + LOCAL_RANK. A process whose
+    parent carries the variables too (a worker's own DataLoader worker) or whose LOCAL_RANK is 0 (local rank 0's
+    own helper, started with its in-process variables) is no rank. The parent counts only among ``allowed``."""
+    mine = {proc.pid for proc, *_ in spawned}
+    by_parent: dict[int, list] = {}
+    for item in spawned:
+        parent, launcher = _parent_pid(item[0]), by_name(item[4])
+        local = env_int(item[1], *launcher.local_rank_vars) if launcher else None
+        if parent is not None and parent not in mine and local:
+            by_parent.setdefault(parent, []).append((item, launcher, local))
+    out = []
+    for parent, kids in by_parent.items():
+        n = max(1 + len(kids), 1 + max(local for _, _, local in kids))
+        first_env = kids[0][0][1]
+        for (proc, env, argv, user, name), launcher, local in kids:
+            node = env_int(env, *launcher.node_rank_vars) or 0
+            rank = node * n + local
+            out.append((proc, env, _rank_process(proc, env, env, rank, local, env_int(env, *launcher.size_vars), node,
+                                                 argv, user), name))
+        first = _first_of(parent, first_env, kids[0][1], n) if parent in allowed else None
+        if first is not None:
+            out.append(first)
+    return out
+
+
+def _first_of(pid: int, worker_env: dict, launcher, n: int):
+    """Local rank 0 of a ``first_is_parent`` launcher: the workers' parent, with the variables it set in-process
+    (the job's, as its workers got them) over its own environment."""
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        own, user = proc.environ(), proc.username()
+    except psutil.Error:
+        return None
+    if not _is_python(proc) or is_ddpdoctor(argv):
+        return None
+    env = {**own, **{k: v for k, v in worker_env.items() if k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                                                  *launcher.node_rank_vars)}, "LOCAL_RANK": "0"}
+    node = env_int(env, *launcher.node_rank_vars) or 0
+    rank = node * n
+    return (proc, env, _rank_process(proc, env, own, rank, 0, env_int(env, *launcher.size_vars), node, argv, user),
+            launcher.name)
 
 
 def in_own_place(found: list, own_env) -> list:
@@ -146,8 +264,9 @@ def is_ddpdoctor(argv: list[str]) -> bool:
         return True
     args = iter(argv[1:])
     for arg in args:  # the interpreter's own options, up to the script or -m MODULE
-        if arg == "-m":
-            return next(args, "").split(".")[0] == "ddpdoctor"
+        if arg == "-m":  # run-trainer's bootstrap runs the job's own script: a rank, not ddpdoctor
+            module = next(args, "")
+            return module.split(".")[0] == "ddpdoctor" and module != BOOTSTRAP
         if arg in ("-X", "-W"):
             next(args, None)
         elif not arg.startswith("-") or arg == "-c":
@@ -156,12 +275,12 @@ def is_ddpdoctor(argv: list[str]) -> bool:
 
 
 def worker_socket(env: dict, rank: int) -> str | None:
-    """The rank's worker server socket, where run-trainer started the job (DDPDOCTOR_WORKER_SOCKET's template)."""
+    """The rank's worker server socket, where run-trainer started the job (DDPDOCTOR_WORKER_SOCKET's template).
+    Only a name: discover keeps it when the rank's own process listens there (job_access.listens_on)."""
     template = env.get("DDPDOCTOR_WORKER_SOCKET")
     if not template or "{rank}" not in template:
         return None
-    path = template.replace("{rank}", str(rank))
-    return path if os.path.exists(path) else None
+    return template.replace("{rank}", str(rank))
 
 
 def _candidates(only_pids: set[int] | None) -> list[psutil.Process]:
@@ -209,20 +328,16 @@ def _master(env: dict) -> str | None:
 
 
 def _find_agent(job: Job) -> None:
-    """torchrun's agent: the ranks' common parent when its command line is torchrun's."""
-    parents = set()
-    for rp in job.ranks:
+    """torchrun's agents: the ranks' parents of the job's own user whose command line is torchrun's."""
+    for pid in sorted({rp.parent for rp in job.ranks if rp.parent}):
         try:
-            parents.add(psutil.Process(rp.pid).ppid())
+            proc = psutil.Process(pid)
+            argv, uid, started = proc.cmdline(), proc.uids().effective, proc.create_time()
         except psutil.Error:
             continue
-    for pid in parents:
-        try:
-            cmd = psutil.Process(pid).cmdline()
-        except psutil.Error:
-            continue
-        text = " ".join(cmd)
-        if any(mark in text for mark in _AGENT_MARKS):
-            job.agent_pid, job.command = pid, text[:500]
-            return
-    job.command = job.ranks[0].cmdline if job.ranks else ""
+        if uid == job.uid and any(mark in " ".join(argv) for mark in _AGENT_MARKS):
+            job.agents.append((pid, started))
+            if job.agent_pid is None:
+                job.agent_pid, job.command = pid, command_line(argv)
+    if job.agent_pid is None:
+        job.command = job.ranks[0].cmdline if job.ranks else ""

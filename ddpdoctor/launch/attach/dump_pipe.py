@@ -4,19 +4,19 @@ ProcessGroupNCCL opens a named pipe ``${TORCH_NCCL_DEBUG_INFO_PIPE_FILE}<rank>.p
 and the flight recorder is on (``TORCH_NCCL_TRACE_BUFFER_SIZE`` > 0). Anything written to it makes torch's
 monitor thread dump the flight record, pickled, to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` (older name
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, default ``/tmp/nccl_trace_rank_``); training goes on. This is the one
-write attach makes to a job, and only to a pipe torch made: never to a regular file or through a link. The dump
-is read like any dump (launch.fr_dumps: a pickle is data, read with the plain unpickler).
+write attach makes to a job, and only to a pipe torch made: never to a regular file or through a link. Both the
+request and the dump's reading are made with the job's rights, on the rank's own pipe and file only
+(job_access). The dump is read like any dump (launch.fr_dumps: a pickle is data, read with the plain unpickler).
 """
 from __future__ import annotations
 
-import errno
-import os
-import stat
+import struct
 import time
-from pathlib import Path
 from typing import Mapping
 
 from ...launchers import env_int
+from ..evidence_io import DUMP_BYTES as MAX_DUMP_BYTES
+from . import job_access, job_paths
 
 DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
 POLL_S = 0.1
@@ -32,45 +32,55 @@ def paths(env: Mapping[str, str], rank: int) -> tuple[str, str] | None:
     return f"{stem}{rank}.pipe", f"{prefix}{rank}"
 
 
-def request(pipe: str) -> bool:
-    """Ask torch for a dump: one byte written to its pipe, without blocking. False when the path is no pipe,
-    or no process reads it (torch has not opened it: no NCCL group yet, or the job ended)."""
-    try:
-        if not stat.S_ISFIFO(os.lstat(pipe).st_mode):
-            return False
-        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return False  # ENXIO: nobody reads it; ENOENT, ELOOP, EACCES: not torch's pipe for us
-    try:
-        os.write(fd, b"1")
-        return True
-    except OSError as exc:
-        return exc.errno == errno.EAGAIN  # the pipe is full of earlier requests: one is pending anyway
-    finally:
-        os.close(fd)
+def request(rp, pipe: str) -> bool:
+    """Ask torch for a dump: one byte written to the rank's pipe without blocking, with the job's rights
+    (job_access: only a FIFO of the rank's uid that its process holds open, reached without a link). False when
+    it is not there, no process reads it (no NCCL group yet, or the job ended), or it is not the rank's."""
+    return job_access.as_job(rp, lambda: b"1" if job_paths.write_to_pipe(rp, pipe, b"1") else b"", 5.0) == b"1"
 
 
-def _mtime(path: str) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
-
-
-def flight_record(pipe: str, dump_file: str, timeout: float) -> dict | None:
-    """The rank's flight record dumped on request: the dump file once it is newer than the request and reads
-    whole; None when torch did not answer within ``timeout`` seconds."""
-    from ..fr_dumps import read_dump
-
-    before = _mtime(dump_file)
-    if not request(pipe):
-        return None
+def _exchange(rp, pipe: str, dump_file: str, before: float | None, ask: bool, timeout: float) -> bytes:
+    """In the child with the job's rights: the dump file's time before (unless known), the request (``ask``),
+    then the dump once it is newer than the request: 8 bytes of that time, then the file."""
     deadline = time.monotonic() + timeout
+    if ask:
+        try:
+            before = job_paths.regular_file(rp, dump_file)[0]
+        except job_paths.Absent:
+            before = None
+        if not job_paths.write_to_pipe(rp, pipe, b"1"):
+            raise job_paths.Absent()
+    while True:
+        try:
+            _, data = job_paths.regular_file(rp, dump_file, newer_than=before, cap=MAX_DUMP_BYTES)
+            return struct.pack("!d", -1.0 if before is None else before) + data
+        except job_paths.Absent:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(POLL_S)
+
+
+def flight_record(rp, timeout: float) -> dict | None:
+    """The rank's flight record dumped on request (``rp.dump_pipe``: its pipe and dump file): the dump file
+    once it is newer than the request and reads whole; None when torch did not answer within ``timeout``
+    seconds, or what the job named is not its own (job_access notes why)."""
+    from ..fr_dumps import parse_dump
+
+    if not rp.dump_pipe:
+        return None
+    pipe, dump_file = rp.dump_pipe
+    deadline = time.monotonic() + timeout
+    before, ask = None, True
     while time.monotonic() < deadline:
-        now = _mtime(dump_file)
-        if now is not None and (before is None or now > before):  # torch's answer, not an earlier dump
-            record = read_dump(Path(dump_file))  # a half-written pickle reads as None: try again
-            if record is not None:
-                return record
+        left = deadline - time.monotonic()
+        got = job_access.as_job(rp, lambda: _exchange(rp, pipe, dump_file, before, ask, left), left,
+                                MAX_DUMP_BYTES + 8)
+        if got is None or len(got) < 8:
+            return None
+        record = parse_dump(got[8:], dump_file)  # a half-written pickle reads as None: read it again
+        if record is not None:
+            return record
+        stamp = struct.unpack("!d", got[:8])[0]
+        before, ask = (None if stamp < 0 else stamp), False
         time.sleep(POLL_S)
     return None

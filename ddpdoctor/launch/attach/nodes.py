@@ -6,6 +6,8 @@ judge. A node with no rank of the job
 says so; a node that never joins is named as preflight names it (exit 3)."""
 from __future__ import annotations
 
+import math
+import time
 from typing import Any, Mapping
 
 from ...api import Check, Level, Result
@@ -16,7 +18,7 @@ from ..evidence.stacks import wait_of
 from .sample import RankRead
 
 CHECK = "attach-ranks"
-MAX_FRAMES = 64
+MAX_FRAMES = 96  # a Lightning stack with its native frames (py-spy --native) is 60 and more
 MAX_LOCALS = 24
 MAX_TEXT = 300
 MAX_RECORD_ENTRIES = 32  # a flight record's newest entries that travel: enough to place a rank around a hang
@@ -34,8 +36,13 @@ class RanksCheck(Check):
         self.timeout_s = 120.0
 
     def gather(self, ctx) -> dict:
+        from . import job_access
+
+        started = time.monotonic()
         job, reads, note = self._read_here()
-        return {"job": job, "ranks": [to_fact(r) for r in reads], "note": note}
+        return {"job": job, "ranks": [to_fact(r) for r in reads], "note": note,
+                "notes": [n[:MAX_TEXT * 2] for n in job_access.take_notes()],
+                "watched_s": round(time.monotonic() - started, 1)}
 
     def compare(self, facts_by_node: Mapping[str, dict], opts: Mapping[str, Any]) -> list[Result]:
         """On the master, with every node's ranks: the one verdict (so every node's exit code is the master's),
@@ -43,13 +50,14 @@ class RanksCheck(Check):
         out = []
         reads, job, _ = reads_from_facts(facts_by_node)
         if reads:
-            from .decide import decide
+            from .decide import decide, verdict_of
 
-            diag = decide(reads, parse_world(job, reads))
-            stuck = diag["category"] != "progressing"
+            diag = decide(reads, parse_world(job, reads), watched_s=max(
+                (parse_float((f or {}).get("watched_s")) or 0.0 for f in facts_by_node.values()), default=0.0))
+            level = Level(verdict_of(diag))
             hosts = sorted({str(c.get("host")) for c in diag.get("culprits") or [] if c.get("host")})
-            out.append(Result(CHECK, Level.FAIL if stuck else Level.PASS, f"{diag['category']}: {diag['summary']}",
-                              hosts or sorted(facts_by_node), fix=diag.get("fix", "") if stuck else ""))
+            out.append(Result(CHECK, level, f"{diag['category']}: {diag['summary']}",
+                              hosts or sorted(facts_by_node), fix=diag.get("fix", "") if level != Level.PASS else ""))
         for node, facts in sorted(facts_by_node.items()):
             ranks = (facts or {}).get("ranks") or []
             if not ranks:
@@ -61,14 +69,35 @@ class RanksCheck(Check):
         return out
 
 
+# The only locals that travel: the peer of a send/recv, as an integer (stacks.wait_of reads them on the master).
+# Every other local (a token, a password, a batch) stays on its node: whether a rank moved between the samples,
+# the one use of all its locals, is decided where it was read; the store's messages are sealed, not encrypted.
+PEER_LOCALS = ("dst", "src", "group_dst", "group_src")
+
+
 def to_fact(read: RankRead) -> dict:
+    """A rank's read as the JSON fact that goes to the master: its frames with no local but a peer's rank, the
+    whole redacted (redact.redact_evidence) before it leaves the process."""
+    from ...redact import redact_evidence
+
     s = read.state
-    return {"rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
-            "moved": read.moved, "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
-            "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT],
-                        [[k[:64], v[:MAX_TEXT]] for k, v in f.locals[:MAX_LOCALS]]] for f in s.frames[:MAX_FRAMES]]
-            if s else None,
-            "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None}
+    return redact_evidence({
+        "rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
+        "moved": read.moved, "waited": read.waited, "cpu": read.cpu,
+        "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
+        "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT], _peer_locals(f.locals)]
+                   for f in s.frames[:MAX_FRAMES]] if s else None,
+        "record": _thin_record(read.recorded.raw.get("fr")) if read.recorded is not None else None,
+        "default_group": s.raw.get("default_group") if s else None})
+
+
+def _peer_locals(pairs) -> list[list[str]]:
+    out = []
+    for k, v in pairs:
+        peer = parse_int(v, lo=0, hi=1 << 24) if k in PEER_LOCALS else None
+        if peer is not None:
+            out.append([k, str(peer)])
+    return out
 
 
 def _thin_record(fr) -> dict | None:
@@ -90,7 +119,8 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
         return None
     read = RankRead(rank, pid or 0, str(fact.get("host") or node)[:MAX_TEXT], parse_int(fact.get("local_rank")),
                     moved=fact.get("moved") if isinstance(fact.get("moved"), bool) else None,
-                    error=str(fact.get("error") or "")[:MAX_TEXT])
+                    error=str(fact.get("error") or "")[:MAX_TEXT], waited=fact.get("waited") is True,
+                    cpu=parse_float(fact.get("cpu")))
     failure = fact.get("failure")
     if failure is not None:
         read.failure = next((f for f in pyspy.DumpFailure if f.value == failure), pyspy.DumpFailure.OTHER)
@@ -104,8 +134,10 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
         frames.append(Frame(str(file)[:MAX_TEXT], parse_int(line, hi=10**9) or 0, str(func)[:MAX_TEXT],
                             tuple((str(k)[:64], str(v)[:MAX_TEXT]) for k, v in pairs)))
     frames_t = tuple(frames)
+    default = fact.get("default_group")
     read.state = RankState(rank, Source.PY_SPY, host=read.host, node=node, pid=pid, local_rank=read.local_rank,
-                           frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING)
+                           frames=frames_t, wait=wait_of(frames_t), ending=STILL_RUNNING,
+                           raw={"default_group": default if isinstance(default, bool) else None})
     read.recorded = _record_of(rank, fact.get("record"), node)
     return read
 
@@ -122,6 +154,16 @@ def _record_of(rank: int, record: Any, node: str) -> RankState | None:
         return None
     fr["entries"] = fr["entries"][-MAX_RECORD_ENTRIES:]
     return flight_recorder.rank_state(rank, fr, Source.FLIGHT_RECORDER, live=True)
+
+
+def notes_of(doc: dict) -> list[str]:
+    """Every node's notes (what a job named that attach did not use, and why), each with its node."""
+    out = []
+    for node, entry in sorted((doc.get("nodes") or {}).items()):
+        facts = ((entry or {}).get("facts") or {}).get(CHECK) or {}
+        notes = facts.get("notes") if isinstance(facts, dict) else None
+        out += [f"{node}: {str(n)[:MAX_TEXT * 2]}" for n in (notes if isinstance(notes, list) else [])[:50]]
+    return out
 
 
 def reads_of(doc: dict) -> tuple[list[RankRead], dict[str, Any], list[str]]:
@@ -143,6 +185,19 @@ def reads_from_facts(facts_by_node: Mapping[str, Any]) -> tuple[list[RankRead], 
             job = facts["job"]
         reads += [r for r in (from_fact(f, node) for f in ranks[:4096]) if r is not None]
     return sorted(reads, key=lambda r: r.rank), job, empty
+
+
+def parse_float(value: Any) -> float | None:
+    """A finite, non-negative number from another node (a CPU share, seconds), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def watched_of(doc: dict) -> float:
+    """The longest any node watched its ranks, from the master's cluster document."""
+    return max((parse_float((((entry or {}).get("facts") or {}).get(CHECK) or {}).get("watched_s")) or 0.0
+                for entry in (doc.get("nodes") or {}).values() if isinstance(entry, dict)), default=0.0)
 
 
 def parse_world(job: dict | None, reads: list[RankRead]) -> int | None:

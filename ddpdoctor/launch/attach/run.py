@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass
+from typing import Callable
+
+import psutil
 
 from ...errors import NothingReadable, UsageError
 from ...exitcodes import ExitCode
 from ..evidence import pyspy
 from . import discover as disc
-from .decide import decide
+from . import job_access
+from .decide import decide, undecided, undecided_here, verdict_of
 from .sample import read_job
 
 
@@ -22,6 +27,8 @@ class AttachRequest:
     interval: float = 3.0
     timeout: float = pyspy.TIMEOUT_S
     stop: bool = False
+    wait: float = 30.0  # nothing moved but a rank computes: watch up to this long in all, then say it as it is
+    progress: Callable[[str], None] | None = None  # one line per step of the sampling (the CLI shows it)
     # several nodes: where they meet, as preflight's flags (the launcher's values fill what is not given)
     master: str | None = None
     nnodes: int | None = None
@@ -41,6 +48,10 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
         jobs = [j for j in jobs if j.key == request.job or j.key.startswith(request.job)]
         if not jobs:
             raise UsageError(f"--job {request.job!r}: no such job on this node ({_listing(found.jobs) or 'none'})")
+    shared = sorted({j.key for j in jobs if sum(k.key == j.key for k in jobs) > 1})
+    if shared:  # a run id is the job's own word: another user's job (or another launch) may copy it
+        raise UsageError(f"{len(jobs)} jobs share the key {', '.join(shared)} (different users or launcher trees: "
+                         f"never merged); name one with --pid PID: {_listing(jobs, by_pid=True)}")
     if len(jobs) > 1:
         raise UsageError(f"{len(jobs)} torch.distributed jobs run here; name one with --pid PID or --job KEY: "
                          f"{_listing(jobs)}")
@@ -53,9 +64,12 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
     return jobs[0]
 
 
-def _listing(jobs: list[disc.Job]) -> str:
-    return "; ".join(f"--job {j.key} (ranks {','.join(map(str, sorted(r.rank for r in j.ranks)))}, "
-                     f"pid {j.agent_pid or j.ranks[0].pid}: {j.command[:120]})" for j in jobs)
+def _listing(jobs: list[disc.Job], by_pid: bool = False) -> str:
+    def one(j: disc.Job) -> str:
+        ranks = ",".join(map(str, sorted(r.rank for r in j.ranks)))
+        head = f"--pid {j.root_pid} (job {j.key}, " if by_pid else f"--job {j.key} ("
+        return f"{head}user {j.user or j.uid}, ranks {ranks}, pid {j.root_pid}: {j.command[:120]})"
+    return "; ".join(one(j) for j in jobs)
 
 
 def permission_fix(pids: list[int], what: str = "read their stacks") -> str:
@@ -85,31 +99,46 @@ def run(request: AttachRequest) -> dict:
     tool = pyspy.binary()
     if tool is None:
         raise UsageError("py-spy is not installed: `pip install py-spy` (attach reads the ranks' stacks with it)")
-    reads = read_job(job, interval=request.interval, timeout=request.timeout, tool=tool)
+    say = request.progress or (lambda text: None)
+    say(f"job {job.key} ({job.launcher or 'no launcher'}): {len(job.ranks)} rank(s) here")
+    started = time.monotonic()
+    reads = read(job, request, tool)
+    watched = time.monotonic() - started
     if not any(r.readable for r in reads):
         denied = [r.pid for r in reads if r.failure is pyspy.DumpFailure.PERMISSION]
         if denied:
             raise NothingReadable(permission_fix(denied))
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
-    diagnosis = decide(reads, job.world_size)
-    stuck = diagnosis["category"] != "progressing"
-    stopped = stop_job(job) if request.stop and stuck else None
-    code = ExitCode.FAIL if stuck else ExitCode.OK
+    diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
+    verdict = verdict_of(diagnosis)
+    stopped = stop_job(job) if request.stop and verdict == "fail" else None
     return documents.envelope(
-        "attach", verdict="fail" if stuck else "pass", exit_code=int(code),
-        host=socket.gethostname(), job=job.to_json(), interval_s=request.interval,
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped)
+        "attach", verdict=verdict, exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK),
+        host=socket.gethostname(), job=job.to_json(), interval_s=request.interval, watched_s=round(watched, 1),
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped, notes=job_access.take_notes())
+
+
+def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:
+    """The job's ranks here, sampled over the interval, watched up to --wait while the rounds cannot tell (a
+    node of several watches while one of its own ranks computes and none went through a wait)."""
+    return read_job(job, interval=request.interval, timeout=request.timeout, tool=tool, watch=request.wait,
+                    undecided=undecided_here if one_of_several else undecided, progress=request.progress)
 
 
 def stop_job(job: disc.Job) -> dict:
-    """--stop: SIGTERM to torchrun's agent (it stops its workers), else to every rank; after the verdict."""
-    targets = [job.agent_pid] if job.agent_pid else [r.pid for r in job.ranks]
+    """--stop: SIGTERM to torchrun's agents (they stop their workers), else to every rank; after the verdict,
+    and only to a process that is still the one discovered (same create time: not a reused pid) and of the
+    job's own user."""
+    targets = job.agents or [(r.pid, r.started) for r in job.ranks]
     sent = []
-    for pid in targets:
+    for pid, started in targets:
         try:
-            os.kill(pid, signal.SIGTERM)
+            proc = psutil.Process(pid)
+            if started is None or proc.create_time() != started or proc.uids().effective != job.uid:
+                continue
+            proc.send_signal(signal.SIGTERM)
             sent.append(pid)
-        except OSError:
+        except psutil.Error:
             continue
     return {"signal": "SIGTERM", "pids": sent}
 
@@ -121,7 +150,7 @@ def read_here(request: AttachRequest):
         job = choose(found, request)
     except (UsageError, NothingReadable) as exc:
         return None, [], str(exc)
-    return job.to_json(), read_job(job, interval=request.interval, timeout=request.timeout), ""
+    return job.to_json(), read(job, request, one_of_several=True), ""
 
 
 def run_nodes(request: AttachRequest) -> dict | None:
@@ -134,11 +163,16 @@ def run_nodes(request: AttachRequest) -> dict | None:
     from ...settings import resolve_run
     from . import nodes
 
+    # torch's TCPStore client logs every failed connect with a C++ backtrace (ERROR level) before it raises: a
+    # master that is not ddpdoctor's (an HTTP server, junk, closed) must read as the one error line the engine
+    # words, so c10d is silenced in this process below FATAL. Set before torch loads (it reads it then); a
+    # user's own value (set for their jobs, carried by `sudo -E`) is not attach's.
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
                             local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
                             node_command="ddpdoctor attach --master HOST:PORT")
     check = nodes.RanksCheck(lambda: read_here(request))
-    check.timeout_s = request.interval + 2 * request.timeout + 30
+    check.timeout_s = max(request.interval, request.wait) + 2 * request.timeout + 30
     plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.launch.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
                 resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
     doc = join.run_cluster(plan, preq, preq.launcher())
@@ -154,6 +188,7 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
     from . import nodes
 
     reads, job, empty = nodes.reads_of(doc)
+    notes = nodes.notes_of(doc)
     if doc.get("role") == "worker":
         own = ((doc.get("nodes") or {}).get(doc.get("this_node")) or {}).get("facts", {}).get(nodes.CHECK) or {}
         mine = [r for r in (nodes.from_fact(f, str(doc.get("this_node"))) for f in own.get("ranks") or []) if r]
@@ -161,21 +196,24 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
             "attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
             exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(), job=job or None,
             interval_s=request.interval, ranks=[r.to_json() for r in mine],
-            diagnosis={"category": "worker", "summary": "the master prints the verdict", "fix": ""}, stopped=None), doc)
+            diagnosis={"category": "worker", "summary": "the master prints the verdict", "fix": ""}, stopped=None,
+            notes=notes), doc)
     world = nodes.parse_world(job, reads)
     if job:
         read_ranks = {r.rank for r in reads}
         job = dict(job, ranks_here=sorted(read_ranks),
                    ranks_elsewhere=[r for r in range(world or 0) if r not in read_ranks])
-    diagnosis = decide(reads, world) if reads else {"category": "no_job", "summary": "no node runs a rank of the job",
-                                                    "fix": "run attach where the job runs", "culprits": []}
+    watched = nodes.watched_of(doc)
+    diagnosis = decide(reads, world, watched_s=watched if request.interval > 0 else None) if reads else {
+        "category": "no_job", "summary": "no node runs a rank of the job", "fix": "run attach where the job runs",
+        "culprits": []}
     diagnosis["nodes_without_ranks"] = empty
-    stuck = diagnosis["category"] not in ("progressing", "no_job")
+    verdict = verdict_of(diagnosis)
     return _with_auth(documents.envelope(
-        "attach", run_id=doc.get("run_id"), verdict="fail" if stuck else "pass",
-        exit_code=int(ExitCode.FAIL if stuck else ExitCode.OK), role="master", host=socket.gethostname(),
+        "attach", run_id=doc.get("run_id"), verdict=verdict,
+        exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK), role="master", host=socket.gethostname(),
         job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None), doc)
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None, notes=notes), doc)
 
 
 def _with_auth(attach_doc: dict, cluster: dict) -> dict:

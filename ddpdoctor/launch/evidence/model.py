@@ -29,12 +29,22 @@ from enum import Enum
 # ONE library-frame rule: a frame whose file is under one of these is not the user's code. The interpreter's
 # own modules, installed packages (torch included), torch's elastic agent and ddpdoctor's bootstrap.
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
-           "ddpdoctor/launch/bootstrap.py", "ddpdoctor/launch/calls_log.py", "<string>")
+           "ddpdoctor/launch/bootstrap.py", "<string>")
+
+
+NATIVE = (".so", ".dylib", ".dll", ".pyd")
 
 
 def is_library(file: str) -> bool:
-    """The one rule: is this frame's file a library's (not the user's code)?"""
-    return any(part in (file or "") for part in LIBRARY)
+    """The one rule: is this frame's file a library's (not the user's code)? Native frames (py-spy --native: a
+    shared object such as libc.so.6 or libtorch_cpu.so) are the libraries' too."""
+    file = file or ""
+    return any(part in file for part in LIBRARY) or _native(file)
+
+
+def _native(file: str) -> bool:
+    name = file.rsplit("/", 1)[-1]
+    return name.endswith(NATIVE) or ".so." in name
 
 
 class Source(str, Enum):
@@ -43,7 +53,6 @@ class Source(str, Enum):
     PY_SPY = "py_spy"                      # live: `py-spy dump --locals` from outside
     FAULTHANDLER = "faulthandler"          # live: SIGUSR1 -> stacks/rank<R>.txt
     FLIGHT_RECORDER = "flight_recorder"    # a dump (at exit, on SIGTERM, torch's dump on timeout)
-    CALL_LOG = "call_log"                  # run-trainer's log of send/recv and all_to_all splits (calls_log.py)
     SIGTERM_STACK = "sigterm_stack"        # stacks/sigterm/rank<R>.txt: where it stood when the launcher stopped it
     ERROR_FILE = "error_file"              # torch's error.json (@record)
     RANK_LOG = "rank_log"                  # the rank's stderr.log (its traceback, faulthandler's fatal dump)
@@ -142,20 +151,43 @@ class WaitKind(str, Enum):
     INIT = "init_process_group"
     STORE = "store"
     BARRIER = "barrier"        # a store-based barrier (not the collective barrier: that is COLLECTIVE)
+    P2P = "p2p"                # a batch of sends and receives (pipelining's P2POp batch): peers as for SEND/RECV
     NONE = "none"              # running its own code
     UNKNOWN = "unknown"        # no source says
 
 
 @dataclass(frozen=True)
+class LibraryWait:
+    """A wait a library makes on the user's behalf (``evidence.library_waits``: the table of frames -> waits):
+    ``library`` "DDP", ``op`` "all_reduce", ``phrase`` "DDP's gradient all_reduce inside loss.backward()".
+    ``certain`` False: the frames fit the wait but also the library's own compute (the autograd engine without
+    native frames; ``unless`` says what else it may be); ``driver``: who drives it ("Lightning", "Accelerate")."""
+    library: str
+    op: str
+    phrase: str
+    kind: WaitKind = WaitKind.COLLECTIVE
+    certain: bool = True
+    driver: str | None = None
+    unless: str | None = None
+
+    @property
+    def said(self) -> str:
+        """The phrase as a verdict says it: with what else it may be, while nothing confirms the wait."""
+        return self.phrase if self.certain or not self.unless else f"{self.phrase} (or {self.unless})"
+
+
+@dataclass(frozen=True)
 class Wait:
     """What a rank waits in. ``peer``: the other end of a send/recv (global rank). ``awaited``: the ranks a
-    store or init wait is for, when its keys say (``keys``: the store keys as torch names them)."""
+    store or init wait is for, when its keys say (``keys``: the store keys as torch names them). ``library``:
+    the library that made the wait for the user's code (DDP's Reducer inside backward, FSDP2's hooks, ...)."""
     kind: WaitKind
     call: Call | None = None
     peer: int | None = None
     awaited: tuple[int, ...] | None = None
     keys: tuple[str, ...] = ()
     site: Frame | None = None                    # where the user's code made the call
+    library: LibraryWait | None = None
 
 
 NOTHING = Wait(WaitKind.NONE)
@@ -244,7 +276,7 @@ def _better_wait(a: Wait | None, b: Wait | None) -> Wait | None:
     if a.kind == b.kind:
         return replace(a, call=a.call or b.call, peer=a.peer if a.peer is not None else b.peer,
                        awaited=a.awaited if a.awaited is not None else b.awaited, keys=a.keys or b.keys,
-                       site=a.site or b.site)
+                       site=a.site or b.site, library=a.library or b.library)
     return a
 
 

@@ -79,25 +79,41 @@ class Dump:
 
 
 def binary() -> str | None:
-    """py-spy on PATH, else beside this interpreter (a venv's bin/, the scripts dir of the wheel's install)."""
+    """py-spy on PATH, else beside this interpreter (a venv's bin/, the scripts dir of the wheel's install), else
+    where pip put the wheel's binary (a venv that reads a parent environment's packages has it there)."""
     found = shutil.which("py-spy")
     if found:
         return found
-    for folder in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
-        candidate = folder / ("py-spy.exe" if os.name == "nt" else "py-spy")
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+    name = "py-spy.exe" if os.name == "nt" else "py-spy"
+    for candidate in (Path(sys.executable).parent / name, Path(sysconfig.get_path("scripts")) / name,
+                      _installed()):
+        if candidate is not None and candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
 
 
-def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S) -> Dump:
-    """``py-spy dump --locals`` of ``pid``, parsed; never raises, never signals the process."""
+def _installed() -> Path | None:
+    """The binary the py-spy wheel installed, from its own file list."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("py-spy")
+    except PackageNotFoundError:
+        return None
+    return next((Path(dist.locate_file(f)).resolve() for f in dist.files or () if f.name in ("py-spy", "py-spy.exe")),
+                None)
+
+
+def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S, native: bool = False) -> Dump:
+    """``py-spy dump --locals`` of ``pid``, parsed; never raises, never signals the process. ``native``: with the C
+    and C++ frames too (``--native``: where Python frames stop, in torch's C++ such as DDP's Reducer; it costs
+    about half a second of CPU, reading libtorch's symbols, and pauses the process about 0.1 s)."""
     tool = tool or binary()
     if not tool:
         return Dump(pid, failure=DumpFailure.NO_PYSPY, error="py-spy is not installed (pip install py-spy)")
     try:
-        res = subprocess.run([tool, "dump", "--locals", "--full-filenames", "--pid", str(pid)],
-                             capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run([tool, "dump", "--locals", "--full-filenames", *(["--native"] if native else []),
+                              "--pid", str(pid)], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return Dump(pid, failure=DumpFailure.TIMEOUT, error=f"py-spy dump took over {timeout:g} s")
     except OSError as exc:
@@ -161,7 +177,64 @@ def to_state(dump: Dump, rank: int, *, host: str | None = None, local_rank: int 
                    for f in (thread.frames if thread else []))
     return RankState(rank, model.Source.PY_SPY, host=host, pid=dump.pid, local_rank=local_rank, frames=frames,
                      wait=wait_of(frames), ending=model.STILL_RUNNING,
-                     raw={"thread": thread.name if thread else None, "state": thread.state if thread else None})
+                     raw={"thread": thread.name if thread else None, "state": thread.state if thread else None,
+                          "default_group": default_group(thread)})
+
+
+C10D = "torch/distributed/distributed_c10d.py"
+C10D_LOGGER = "torch/distributed/c10d_logger.py"
+
+
+def default_group(thread: Thread | None) -> bool | None:
+    """Whether the torch.distributed call the stack stands in runs on the default (world) group, from what its
+    caller passed: c10d's logging wrapper, the frame just outside the call, keeps the call's ``args`` and
+    ``kwargs`` (py-spy's locals). True: no group passed (none among the arguments before ``group``'s place, as the
+    call's own frame lists them, nor by name, or ``group=None``); False: a group was passed (a DeviceMesh's, FSDP's,
+    a user's subgroup, or the world's by name); None: the stack does not say (no wrapper, a repr py-spy cut). A
+    collective's own ``group`` argument shows the group it resolved, the default one's address as any other."""
+    frames = thread.frames if thread else []
+    calls = [i for i, f in enumerate(frames) if f.file.endswith(C10D)]
+    if not calls or calls[-1] + 1 >= len(frames) or not frames[calls[-1] + 1].file.endswith(C10D_LOGGER):
+        return None
+    names, wrapper = list(frames[calls[-1]].arguments), frames[calls[-1] + 1]
+    args, kwargs = wrapper.locals.get("args"), wrapper.locals.get("kwargs")
+    if "group" not in names or args is None or kwargs is None or "..." in args or "..." in kwargs:
+        return None
+    if re.search(r"""["']group["']\s*:""", kwargs):
+        return re.search(r"""["']group["']\s*:\s*None\b""", kwargs) is not None
+    return _items(args) <= names.index("group")
+
+
+def _items(text: str) -> int:
+    """How many items py-spy's repr of a tuple holds ("(<Tensor at 0x1>, 0)": 2; "(<Tensor at 0x1>)": 1)."""
+    inner = text.strip()
+    inner = inner[1:-1] if inner[:1] == "(" and inner[-1:] == ")" else inner
+    if not inner.strip():
+        return 0
+    depth, count, quote = 0, 1, ""
+    for ch in inner:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            count += 1
+    return count
+
+
+def python_frames(thread: Thread | None) -> tuple:
+    """The thread's Python frames (function, file, line), innermost first: a native dump's without its C frames
+    (a shared object's), to match it against a Python-only dump of the same moment."""
+    return tuple((f.function, f.file, f.line) for f in (thread.frames if thread else []) if not _shared_object(f.file))
+
+
+def _shared_object(file: str) -> bool:
+    name = file.rsplit("/", 1)[-1]
+    return name.endswith((".so", ".dylib", ".dll", ".pyd")) or ".so." in name
 
 
 def signature(thread: Thread | None) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ...numbers import parse_int
+from .library_waits import library_wait
 from .model import DEFAULT_GROUP, Call, Frame, Wait, WaitKind, user_frame
 
 # faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
@@ -57,22 +58,37 @@ def has_script(frames: tuple[Frame, ...]) -> bool:
 
 def wait_of(frames: tuple[Frame, ...]) -> Wait:
     """What the stack shows the rank waiting in: the outermost torch.distributed call (the one the user made),
-    its peer from py-spy's locals when it has them; nothing when the stack is in the user's own code."""
+    its peer from py-spy's locals when it has them; else a library's wait (``library_waits``: DDP's Reducer
+    inside backward, FSDP2's hooks, a pipelining schedule's P2POp batch, ...); nothing when the stack is in the
+    user's own code. A library's wait names the library (``Wait.library``) beside the torch call."""
     if not frames:
         return Wait(WaitKind.UNKNOWN)
+    lib = library_wait(frames)
     c10d = [f for f in frames if f.file.endswith(C10D) or f.file.endswith(C10D.replace("/", "\\"))]
+    if c10d and not _inside_user(frames, c10d[-1]):
+        c10d = []  # torch's call is further out than the user's innermost frame: the user's code runs inside it
     if not c10d:
-        return Wait(WaitKind.NONE, site=user_frame(frames))
-    outer = c10d[-1]  # innermost first: the last torch frame is the call the user made
+        if lib is None:
+            return Wait(WaitKind.NONE, site=user_frame(frames))
+        site = user_frame(frames)
+        return Wait(lib.kind, call=Call(DEFAULT_GROUP, lib.op, site=site), site=site, library=lib)
+    outer = c10d[-1]  # innermost first: the last torch frame is the call the user (or a library) made
     site = _caller(frames, outer)
     if any(f.function in INIT for f in c10d):
-        return Wait(WaitKind.INIT, call=Call(DEFAULT_GROUP, "init_process_group", site=site), site=site)
+        return Wait(WaitKind.INIT, call=Call(DEFAULT_GROUP, "init_process_group", site=site), site=site, library=lib)
     if outer.function in P2P:
         peer_name = "dst" if outer.function == "send" else "src"
         peer = parse_int(outer.local(peer_name) or outer.local("group_" + peer_name) or "", lo=0, hi=1 << 20)
         call = Call(DEFAULT_GROUP, outer.function, peer=peer, site=site)
-        return Wait(P2P[outer.function], call=call, peer=peer, site=site)
-    return Wait(WaitKind.COLLECTIVE, call=Call(DEFAULT_GROUP, outer.function, site=site), site=site)
+        return Wait(P2P[outer.function], call=call, peer=peer, site=site, library=lib)
+    return Wait(WaitKind.COLLECTIVE, call=Call(DEFAULT_GROUP, outer.function, site=site), site=site, library=lib)
+
+
+def _inside_user(frames: tuple[Frame, ...], outer: Frame) -> bool:
+    """torch's frame is inside (called from) the user's innermost frame, not a library's caller of user code
+    (a user callback that torch's code runs, e.g. init_process_group's rendezvous handler)."""
+    first_user = next((i for i, f in enumerate(frames) if not f.library), len(frames))
+    return frames.index(outer) < first_user
 
 
 def _caller(frames: tuple[Frame, ...], outer: Frame) -> Frame | None:

@@ -87,7 +87,7 @@ def from_sigterm_stacks(folder: Path, ranks: list[int], dumps: dict | None = Non
 
 
 def job_after(failures: list, dumps: dict | None = None, stacks_dir: Path | None = None,
-              world: list[int] | None = None, calls_dir: Path | None = None) -> JobEvidence:
+              world: list[int] | None = None) -> JobEvidence:
     """What a finished job left, as one JobEvidence: flight-recorder dumps (rank -> (path, record)), the failure
     records, the SIGTERM stacks (a rank's own traceback outranks its stack). ``world``: every rank of the job."""
     from . import flight_recorder
@@ -95,11 +95,6 @@ def job_after(failures: list, dumps: dict | None = None, stacks_dir: Path | None
     ev = JobEvidence(live=False, world=tuple(sorted(set(world or []))))
     for rank, (_, fr) in sorted((dumps or {}).items()):
         ev.add(flight_recorder.rank_state(rank, fr))
-    if calls_dir is not None:
-        from . import calls
-
-        for state in calls.from_dir(calls_dir):
-            ev.add(state)
     traced = set()
     for f in failures:
         state = from_failure(f)

@@ -28,6 +28,10 @@ def rank_state(rank: int, ev: dict, live: bool = True, source: Source = Source.W
         wait = wait or seen
     elif seen is not None and wait is None and live and base.recorded:
         wait, calls = _inside_last(fr, calls, seen)
+    if wait is not None and seen is not None and seen.library is not None and wait.library is None \
+            and wait.kind == seen.kind:
+        # the library that made the call; the record's pending collective confirms a wait the frames only fit
+        wait = replace(wait, library=replace(seen.library, certain=True), site=wait.site or seen.site)
     state = ev.get("state")
     ending = base.ending or (Ending(STATES[state]) if state in STATES else None)
     return RankState(rank, source, host=ev.get("host"), node=ev.get("node"), pid=ev.get("pid"),
@@ -47,7 +51,9 @@ def _inside_last(fr: dict, calls: tuple, seen: Wait) -> tuple[Wait | None, tuple
     if not pending or last is None or seen.call is None or calls[last].op != seen.call.op:
         return None, calls
     inside = replace(calls[last], completed=False)
-    return Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site), calls[:last] + (inside,) + calls[last + 1:]
+    library = replace(seen.library, certain=True) if seen.library is not None else None  # the record confirms it
+    return (Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site, library=library),
+            calls[:last] + (inside,) + calls[last + 1:])
 
 
 def _num(v) -> int:

@@ -30,7 +30,7 @@ from .verdict import Category, Consequence, NoCulprit, Verdict
 
 BAD = {EndKind.STOPPED: Category.PROCESS_STOPPED, EndKind.GONE: Category.PROCESS_GONE}
 BY_KIND = {WaitKind.COLLECTIVE: Category.MISSING_RANK, WaitKind.SEND: Category.MISSING_PEER,
-           WaitKind.RECV: Category.MISSING_PEER, WaitKind.INIT: Category.NEVER_INITIALIZED,
+           WaitKind.RECV: Category.MISSING_PEER, WaitKind.P2P: Category.MISSING_PEER, WaitKind.INIT: Category.NEVER_INITIALIZED,
            WaitKind.STORE: Category.NEVER_INITIALIZED, WaitKind.BARRIER: Category.MISSING_RANK}
 
 
@@ -124,29 +124,29 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         w = s.wait
         if w is None or r in edges or not waits(s):
             continue
-        if w.kind in (WaitKind.SEND, WaitKind.RECV):
-            peer = w.peer if w.peer is not None else logged_peer(s, w.kind)
-            edges[r] = [Edge(w.kind, (peer,) if peer is not None else None, w.call)]
+        if w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
+            targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r, findings)
+            edges[r] = [Edge(w.kind, targets, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
             awaited = w.awaited if w.awaited is not None else tuple(
                 x for x in evidence.expected() if x not in there and x != r)
             edges[r] = [Edge(w.kind, tuple(a for a in awaited if a != r) or None, w.call)]
         elif w.kind == WaitKind.COLLECTIVE and not s.recorded:
-            edges[r] = [Edge(w.kind, None, w.call)]  # inside a collective no record of its group places
+            # inside a collective no record of its group places (a stack alone: attach, a library's wait): it
+            # waits for the ranks that wait in nothing, as a send/recv whose peer no source names
+            edges[r] = [Edge(w.kind, not_waiting(evidence, r, findings), w.call)]
     return edges
 
 
-LOGGED_P2P = {"send": WaitKind.SEND, "isend": WaitKind.SEND, "recv": WaitKind.RECV, "irecv": WaitKind.RECV}
-
-
-def logged_peer(state: RankState, kind: WaitKind) -> int | None:
-    """The peer of a send/recv the stack stands in but names no peer for (faulthandler's stacks have no
-    locals): the rank's newest logged call (run-trainer's call log, written as each call is made), when it is
-    the same kind of call. Flight-record calls have a sequence id; the log's have none."""
-    logged = [c for c in state.calls if c.seq is None and c.op in LOGGED_P2P]
-    if not logged or LOGGED_P2P[logged[-1].op] is not kind:
-        return None
-    return logged[-1].peer
+def not_waiting(evidence: JobEvidence, rank: int, findings: list[Finding]) -> tuple[int, ...] | None:
+    """Whom a send/recv waits for when no source names its peer (faulthandler's stacks have no locals; a
+    schedule's batch of P2POps names none on the stack): the ranks of the job that wait in nothing themselves
+    (their own code, ended, or no record). A pipeline stage stuck in its own compute leaves its neighbours in
+    recv both ways: they lead to it. Several such ranks are all candidates (``_follow`` names them only where
+    the evidence places them); none (every rank waits: a schedule's deadlock) is None: nobody named."""
+    inside = {x for f in findings for x in f.inside}  # in a collective a record places them in: they wait there
+    out = tuple(x for x in evidence.expected() if x != rank and x not in inside and not _waited_itself(evidence, x))
+    return out or None
 
 
 def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:
@@ -265,7 +265,7 @@ def _aborted_receiver(evidence: JobEvidence, rank: int) -> bool:
     waited for, no record says."""
     s = evidence.ranks.get(rank)
     w = s.wait if s else None
-    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV) or (w.call is not None and w.call.all_to_all))
+    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P) or (w.call is not None and w.call.all_to_all))
 
 
 def _aborted(evidence: JobEvidence, rank: int) -> bool:

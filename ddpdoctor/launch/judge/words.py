@@ -56,6 +56,25 @@ def _call(c: Call | None) -> str:
     return f"{c.op}" + (f" (peer rank {c.peer})" if c.peer is not None else "")
 
 
+def library_phrase(ranks, evidence: JobEvidence) -> str | None:
+    """The library wait the waiting ranks stand in ("DDP's gradient all_reduce inside loss.backward()"), when
+    their stacks say: the first waiting rank's (evidence.library_waits decided it; this only words it)."""
+    for r in ranks:
+        s = evidence.ranks.get(r)
+        if s is not None and s.wait is not None and s.wait.library is not None:
+            return s.wait.library.said
+    return None
+
+
+def _in(c: Call | None, v: Verdict, evidence: JobEvidence) -> str:
+    """What the waiting ranks wait in: the library's wait with the call ("DDP's gradient all_reduce inside
+    loss.backward() (all_reduce #7)"), else the call."""
+    phrase = library_phrase(v.waiting, evidence)
+    if phrase and c is not None and (c.numbered or c.peer is not None):
+        return f"{phrase} ({_call(c)})"
+    return phrase or _call(c)
+
+
 def _who(rank: int, evidence: JobEvidence, where=None) -> dict:
     s = evidence.ranks.get(rank)
     frame = where if where is not None else (user_frame(s.frames) if s else None)
@@ -99,6 +118,9 @@ def collective(v: Verdict, evidence: JobEvidence) -> dict | None:
            "ops": {str(r): x.op for r, x in sorted(v.calls.items())}}
     if c.peer is not None:
         out["peer"] = c.peer
+    phrase = library_phrase(v.waiting, evidence)
+    if phrase:
+        out["library"] = phrase
     if v.last_seq and any(s < (c.seq or 0) for s in v.last_seq.values()):
         out["last_seq"] = {str(r): s for r, s in sorted(v.last_seq.items())}
     if v.category == Category.DESYNC:
@@ -158,11 +180,11 @@ def _missing(v: Verdict, names: str, pg: str, evidence: JobEvidence) -> str:
     if v.category == Category.NEVER_INITIALIZED:
         text = f"rank(s) {names} never reached init_process_group, where rank(s) {_ranks(v.waiting)} wait for them"
     elif v.category == Category.MISSING_PEER:
-        text = f"rank(s) {names} never reached the {_call(c)} that rank(s) {_ranks(v.waiting)} {verb}"
+        text = f"rank(s) {names} never reached the {_in(c, v, evidence)} that rank(s) {_ranks(v.waiting)} {verb}"
     elif c is None:
         text = f"rank(s) {names} left no record; the others wait"
     else:
-        text = f"rank(s) {names} never entered {_call(c)}{pg} that rank(s) {_ranks(v.waiting)} {verb}"
+        text = f"rank(s) {names} never entered {_in(c, v, evidence)}{pg} that rank(s) {_ranks(v.waiting)} {verb}"
         if not evidence.live and v.last_seq:
             text += " (last sequence ids: " + rank_values(v.last_seq) + ")"
     if v.no_evidence:
@@ -215,8 +237,11 @@ def _wait(s) -> dict:
         out["awaited"] = list(w.awaited)
     if w.keys:
         out["keys"] = list(w.keys)
-    if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV):
+    if w.call is not None and w.kind in (WaitKind.COLLECTIVE, WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
         out["call"] = _call(w.call)
+    if w.library is not None:
+        out["library"] = {"name": w.library.library, "op": w.library.op, "phrase": w.library.said,
+                          "certain": w.library.certain}
     return out
 
 
@@ -227,6 +252,8 @@ def live_line(verdict: dict, left_s: float | None = None) -> str:
     waiting = rank_ranges(coll.get("waiting_ranks") or [])
     seq = f" #{coll['seq']}" if coll.get("seq") is not None else ""
     what = f"{coll.get('op')}{seq}" if coll.get("op") else "their wait"
+    if coll.get("library"):
+        what = f"{coll['library']} ({what})" if seq or coll.get("peer") is not None else coll["library"]
     when = f"; their process-group timeout expires in {max(0.0, left_s):.0f} s" if left_s is not None else ""
     culprits = verdict.get("culprits") or []
     if not culprits or verdict.get("no_culprit"):

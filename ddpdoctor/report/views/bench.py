@@ -108,7 +108,18 @@ def bench_view(d: dict) -> dict:
             "settings": bench_settings(run), "hosts": bench_hosts(d.get("hosts")),
             "series": series, "expected": d.get("expected") or {}, "localisation": loc,
             "per_node": [(n, v, n in suspects) for n, v in sorted(per_node.items())],
-            "median": loc.get("median_gbs"), "rows": [r for r in d.get("rows", []) if r.get("group", "all") != "all"]}
+            "median": loc.get("median_gbs"), "rows": [r for r in d.get("rows", []) if r.get("group", "all") != "all"],
+            "interrupted": interrupted_line(d)}
+
+
+def interrupted_line(d: dict) -> str:
+    """A sweep stopped by a signal: what it measured before it (nccl-bench keeps those rows)."""
+    if not d.get("interrupted"):
+        return ""
+    planned = d.get("planned_rows")
+    of = f" of {planned}" if isinstance(planned, int) and not isinstance(planned, bool) else ""
+    return (f"interrupted ({d['interrupted']}) after {len(d.get('rows') or [])}{of} rows: the figures are of the rows "
+            "measured before it")
 
 
 def bench_finding(d: dict) -> dict | None:

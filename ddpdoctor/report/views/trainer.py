@@ -53,7 +53,26 @@ def trainer_view(d: dict) -> dict:
                            for r, rows in sorted(metrics.items())},
             "ranks": rank_table(metrics), "run_id": d.get("run_id"),
             "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight"),
-            **root_title(d)}
+            **root_title(d), **root_words(d)}
+
+
+def root_words(d: dict) -> dict:
+    """The root cause and its consequences as the report shows them: the judge's labels ("missing_rank",
+    "peer_lost") in words, how the rank ended ("still running; stopped by ddpdoctor", not "exit code —"),
+    as the terminal's panel says them (report/wording.py)."""
+    rc = d.get("root_cause") if isinstance(d.get("root_cause"), dict) else {}
+    if not rc:
+        return {"root_said": None, "consequences_said": []}
+    from_postmortem = (d.get("config") or {}).get("source") == "postmortem" if isinstance(d.get("config"), dict) else False
+    stopped_by_us = bool(d.get("hang")) and not from_postmortem
+    error = rc.get("error_type") if isinstance(rc.get("error_type"), str) else None
+    said = {"ended": wording.exit_state(rc, stopped_by_us), "category": wording.category(rc.get("category")),
+            "error": wording.kind(error) or error or "", "message": wording.labels_in(str(rc.get("message") or ""))}
+    consequences = [{"rank": human(q.get("rank")), "host": human(q.get("host")),
+                     "reason": wording.labels_in(str(q.get("reason") or "")),
+                     "how": wording.category(q.get("category")) + (f"; ended by {q['signal']}" if q.get("signal") else "")}
+                    for q in d.get("consequences") or [] if isinstance(q, dict)]
+    return {"root_said": said, "consequences_said": consequences}
 
 
 def root_title(d: dict) -> dict:
@@ -101,6 +120,6 @@ def trainer_finding(d: dict) -> dict | None:
         "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
         "summary": f"rank {human(rc.get('rank'))} on {human(rc.get('host'))}: "
                    f"{wording.kind(rc.get('error_type')) or rc.get('error_type') or wording.category(rc.get('category'))}"
-                   f": {rc.get('message')}"
+                   f": {wording.labels_in(str(rc.get('message') or ''))}"
                    + (f" (at {rc['location']})" if rc.get("location") else ""),
         "fix": rc.get("fix", ""), "actual": None, "expected": None})

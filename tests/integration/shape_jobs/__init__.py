@@ -40,22 +40,31 @@ class Shape:
     hangs: bool = False  # the job stalls until a timeout: run-trainer runs with --hang-timeout
     kill_rank: int | None = None  # SIGKILLed from outside once it wrote $PID_FILE
     what: str = ""
+    folder: Path = HERE  # the script's folder (tests/integration/library_jobs for the library jobs)
+    args: tuple[str, ...] = ()  # after the mode (a pipeline's --schedule)
+    marker_file: str | None = None  # the file holding the `# FAULT` line, when not the script (library_jobs/faults.py)
+    straggler: int | None = None  # a rank that is slower in its own code: named live, the job passes
+    stop_after_s: float | None = None  # SIGTERM to the whole job this long after the fault (a scheduler's limit)
 
     @property
     def path(self) -> Path:
-        return HERE / self.script
+        return self.folder / self.script
+
+    @property
+    def marked(self) -> Path:
+        return self.folder / (self.marker_file or self.script)
 
     @property
     def line(self) -> int | None:
         if self.where is None:
             return None
-        hits = [i + 1 for i, text in enumerate(self.path.read_text().splitlines()) if self.where in text]
+        hits = [i + 1 for i, text in enumerate(self.marked.read_text().splitlines()) if self.where in text]
         assert len(hits) == 1, (self.script, self.where, hits)
         return hits[0]
 
     @property
     def location(self) -> str | None:
-        return None if self.where is None else f"{self.path}:{self.line}"
+        return None if self.where is None else f"{self.marked}:{self.line}"
 
 
 def _fault(script: str, mode: str, nproc: int, culprits: tuple[int, ...], what: str, where: bool = True,
@@ -104,7 +113,7 @@ class Run:
 
 def job_env(shape: Shape, work: Path, extra: dict | None = None) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "STALL_FILE": str(work / "stall"),
-            "PID_FILE": str(work / "pid"), **(extra or {})}
+            "PID_FILE": str(work / "pid"), "LOSS_DIR": str(work / "losses"), **(extra or {})}
 
 
 def _stall(work: Path) -> float | None:
@@ -127,11 +136,32 @@ def _kill_when_ready(shape: Shape, work: Path, proc: subprocess.Popen, limit: fl
     raise AssertionError(f"{shape.name}: rank {shape.kill_rank} never wrote its pid")
 
 
-def _run(argv: list[str], shape: Shape, work: Path, limit: float, env: dict | None = None) -> Run:
-    """One process in a session of its own; whatever is left at ``limit`` (or after) is killed with it."""
+def _stop_when_hung(shape: Shape, work: Path, proc: subprocess.Popen, limit: float) -> None:
+    """A scheduler's time limit (SLURM, scancel): SIGTERM to every process of the job, ``stop_after_s`` after the
+    fault started (a job whose ranks hang with torch's 30-minute default timeout ends only this way)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        fault = _stall(work)
+        if fault is not None and time.time() >= fault + shape.stop_after_s:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.2)
+
+
+def _run(argv: list[str], shape: Shape, work: Path, limit: float, env: dict | None = None,
+         scheduler: bool = False) -> Run:
+    """One process in a session of its own; whatever is left at ``limit`` (or after) is killed with it.
+    ``scheduler``: a shape with ``stop_after_s`` is stopped as a scheduler stops a job (the whole session)."""
+    import threading
+
     t0 = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env(shape, work, env), start_new_session=True, cwd=work)
+    if scheduler and shape.stop_after_s is not None:
+        threading.Thread(target=_stop_when_hung, args=(shape, work, proc, limit), daemon=True).start()
     try:
         if shape.kill_rank is not None:
             _kill_when_ready(shape, work, proc, limit)
@@ -163,7 +193,7 @@ def run_trainer(shape: Shape, work: Path, limit: float = 150) -> Run:
     work.mkdir(parents=True, exist_ok=True)
     flags = ["--hang-timeout", str(HANG_TIMEOUT_S)] if shape.hangs else []
     argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", str(shape.nproc),
-            *flags, "--run-dir", str(work / "run"), "--json", "--", str(shape.path), shape.mode]
+            *flags, "--run-dir", str(work / "run"), "--json", "--", str(shape.path), shape.mode, *shape.args]
     return _run(argv, shape, work, limit)
 
 
@@ -172,8 +202,8 @@ def run_torchrun(shape: Shape, work: Path, limit: float = 150) -> tuple[Run, Pat
     work.mkdir(parents=True, exist_ok=True)
     logs = work / "logs"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(shape.nproc), "--redirects", "3",
-            "--log-dir", str(logs), "--monitor-interval", "0.5", str(shape.path), shape.mode]
-    run = _run(argv, shape, work, limit)
+            "--log-dir", str(logs), "--monitor-interval", "0.5", str(shape.path), shape.mode, *shape.args]
+    run = _run(argv, shape, work, limit, scheduler=True)
     agent = work / "torchrun.stderr.log"
     agent.write_text(run.stderr)
     return run, logs, agent

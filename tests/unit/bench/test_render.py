@@ -71,3 +71,89 @@ def test_no_hash_line_wraps_at_80_columns():
     lines = out.getvalue().splitlines()
     assert lines[0].endswith("iters 20 · CUDA graph"), lines[:2]
     assert all(line.startswith("#") or line.lstrip()[:1].isdigit() for line in lines), lines
+
+
+FORM = {"time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0}
+RUN = {"backend": "gloo", "world_size": 2, "nnodes": 1, "dtype": "float32", "warmup": 1, "iters": 2}
+
+
+def _row(size: int, op: str = "all_reduce") -> dict:
+    return {"op": op, "size": size, "count": size // 4, "dtype": "float32", "redop": "sum", "root": -1,
+            "out_of_place": FORM, "in_place": FORM}
+
+
+def test_rows_are_printed_as_they_come_and_the_end_prints_only_the_rest():
+    """Issue 41 item 1: the table grows row by row while the sweep runs (nccl-tests' way); the finished document
+    then adds only what was not shown yet (the localisation's rows, the footer), never the table again."""
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.bench.render import LiveRows
+
+    out = io.StringIO()
+    live = LiveRows(Console(file=out, width=200), bar=True)  # not a terminal: plain lines, no bar
+    live.feed([{"header": {"run": RUN, "planned": 3}}, {"row": _row(8)}])
+    assert out.getvalue().splitlines()[0] == "# nccl-bench: gloo · 2 ranks on 1 node · float32 · warmup 1 · iters 2"
+    assert out.getvalue().splitlines()[-1].split()[0] == "8"  # the first row, before the sweep ends
+    live.feed([{"row": _row(16)}])
+    live.close()
+    done = {"run": RUN, "rows": [_row(8), _row(16), dict(_row(16), group="intra", extra={"node": "n0"})],
+            "summary": {"wrong": 0, "avg_busbw_gbs": 1.0}, "verdict": "pass"}
+    live.table.rest(done)
+    lines = out.getvalue().splitlines()
+    assert [ln.split()[0] for ln in lines if not ln.startswith("#")] == ["8", "16", "16"]
+    assert sum(ln == "# all_reduce" for ln in lines) == 1 and "# all_reduce (intra n0)" in lines
+    assert lines[-2:] == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0000 GB/s"]
+    assert "\x1b" not in out.getvalue()
+
+
+def test_an_interrupted_sweep_says_so_under_its_footer():
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.bench.render import render
+
+    out = io.StringIO()
+    render({"run": RUN, "rows": [_row(8)], "summary": {"wrong": 0, "avg_busbw_gbs": 1.0}, "verdict": "warn",
+            "interrupted": "SIGINT", "planned_rows": 28}, Console(file=out, width=200))
+    assert out.getvalue().splitlines()[-1] == ("# Interrupted (SIGINT) after 1 of 28 rows: the figures above are of "
+                                               "the rows measured before it")
+
+
+def test_on_a_terminal_the_progress_bar_counts_the_planned_rows_and_goes_away():
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.bench.render import LiveRows
+
+    out = io.StringIO()
+    live = LiveRows(Console(file=out, width=120, force_terminal=True), bar=True)
+    live.feed([{"header": {"run": RUN, "planned": 3}}, {"row": _row(8)}])
+    task = live.bar.tasks[0]
+    assert (task.total, task.completed, task.description) == (3, 1, "nccl-bench: measuring")
+    live.close()
+    assert live.bar is None
+
+
+def test_the_feed_reader_takes_whole_lines_only_and_keeps_every_row(tmp_path):
+    """A row half written when the reader looks (or when a rank is killed mid-write) is not taken; the rows
+    read so far stay for the interrupted document."""
+    import json
+
+    from ddpdoctor.bench.feed import FeedReader, FeedWriter
+
+    path = tmp_path / "rows.jsonl"
+    writer, reader = FeedWriter(str(path)), FeedReader(str(path))
+    writer.put({"header": {"run": RUN, "planned": 2}})
+    writer.put({"row": _row(8)})
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"row": _row(16)})[:20])  # half a line
+    assert [list(r) for r in reader.poll()] == [["header"], ["row"]]
+    assert reader.poll() == [] and reader.header["planned"] == 2 and [r["size"] for r in reader.rows] == [8]
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"row": _row(16)})[20:] + "\n")
+    assert [r["row"]["size"] for r in reader.poll()] == [16] and len(reader.rows) == 2
+    assert FeedReader(None).poll() == [] and FeedReader(str(tmp_path / "none")).poll() == []

@@ -44,3 +44,12 @@ def test_adjtimex_reads_the_kernel():
     answer = clock_sync.from_adjtimex()  # read-only adjtimex(2) works unprivileged on Linux, in containers too
     assert answer is not None and answer["tool"] == "adjtimex"
     assert isinstance(answer["synced"], bool) and answer["maxerror_us"] >= 0
+
+
+def test_the_kernels_answer_is_said_in_words():
+    """Issue 41 item 3: "kernel clock state 5, maxerror 16000000 us" is kernel jargon."""
+    said = clock_sync.kernel_clock_words(clock_sync.TIME_ERROR, clock_sync.STA_UNSYNC, 16_000_000)
+    assert said == "no NTP service keeps the kernel's clock in step, error bound 16 s"
+    assert clock_sync.kernel_clock_words(0, 0, 2500) == "the kernel's clock is kept in step by NTP, error bound 2.5 ms"
+    answer = clock_sync.from_adjtimex()
+    assert "state" not in answer["detail"] and "maxerror" not in answer["detail"] and "state" in answer

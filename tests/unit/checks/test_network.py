@@ -97,6 +97,9 @@ def test_the_interface_fix_is_spelt_like_the_names_check_and_the_advice():
     res = judge_net(net_facts(resolves={"node1": {"addrs": ["127.0.1.1"], "error": None}}))
     (w,) = only(res, Level.WARN)
     assert "export NCCL_SOCKET_IFNAME==eth0 GLOO_SOCKET_IFNAME=eth0" in w.fix
+    # NCCL's exact-match '=' read like a typo (issue 41 item 3): the fix says what it means
+    assert "(NCCL's '=eth0' means exactly eth0; without that '=' it would match every interface whose name starts " \
+           "with eth0)" in w.fix
 
 
 def test_one_machine_one_answer_on_its_name_alone_and_with_local_nodes():

@@ -165,9 +165,12 @@ def test_torchruns_default_rendezvous_id_is_no_run_id(cwd, monkeypatch):
     assert documents.new_run_id() == "4242"
 
 
-def test_report_alone_shows_the_latest_of_each_kind_each_from_its_own_run(cwd, capsys):
-    """preflight, nccl-bench and run-trainer in one results directory, each with its own run id: the report
-    holds all three (it showed only the last) and says which run each came from."""
+def test_report_alone_shows_the_last_run_and_names_the_others_with_the_line_that_adds_them(cwd, capsys):
+    """Issue 41 item 4 (this replaces "the latest of each kind, each from its own run", issue 30's answer to "it
+    showed only the last"): the latest of each kind took run-trainer's one-node preflight over the user's 3-node
+    one, and one run-trainer run over another, unasked. Alone, `report` now shows the last run whole (every
+    command saved under its run id: a job's preflight, nccl-bench and run-trainer together) and names every other
+    run with its commands, and `--run` adds them."""
     from ddpdoctor.cli.report_cmd import kind_of, result_files
 
     root = cwd / "ddpdoctor-results"
@@ -177,15 +180,31 @@ def test_report_alone_shows_the_latest_of_each_kind_each_from_its_own_run(cwd, c
                                    results=[], run={}, run_id="pre-1")
     documents.dump(node, root / "pre-1" / "node-n1.json")
     documents.dump(dict(node, run_id="pre-0"), root / "pre-0" / "node-n1.json")
-    os.utime(root / "pre-0" / "node-n1.json", (1, 1))  # an older preflight: not shown
+    os.utime(root / "pre-0" / "node-n1.json", (1, 1))  # the oldest
     documents.dump(documents.envelope("nccl-bench", run_id="bench-2", run={}, rows=[], summary={}, verdict="pass"),
                    root / "bench-2" / "nccl-bench.json")
+    os.utime(root / "bench-2" / "nccl-bench.json", (100, 100))
     documents.dump(documents.envelope("run-trainer", verdict="pass", run_id="run-3"), root / "run-3" / "run.json")
+    documents.dump(dict(node, run_id="run-3"), root / "run-3" / "node-n1.json")  # run-trainer's own preflight
+    os.utime(root / "pre-1" / "node-n1.json", (50, 50))
     assert run(["report"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    for needle in ("preflight from run pre-1", "nccl-bench from run bench-2", "run from run run-3"):
-        assert needle in out, (needle, out)
-    assert "pre-0" not in out and (root / "run-3" / "report.html").exists()
+    first, others = out.splitlines()[:2]
+    assert first == "the last run in ddpdoctor-results: run-3: preflight, run-trainer (read node-n1.json, run.json)"
+    assert others.startswith("not in this report, 3 other runs in ddpdoctor-results, newest first: bench-2 "
+                             "(nccl-bench, "), others
+    assert "; pre-1 (preflight, " in others and "; pre-0 (preflight, " in others
+    assert others.endswith("To add one: ddpdoctor report --run run-3 --run bench-2"), others
+    assert (root / "run-3" / "report.html").exists()
+    # the line it gives works: both runs in one report, in the newest one's directory
+    assert run(["report", "--run", "run-3", "--run", "bench-2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the runs asked for in ddpdoctor-results: run-3: preflight, run-trainer (read "
+                          "node-n1.json, run.json); bench-2: nccl-bench (read nccl-bench.json)"), out
+    assert "3 files)" in out
+    assert run(["report", "--run", "nope"]) == 2
+    assert "--run nope: no saved results under ddpdoctor-results/nope; the runs there, newest first: run-3, " \
+           "bench-2, pre-1, pre-0" in capsys.readouterr().err
     # a kind added later (attach) is found by its envelope, not by a list of file names
     doc = dict(documents.envelope("run-trainer", run_id="att-4"), kind="attach")
     (root / "att-4").mkdir()

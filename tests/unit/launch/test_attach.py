@@ -10,7 +10,7 @@ import pytest
 from ddpdoctor.errors import NothingReadable, UsageError
 from ddpdoctor.launch.attach import discover as disc
 from ddpdoctor.launch.attach import run as attach_run
-from ddpdoctor.launch.attach.decide import decide
+from ddpdoctor.launch.attach.decide import Motion, decide, motion, undecided, undecided_here, verdict_of
 from ddpdoctor.launch.attach.sample import RankRead, read_rank
 from ddpdoctor.launch.evidence import pyspy
 from ddpdoctor.launch.evidence.model import Source, WaitKind
@@ -84,12 +84,60 @@ def test_the_binary_is_found_beside_the_interpreter(monkeypatch):
       "SLURM_JOB_NODELIST": "n[1-4]"}, (5, "slurm", 1, 8)),
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, (3, "mpi", 1, 4)),
     ({"RANK": "1", "WORLD_SIZE": "2"}, (1, None, None, 2)),
+    # Lightning's own launcher: no rank variable (its parent, local rank 0, tells: spawned_ranks), whatever
+    # scheduler's variables it inherited
+    ({"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "5",
+      "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n1"}, (None, "lightning", 1, 2)),
     ({"RANK": "²", "WORLD_SIZE": "2"}, (None, None, None, None)),
     ({"OMPI_COMM_WORLD_RANK": "١", "OMPI_COMM_WORLD_SIZE": "4"}, (None, None, None, None)),
     ({"PATH": "/bin"}, (None, None, None, None)),
 ])
 def test_a_processes_rank_from_its_environment(env, expected):
     assert disc.rank_of(env) == expected
+
+
+LIGHTNING_PARENT = r"""
+import os, subprocess, sys, time
+env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29999", NODE_RANK="1", WORLD_SIZE="6")
+child = ("import os, subprocess, sys, time\n"
+         "if os.environ['LOCAL_RANK'] == '1':  # a DataLoader worker of its own, with its variables\n"
+         "    worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+         "time.sleep(60)\n")
+kids = [subprocess.Popen([sys.executable, "-c", child], env=dict(env, LOCAL_RANK=str(k))) for k in (1, 2)]
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_job_lightnings_own_launcher_started_is_found_with_its_first_rank():
+    """Lightning's launcher as lightning/fabric/strategies/launchers/subprocess_script.py does it: the user's process
+    (local rank 0, its variables set in-process) starts local ranks 1..N-1 with LOCAL_RANK, NODE_RANK, WORLD_SIZE and
+    MASTER_* and no RANK. On node 1 of 2 with 3 processes each: ranks 3, 4, 5; rank 4's own child (a DataLoader
+    worker, the same variables) is none."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    parent = subprocess.Popen([sys.executable, "-c", LIGHTNING_PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(parent.pid).children(recursive=True)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found = disc.discover({parent.pid})
+        assert len(found.jobs) == 1, found
+        job = found.jobs[0]
+        assert (job.key, job.launcher, job.world_size) == ("127.0.0.1:29999", "lightning", 6)
+        assert [(r.rank, r.local_rank, r.node_rank) for r in job.ranks] == [(3, 0, 1), (4, 1, 1), (5, 2, 1)]
+        assert job.ranks[0].pid == parent.pid and job.elsewhere() == [0, 1, 2]
+    finally:
+        for p in psutil.Process(parent.pid).children(recursive=True):
+            p.kill()
+        parent.kill()
+        parent.wait(10)
 
 
 def test_job_keys():
@@ -106,6 +154,7 @@ def test_job_keys():
     (["/v/bin/python3", "/v/bin/ddpdoctor", "attach"], True),  # the console script
     (["/v/bin/python3", "-u", "-m", "ddpdoctor", "preflight"], True),
     (["ddpdoctor", "attach"], True),
+    (["/v/bin/python3", "-u", "-m", "ddpdoctor.launch.bootstrap", "job.py"], False),  # run-trainer's rank
 ])
 def test_another_ddpdoctor_is_known_by_the_program_it_runs_not_by_its_path(argv, ours):
     assert disc.is_ddpdoctor(argv) is ours
@@ -124,11 +173,11 @@ def test_inside_a_slurm_step_only_the_ranks_of_its_job_on_its_node_count():
     assert disc.in_own_place(found, {}) == found
 
 
-def read(rank: int, name: str | None, moved: bool = False) -> RankRead:
+def read(rank: int, name: str | None, moved: bool = False, cpu: float | None = None) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
     r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), [dump(name), dump(name)], "n1")
-    r.moved = moved
+    r.moved, r.cpu = moved, cpu
     return r
 
 
@@ -161,6 +210,72 @@ def test_a_recv_leads_to_the_rank_that_never_sends():
 def test_moving_waiters_are_progress_and_no_waiters_too():
     assert decide([read(0, "allreduce_waiter", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
     assert decide([read(0, "own_code", moved=True), read(1, "own_code")], 2)["category"] == "progressing"
+
+
+def test_every_rank_unmoved_is_never_progress():
+    """Issue 37: "the job progresses: no rank waits on another" with every rank `moved: no`. Nothing moved and
+    nobody waits: said as it is (warn, exit 0), no rank blamed, never "progresses"."""
+    still = [read(0, "own_code", cpu=0.0), read(1, "own_code", cpu=0.0)]
+    doc = decide(still, 2, watched_s=30)
+    assert doc["category"] == "no_movement" and verdict_of(doc) == "warn" and doc["named"] == []
+    assert doc["summary"].startswith("no rank moved in 30 s; no rank waits on another") and "--wait" in doc["fix"]
+    assert "none uses the CPU" in doc["summary"]
+    assert undecided(still) is not None  # watched on, up to --wait, before it is said
+
+
+def test_a_clear_hang_is_judged_at_once_and_a_long_step_is_watched_then_said_as_it_is():
+    """Nothing moved: the rank the others wait for blocked (no CPU) is a hang, named now; the same rank using a
+    core may be in a long step: watched, then "no rank moved in N s", no rank named."""
+    hang = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.01), read(2, "allreduce_waiter", cpu=0.0)]
+    assert motion(hang).motion is Motion.STILL and undecided(hang) is None
+    doc = decide(hang, 3, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1] and verdict_of(doc) == "fail"
+    long_step = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.97),
+                 read(2, "allreduce_waiter", cpu=0.0)]
+    assert motion(long_step).motion is Motion.UNDECIDED and "rank(s) 1 use the CPU" in undecided(long_step)
+    doc = decide(long_step, 3, watched_s=30)
+    assert doc["category"] == "no_movement" and doc["named"] == [] and doc["culprits"] == [] and doc["busy"] == [1]
+    assert doc["summary"] == ("no rank moved in 30 s; rank(s) 0, 2 wait in all_reduce for rank(s) 1; rank 1 "
+                              "computes at /tmp/u31rec/job.py:8 in compute (97 % of a core): a long step, or a hang")
+    # its stack moving in its own code (a loop) is not the job moving: only a rank that went through a wait is
+    looping = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.0)]
+    assert decide(looping, 2, watched_s=3)["named"] == [1]
+    assert decide([read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.9)], 2,
+                  watched_s=30)["category"] == "no_movement"
+
+
+def test_every_rank_inside_its_wait_and_using_the_cpu_is_watched():
+    """A large collective in progress (gloo reducing): every rank inside it and working is not yet a stuck
+    collective; blocked in it, it is."""
+    working = [read(0, "allreduce_waiter", cpu=0.6), read(1, "allreduce_waiter", cpu=0.5)]
+    assert motion(working).motion is Motion.UNDECIDED
+    blocked = [read(0, "allreduce_waiter", cpu=0.0), read(1, "allreduce_waiter", cpu=0.0)]
+    assert decide(blocked, 2, watched_s=3)["category"] == "stuck_collective"
+
+
+def test_one_sample_measures_no_movement():
+    """--interval 0: whether the ranks move is not measured. Ranks in a wait are judged from the stacks (the
+    snapshot asked for); ranks in their own code are not said to progress."""
+    one = [read(0, "own_code", moved=None), read(1, "own_code", moved=None)]
+    doc = decide(one, 2)
+    assert doc["category"] == "no_movement" and "not measured" in doc["summary"] and "--interval" in doc["fix"]
+    assert decide([read(0, "allreduce_waiter", moved=None), read(1, "own_code", moved=None)], 2)["named"] == [1]
+
+
+def test_a_node_of_several_watches_only_while_its_own_rank_computes():
+    waiters = [read(0, "allreduce_waiter", cpu=0.0), read(1, "allreduce_waiter", cpu=0.0)]
+    assert undecided_here(waiters) is None
+    assert undecided_here([read(2, "own_code", cpu=0.9)]) is not None
+    went_through = read(2, "allreduce_waiter", moved=True, cpu=0.9)
+    assert undecided_here([went_through, read(3, "own_code", cpu=0.9)]) is None
+
+
+def test_the_cpu_share_counts_the_rank_and_its_children_but_no_process_that_came_or_went():
+    from ddpdoctor.launch.attach.sample import cpu_share
+
+    assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 6.0, 11: 2.0, 12: 50.0})) == pytest.approx(1.0)
+    assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 5.0})) == 0.0  # a child ended: no negative jump
+    assert cpu_share((0.0, None), (2.0, {10: 5.0})) is None and cpu_share((1.0, {}), (1.0, {})) is None
 
 
 def test_everyone_in_one_collective_names_no_culprit():
@@ -213,12 +328,28 @@ def test_the_worker_servers_flight_record_places_ranks_by_sequence_id():
     assert moving.moved and decide([moving, read(1, "allreduce_waiter")], 2)["category"] == "progressing"
 
 
-def test_the_worker_socket_comes_from_run_trainers_template(tmp_path):
-    sock = tmp_path / "3.sock"
-    sock.write_text("")
-    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 3) == str(sock)
-    assert disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}, 4) is None
-    assert disc.worker_socket({}, 3) is None
+def test_the_worker_socket_comes_from_run_trainers_template_and_counts_where_the_rank_listens(tmp_path):
+    """The template names the socket; it is used only where the rank's own process listens on it (read from
+    /proc, the path itself untouched): a file of that name, or a socket another process serves, is not."""
+    import os
+    import socket
+
+    from ddpdoctor.launch.attach import job_access
+
+    env = {"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}
+    assert disc.worker_socket(env, 3) == str(tmp_path / "3.sock")
+    assert disc.worker_socket({}, 3) is None and disc.worker_socket({"DDPDOCTOR_WORKER_SOCKET": "/x.sock"}, 3) is None
+    (tmp_path / "4.sock").write_text("")
+    assert not job_access.listens_on(os.getpid(), str(tmp_path / "4.sock"))
+    srv = socket.socket(socket.AF_UNIX)
+    try:
+        srv.bind(str(tmp_path / "3.sock"))
+        assert not job_access.listens_on(os.getpid(), str(tmp_path / "3.sock"))  # bound, not listening
+        srv.listen(1)
+        assert job_access.listens_on(os.getpid(), str(tmp_path / "3.sock"))
+        assert not job_access.listens_on(os.getppid(), str(tmp_path / "3.sock"))  # another process's socket
+    finally:
+        srv.close()
 
 
 def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
@@ -251,17 +382,20 @@ def test_a_rank_moved_if_any_two_successive_rounds_differ():
 
 
 def test_read_job_samples_in_rounds_over_the_interval(tmp_path):
-    """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank."""
+    """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank. The rank
+    stands blocked ("idle") in its own code: one native read besides, to see in what (a Work.wait, a lock)."""
     from ddpdoctor.launch.attach.sample import SAMPLES, read_job
 
     calls = tmp_path / "calls"
     fake = tmp_path / "py-spy"
-    fake.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {DATA / 'own_code.txt'}\n")
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\ncat {DATA / 'own_code.txt'}\n")
     fake.chmod(0o755)
     job = disc.Job("j", "torchrun", 1, "h:1", [disc.RankProcess(1, 0, 0, 1, 0, "p", "u")])
     start = time.monotonic()
     read_job(job, interval=0.6, tool=str(fake), host="n1")
-    assert len(calls.read_text().splitlines()) == SAMPLES == 4 and time.monotonic() - start >= 0.6
+    lines = calls.read_text().splitlines()
+    assert len([x for x in lines if "--native" not in x]) == SAMPLES == 4 and time.monotonic() - start >= 0.6
+    assert len([x for x in lines if "--native" in x]) == 1
 
 
 def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
@@ -284,3 +418,220 @@ def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
     wire[0]["record"] = {"entries": "junk", "pg_status": 7}
     kept = nodes.from_fact(wire[0], "node")
     assert kept.recorded is None and kept.state is not None
+
+
+def member(pid, rank, uid, parent, world=4):
+    rp = disc.RankProcess(pid, rank, rank, world, 0, "python t.py", f"user{uid}", uid=uid, gid=uid, started=1.0,
+                          parent=parent)
+    return rp, "torchrun", {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
+
+
+def test_a_job_is_one_users_tree_and_a_shared_key_is_a_clash_never_a_merge():
+    """A run id is the job's own word: another user's ranks (or another launch's colliding ranks) with the same
+    key are another job, said, never merged; trees whose ranks fit together (two agents of one job) are one."""
+    one = disc._jobs_of("K", [member(10, 0, 1000, 5), member(11, 1, 1000, 5), member(20, 2, 1000, 6),
+                               member(21, 3, 1000, 6)])
+    assert len(one) == 1 and [r.rank for r in one[0].ranks] == [0, 1, 2, 3]
+    two = disc._jobs_of("K", [member(10, 0, 1000, 5), member(11, 1, 1000, 5), member(20, 0, 1000, 6)])
+    assert sorted(len(j.ranks) for j in two) == [1, 2]
+    assert len(disc._jobs_of("K", [member(10, 0, 1000, 5), member(20, 1, 1000, 6, world=8)])) == 2
+    mine = disc.Job("K", "torchrun", 2, "h:1", [disc.RankProcess(1, 0, 0, 2, 0, "p", "root", uid=0, parent=7)],
+                    7, "torchrun a.py", uid=0, user="root")
+    theirs = disc.Job("K", "torchrun", 2, "h:1", [disc.RankProcess(2, 0, 0, 2, 0, "p", "nobody", uid=65534,
+                                                                   parent=8)], 8, "torchrun b.py", uid=65534,
+                      user="nobody")
+    with pytest.raises(UsageError, match=r"2 jobs share the key K .*--pid 7 .*user root.*--pid 8 .*user nobody"):
+        attach_run.choose(disc.Discovery([mine, theirs], []), attach_run.AttachRequest(job="K"))
+
+
+def test_stop_signals_only_the_process_discovered_and_of_the_jobs_user():
+    import subprocess
+    import sys
+
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(p.pid)
+        uid, started = proc.uids().effective, proc.create_time()
+        job = disc.Job("K", "torchrun", 1, None, [], p.pid, uid=uid, agents=[(p.pid, started + 1)])
+        assert attach_run.stop_job(job)["pids"] == []  # another process now has that pid
+        job.agents, job.uid = [(p.pid, started)], uid + 1
+        assert attach_run.stop_job(job)["pids"] == []  # not the job's user
+        assert p.poll() is None
+        job.uid = uid
+        assert attach_run.stop_job(job)["pids"] == [p.pid] and p.wait(10) == -15
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+def test_no_local_but_a_peers_rank_travels_to_the_master():
+    """The store's messages are sealed, not encrypted: a rank's locals stay on its node but for the peer a
+    send/recv names (the master's judge reads it), and what travels is redacted."""
+    import json
+    from dataclasses import replace
+
+    from ddpdoctor.launch.attach import nodes
+    from ddpdoctor.launch.evidence.model import Frame
+
+    r = read(0, "allreduce_waiter")
+    frames = (Frame("/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 9, "recv",
+                    locals=(("src", "3"), ("tensor", "tensor([1.])"), ("dst", "'ghp_" + "a" * 36 + "'"))),
+              Frame("/home/u/train.py", 5, "main", locals=(("api_key", "'sk-" + "b" * 40 + "'"),
+                                                           ("password", "'hunter2hunter2'"))))
+    r.state = replace(r.state, frames=frames)
+    wire = json.dumps(nodes.to_fact(r))
+    assert "ghp_" not in wire and "sk-" not in wire and "hunter2" not in wire and "tensor([1.])" not in wire
+    back = nodes.from_fact(json.loads(wire), "node")
+    assert back.state.frames[0].locals == (("src", "3"),) and back.state.wait.peer == 3
+
+
+def test_read_job_watches_on_while_the_rounds_cannot_tell_and_no_longer_than_the_wait(tmp_path):
+    """More rounds while ``undecided`` says why, at the window's pace, bounded by ``watch``; none once it is
+    decided. The CPU share is read for every rank (here this test's own process)."""
+    import os
+
+    from ddpdoctor.launch.attach.sample import read_job
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "py-spy"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {DATA / 'own_code.txt'}\n")
+    fake.chmod(0o755)
+    job = disc.Job("j", "torchrun", 1, "h:1", [disc.RankProcess(os.getpid(), 0, 0, 1, 0, "p", "u")])
+    seen = []
+    start = time.monotonic()
+    reads = read_job(job, interval=0.3, tool=str(fake), host="n1", watch=1.2, undecided=lambda r: "a long step?",
+                     progress=seen.append, native=False)
+    took = time.monotonic() - start
+    rounds = len(calls.read_text().splitlines())
+    assert rounds > 4 and 1.0 <= took < 10 and reads[0].cpu is not None and reads[0].moved is False
+    assert any("a long step?: watching up to 1.2 s (--wait)" in line for line in seen), seen
+    calls.unlink()
+    read_job(job, interval=0.3, tool=str(fake), host="n1", watch=30, undecided=lambda r: None, native=False)
+    assert len(calls.read_text().splitlines()) == 4
+
+
+def test_a_2d_mesh_seen_from_stacks_alone_names_the_stuck_rank_not_the_other_dimensions_ranks():
+    """Issue 37: dp x tp (parallelize_module + FSDP2, 4 gloo ranks), rank 1 stuck in its own code; recorded with
+    py-spy from the real job. Ranks 0 and 2 wait in tp's functional collective, rank 3 in FSDP's reduce_scatter
+    on the dp group: subgroups, which stacks cannot match across ranks. Placed on the world group they made a
+    desync of rank 3 (or, in the issue's run, ranks 0 and 2 "never entered reduce_scatter_single"); unplaced, the
+    waits lead to the one rank that waits in nothing."""
+    reads = []
+    for rank in range(4):
+        r = read(rank, f"mesh2d_rank{rank}", cpu=0.0)
+        reads.append(r)
+    assert [pyspy.default_group(dump(f"mesh2d_rank{r}").main_thread()) for r in range(4)] == [None, None, None, None]
+    doc = decide(reads, 4, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1], doc
+    assert doc["culprits"][0]["where"].endswith("faults.py:50")
+    assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2, 3]
+
+
+def test_the_default_group_is_read_from_what_the_caller_passed():
+    """c10d's logging wrapper keeps the call's args and kwargs: a plain dist.all_reduce(t) passed no group (the
+    world's); FSDP2's reduce_scatter passed its own; a repr py-spy cut says nothing."""
+    assert pyspy.default_group(dump("allreduce_waiter").main_thread()) is True
+    assert pyspy.default_group(dump("broadcast").main_thread()) is True  # (tensor, 0): src, not a group
+    assert pyspy.default_group(dump("own_code").main_thread()) is None
+
+    def wrapped(args: str, kwargs: str) -> bool | None:
+        text = ("Thread 1 (idle): \"MainThread\"\n    all_reduce (/t/torch/distributed/distributed_c10d.py:3252)\n"
+                "        Arguments:\n            tensor: <Tensor at 0x1>\n            op: <RedOpType at 0x2>\n"
+                "            group: <ProcessGroup at 0x3>\n            async_op: False\n"
+                "    _exception_logger.<locals>.wrapper (/t/torch/distributed/c10d_logger.py:83)\n"
+                f"        Locals:\n            args: {args}\n            kwargs: {kwargs}\n    <module> (/s/job.py:9)\n")
+        return pyspy.default_group(pyspy.parse(text).main_thread())
+
+    assert wrapped("(<Tensor at 0x1>)", "{}") is True
+    assert wrapped("(<Tensor at 0x1>, <RedOpType at 0x2>, <ProcessGroup at 0x3>)", "{}") is False
+    assert wrapped("(<Tensor at 0x1>)", '{"group": <ProcessGroup at 0x3>}') is False
+    assert wrapped("(<Tensor at 0x1>)", '{"group": None}') is True
+    assert wrapped("(<Tensor at 0x1>)", '{"op": <RedOpType at 0x2>, ...}') is None
+
+
+LIB = Path(__file__).parent / "data" / "library_stacks"
+
+
+def lib_dump(name: str) -> pyspy.Dump:
+    return pyspy.parse((LIB / f"{name}.txt").read_text())
+
+
+def test_native_frames_are_read_where_python_frames_stop_and_name_the_library_wait():
+    """DDP's gradient all_reduce runs inside loss.backward() from C++: the Python frames stop in
+    _engine_run_backward (DDP's Reducer, or the backward's own compute: not certain), so attach reads that rank's
+    native frames, which show c10d::Reducer::finalize_backward. A rank in a plain all_reduce needs none; one
+    blocked ("idle") in its own code gets them (a Work.wait, a lock, a sleep)."""
+    from ddpdoctor.launch.attach.sample import wants_native
+
+    python_only, native = lib_dump("ddp_rank0"), lib_dump("ddp_rank0_native")
+    assert wants_native(python_only) and not wants_native(native)
+    assert not wants_native(dump("allreduce_waiter")) and wants_native(dump("own_code"))
+    rp = disc.RankProcess(100, 0, 0, 2, 0, "python t.py", "u")
+    guessed = read_rank(rp, [python_only, python_only], "n1")
+    assert guessed.state.wait.library is not None and not guessed.state.wait.library.certain
+    known = read_rank(rp, [python_only, python_only], "n1", native)
+    wait = known.state.wait
+    assert (wait.kind, wait.library.library, wait.library.certain) == (WaitKind.COLLECTIVE, "DDP", True)
+    assert "DDP's gradient all_reduce inside loss.backward()" in wait.library.phrase
+    assert known.to_json()["where"] == guessed.to_json()["where"]  # the user's line, not a C frame
+
+
+def test_a_rank_computing_inside_backward_is_not_taken_to_wait():
+    """Inside backward with no native frame proving DDP's wait: using a core, the rank computes (a long backward:
+    watched); using none, it waits (the hang is judged)."""
+    rp = disc.RankProcess(100, 0, 0, 2, 0, "python t.py", "u")
+    computing = read_rank(rp, [lib_dump("ddp_rank0")] * 2, "n1")
+    computing.moved, computing.cpu = False, 0.95
+    other = read(1, "own_code", cpu=0.0)
+    assert motion([computing, other]).motion is Motion.UNDECIDED
+    computing.cpu = 0.0
+    doc = decide([computing, other], 2, watched_s=3)
+    assert doc["category"] == "missing_rank" and doc["named"] == [1]
+
+
+def test_what_decides_movement_travels_to_the_master():
+    """Several nodes: each rank's CPU share, whether it stood in a wait, and whether its collective is the default
+    group's reach the master, so it decides as one node would; a bad value from the wire is dropped."""
+    import json
+
+    from ddpdoctor.launch.attach import nodes
+
+    waiter, busy = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.93)
+    wire = json.loads(json.dumps([nodes.to_fact(waiter), nodes.to_fact(busy)]))
+    back = [nodes.from_fact(f, "node") for f in wire]
+    assert [(b.cpu, b.waited, b.state.raw["default_group"]) for b in back] == [(0.0, True, True), (0.93, False, None)]
+    assert decide(back, 2, watched_s=30)["category"] == "no_movement"
+    wire[1].update(cpu=-1, waited="yes", default_group="true")
+    odd = nodes.from_fact(wire[1], "node")
+    assert (odd.cpu, odd.waited, odd.state.raw["default_group"]) == (None, False, None)
+
+
+def timed_fr(enqueued: int, completed: int, created_s: list[float]) -> dict:
+    doc = fr_doc(enqueued, completed)
+    for entry, t in zip(doc["entries"], created_s):
+        entry["time_created_ns"] = int(t * 1e9)
+    return doc
+
+
+def test_a_wait_far_longer_than_any_step_the_flight_record_shows_is_a_hang_whatever_computes():
+    """The job's own step times, where a flight record gives them: rank 0's record shows a collective every
+    second for ten, and the eleventh pending for 120 s; rank 1 spins in its own code (a core). Five times the
+    longest step and more than 30 s: a hang, named now, not watched. Pending for 8 s: still undecided."""
+    from ddpdoctor.launch.attach.decide import overdue_wait
+    from ddpdoctor.launch.attach.sample import add_record
+
+    now = time.time()
+    waiter, spinner = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.98)
+    steps = [now - 130 + i for i in range(10)] + [now - 120]
+    add_record(waiter, timed_fr(11, 10, steps), timed_fr(11, 10, steps))
+    add_record(spinner, timed_fr(10, 10, steps[:10]), timed_fr(10, 10, steps[:10]))
+    why = overdue_wait([waiter, spinner], now)
+    assert why is not None and "rank 0 has waited 120 s in all_reduce" in why and "(1.0 s)" in why
+    doc = decide([waiter, spinner], 2, watched_s=3)
+    assert doc["named"] == [1] and doc["movement"] == why
+    recent = [now - 18 + i for i in range(10)] + [now - 8]
+    add_record(waiter, timed_fr(11, 10, recent), timed_fr(11, 10, recent))
+    assert overdue_wait([waiter, spinner], now) is None
+    assert decide([waiter, spinner], 2, watched_s=30)["category"] == "no_movement"

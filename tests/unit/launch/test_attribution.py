@@ -316,6 +316,21 @@ def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ende
     assert root.category == "peer_lost"
 
 
+def test_several_silent_ranks_of_a_log_dir_alone_name_no_rank_and_say_what_tells_them_apart(tmp_path):
+    """Issue 37: plain torchrun, 4 ranks, rank 3 SIGKILLed from outside, the log dir alone. Rank 2 lost its peer;
+    ranks 0 and 1 (stopped by torchrun's SIGTERM) and 3 (SIGKILL) left no trace. It named rank 0 ('root cause:
+    rank 0 ... a hang', culprit_ranks [0]); the log dir cannot tell the three apart: none is named, the three are
+    listed, and the message says what would tell them apart."""
+    for r in range(4):
+        (tmp_path / str(r)).mkdir()
+        (tmp_path / str(r) / "stderr.log").write_text("")
+    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(2)]), tmp_path, "h", listed=False)
+    assert root.rank is None and root.error_type == "no_culprit_candidates", root
+    assert "rank 0, rank 1, rank 3" in root.message and "--agent-log" in root.message and "flight-recorder" in root.fix
+    assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == []
+    assert {f.rank for f in rest if "candidate" in (f.reason or "")} == {0, 1, 3}
+
+
 def test_ranks_torchrun_stopped_after_a_lost_peer_are_not_ranks_that_ended_early(tmp_path):
     """A node of a 2-node job dies: rank 0 loses its peer, torchrun stops ranks 1-3 with its closing signal and
     lists none of them. They left no record because they were stopped, not because they left: rank 0's lost peer

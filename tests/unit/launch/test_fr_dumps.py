@@ -128,3 +128,17 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
     assert adopted("/jobs/train.py:58").location == "/jobs/train.py:58"
     root = adopted(None)
     assert root.rank == 2 and root.location is None
+
+
+def test_dumps_named_as_torch_names_them_are_found(tmp_path):
+    """TORCH_FR_DUMP_TEMP_FILE=<dir>/rank_ gives rank_0, rank_1 (torch's own naming: the prefix, then the rank);
+    --fr-dir ignored them (issue 37)."""
+    import json
+
+    from ddpdoctor.launch.fr_dumps import find_dumps
+
+    for r in (0, 1):
+        (tmp_path / f"rank_{r}").write_text(json.dumps({"pg_status": {}, "entries": [
+            {"collective_seq_id": 1, "pg_id": 0, "process_group": ["0", "default_pg"],
+             "profiling_name": "gloo:all_reduce", "frames": []}]}))
+    assert sorted(find_dumps([tmp_path])) == [0, 1]

@@ -217,47 +217,20 @@ def test_nccl_shaped_dumps_go_through_the_same_model():
     assert v.no_evidence == [2] and v.call.site == Frame(USER, 77, "train_step")
 
 
-def test_all_to_all_splits_are_compared_pairwise_and_the_odd_sender_named(tmp_path):
+def test_all_to_all_splits_are_compared_pairwise_and_the_odd_sender_named():
     """MoE dispatch, 4 ranks, 2 tokens per expert: rank 1 sends 3 to rank 0 (input splits [3, 2, 2, 2]); every
-    rank expects 2 from each. The call log (written before each call, so rank 0's too, which gloo aborts) says
-    so; rank 0 and rank 1 mismatch pairwise, rank 0's column names rank 1 (the others send it 2)."""
-    import json
-
-    from ddpdoctor.launch.evidence import calls
-
-    folder = tmp_path / "calls"
-    folder.mkdir()
-    for r in range(4):
-        ins = [3, 2, 2, 2] if r == 1 else [2, 2, 2, 2]
-        rec = {"op": "all_to_all_single", "where": f"{USER}:{40 + r}", "sizes": [[sum(ins)]], "out_sizes": [[8]],
-               "dtype": "torch.float32", "in_splits": ins, "out_splits": [2, 2, 2, 2]}
-        (folder / f"rank{r}.jsonl").write_text(json.dumps(rec) + "\n")
+    rank expects 2 from each. Each rank's call with its splits (as py-spy's locals of all_to_all_single show
+    them); rank 0 and rank 1 mismatch pairwise, rank 0's column names rank 1 (the others send it 2)."""
     job = JobEvidence(live=False, world=(0, 1, 2, 3))
-    for state in calls.from_dir(folder):
-        job.add(state)
+    for r in range(4):
+        ins = (3, 2, 2, 2) if r == 1 else (2, 2, 2, 2)
+        call = Call(Group("0"), "all_to_all_single", input_sizes=((sum(ins),),), output_sizes=((8,),),
+                    dtypes=("torch.float32",), splits=(ins, (2, 2, 2, 2)), site=Frame(USER, 40 + r, "?"))
+        job.add(RankState(r, Source.PY_SPY, calls=(call,)))
     job.add(RankState(0, Source.ERROR_FILE, ending=Ending(EndKind.SIGNALLED, signal="SIGABRT", by=Ender.BACKEND)))
     v = judge(job)
     assert v.category == Category.DESYNC and v.mismatch == "splits" and v.culprit_ranks == [1]
     assert v.culprits[0].where == Frame(USER, 41, "?")
-
-
-def test_the_call_log_records_peer_shape_and_site_before_the_call(tmp_path, monkeypatch):
-    from ddpdoctor.launch import calls_log
-    from ddpdoctor.launch.evidence import calls
-
-    class T:
-        shape, dtype = (4, 32), "torch.float32"
-
-    monkeypatch.setenv("DDPDOCTOR_CALLS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "2")
-    monkeypatch.setitem(calls_log._state, "fh", None)
-    seen = []
-    send = calls_log._wrap("send", lambda tensor, dst: seen.append((tensor, dst)))
-    send(T(), dst=3)
-    calls_log._state["fh"].close()
-    (call,) = calls.rank_calls(tmp_path / "rank2.jsonl")
-    assert seen and call.op == "send" and call.peer == 3 and call.input_sizes == ((4, 32),)
-    assert call.site is not None and call.site.file == __file__
 
 
 def test_gloo_pipeline_counters_run_ahead_of_the_entries_and_the_stack_places_the_rank():
@@ -292,31 +265,22 @@ def test_which_ranks_a_post_mortem_names_does_not_read_its_reasons():
     assert before == attribution.culprit_ranks(docs[0], docs[1:]) == [3]
 
 
-def test_a_1f1b_middle_stage_in_its_own_code_is_named_live_from_the_call_log(tmp_path):
+def test_a_1f1b_middle_stage_in_its_own_code_is_named_live_though_no_stack_names_a_peer():
     """A 3-stage 1F1B pipeline, live: ranks 0 and 2 stand in recv (faulthandler's stacks: no locals, no peer),
-    rank 1 in its own backward compute. run-trainer's call log says whom each recv is from (its newest call):
-    both wait for rank 1, the culprit at its line. Without the log the waits lead nowhere: no culprit named."""
-    import json
-
+    rank 1 in its own backward compute. A recv whose peer no source names waits for the ranks that wait in
+    nothing: rank 1, the culprit at its line; 0 and 2 are its consequences."""
     from ddpdoctor.launch import collectives
 
     recv = stack((C10D, 2400, "recv"), (USER, 41, "main"))
     own = stack((USER, 27, "backward_stage"), (USER, 46, "main"))
     fr_doc = fr(30, 30, [entry(i) for i in range(1, 4)])
     evidence = {0: rank(fr_doc, recv), 1: rank(fr_doc, own), 2: rank(fr_doc, recv)}
-    calls = tmp_path / "calls"
-    calls.mkdir()
-    logs = {0: [("send", 1), ("recv", 1)], 1: [("recv", 0), ("send", 2), ("recv", 2)],
-            2: [("recv", 1), ("send", 1), ("recv", 1)]}
-    for r, ops in logs.items():
-        (calls / f"rank{r}.jsonl").write_text("".join(
-            json.dumps({"op": op, "peer": peer, "sizes": [4, 16], "dtype": "torch.float32",
-                        "where": f"{USER}:{40 + i}"}) + "\n" for i, (op, peer) in enumerate(ops)))
-    doc = collectives.judge(evidence, calls_dir=calls)
+    doc = collectives.judge(evidence)
     assert [c["rank"] for c in doc["culprits"]] == [1], doc
     assert doc["culprits"][0]["where"] == f"{USER}:27", doc
     assert sorted(c["rank"] for c in doc["consequences"]) == [0, 2], doc
-    assert collectives.judge(evidence)["culprits"] == []  # no log: nobody says whom they wait for
+    # every rank in recv with no peer named (a schedule's deadlock): nobody to lead to, no culprit named
+    assert collectives.judge({0: rank(fr_doc, recv), 2: rank(fr_doc, recv)})["culprits"] == []
 
 
 def test_every_rank_inside_init_process_group_is_a_rendezvous_that_never_completes_not_a_missing_rank():

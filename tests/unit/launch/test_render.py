@@ -20,7 +20,7 @@ def test_pass_of_the_reference_trainer_says_fresh_or_resumed():
            "restarts": 0, "checksums_equal": True}
     text = shown(doc)
     assert "PASS · run r2, resumed from run r1 at step 10 · 14 steps on 2 rank(s)" in text
-    assert describe_start({"fresh": True}) == "fresh" and describe_start(None) == "fresh"
+    assert describe_start({"fresh": True}) == describe_start(None) == "started from scratch (no snapshot resumed)"
 
 
 def test_pass_of_a_user_script_shows_collectives_and_the_straggler():
@@ -54,7 +54,8 @@ def test_hang_panel_names_class_culprit_collective_calls_and_threshold():
     text = shown(doc)
     for needle in ("where: /u/t.py:31 in save", "collective: barrier #7 (process group 0) called at /u/t.py:31",
                    "rank 1 called all_reduce [[16]] ['Float'] at /u/t.py:17", "no flight recorder from rank(s) 3",
-                   "threshold: 30.0 s (calibrated: 5 x the longest gap)", "consequence: rank 1 on n1: waited"):
+                   "hang limit: 30.0 s without progress (calibrated from this job's own pace: 5 x the longest gap; "
+                   "--hang-timeout sets it); no progress for 5.0 s", "consequence: rank 1 on n1: waited"):
         assert needle in text, (needle, text)
 
 
@@ -246,10 +247,48 @@ def test_every_culprit_of_a_hang_is_shown_with_where_it_is():
 
 
 def test_a_hang_timeout_threshold_names_the_flag_once():
-    """'threshold: 10.0 s (--hang-timeout: set by --hang-timeout)' said the flag twice."""
+    """'threshold: 10.0 s (--hang-timeout: set by --hang-timeout)' said the flag twice (and "threshold" is now
+    the "hang limit", issue 41: two unexplained thresholds in one box)."""
     doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True},
            "root_cause": {"rank": 1, "host": "n0", "category": "hang", "error_type": "missing_rank", "message": "m"},
            "hang": {"stalled_s": 10.2, "verdict": {"class": "missing_rank", "culprits": []}, "stacks": {},
                     "threshold": {"seconds": 10.0, "source": "--hang-timeout", "why": "set by --hang-timeout"}}}
     text = shown(doc)
-    assert "threshold: 10.0 s (--hang-timeout); no progress for 10.2 s" in text, text
+    assert "hang limit: 10.0 s without progress (--hang-timeout); no progress for 10.2 s" in text, text
+
+
+def test_one_path_style_no_internal_label_and_each_term_explained_once(tmp_path, monkeypatch):
+    """Issue 41 item 3: `where:` was relative and `fix:` absolute in one box; a consequence ended "(missing_rank)";
+    "#15 (process group 0)", "sequence ids" and "flight recorders" were never explained."""
+    monkeypatch.chdir(tmp_path)
+    script = str(tmp_path / "train.py")
+    doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True},
+           "root_cause": {"rank": 1, "local_rank": 1, "host": "vm", "exit_code": 3, "category": "hang",
+                          "error_type": "ended_early", "location": f"{script}:31",
+                          "message": f"rank 1 ended of its own (exit code 3, sys.exit at {script}:31): rank(s) 1 never "
+                                     "entered all_reduce #15 (process group 0) that rank(s) 0 entered (last sequence "
+                                     "ids: rank 0: 15, rank 1: 14)",
+                          "fix": f"its script exited with code 3 at {script}:31 on purpose; see /etc/hosts"},
+           "consequences": [{"rank": 0, "host": "vm", "category": "peer_lost", "signal": "SIGTERM",
+                             "reason": "waited in all_reduce #15 for rank(s) 1 (missing_rank)"}],
+           "hang": {"stalled_s": 31.0, "stacks": {"0": "x"}, "verdict": {"class": "ended_early", "culprits": []},
+                    "threshold": {"seconds": 30.0, "source": "calibrated", "why": "5 x its longest pause"}}}
+    text = " ".join(shown(doc).replace("│", " ").split())
+    assert "where: train.py:31" in text and "sys.exit at train.py:31" in text
+    assert "fix: its script exited with code 3 at train.py:31 on purpose; see /etc/hosts" in text  # not under cwd
+    assert str(tmp_path) not in text
+    assert "(missing_rank)" not in text and "for rank(s) 1 (never reached the collective the others wait in)" in text
+    assert text.count("terms: ") == 1
+    assert ("terms: #15 (process group 0) = the 15th collective the ranks started on process group 0 (torch's "
+            "default group: every rank); sequence id = how many collectives a rank had started on that group") in text
+    assert "flight recorder = torch's record of each rank's last collectives" in text
+    assert "hang limit: 30.0 s without progress (calibrated from this job's own pace: 5 x its longest pause; " \
+           "--hang-timeout sets it); no progress for 31.0 s" in text
+
+
+def test_torchruns_failure_table_names_the_users_script_not_the_bootstrap():
+    from ddpdoctor.launch.fold import entry_point_named
+
+    rename = entry_point_named("my_train.py", "ddpdoctor.launch.bootstrap")
+    assert rename("ddpdoctor.launch.bootstrap FAILED\n") == "my_train.py FAILED\n"
+    assert rename("[rank0]: from ddpdoctor.launch.bootstrap FAILED x\n") == "[rank0]: from ddpdoctor.launch.bootstrap FAILED x\n"

@@ -101,7 +101,7 @@ def test_the_hang_threshold_named_beside_the_users_timeout_is_the_one_that_stood
         assert dog.early is not None
         dog.threshold.progressed(1100.5)  # the timeout itself completing the collective: a 93 s gap
         report = dog.from_early(stop=False)
-    assert report["threshold"]["seconds"] == 30.0 and "hang threshold (30.0 s)" in report["threshold"]["why"], report
+    assert report["threshold"]["seconds"] == 30.0 and "hang limit (30.0 s)" in report["threshold"]["why"], report
 
 
 def test_a_live_hang_verdict_names_the_culprit_s_local_rank():

@@ -46,7 +46,7 @@ def test_preflight_under_a_garbled_launcher_never_exits_4(env):
 
 def test_every_launcher_has_its_fix_and_the_table_knows_it():
     names = [launcher.name for launcher in launchers.ALL]
-    assert names == ["torchrun", "kubernetes", "slurm", "pbs", "mpi", "hosts"]
+    assert names == ["torchrun", "lightning", "kubernetes", "slurm", "pbs", "mpi", "hosts"]
     for launcher in launchers.ALL:
         fix = launchers.start_everywhere_fix(launcher.name, "CMD")
         assert fix and fix == launcher.fix("CMD")
@@ -61,6 +61,18 @@ def test_rank_variables_name_every_launcher_that_starts_workers():
     for name in ("torchrun", "kubernetes", "slurm", "mpi"):
         launcher = launchers.by_name(name)
         assert launcher.rank_vars and launcher.local_rank_vars and launcher.size_vars, name
+    # Lightning's own launcher gives none: the node's rank, the local rank, and local rank 0 is their parent
+    lightning = launchers.by_name("lightning")
+    assert lightning.first_is_parent and lightning.node_rank_vars and lightning.local_rank_vars and not lightning.rank_vars
+
+
+def test_lightnings_own_launcher_is_told_from_torchruns_and_a_schedulers():
+    env = {"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "n1", "MASTER_PORT": "5"}
+    info = launchers.from_env(env)
+    assert (info.source, info.node_rank, info.local_rank, info.master) == ("lightning", 1, 1, "n1:5")
+    assert launchers.from_env({**env, "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NODEID": "0"}).source == "lightning"
+    assert launchers.from_env({**env, "RANK": "3", "TORCHELASTIC_RUN_ID": "j"}).source == "torchrun"
+    assert launchers.from_env({"NODE_RANK": "1", "MASTER_ADDR": "n1"}).source is None  # a user's own variables
 
 
 def test_local_node_children_get_the_request_back():

@@ -44,3 +44,30 @@ def test_report_renders_an_attach_file_escaped(tmp_path):
     assert res.returncode == 0, res.stderr
     html = out.read_text()
     assert "attach" in html and "/tmp/u31rec/job.py:8" in html and "gpu&lt;b&gt;7" in html and "gpu<b>7" not in html
+
+
+def test_no_internal_label_in_the_attach_header_or_finding():
+    """Issue 41 item 3: the report showed `missing_rank:` in the finding and the attach header."""
+    from ddpdoctor.report import wording
+
+    m = build([attach_doc()])
+    label = attach_doc()["diagnosis"]["category"]
+    assert "_" in label  # the judge's label, e.g. outside_collectives / missing_rank
+    assert m["attach"][0]["category"] == wording.kind(label)
+    assert not m["findings"][0]["summary"].startswith(label) and label not in m["findings"][0]["summary"]
+
+
+def test_a_job_where_no_rank_moved_is_a_warning_finding_blaming_no_rank():
+    """attach's warn (no rank moved within --wait while a rank computes: a long step or a hang) is shown as a
+    warning with its fix, no culprit."""
+    reads = []
+    for rank, name, cpu in ((0, "allreduce_waiter", 0.0), (1, "own_code", 0.9)):
+        d = pyspy.parse((DATA / f"{name}.txt").read_text())
+        r = read_rank(disc.RankProcess(10 + rank, rank, rank, 2, 0, "python job.py", "u"), [d, d], "h")
+        r.moved, r.cpu = False, cpu
+        reads.append(r)
+    diag = decide(reads, 2, watched_s=30)
+    doc = documents.envelope("attach", verdict="warn", exit_code=0, host="h", job=None, interval_s=3.0,
+                             ranks=[r.to_json() for r in reads], diagnosis=diag, stopped=None)
+    finding = build([doc])["findings"][0]
+    assert finding["level"] == "warn" and "no rank moved in 30 s" in finding["summary"] and "--wait" in finding["fix"]

@@ -62,3 +62,41 @@ def test_above_64_nodes_the_matrix_is_a_heatmap_with_every_probed_link():
 def test_table_cells_grow_for_small_clusters():
     assert reachability(fx.preflight(3, run_id="j")["nodes"])["size"] == "s"
     assert reachability(fx.preflight(64, run_id="j")["nodes"])["size"] == "l"
+
+
+def test_a_log_chart_says_how_many_zero_values_it_could_not_draw():
+    """Issue 41 item 3: nccl-bench's smallest sizes measure 0.00 GB/s; the log-scale busbw chart dropped them
+    without a word."""
+    from ddpdoctor.report import svg
+
+    chart = svg.line_chart("busbw", {"in-place": [(8, 0.0), (16, 0.0), (1024, 0.5), (4096, 1.5)]},
+                           xlabel="message size (B)", ylabel="busbw (GB/s)", log_x=True, log_y=True)
+    assert "2 values of 0 or less not drawn (a log axis has no 0; the table has them)" in chart
+    linear = svg.line_chart("loss", {"r0": [(1, 0.0), (2, 1.0)]}, xlabel="step", ylabel="loss")
+    assert "not drawn" not in linear
+
+
+def test_a_trainer_failure_in_the_report_speaks_words_not_labels():
+    """Issue 41 item 3: "exit code —" for a rank ddpdoctor stopped, "missing_rank:" before the message and
+    "(missing_rank) (peer_lost)" after a consequence."""
+    from ddpdoctor import documents
+
+    doc = documents.envelope(
+        "run-trainer", verdict="fail", exit_code=1, start={"fresh": True}, metrics={}, metrics_summary={},
+        root_cause={"rank": 1, "local_rank": 1, "host": "vm", "exit_code": None, "category": "hang",
+                    "error_type": "missing_rank", "message": "rank(s) 1 never entered all_reduce #15",
+                    "location": "/u/t.py:9", "fix": "look at its stack"},
+        consequences=[{"rank": 0, "host": "vm", "category": "peer_lost", "signal": "SIGTERM",
+                       "reason": "waited in all_reduce #15 for rank(s) 1 (missing_rank)"}],
+        hang={"stalled_s": 31.0, "verdict": {"class": "missing_rank"}}, culprit_ranks=[1])
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", build_html([doc])))
+    assert "missing_rank" not in text and "peer_lost" not in text and "exit code —" not in text, text
+    assert "still running; stopped by ddpdoctor · a hang" in text
+    assert "never reached the collective the others wait in: rank(s) 1 never entered all_reduce #15" in text
+    assert "(never reached the collective the others wait in) (lost its peer; ended by SIGTERM)" in text
+
+
+def test_an_interrupted_sweep_says_so_in_the_report():
+    doc = dict(fx.bench(2, sizes=[8, 1 << 20], run_id="b"), interrupted="SIGINT", planned_rows=28, verdict="warn")
+    page = build_html([doc])
+    assert f"interrupted (SIGINT) after {len(doc['rows'])} of 28 rows" in page

@@ -1,0 +1,103 @@
+"""What a node's history says (pure: runs in, data out): its runs and verdicts, the checks that flap between
+passing and not, its bus bandwidth over runs, and a finding when its latest bandwidth is below its own past (naming
+the runs compared). Worded for a person in the report's views; here only numbers, names and run ids."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .index import Run
+
+BAD = ("warn", "fail")
+
+
+@dataclass(frozen=True)
+class Rules:
+    flap_window: int = 20  # a node's last runs looked at for flapping
+    flap_changes: int = 3  # this many changes between passing and not in the window is flapping
+    slower_ratio: float = 0.8  # latest busbw under this fraction of the median of its own past
+    past_runs: int = 10  # the past it is compared with
+    min_past: int = 3  # fewer past runs: no judgement
+
+
+def _stamp(run: Run) -> dict:
+    return {"run_id": run.run_id, "created": run.created, "path": run.path, "context": run.context}
+
+
+def flaps(runs: list[Run], rules: Rules) -> list[dict]:
+    """Checks whose state changed between passing and warn/fail at least ``flap_changes`` times in the node's last
+    ``flap_window`` runs that judged them (a skip says nothing either way)."""
+    by_check: dict[str, list[tuple[Run, bool]]] = {}
+    for run in runs:
+        for check, (level, _) in run.levels.items():
+            if level != "skip":
+                by_check.setdefault(check, []).append((run, level in BAD))
+    out = []
+    for check, seen in sorted(by_check.items()):
+        window = seen[-rules.flap_window:]
+        changes = [window[i][0] for i in range(1, len(window)) if window[i][1] != window[i - 1][1]]
+        if len(changes) >= rules.flap_changes:
+            out.append({"check": check, "changes": len(changes), "window": len(window),
+                        "sequence": "".join("x" if bad else "." for _, bad in window),
+                        "last_level": window[-1][0].levels[check][0],
+                        "last_summary": next((r.levels[check][1] for r, bad in reversed(window) if bad), ""),
+                        "changed_at": [_stamp(r) for r in changes[-6:]]})
+    return out
+
+
+def bandwidth(runs: list[Run]) -> dict[str, dict]:
+    """Per collective: the largest message size this node measured, and its busbw run after run at that size."""
+    sizes: dict[str, int] = {}
+    for run in runs:
+        for op, size in run.bandwidth:
+            sizes[op] = max(size, sizes.get(op, 0))
+    return {op: {"size": size, "points": [(r.created, r.bandwidth[(op, size)], r.run_id) for r in runs
+                                          if (op, size) in r.bandwidth]}
+            for op, size in sorted(sizes.items())}
+
+
+def slower(runs: list[Run], rules: Rules) -> list[dict]:
+    """Each collective (at each size) whose latest busbw is under ``slower_ratio`` of the median of the node's
+    previous ``past_runs``; per collective, the size where it fell most."""
+    worst: dict[str, dict] = {}
+    sizes = {key for r in runs for key in r.bandwidth}
+    for op, size in sorted(sizes):
+        seen = [r for r in runs if (op, size) in r.bandwidth]
+        if len(seen) < rules.min_past + 1:
+            continue
+        latest, past = seen[-1], seen[-1 - rules.past_runs:-1]
+        median = statistics.median(r.bandwidth[(op, size)] for r in past)
+        now = latest.bandwidth[(op, size)]
+        if median <= 0 or now >= rules.slower_ratio * median:
+            continue
+        found = {"op": op, "size": size, "busbw_gbs": now, "median_gbs": median, "ratio": now / median,
+                 "latest": _stamp(latest), "past": [_stamp(r) for r in past]}
+        if op not in worst or found["ratio"] < worst[op]["ratio"]:
+            worst[op] = found
+    return list(worst.values())
+
+
+def node_history(node: str, runs: list[Run], rules: Rules) -> dict:
+    verdicts: dict[str, int] = {}
+    for r in runs:
+        verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+    checks = [r for r in runs if r.kind == "preflight"]
+    return {"node": node, "runs": len(runs), "first": runs[0].created, "last": runs[-1].created,
+            "last_verdict": (checks or runs)[-1].verdict, "verdicts": verdicts,
+            "contexts": sorted({r.context for r in runs}), "flaps": flaps(checks, rules),
+            "bandwidth": bandwidth(runs), "slower": slower(runs, rules)}
+
+
+def history(all_runs: list[Run], rules: Rules = Rules()) -> dict:
+    """Every node's history, the nodes with findings first; ``findings``: one per slower collective and per
+    flapping check, across nodes, slower first."""
+    by_node: dict[str, list[Run]] = {}
+    for run in sorted(all_runs, key=lambda r: (r.created, r.path)):
+        by_node.setdefault(run.node, []).append(run)
+    nodes = [node_history(n, rs, rules) for n, rs in by_node.items()]
+    nodes.sort(key=lambda h: (-(len(h["slower"]) * 10 + len(h["flaps"])), h["node"]))
+    findings = [{"kind": "slower", "node": h["node"], **s} for h in nodes for s in h["slower"]]
+    findings += [{"kind": "flap", "node": h["node"], **f} for h in nodes for f in h["flaps"]]
+    return {"nodes": nodes, "findings": findings, "runs": len(all_runs),
+            "rules": {"flap_window": rules.flap_window, "flap_changes": rules.flap_changes,
+                      "slower_ratio": rules.slower_ratio, "past_runs": rules.past_runs, "min_past": rules.min_past}}

@@ -1,0 +1,153 @@
+"""A document as Prometheus series for node_exporter's textfile collector: DIR/ddpdoctor.prom, written to a temp
+file in DIR and renamed (prometheus_client's write_to_textfile), so the collector never reads half a file.
+
+Series (HELP and TYPE lines come with each family; every series carries ``command``, the ddpdoctor command that
+wrote it, so preflight, the node check and nccl-bench share one file: each write replaces its own command's series
+and keeps the others'):
+
+- ``ddpdoctor_check_status{check,level}``: 0 pass, 1 skip, 2 warn, 3 fail (the tool's own order, worst highest: alert
+  on ``== 3``), one per check on this node, and one per GPU (``gpu``, ``UUID``) where a finding names a GPU;
+- ``ddpdoctor_run_status``: the run's verdict on the same scale;
+- ``ddpdoctor_bus_bandwidth_gbs{collective,message_size,placement,dtype}``: nccl-bench's busbw per op and size
+  (NCCL Inspector's label names);
+- ``ddpdoctor_last_run_timestamp_seconds``: when the run's document was made (alert on staleness).
+
+Labels as dcgm-exporter names them, so one Grafana board joins the series: ``Hostname``; ``gpu`` and ``UUID``
+where a GPU is meant; ``hpc_job`` from the scheduler's job id (absent outside a job).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+from pathlib import Path
+from typing import Mapping
+
+FILE = "ddpdoctor.prom"
+LOCK = ".ddpdoctor.prom.lock"
+STATUS = {"pass": 0, "skip": 1, "warn": 2, "fail": 3}
+JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+HELP = {
+    "ddpdoctor_check_status": "ddpdoctor check result on this node: 0 pass, 1 skip, 2 warn, 3 fail",
+    "ddpdoctor_run_status": "ddpdoctor run verdict: 0 pass, 1 skip, 2 warn, 3 fail",
+    "ddpdoctor_bus_bandwidth_gbs": "nccl-bench bus bandwidth (nccl-tests busbw) in GB/s per collective and size",
+    "ddpdoctor_last_run_timestamp_seconds": "when the ddpdoctor run that wrote these series ended (Unix time)",
+}
+Sample = tuple[str, dict, float]  # (family, labels, value)
+
+
+def job_id(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    return next((env[v] for v in JOB_VARS if env.get(v)), None)
+
+
+def samples(doc: dict, *, command: str, hostname: str | None = None, job: str | None = None) -> list[Sample]:
+    """Every series of this document for this host (pure)."""
+    base = {"Hostname": hostname or socket.gethostname(), "command": command}
+    if job:
+        base["hpc_job"] = job
+    out: list[Sample] = []
+    if doc.get("kind") == "preflight":
+        out += _check_status(doc, base)
+    if doc.get("kind") == "nccl-bench":
+        out += _bandwidth(doc, base)
+    verdict = doc.get("verdict")
+    if verdict in STATUS:
+        out.append(("ddpdoctor_run_status", dict(base), float(STATUS[verdict])))
+    created = _epoch(doc.get("created"))
+    if created is not None:
+        out.append(("ddpdoctor_last_run_timestamp_seconds", dict(base), created))
+    return out
+
+
+def _this_node(doc: dict) -> str | None:
+    nodes = list(doc.get("nodes") or {})
+    return doc.get("this_node") or (nodes[0] if len(nodes) == 1 else None)
+
+
+def _check_status(doc: dict, base: dict) -> list[Sample]:
+    """The worst level of each check's results for this node (a cluster finding naming several nodes counts for
+    each of them), and per GPU where a result names one."""
+    me = _this_node(doc)
+    worst: dict[tuple, str] = {}
+    for r in doc.get("results") or []:
+        if r.get("level") not in STATUS or (me and r.get("nodes") and me not in r["nodes"]):
+            continue
+        details = r.get("details") if isinstance(r.get("details"), dict) else {}
+        gpu = details.get("gpu")
+        key = (str(r.get("check")), None if gpu is None else str(gpu), str(details.get("uuid") or ""))
+        if STATUS[r["level"]] >= STATUS.get(worst.get(key, "pass"), 0):
+            worst[key] = r["level"]
+    out = []
+    for (check, gpu, uuid), level in sorted(worst.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        labels = dict(base, check=check, level=level)
+        if gpu is not None:
+            labels.update(gpu=gpu, UUID=uuid)
+        out.append(("ddpdoctor_check_status", labels, float(STATUS[level])))
+    return out
+
+
+def _bandwidth(doc: dict, base: dict) -> list[Sample]:
+    out = []
+    for row in doc.get("rows") or []:
+        for placement in ("out_of_place", "in_place"):
+            busbw = (row.get(placement) or {}).get("busbw_gbs")
+            if isinstance(busbw, (int, float)) and not isinstance(busbw, bool):
+                out.append(("ddpdoctor_bus_bandwidth_gbs",
+                            dict(base, collective=str(row.get("op")), message_size=str(row.get("size")),
+                                 placement=placement, dtype=str(row.get("dtype") or "")), float(busbw)))
+    return out
+
+
+def _epoch(created) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(created)).timestamp()
+    except ValueError:
+        return None
+
+
+def write(directory: str | os.PathLike, new: list[Sample], command: str) -> Path:
+    """DIR/ddpdoctor.prom with ``new`` in place of this command's earlier series, the other commands' kept; under a
+    lock file beside it, so two ddpdoctor runs on the node never lose each other's series."""
+    import fcntl
+
+    path = Path(directory) / FILE
+    with open(Path(directory) / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held for the few ms of a read and a rename
+        kept = [s for s in _read(path) if s[1].get("command") != command]
+        _write(path, kept + new)
+    return path
+
+
+def _read(path: Path) -> list[Sample]:
+    """The series already in the file; a file that does not parse (not ours) is replaced, not merged."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        return [(f.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text)
+                for s in f.samples if f.name in HELP]
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+
+
+def _write(path: Path, series: list[Sample]) -> None:
+    from prometheus_client import CollectorRegistry, write_to_textfile
+    from prometheus_client.core import GaugeMetricFamily
+
+    by_name: dict[str, list[tuple[dict, float]]] = {}
+    for name, labels, value in series:
+        by_name.setdefault(name, []).append((labels, value))
+
+    class Series:  # a prometheus_client collector over fixed values
+        def collect(self):
+            for name in sorted(by_name):
+                names = sorted({k for labels, _ in by_name[name] for k in labels})
+                family = GaugeMetricFamily(name, HELP[name], labels=names)
+                for labels, value in by_name[name]:
+                    family.add_metric([str(labels.get(k, "")) for k in names], value)
+                yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Series())
+    write_to_textfile(str(path), registry)

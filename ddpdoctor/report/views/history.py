@@ -1,0 +1,110 @@
+"""The history page's data (`ddpdoctor report --history`): each node's runs, verdicts, flapping checks and bus
+bandwidth over runs, and the findings (a node slower than its own past, a check that flaps) worded with the runs
+they compare. Pure: the history (ddpdoctor/history/trends.py) in, the template's model out."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+
+from .common import plural
+
+CHART_NODES = 8  # lines on one chart: the nodes with findings first, then those with the most runs
+TABLE_NODES = 2000
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "—"
+    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _runs_text(stamps: list[dict]) -> str:
+    if not stamps:
+        return ""
+    first, last = stamps[0], stamps[-1]
+    if len(stamps) == 1:
+        return f"run {first['run_id']} ({when(first['created'])})"
+    return (f"{len(stamps)} runs from {first['run_id']} ({when(first['created'])}) to {last['run_id']} "
+            f"({when(last['created'])})")
+
+
+def finding_text(f: dict, root: str = "") -> dict:
+    """One finding as the page and the terminal word it (``root``: the results directory its paths are in)."""
+    if f["kind"] == "slower":
+        title = f"{f['node']}: {f['op']} at {size_text(f['size'])} is slower than its own past"
+        text = (f"{f['busbw_gbs']:.3g} GB/s in run {f['latest']['run_id']} ({when(f['latest']['created'])}), "
+                f"{f['ratio']:.0%} of the median {f['median_gbs']:.3g} GB/s of its previous "
+                f"{_runs_text(f['past'])}")
+        fix = (f"compare the node's links and GPUs with a healthy node: ddpdoctor nccl-bench --localise on it and a "
+               f"good neighbour; `ddpdoctor report {os.path.join(root, f['latest']['path'])}` shows the slow run")
+        return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
+    changes = ", ".join(f"{c['run_id']} ({when(c['created'])})" for c in f["changed_at"])
+    title = f"{f['node']}: {f['check']} flaps ({f['changes']} changes in its last {f['window']} runs)"
+    text = (f"pass/not over the runs, oldest first: {f['sequence']} (x: warn or fail); now {f['last_level']}; "
+            f"last finding: {f['last_summary'] or '—'}; changed at {changes}")
+    fix = f"an intermittent fault: `ddpdoctor preflight --only {f['check']}` on the node, several times"
+    return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
+
+
+def _bandwidth_text(bw: dict) -> str:
+    parts = []
+    for op, series in bw.items():
+        pts = series["points"]
+        if pts:
+            parts.append(f"{op} {size_text(series['size'])}: {pts[0][1]:.3g} → {pts[-1][1]:.3g} GB/s "
+                         f"({plural(len(pts), 'run')})")
+    return "; ".join(parts)
+
+
+def node_row(h: dict) -> dict:
+    verdicts = " · ".join(f"{n} {v}" for v, n in sorted(h["verdicts"].items(), key=lambda kv: -kv[1]))
+    return {"node": h["node"], "runs": h["runs"], "first": when(h["first"]), "last": when(h["last"]),
+            "last_verdict": h["last_verdict"], "verdicts": verdicts, "contexts": ", ".join(h["contexts"]),
+            "flaps": ", ".join(f"{f['check']} ({f['changes']}×)" for f in h["flaps"]),
+            "bandwidth": _bandwidth_text(h["bandwidth"]), "odd": bool(h["slower"] or h["flaps"])}
+
+
+def charts(nodes: list[dict]) -> list[dict]:
+    """Per collective: busbw over each node's runs (x: the node's run number), up to CHART_NODES lines."""
+    ops: dict[str, dict[str, list]] = {}
+    for h in nodes:  # already ordered: findings first
+        for op, series in h["bandwidth"].items():
+            lines = ops.setdefault(op, {})
+            if len(lines) < CHART_NODES and len(series["points"]) > 1:
+                lines[f"{h['node']} ({size_text(series['size'])})"] = [
+                    (i + 1, bw) for i, (_, bw, _) in enumerate(series["points"])]
+    return [{"op": op, "series": lines} for op, lines in sorted(ops.items()) if lines]
+
+
+def history_view(h: dict) -> dict:
+    findings = [finding_text(f, h["root"]) for f in h["findings"]]
+    return {"root": h["root"], "runs": h["runs"], "files": h["files"], "left_out": h.get("left_out", 0),
+            "unreadable": h.get("unreadable", 0), "read": h.get("read", 0), "node_count": len(h["nodes"]),
+            "findings": findings[:300], "findings_hidden": max(0, len(findings) - 300),
+            "nodes": [node_row(n) for n in h["nodes"][:TABLE_NODES]],
+            "nodes_hidden": max(0, len(h["nodes"]) - TABLE_NODES), "charts": charts(h["nodes"]),
+            "rules": h["rules"]}
+
+
+def console_lines(view: dict, most: int = 20) -> list[str]:
+    """The terminal's summary: one line per finding (the first ``most``)."""
+    notes = [plural(view["files"], "file"), f"{view['read']} read now"]
+    if view["unreadable"]:
+        notes.append(f"{view['unreadable']} not ddpdoctor results")
+    if view["left_out"]:
+        notes.append(f"the oldest {view['left_out']} left out")
+    lines = [f"history of {plural(view['runs'], 'run')} on {plural(view['node_count'], 'node')} in {view['root']} "
+             f"({', '.join(notes)})"]
+    lines += [f"WARN {f['title']}: {f['text']}" for f in view["findings"][:most]]
+    if len(view["findings"]) > most:
+        lines.append(f"... {len(view['findings']) - most} more findings in the page")
+    if not view["findings"]:
+        lines.append("no node slower than its own past, no check flapping")
+    return lines

@@ -1,0 +1,170 @@
+"""The unattended node check: this node's single-node preflight within a time budget, the drain or resume it decides
+for its own node in SLURM's context (Prolog=, Epilog=, HealthCheckProgram=), and the record it keeps of each run.
+
+Data first: ``where`` reads SLURM's context from the environment, ``decide`` is a pure function of the findings and
+the node's state, ``act`` runs scontrol (launchers/slurm_node.py) and ``keep`` writes the record. The command
+(cli/node_check_cmd.py) wires them and chooses the exit code.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from ..launchers import slurm_node
+from ..runner import TOOL_ERROR
+from .site import SiteConfig
+
+PROLOG, EPILOG, HEALTH_CHECK, MANUAL = "prolog", "epilog", "health_check", "manual"
+SCRIPT_CONTEXTS = {"prolog_slurmd": PROLOG, "epilog_slurmd": EPILOG}  # SLURM_SCRIPT_CONTEXT (slurmd's scripts)
+DRAINS = {"fail": ("fail",), "warn": ("fail", "warn"), "never": ()}
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where and why this run happens: SLURM's context, its name for this node, the job (prolog/epilog)."""
+
+    context: str
+    node: str
+    job_id: str | None = None
+
+    @property
+    def under_slurm(self) -> bool:
+        return self.context != MANUAL
+
+
+def where(env: Mapping[str, str], hostname: str | None = None) -> Where:
+    """From slurmd's environment: a prolog or epilog has SLURM_SCRIPT_CONTEXT (and the job's id; before SLURM 21.08
+    only the id), a health check only SLURMD_NODENAME; anything else is a person's run, a job's own steps and batch
+    script included (they have SLURM_STEP_ID or SLURM_SUBMIT_DIR, which slurmd never gives its scripts): run inside
+    a job by hand, it must not drain the node as a prolog would."""
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None
+    node = env.get("SLURMD_NODENAME") or (hostname or socket.gethostname()).split(".")[0]
+    context = SCRIPT_CONTEXTS.get(env.get("SLURM_SCRIPT_CONTEXT", ""))
+    in_a_job = "SLURM_STEP_ID" in env or "SLURM_SUBMIT_DIR" in env
+    if context is None and env.get("SLURMD_NODENAME") and not in_a_job:
+        context = PROLOG if job else HEALTH_CHECK
+    return Where(context or MANUAL, node, job)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    level: str
+    summary: str
+
+
+@dataclass
+class Decision:
+    """What this run does about the node. ``action``: "drain" (or update our own reason), "resume" (a drain we wrote,
+    now passing), "keep" (our drain stands with the same reason), "leave" (someone else's drain: never touched),
+    "none"; ``fails``: the job must not start here (a prolog's non-zero exit)."""
+
+    action: str
+    why: str
+    reason: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    fails: bool = False
+
+
+def findings_that_drain(doc: dict, drain_on: str) -> list[Finding]:
+    """The results at a draining level, worst first (the document's order); a check's own failure (it raised or
+    hung: ``tool_error``) never drains a node: a bug in a check must not empty the cluster."""
+    levels = DRAINS[drain_on]
+    return [Finding(r["check"], r["level"], r["summary"]) for r in doc.get("results", [])
+            if r.get("level") in levels and not (r.get("details") or {}).get(TOOL_ERROR)]
+
+
+def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain_on: str = "fail") -> Decision:
+    """Pure: the findings that drain and the node's state (None: not under SLURM, nothing to act on)."""
+    if state is None:
+        return Decision("none", "not under SLURM: nothing to drain or resume", findings=findings,
+                        fails=bool(findings))
+    if findings:
+        first = findings[0]
+        reason = slurm_node.drain_reason(first.check, first.summary)
+        if state.drained and not state.drained_by_us:
+            return Decision("leave", f"already drained by someone else ({state.reason or 'no reason'}): left as it "
+                            "is", reason, findings, fails=True)
+        if state.drained_by_us and state.reason == reason:
+            return Decision("keep", "already drained by ddpdoctor for the same finding", reason, findings, True)
+        return Decision("drain", f"{first.check} {first.level}s", reason, findings, fails=True)
+    if state.drained_by_us:
+        return Decision("resume", f"passing now; ddpdoctor drained it ({state.reason})")
+    if state.drained:
+        return Decision("leave", f"passing, but drained by someone else ({state.reason or 'no reason'}): left as "
+                        "it is")
+    return Decision("none", "passing" if drain_on != "never" else "passing (drain_on = never)")
+
+
+def run_checks(site: SiteConfig, started: float) -> dict:
+    """The single-node preflight of the checks that suit an unattended node (the local ones: no cluster meeting,
+    no collective; opt-in measurements only where the site config turns them on), all ended by
+    ``started + budget_s``: a check still running then is skipped with a note."""
+    from ..preflight import make_plan, run_single_node
+
+    plan = make_plan(only=site.only, skip=site.skip, config_path=site.path,
+                     run_flags={"output_dir": site.results_dir, "nnodes": 1})
+    return run_single_node(plan, deadline=started + site.budget_s)
+
+
+def act(decision: Decision, at: Where, site: SiteConfig, env: Mapping[str, str]) -> dict:
+    """Run the decision's scontrol command on this node; what was done, for the record."""
+    if decision.action not in ("drain", "resume"):
+        return {}
+    kw = {"scontrol": slurm_node.scontrol_path(site.scontrol, env), "env": site.scontrol_env(env)}
+    if decision.action == "drain":
+        done = slurm_node.drain(at.node, decision.reason or "ddpdoctor: failed", **kw)
+    else:
+        done = slurm_node.resume(at.node, **kw)
+    return {"command": done.command, "ok": done.ok, "error": done.message or None}
+
+
+def node_state(at: Where, site: SiteConfig, env: Mapping[str, str]) -> slurm_node.NodeState | None:
+    if not at.under_slurm:
+        return None
+    return slurm_node.show(at.node, scontrol=slurm_node.scontrol_path(site.scontrol, env), env=site.scontrol_env(env))
+
+
+def record(doc: dict, at: Where, site: SiteConfig, decision: Decision, state, done: dict, elapsed_s: float) -> dict:
+    """The document with its ``node_check`` section (SCHEMA.md): context, decision, the node's state before, what
+    scontrol did."""
+    doc["node_check"] = {
+        "context": at.context, "node": at.node, "job_id": at.job_id, "config": site.path,
+        "budget_s": site.budget_s, "elapsed_s": round(elapsed_s, 3), "drain_on": site.drain_on,
+        "action": decision.action, "why": decision.why, "reason": decision.reason,
+        "findings": [asdict(f) for f in decision.findings],
+        "state_before": None if state is None else {"state": state.state, "reason": state.reason,
+                                                     "error": state.error},
+        "scontrol": done or None,
+    }
+    return doc
+
+
+def result_path(site: SiteConfig, at: Where, created: str) -> Path:
+    """RESULTS_DIR/<node>/<UTC time>-<context>[-<job>].json: one file per run, a node's in time order by name."""
+    from ..documents import results_dir_name
+
+    stamp = created.replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
+    job = f"-{results_dir_name(at.job_id)}" if at.job_id else ""
+    return Path(site.results_dir) / results_dir_name(at.node) / f"{stamp}-{time.time_ns() % 10**9:09d}-" \
+        f"{at.context}{job}.json"
+
+
+def keep(doc: dict, path: Path, keep_n: int) -> Path:
+    """Write the record atomically, then remove the node's oldest beyond ``keep_n`` (pruned in batches of a tenth,
+    so a run lists its folder rarely)."""
+    from ..documents import dump
+
+    written = dump(doc, path)
+    try:
+        names = [n for n in os.listdir(path.parent) if n.endswith(".json") and not n.startswith(".")]
+        if len(names) > keep_n + max(1, keep_n // 10):
+            for old in sorted(names)[: len(names) - keep_n]:
+                (path.parent / old).unlink(missing_ok=True)
+    except OSError:
+        pass  # pruning is housekeeping: a record written is what counts
+    return written

@@ -1,0 +1,112 @@
+"""The site config of the unattended node check: where it is ($DDPDOCTOR_CONFIG, else /etc/ddpdoctor/ddpdoctor.toml)
+and its [node-check] table, typed and bounded like check options (the same file's [run] and [checks.NAME] tables
+set the checks' options, as for `ddpdoctor preflight --config`)::
+
+    [node-check]
+    results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node
+    keep = 5000                 # the newest results kept per node
+    drain_on = "fail"           # "fail"; "warn": warnings drain too; "never": record only
+    budget_s = 8                # checks not done by then are skipped with a note (SLURM kills a health check at 60 s)
+    skip = ["gpu-perf"]         # or only = [...]: the local checks to run (opt-in ones stay off unless named)
+    prometheus_textfile = "/var/lib/prometheus/node-exporter"   # also write ddpdoctor.prom there
+    scontrol = "/usr/bin/scontrol"                  # a prolog runs with no PATH
+    slurm_conf = "/etc/slurm/slurm.conf"            # for scontrol: a health check runs without SLURM_CONF
+
+A missing default file means the defaults; a file named by $DDPDOCTOR_CONFIG that is missing, a malformed one, an
+unknown key or a bad value is a UsageError naming the file and key.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import UsageError
+from ..options import Option
+from ..settings import read_toml
+
+CONFIG_ENV = "DDPDOCTOR_CONFIG"
+DEFAULT_CONFIG = "/etc/ddpdoctor/ddpdoctor.toml"
+TABLE = "node-check"
+DRAIN_ON = ("fail", "warn", "never")
+
+KEYS = {
+    "results_dir": Option("/var/lib/ddpdoctor/node-check", "where every run's JSON is kept (a folder per node)",
+                          type=str),
+    "keep": Option(5000, "the newest results kept per node (older ones are removed)", type=int, min=1,
+                   max=1_000_000),
+    "drain_on": Option("fail", "the level that drains the node: fail, warn (warnings too) or never", type=str),
+    "budget_s": Option(8.0, "seconds for the checks, torch's import included; a check not done by then is skipped",
+                       type=float, min=1, max=3600),
+    "only": Option([], "run only these checks", type=list),
+    "skip": Option([], "do not run these checks", type=list),
+    "prometheus_textfile": Option(None, "node_exporter's textfile directory: ddpdoctor.prom is written there",
+                                  type=str),
+    "scontrol": Option("scontrol", "the scontrol to run (an absolute path where PATH is SLURM's minimal one)",
+                       type=str),
+    "slurm_conf": Option(None, "SLURM_CONF for scontrol, where the node check runs without one", type=str),
+}
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """The [node-check] table, typed; ``path`` is the file it came from (None: no file, the defaults)."""
+
+    path: str | None = None
+    results_dir: str = KEYS["results_dir"].default
+    keep: int = KEYS["keep"].default
+    drain_on: str = "fail"
+    budget_s: float = KEYS["budget_s"].default
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    prometheus_textfile: str | None = None
+    scontrol: str = "scontrol"
+    slurm_conf: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)  # nothing yet: room for keys of later versions
+
+    def scontrol_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The environment scontrol runs with: this process's, with SLURM_CONF from the config when set."""
+        out = dict(env)
+        if self.slurm_conf:
+            out["SLURM_CONF"] = self.slurm_conf
+        return out
+
+
+def config_path(env: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
+    """(the site config's path or None, whether it was named explicitly). The default file may be absent."""
+    env = os.environ if env is None else env
+    named = (env.get(CONFIG_ENV) or "").strip()
+    if named:
+        return named, True
+    return (DEFAULT_CONFIG, False) if Path(DEFAULT_CONFIG).is_file() else (None, False)
+
+
+def load(path: str | None) -> SiteConfig:
+    """The [node-check] table of ``path`` (None: the defaults)."""
+    if path is None:
+        return SiteConfig()
+    if not Path(path).is_file():
+        raise UsageError(f"site config {path}: no such file (${CONFIG_ENV} names it)")
+    table = read_toml(path).get(TABLE, {})
+    if not isinstance(table, dict):
+        raise UsageError(f"config {path}: [{TABLE}] must be a table")
+    return SiteConfig(path=path, **{key: _value(path, key, value) for key, value in table.items()})
+
+
+def _value(path: str, key: str, value: Any) -> Any:
+    if key not in KEYS:
+        raise UsageError(f"config {path}: unknown key {TABLE}.{key} (known: {', '.join(sorted(KEYS))})")
+    try:
+        if key in ("only", "skip"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"expected a list of check names, got {value!r}")
+            return tuple(value)
+        converted = KEYS[key].convert(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"config {path}: bad value for {TABLE}.{key}: {exc}") from None
+    if key == "drain_on" and converted not in DRAIN_ON:
+        raise UsageError(f"config {path}: {TABLE}.drain_on must be one of {', '.join(DRAIN_ON)}, got {value!r}")
+    if key in ("results_dir", "prometheus_textfile", "slurm_conf", "scontrol") and not converted.strip():
+        raise UsageError(f"config {path}: {TABLE}.{key} is empty")
+    return converted

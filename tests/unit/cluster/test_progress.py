@@ -1,0 +1,42 @@
+"""A cluster preflight says who has joined while it waits (issue 41 item 1): plain lines when stderr is no
+terminal, one line updated in place (rich's status) on a terminal, the lines that are no waiting state kept."""
+from __future__ import annotations
+
+import io
+
+from ddpdoctor.cluster.master import _who_joined
+from ddpdoctor.cluster.progress import Progress
+
+
+def test_the_joined_nodes_are_named_with_their_rank_and_address():
+    valid = {0: [{"host": "vm", "addr": "10.0.0.1"}], 2: [{"host": "gpu\x1b[2J2", "addr": "10.0.0.3"}]}
+    assert _who_joined(valid, [1]) == ": rank 0 vm (10.0.0.1), rank 2 gpu\x1b[2J2 (10.0.0.3)"
+    assert _who_joined({}, [0, 1]) == ""
+    many = {r: [{"host": f"n{r}", "addr": f"10.0.0.{r}"}] for r in range(12)}
+    assert _who_joined(many, []).endswith("rank 7 n7 (10.0.0.7) and 4 more")
+
+
+def test_plain_lines_off_a_terminal_each_change_once_and_escapes_shown(capsys):
+    p = Progress(False, "rank 0", live=False)
+    for text in ("1/3 nodes joined: rank 0 vm (1.1.1.1); waiting for rank(s) 1, 2",) * 2 + ("host \x1b[2J",):
+        p.say(text, dedupe=True)
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["[ddpdoctor rank 0] 1/3 nodes joined: rank 0 vm (1.1.1.1); waiting for rank(s) 1, 2",
+                   "[ddpdoctor rank 0] host \\x1b[2J"]
+
+
+def test_on_a_terminal_the_waiting_state_is_one_line_in_place_and_other_lines_stay(monkeypatch):
+    from rich.console import Console
+
+    out = io.StringIO()
+    monkeypatch.setattr("rich.console.Console", lambda **kw: Console(file=out, force_terminal=True, width=100))
+    p = Progress(False, "rank 0", live=True)
+    p.say("1/3 nodes joined: rank 0 vm (1.1.1.1); waiting for rank(s) 1, 2", dedupe=True)
+    status = p._status
+    assert status is not None
+    p.say("2/3 nodes joined: rank 0 vm (1.1.1.1), rank 1 b (1.1.1.2); waiting for rank(s) 2", dedupe=True)
+    assert p._status is status and str(status.status).startswith("[ddpdoctor rank 0] 2/3 nodes joined")
+    p.say("all 3 nodes joined as vm; testing links")  # not a waiting state: printed above, kept
+    p.close()
+    assert p._status is None and "all 3 nodes joined as vm; testing links" in out.getvalue()

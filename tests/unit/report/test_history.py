@@ -1,0 +1,71 @@
+"""`ddpdoctor report --history`: each node's trend over a results directory (ddpdoctor/history/), its SQLite index
+read once per file, the findings worded with the runs they compare; the 10,000-run figure:
+tests/benchmarks/bench_unattended.py."""
+from __future__ import annotations
+
+import json
+
+from ddpdoctor.history import collect
+from ddpdoctor.history.index import DB_NAME
+from ddpdoctor.report.html import build_history_html
+from ddpdoctor.report.views.history import history_view
+from tests.history_fixtures import node_check_doc, write_history
+from tests.unit.helpers import run_cli
+
+
+def test_a_slower_node_and_a_flapping_check_are_found_with_the_runs_they_compare(tmp_path):
+    write_history(tmp_path, nodes=4, runs=12)
+    h = collect(tmp_path)
+    assert (h["files"], h["read"], h["runs"], len(h["nodes"])) == (96, 96, 96, 4)
+    slower = [f for f in h["findings"] if f["kind"] == "slower"]
+    flaps = [f for f in h["findings"] if f["kind"] == "flap"]
+    assert [(f["node"], f["op"], f["size"], round(f["ratio"], 2)) for f in slower] == [
+        ("node1", "all_reduce", 1 << 20, 0.4)]  # both sizes fell to 40 %: one finding per collective
+    assert slower[0]["latest"]["run_id"] == "bench-node1-11" and len(slower[0]["past"]) == 10
+    assert slower[0]["past"][0]["run_id"] == "bench-node1-1"
+    assert [(f["node"], f["check"], f["changes"], f["sequence"]) for f in flaps] == [
+        ("node2", "clock-sync", 11, ".x.x.x.x.x.x")]
+    assert [n["node"] for n in h["nodes"]][:2] == ["node1", "node2"]  # the nodes with findings first
+    words = history_view(h)["findings"]
+    assert words[0]["title"] == "node1: all_reduce at 1 MiB is slower than its own past"
+    assert "0.2 GB/s in run bench-node1-11" in words[0]["text"] and "40% of the median 0.5 GB/s" in words[0]["text"]
+    assert "10 runs from bench-node1-1" in words[0]["text"]
+
+
+def test_the_index_reads_each_file_once_and_follows_changes(tmp_path):
+    write_history(tmp_path, nodes=2, runs=5)
+    assert collect(tmp_path)["read"] == 20
+    assert (tmp_path / DB_NAME).is_file()
+    again = collect(tmp_path)
+    assert (again["read"], again["runs"]) == (0, 20)
+    (tmp_path / "node1" / "000000-health_check.json").unlink()
+    (tmp_path / "node1" / "extra.json").write_text(json.dumps(node_check_doc("node1", 99, flapping=False)))
+    (tmp_path / "node1" / "notes.json").write_text('{"mine": true}')  # a user's own JSON: counted, not a run
+    changed = collect(tmp_path)
+    assert (changed["read"], changed["runs"], changed["unreadable"]) == (2, 20, 1)
+
+
+def test_history_command_page_and_lines(tmp_path):
+    write_history(tmp_path, nodes=3, runs=8)
+    evil = node_check_doc("<img src=x onerror=alert(1)>", 0, flapping=False)
+    (tmp_path / "evil.json").write_text(json.dumps(evil))
+    p = run_cli("report", "--history", "--results-dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("history of 49 runs on 4 nodes in ")
+    assert "WARN node1: all_reduce at 1 MiB is slower than its own past" in p.stdout
+    assert "WARN node2: clock-sync flaps (7 changes in its last 8 runs)" in p.stdout
+    page = (tmp_path / "history.html").read_text()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "all_reduce bus bandwidth per node" in page and "<svg" in page
+    assert run_cli("report", "--history", "--results-dir", str(tmp_path / "none")).returncode == 2
+    assert run_cli("report", "--history", "x.json").returncode == 2
+
+
+def test_a_page_of_a_single_run_without_bandwidth():
+    h = {"root": "/r", "runs": 1, "files": 1, "read": 1, "nodes": [
+        {"node": "n1", "runs": 1, "first": 0.0, "last": 0.0, "last_verdict": "pass", "verdicts": {"pass": 1},
+         "contexts": ["prolog"], "flaps": [], "bandwidth": {}, "slower": []}],
+        "findings": [], "rules": {"flap_window": 20, "flap_changes": 3, "slower_ratio": 0.8, "past_runs": 10,
+                                  "min_past": 3}}
+    page = build_history_html(h)
+    assert "No node is slower than its own past and no check flaps." in page and "<svg" not in page
