@@ -20,6 +20,7 @@ from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
 from .evidence.model import is_library
 from .evidence_io import global_rank_of
+from .stopped import TELL_APART
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
 # The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
@@ -28,12 +29,8 @@ TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed
 # The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
-
-
 DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message of another size, which need not "
             "be the rank whose call differs; the logs do not say whose does (the ranks' flight-recorder dumps do)")
-
-
 NO_MAJORITY = "no majority between two ranks: "
 ENDED_EARLY_FIX = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter "
                    "data loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every "
@@ -75,10 +72,14 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
 
 def waited_call(f: RankFailure) -> tuple[str, str | None]:
     """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
+    from .evidence.library_waits import library_wait
+    from .evidence.stacks import traceback_frames
+
     frames = list(FRAME.finditer(f.traceback or ""))
     op = next((m["func"] for m in frames if C10D_FILE in m["file"]), None)  # the outermost: the call the user made
-    if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
-        op = "backward (DDP's all_reduce)"
+    lib = library_wait(traceback_frames(f.traceback))  # raised inside a library's wait: certain, whatever its row
+    if lib is not None:
+        op = f"{lib.phrase} ({op})" if op and op != lib.op else lib.phrase
     where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
                   if not is_library(m["file"])), None)
     return op or "a collective", where or f.location
@@ -181,11 +182,6 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in culprits[1:] if one else culprits:
         f.victim, f.reason, f.named = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how, one
     return new, (culprits[1:] if one else culprits) + out
-
-
-TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
-              "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
-              "or a rerun under `ddpdoctor run-trainer`) tell them apart")
 
 
 def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],

@@ -91,6 +91,8 @@ class Verdict:
     # dir shows: the evidence the judge (launch.judge) reads beside the flight-recorder dumps.
     failures: list[RankFailure] = field(default_factory=list)
     world: list[int] = field(default_factory=list)
+    # The signal torchrun itself received from outside (a scheduler's time limit, scancel, Ctrl-C), from its log.
+    stopped_by: str | None = None
 
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
