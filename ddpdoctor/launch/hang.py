@@ -2,7 +2,6 @@
 collect every rank's flight recorder, stacks and process state, judge (collectives.py), stop the job (procs.py)."""
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import threading
@@ -11,10 +10,9 @@ from pathlib import Path
 
 import psutil
 
-from . import evidence_io
 from .procs import exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, signal_stacks, stop_agent, workers
-from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, past_start_up, progress_mark, stack_waits,
-                    stacks_of)
+from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
+                    stack_waits, stacks_of)
 from .stragglers import Live
 
 class Watchdog:
@@ -42,6 +40,7 @@ class Watchdog:
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # every rank initialised, none recorded a collective: motion from stacks and CPU
         self.stack_waiting = False  # the last stack poll (p2p_only) saw a rank waiting
+        self.last_motion: tuple | None = None  # the last stack poll's stall.motion
         self._stop = threading.Event()
         self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -313,7 +312,11 @@ class Watchdog:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""
         stacks = stacks_of(self.sockets, [r for r in running if r is not None])
         self.stack_waiting = stack_waits(stacks)
-        return motion(stacks, cpu_seconds(procs, running))
+        moved = motion(stacks, cpu_seconds(procs, running))
+        if moved != self.last_motion:  # moving, not hung: no flight record times a send/recv, the stacks do
+            self.stragglers.sample(own_code(stacks), time.time(), self.poll)
+        self.last_motion = moved
+        return moved
 
     def fire(self, stalled_s: float) -> dict:
         procs = workers(self.agent.pid)

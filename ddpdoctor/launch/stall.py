@@ -133,6 +133,14 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
     return tuple(where), int(sum(cpu_s.get(r, 0.0) for r in waiting) / step)
 
 
+def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
+    """Per rank whose stack answered: it stands in its own code (not in a wait)."""
+    from .evidence.model import WaitKind
+    from .evidence.stacks import main_thread, wait_of
+
+    return {r: wait_of(main_thread(text)).kind == WaitKind.NONE for r, text in stacks.items() if text}
+
+
 def stack_waits(stacks: dict[int, str | None]) -> bool:
     """Some rank's stack stands in a wait (a send/recv, a library's P2POp batch, a collective)."""
     from .evidence.model import WaitKind
