@@ -18,7 +18,7 @@ KEEP = 400           # collectives remembered per attempt (a bounded memory on a
 CAP_X = 1000.0       # "slower_x" when the others spend (next to) no time in their own code
 # Send/recv-only jobs (stacks polled once a poll): the latest SAMPLES polls, judged from MIN_SAMPLES on; the
 # straggler was in its own code in OWN_SHARE of them, every other rank waiting in as many.
-SAMPLES, MIN_SAMPLES, OWN_SHARE = 20, 10, 0.75
+SAMPLES, MIN_SAMPLES, OWN_SHARE = 20, 6, 0.75
 
 
 @dataclass
@@ -110,6 +110,24 @@ def judge(created: dict[tuple, dict[int, int]], ranks: list[int]) -> Straggler |
                      interval_s=round(statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e9, 4))
 
 
+def judge_groups(created: dict[tuple, dict[int, int]], ranks: list[int]) -> Straggler | None:
+    """``judge`` over the collectives every rank recorded, else per process group among its members: on a 2-D
+    mesh (tensor x data parallel) no collective has every rank, each pair's and each column's have theirs."""
+    found = judge(created, ranks)
+    if found is not None:
+        return found
+    by_group: dict[str, dict[tuple, dict[int, int]]] = {}
+    for key, by in created.items():
+        by_group.setdefault(key[0], {})[key] = by
+    for group in sorted(by_group):
+        members = sorted({r for by in by_group[group].values() for r in by})
+        if 2 <= len(members) < len(ranks):
+            found = judge(by_group[group], members)
+            if found is not None:
+                return found
+    return None
+
+
 def line(s: Straggler) -> str:
     """The live line: which rank, how much slower, where the extra time goes."""
     times = "more than 100x" if s.slower_x > 100 else f"{s.slower_x:g}x"
@@ -159,7 +177,7 @@ class Live:
         if matched == self._seen:  # no new collective since the last poll: nothing new to judge
             return None
         self._seen = matched
-        found = judge(self._created, sorted(frs))
+        found = judge_groups(self._created, sorted(frs))
         if found is None:
             self._candidate = None
             return None

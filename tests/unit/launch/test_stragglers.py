@@ -124,3 +124,16 @@ def test_a_slow_pipeline_stage_is_named_from_its_stacks():
     healthy = Live()
     healthy.restart(0.0)
     assert not any(healthy.sample({0: i % 2 == 0, 1: i % 2 == 1, 2: i % 3 == 0}, float(i), 1.0) for i in range(30))
+
+
+def test_a_straggler_on_a_2d_mesh_is_judged_within_its_groups():
+    """dp 2 x tp 2: no collective has all four ranks; rank 1 is slow, its tp pair (group "1": ranks 0, 1) waits."""
+    pair = records(30, {0: 0.05, 1: 0.4}, jitter=0.01)
+    other = records(30, {2: 0.05, 3: 0.05}, jitter=0.01, seed=2)
+    frs = {r: fr for r, fr in pair.items()}
+    for r, fr in other.items():
+        frs[r] = {"entries": [dict(e, process_group=["2", ""]) for e in fr["entries"]]}
+    frs = {r: {"entries": [dict(e, process_group=[e["process_group"][0] if r in (2, 3) else "1", ""])
+                           for e in fr["entries"]]} for r, fr in frs.items()}
+    s = stragglers.judge_groups(created(frs), [0, 1, 2, 3])
+    assert s is not None and s.rank == 1, s
