@@ -38,7 +38,7 @@ class Watchdog:
         self.judged_at: float | None = None  # when the judging that made self.report began
         self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
-        self.p2p_only = False  # every rank initialised, none recorded a collective: motion from stacks and CPU
+        self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
         self.stack_waiting = False  # the last stack poll (p2p_only) saw a rank waiting
         self.last_motion: tuple | None = None  # the last stack poll's stall.motion
         self._stop = threading.Event()
@@ -80,7 +80,7 @@ class Watchdog:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
                     self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
-                self.init_armed = False
+                self.init_armed = self.p2p_only = False
             mark = self.progress()
             self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
@@ -301,9 +301,13 @@ class Watchdog:
                 if fr is not None:
                     self.last_fr[rank] = fr  # the progress summary at the end reads the last one
                 initialised[rank] = bool(fr and fr.get("pg_config"))
-            self.p2p_only = bool(done) and all(initialised.values()) and all(v is None for v in done.values())
-            if self.p2p_only:
+            quiet = bool(done) and all(initialised.values()) and all(v is None for v in done.values())
+            if quiet:  # initialised, no collective recorded: start-up, or a job that only sends and receives
                 moving = self.stack_motion(procs, running)
+                self.p2p_only = self.p2p_only or self.stack_waiting  # a rank waits: it is no start-up
+                moving = moving if self.p2p_only else None
+            else:
+                self.p2p_only = False
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
         logs = self.logs if not any(v is not None for v in done.values()) and moving is None else Path("/nonexistent")
         return done, progress_mark(self.run_dir, logs), moving

@@ -104,7 +104,8 @@ def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
     frames = {r: main_thread(stacks[r]) for r in ranks}
     if any(not fs or any(any(p in f.file for p in IMPORTING) for f in fs) for fs in frames.values()):
         return False
-    return any(wait_of(fs).kind in (WaitKind.INIT, WaitKind.STORE) for fs in frames.values())
+    return any(wait_of(fs).kind in (WaitKind.INIT, WaitKind.STORE)
+               and any(f.function == "init_process_group" for f in fs) for fs in frames.values())
 
 
 # A job whose ranks only send and receive (a pipeline: gloo's flight recorder records no send/recv, so its
@@ -142,12 +143,14 @@ def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
 
 
 def stack_waits(stacks: dict[int, str | None]) -> bool:
-    """Some rank's stack stands in a wait (a send/recv, a library's P2POp batch, a collective)."""
+    """Some rank's stack stands in a send/recv (a library's P2POp batch included): a job that only sends and
+    receives, past its start-up (init_process_group's and new_group's store waits are start-up)."""
     from .evidence.model import WaitKind
     from .evidence.stacks import main_thread, wait_of
 
-    return any(wait_of(main_thread(text)).kind not in (WaitKind.NONE, WaitKind.UNKNOWN)
+    return any(wait_of(main_thread(text)).kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P)
                for text in stacks.values() if text)
+
 
 
 def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
