@@ -679,10 +679,31 @@ def library_trainer(lib: str, fault: str) -> Callable[[Ctx], Outcome]:
             live.append(f"straggler named {st.get('named_after_s')} s into the run")
         if fault == "straggler" and r.code != 0:
             findings.append(Finding("fail", set(), f"exit {r.code}", ""))
+        if fault in ("hang", "kill"):
+            live.append(f"fr_trace on its dumps: {fr_trace_of(ctx.tmp / 'run')}")
         note = "; ".join(live) if r.code is not None else "killed at the limit"
         return Outcome(findings, r.seconds, r.code, note)
 
     return run
+
+
+def fr_trace_of(run_dir: Path) -> str:
+    """torch's own analyzer on the flight records run-trainer's ranks wrote (JSON, pickled for fr_trace, the
+    default group's name repaired as bench_fr_compare does): the ranks it names, or why none."""
+    import pickle
+
+    from bench_fr_compare import fr_trace
+
+    folder = run_dir / "fr_trace"
+    folder.mkdir(exist_ok=True)
+    for dump in sorted(run_dir.glob("*/flight_recorder/rank*.json")):
+        try:
+            data = json.loads(dump.read_text())
+        except (OSError, ValueError):
+            continue
+        (folder / f"nccl_trace_rank_{dump.stem[4:]}").write_bytes(pickle.dumps(data))
+    ranks, note = fr_trace(folder, repaired=True)
+    return note if ranks is None else (",".join(map(str, ranks)) or "none")
 
 
 def library_postmortem(lib: str, fault: str, alone: bool) -> Callable[[Ctx], Outcome]:
