@@ -433,3 +433,21 @@ def test_torchrun_s_own_words_say_it_was_stopped_from_outside():
                         ) == "SIGTERM"
     assert agent_signal("Received Signals.SIGINT death signal, shutting down workers") == "SIGINT"
     assert agent_signal("ChildFailedError: ...") is None
+
+
+def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_records_point_to(tmp_path):
+    """run-trainer (and its job) got a scheduler's SIGTERM before its hang threshold: the records the ranks wrote
+    at the SIGTERM hold rank 0's all_reduce pending 30 s: stopped while hung, rank 1; fresh records: a stop."""
+    import signal
+
+    from ddpdoctor.launch import outcome
+    from ddpdoctor.launch.classify import Verdict
+
+    folder = tmp_path / "flight_recorder"
+    folder.mkdir()
+    _dump(folder / "rank0.json", 4, pending_created_s=30)
+    _dump(folder / "rank1.json", 4)
+    root = outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
+    assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
+    _dump(folder / "rank0.json", 4, pending_created_s=1)
+    assert outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
