@@ -119,12 +119,19 @@ def judge_groups(created: dict[tuple, dict[int, int]], ranks: list[int]) -> Stra
     by_group: dict[str, dict[tuple, dict[int, int]]] = {}
     for key, by in created.items():
         by_group.setdefault(key[0], {})[key] = by
+    named: dict[str, Straggler] = {}
+    members: dict[str, list[int]] = {}
     for group in sorted(by_group):
-        members = sorted({r for by in by_group[group].values() for r in by})
-        if 2 <= len(members) < len(ranks):
-            found = judge(by_group[group], members)
+        members[group] = sorted({r for by in by_group[group].values() for r in by})
+        if 2 <= len(members[group]) < len(ranks):
+            found = judge(by_group[group], members[group])
             if found is not None:
-                return found
+                named[group] = found
+    # A rank late into its own pair's collectives because it waited for the straggler in another group is no
+    # straggler: named only where no group it belongs to names another rank.
+    for group, found in sorted(named.items()):
+        if all(other.rank == found.rank for g, other in named.items() if found.rank in members[g]):
+            return found
     return None
 
 
@@ -173,7 +180,7 @@ class Live:
         if len(self._created) > KEEP:
             for key in sorted(self._created, key=lambda k: min(self._created[k].values()))[:-KEEP]:
                 del self._created[key]
-        matched = sum(1 for by in self._created.values() if len(by) == len(frs))
+        matched = sum(len(by) for by in self._created.values() if len(by) > 1)  # a 2-D mesh: no key has every rank
         if matched == self._seen:  # no new collective since the last poll: nothing new to judge
             return None
         self._seen = matched

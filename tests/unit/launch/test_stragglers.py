@@ -137,3 +137,20 @@ def test_a_straggler_on_a_2d_mesh_is_judged_within_its_groups():
                            for e in fr["entries"]]} for r, fr in frs.items()}
     s = stragglers.judge_groups(created(frs), [0, 1, 2, 3])
     assert s is not None and s.rank == 1, s
+
+
+def test_a_rank_that_waited_for_the_straggler_elsewhere_is_not_named_in_its_own_pair():
+    """dp 2 x tp 2, rank 1 slow: rank 3 waits for it in their dp group, then comes late into its tp pair with
+    rank 2: that pair's judgement names rank 3, but the dp group it shares with rank 1 names rank 1."""
+    def group(name, own):
+        return {r: {"entries": [dict(e, process_group=[name, ""]) for e in fr["entries"]]}
+                for r, fr in records(30, own, jitter=0.01).items()}
+
+    parts = [group("1", {0: 0.05, 2: 0.05}), group("2", {1: 0.4, 3: 0.05}), group("3", {0: 0.05, 1: 0.4}),
+             group("4", {2: 0.05, 3: 0.4})]
+    frs: dict = {}
+    for part in parts:
+        for r, fr in part.items():
+            frs.setdefault(r, {"entries": []})["entries"].extend(fr["entries"])
+    s = stragglers.judge_groups(created(frs), [0, 1, 2, 3])
+    assert s is not None and s.rank == 1, s
