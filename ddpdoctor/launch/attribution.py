@@ -72,17 +72,26 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
 
 def waited_call(f: RankFailure) -> tuple[str, str | None]:
     """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
-    from .evidence.library_waits import library_wait
+    from .evidence.library_waits import library_wait, outside_handlers
     from .evidence.stacks import traceback_frames
 
-    frames = list(FRAME.finditer(f.traceback or ""))
-    op = next((m["func"] for m in frames if C10D_FILE in m["file"]), None)  # the outermost: the call the user made
-    lib = library_wait(traceback_frames(f.traceback))  # raised inside a library's wait: certain, whatever its row
+    frames = outside_handlers(traceback_frames(f.traceback))  # innermost first; a signal handler's call dropped
+    op = next((x.function for x in reversed(frames) if C10D_FILE in x.file), None)  # the call the user made
+    lib = library_wait(frames)  # raised inside a library's wait: certain, whatever its row
     if lib is not None:
         op = f"{lib.phrase} ({op})" if op and op != lib.op else lib.phrase
-    where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
-                  if not is_library(m["file"])), None)
+    where = next((x.where for x in frames if not is_library(x.file)), None)
     return op or "a collective", where or f.location
+
+
+def stopped_in_own_code(f: RankFailure) -> bool:
+    """Its traceback runs through a library's signal handler (Lightning broadcasts the launcher's SIGTERM from
+    whatever frame it interrupted), and under it the rank stood in its own code: stopped, not waiting."""
+    from .evidence.library_waits import in_handler
+    from .evidence.stacks import traceback_frames
+
+    frames = traceback_frames(f.traceback)
+    return in_handler(frames) and waited_call(f)[0] == "a collective"
 
 
 def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
@@ -127,9 +136,9 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     waited = {f.rank for f in timed_out}
     # Stopped by the launcher: SIGTERM/SIGINT, or a script's own handler exiting 128 + the signal without a word.
     # Or SIGKILLed by the launcher after it ignored the SIGTERM (postmortem.forced_kill: a stopped, frozen process).
-    stopped = [f for f in fails if f.rank not in waited and f.category in ("signal", "unknown")
+    stopped = [f for f in fails if f.rank not in waited and ((f.category in ("signal", "unknown")
                and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
-                    or (f.signal == "SIGKILL" and f.victim))]
+                    or (f.signal == "SIGKILL" and f.victim))) or stopped_in_own_code(f))]
     silent = _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
@@ -172,7 +181,7 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
                  f"{_ranks(timed_out)} timed out in ({_where(calls)}); no flight-recorder dump says "
                  + ("for certain" if one else "which of them the others waited for; no rank is named. "
                     + TELL_APART[0].upper() + TELL_APART[1:])),
-        location=None,
+        location=waited_call(first)[1] if one and stopped_in_own_code(first) else None,  # its handler's traceback
         fix=("look at what " + names + f" was doing ({NO_STACK}); "
              + hang_timeout_advice(pg)))
     out = [f for f in fails if f not in stopped]

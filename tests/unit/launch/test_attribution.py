@@ -451,3 +451,25 @@ def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_record
     assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
     _dump(folder / "rank0.json", 4, pending_created_s=1)
     assert outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
+
+
+def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_likely_culprit(tmp_path):
+    """Lightning's SIGTERM handler broadcasts the signal (dist.broadcast) from the frame it interrupted: rank 1,
+    stuck in its own code, ends 'inside' a broadcast whose peer closed. Under the handler it stood in its own
+    code: stopped by the launcher without timing out, the likely culprit at its line (it was 'every rank timed
+    out inside a collective', no rank named)."""
+    site = "/venv/lib/python3.11/site-packages"
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line 20, in <module>\n'
+          '  File "/u/faults.py", line 50, in inject\n    time.sleep(300)\n'
+          f'  File "{site}/lightning/pytorch/trainer/connectors/signal_connector.py", line 36, in __call__\n'
+          f'  File "{site}/lightning/pytorch/trainer/connectors/signal_connector.py", line 118, in _sigterm_notifier_fn\n'
+          f'  File "{site}/torch/distributed/distributed_c10d.py", line 3151, in broadcast\n    work.wait()\n'
+          "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:22708")
+    waiting = (f'Traceback (most recent call last):\n  File "{USER}", line 48, in <module>\n'
+               f'  File "{site}/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
+               "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation")
+    fails = [from_traceback(0, waiting), from_traceback(1, tb)]
+    assert attribution.stopped_in_own_code(fails[1]) and not attribution.stopped_in_own_code(fails[0])
+    assert attribution.waited_call(fails[0])[0].startswith("DDP's gradient all_reduce")
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    assert root.rank == 1 and root.location == "/u/faults.py:50", root
