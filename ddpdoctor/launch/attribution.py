@@ -18,7 +18,7 @@ from pathlib import Path
 from ..grouping import rank_ranges
 from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
-from .evidence.model import is_library
+from .classify import stopped_in_own_code, waited_call  # noqa: F401 - callers name them here
 from .evidence_io import global_rank_of
 from .stopped import TELL_APART
 
@@ -26,8 +26,6 @@ from .stopped import TELL_APART
 # The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
 TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms|"
                         r"wait timeout after (\d+)\s*ms", re.I)
-# The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
-C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
 DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message of another size, which need not "
             "be the rank whose call differs; the logs do not say whose does (the ranks' flight-recorder dumps do)")
@@ -68,30 +66,6 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
     for f in fails:
         if f.category == "timeout":
             f.fix = hang_timeout_advice(timeout_s("\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)))
-
-
-def waited_call(f: RankFailure) -> tuple[str, str | None]:
-    """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
-    from .evidence.library_waits import library_wait, outside_handlers
-    from .evidence.stacks import traceback_frames
-
-    frames = outside_handlers(traceback_frames(f.traceback))  # innermost first; a signal handler's call dropped
-    op = next((x.function for x in reversed(frames) if C10D_FILE in x.file), None)  # the call the user made
-    lib = library_wait(frames)  # raised inside a library's wait: certain, whatever its row
-    if lib is not None:
-        op = f"{lib.phrase} ({op})" if op and op != lib.op else lib.phrase
-    where = next((x.where for x in frames if not is_library(x.file)), None)
-    return op or "a collective", where or f.location
-
-
-def stopped_in_own_code(f: RankFailure) -> bool:
-    """Its traceback runs through a library's signal handler (Lightning broadcasts the launcher's SIGTERM from
-    whatever frame it interrupted), and under it the rank stood in its own code: stopped, not waiting."""
-    from .evidence.library_waits import in_handler
-    from .evidence.stacks import traceback_frames
-
-    frames = traceback_frames(f.traceback)
-    return in_handler(frames) and waited_call(f)[0] == "a collective"
 
 
 def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
