@@ -9,7 +9,7 @@ import click
 
 from ..errors import UsageError
 from ..exitcodes import ExitCode
-from ..launch.fr_dumps import find_dumps, judge_dumps
+from ..launch.fr_dumps import find_dumps, judge_dumps, stalled_s
 from . import common
 
 
@@ -52,8 +52,12 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path, re
         verdict = pm.analyse(logs, agent_text, socket.gethostname())
     fr_roots = [Path(log_dir), *map(fr_dir, fr_dirs)]
     with evidence_io.reading(fr_roots) as fr_notes:
-        hang = judge_dumps(find_dumps(fr_roots), verdict.failures, None, verdict.world)
+        dumps = find_dumps(fr_roots)
+        hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
     pm.adopt_hang_verdict(verdict, hang)
+    from ..launch.stopped import stopped_from_outside
+
+    stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by)  # a hung job a scheduler ended
     failed = verdict.root_cause is not None
     root = verdict.root_cause.to_json() if failed else None
     stacks_on_file(root, logs.parent.parent / "stacks" / "sigterm")  # a run-trainer run's: <run>/logs/<node>

@@ -18,22 +18,17 @@ from pathlib import Path
 from ..grouping import rank_ranges
 from ..numbers import parse_int
 from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
-from .evidence.model import is_library
+from .classify import stopped_in_own_code, waited_call  # noqa: F401 - callers name them here
 from .evidence_io import global_rank_of
+from .stopped import TELL_APART
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
 # The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
 TIMEOUT_MS = re.compile(r"Timed out waiting (\d+)\s*ms|Timeout\(ms\)=(\d+)|timed out after (\d+)\s*ms|"
                         r"wait timeout after (\d+)\s*ms", re.I)
-# The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
-C10D_FILE = "torch/distributed/distributed_c10d.py"
 ADOPTABLE = {"timeout", "nccl", "unknown", "peer_lost", "hang", "stopped", "desync", "consequence"}
-
-
 DETECTOR = ("detected the mismatch: gloo aborts the rank that receives a message of another size, which need not "
             "be the rank whose call differs; the logs do not say whose does (the ranks' flight-recorder dumps do)")
-
-
 NO_MAJORITY = "no majority between two ranks: "
 ENDED_EARLY_FIX = ("every rank must issue the same collectives: a rank that returns or calls sys.exit early (a shorter "
                    "data loop, a rank-dependent `if`/`break`) leaves the others waiting in their next one; give every "
@@ -71,17 +66,6 @@ def refine_timeouts(fails: list[RankFailure]) -> None:
     for f in fails:
         if f.category == "timeout":
             f.fix = hang_timeout_advice(timeout_s("\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)))
-
-
-def waited_call(f: RankFailure) -> tuple[str, str | None]:
-    """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
-    frames = list(FRAME.finditer(f.traceback or ""))
-    op = next((m["func"] for m in frames if C10D_FILE in m["file"]), None)  # the outermost: the call the user made
-    if op is None and any(m["func"] in ("_engine_run_backward", "backward") for m in frames):
-        op = "backward (DDP's all_reduce)"
-    where = next((f"{m['file']}:{m['line']}" for m in reversed(frames)
-                  if not is_library(m["file"])), None)
-    return op or "a collective", where or f.location
 
 
 def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFailure]]:
@@ -126,9 +110,9 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     waited = {f.rank for f in timed_out}
     # Stopped by the launcher: SIGTERM/SIGINT, or a script's own handler exiting 128 + the signal without a word.
     # Or SIGKILLed by the launcher after it ignored the SIGTERM (postmortem.forced_kill: a stopped, frozen process).
-    stopped = [f for f in fails if f.rank not in waited and f.category in ("signal", "unknown")
+    stopped = [f for f in fails if f.rank not in waited and ((f.category in ("signal", "unknown")
                and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
-                    or (f.signal == "SIGKILL" and f.victim))]
+                    or (f.signal == "SIGKILL" and f.victim))) or stopped_in_own_code(f))]
     silent = _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
@@ -171,7 +155,7 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
                  f"{_ranks(timed_out)} timed out in ({_where(calls)}); no flight-recorder dump says "
                  + ("for certain" if one else "which of them the others waited for; no rank is named. "
                     + TELL_APART[0].upper() + TELL_APART[1:])),
-        location=None,
+        location=waited_call(first)[1] if one and stopped_in_own_code(first) else None,  # its handler's traceback
         fix=("look at what " + names + f" was doing ({NO_STACK}); "
              + hang_timeout_advice(pg)))
     out = [f for f in fails if f not in stopped]
@@ -181,11 +165,6 @@ def _blame_the_quiet(fails: list[RankFailure], timed_out: list[RankFailure], sto
     for f in culprits[1:] if one else culprits:
         f.victim, f.reason, f.named = False, ("likely culprit too: " if one else "one of the quiet ranks: ") + how, one
     return new, (culprits[1:] if one else culprits) + out
-
-
-TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
-              "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
-              "or a rerun under `ddpdoctor run-trainer`) tell them apart")
 
 
 def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],

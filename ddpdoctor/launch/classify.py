@@ -91,6 +91,8 @@ class Verdict:
     # dir shows: the evidence the judge (launch.judge) reads beside the flight-recorder dumps.
     failures: list[RankFailure] = field(default_factory=list)
     world: list[int] = field(default_factory=list)
+    # The signal torchrun itself received from outside (a scheduler's time limit, scancel, Ctrl-C), from its log.
+    stopped_by: str | None = None
 
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
@@ -266,3 +268,31 @@ def _nccl_detail(f: RankFailure, text: str) -> RankFailure:
         if warn:
             f.message = f"{f.message or ''} — first: {warn}".strip(" —")
     return f
+
+
+# The torch.distributed call a traceback waited in, by its function name in distributed_c10d.py.
+C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def waited_call(f: RankFailure) -> tuple[str, str | None]:
+    """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
+    from .evidence.library_waits import library_wait, outside_handlers
+    from .evidence.stacks import traceback_frames
+
+    frames = outside_handlers(traceback_frames(f.traceback))  # innermost first; a signal handler's call dropped
+    op = next((x.function for x in reversed(frames) if C10D_FILE in x.file), None)  # the call the user made
+    lib = library_wait(frames)  # raised inside a library's wait: certain, whatever its row
+    if lib is not None:
+        op = f"{lib.phrase} ({op})" if op and op != lib.op else lib.phrase
+    where = next((x.where for x in frames if not is_library(x.file)), None)
+    return op or "a collective", where or f.location
+
+
+def stopped_in_own_code(f: RankFailure) -> bool:
+    """Its traceback runs through a library's signal handler (Lightning broadcasts the launcher's SIGTERM from
+    whatever frame it interrupted), and under it the rank stood in its own code: stopped, not waiting."""
+    from .evidence.library_waits import in_handler
+    from .evidence.stacks import traceback_frames
+
+    frames = traceback_frames(f.traceback)
+    return in_handler(frames) and waited_call(f)[0] == "a collective"

@@ -52,6 +52,21 @@ def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: 
 
 
 # ---------------------------------------------------------------- progress of a healthy job
+def summary_of(last_fr: dict[int, dict], run_dir) -> dict | None:
+    """``summarise`` of the watchdog's last flight records, completed by those the ranks wrote at exit."""
+    import json
+
+    from . import evidence_io
+
+    frs = dict(last_fr)
+    for path in (run_dir / "flight_recorder").glob("rank*.json"):  # written at the ranks' exit: complete
+        try:
+            frs[int(path.stem[4:])] = json.loads(evidence_io.read_text(path))
+        except (OSError, ValueError):
+            continue
+    return summarise(frs) if frs else None
+
+
 def summarise(frs: dict[int, dict], min_late_s: float = 0.02) -> dict:
     """Per rank, from its last flight record: collectives completed and the median time between them; and
     the straggler, a rank that enters the collectives consistently later than the others (its median

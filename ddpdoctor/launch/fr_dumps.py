@@ -169,3 +169,23 @@ def job_ranks(dumps: dict[int, tuple[Path, dict]], limit: int = 1 << 16) -> list
                     and len(ranks) > len(best):
                 best = ranks
     return sorted(set(best) | set(dumps))
+
+
+def stalled_s(dumps: dict[int, tuple[Path, dict]]) -> float | None:
+    """How long the oldest collective still pending in any dump had waited when its dump was written (the
+    file's time: the bootstrap writes it at the launcher's or a scheduler's SIGTERM, torch on a timeout); None
+    when no dump holds a pending collective. A healthy collective completes in milliseconds."""
+    from .forensics import pending_deadline
+
+    out = None
+    for _, (path, fr) in dumps.items():
+        pending = pending_deadline(fr)
+        if pending is None:
+            continue
+        try:
+            written = path.stat().st_mtime
+        except OSError:
+            continue
+        waited = written - (pending[0] - pending[1])
+        out = waited if out is None else max(out, waited)
+    return out

@@ -2,7 +2,6 @@
 collect every rank's flight recorder, stacks and process state, judge (collectives.py), stop the job (procs.py)."""
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import threading
@@ -11,9 +10,9 @@ from pathlib import Path
 
 import psutil
 
-from . import evidence_io
-from .procs import failed_at, local_rank_of, py_spy_stacks, rank_per_process, ranks_of, stop_agent, workers
-from .stall import Threshold, behind, last_steps, progress_mark
+from .procs import exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, signal_stacks, stop_agent, workers
+from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
+                    stack_waits, stacks_of)
 from .stragglers import Live
 
 class Watchdog:
@@ -38,6 +37,10 @@ class Watchdog:
         self.live_line: str | None = None  # the one line said at once when the evidence was taken (announce)
         self.judged_at: float | None = None  # when the judging that made self.report began
         self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
+        self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
+        self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
+        self.stack_waiting = False  # the last stack poll (p2p_only) saw a rank waiting
+        self.last_motion: tuple | None = None  # the last stack poll's stall.motion
         self._stop = threading.Event()
         self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -77,6 +80,7 @@ class Watchdog:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
                     self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
+                self.init_armed = self.p2p_only = False
             mark = self.progress()
             self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
@@ -85,7 +89,7 @@ class Watchdog:
                 started = self.armed_at(mark[0], launched, now)
             if mark != seen:
                 moved = moved or was_armed
-                if seen is not None or any(mark[0].values()) or mark[1]:
+                if seen is not None or any(mark[0].values()) or mark[1] or mark[2]:
                     self.threshold.progressed(now)
                     if self.early is not None:
                         # Before the deadline: the collective completed in time, no hang. After it, the first
@@ -194,6 +198,11 @@ class Watchdog:
             return now
         if any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
             return now
+        if self.sockets and done and self.in_init():
+            self.init_armed = True
+            return now
+        if self.p2p_only:
+            return now  # initialised, moving by its stacks (progress): its silence counts
         if not self.sockets or now - launched > self.grace():
             return launched
         return None
@@ -209,11 +218,18 @@ class Watchdog:
         minute (or two thresholds) after the launch, as armed_at's own bound."""
         from . import forensics
 
-        if moved or not self.sockets or now - launched > self.grace():
+        if moved or not self.sockets or now - launched > self.grace() or self.init_armed or self.stack_waiting:
             return False
         if any(forensics.waiting(fr) for fr in self.last_fr.values()):
             return False
         return not any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+
+    def in_init(self) -> bool:
+        """Some rank waits inside init_process_group and none is importing (stall.past_start_up): asked only while
+        the watchdog is not armed yet."""
+        procs = workers(self.agent.pid)
+        ranks = [r for r in rank_per_process(procs) if r is not None]
+        return past_start_up(stacks_of(self.sockets, ranks), ranks)
 
     def grace(self) -> float:
         """How long start-up or an exit keeps silence from counting (then a rank stuck there is named)."""
@@ -254,13 +270,7 @@ class Watchdog:
         """Per-rank progress of the job from its collectives (any script), with the straggler if there is one."""
         from . import collectives
 
-        frs = dict(self.last_fr)
-        for path in (self.run_dir / "flight_recorder").glob("rank*.json"):  # written at the ranks' exit: complete
-            try:
-                frs[int(path.stem[4:])] = json.loads(evidence_io.read_text(path))
-            except (OSError, ValueError):
-                continue
-        return collectives.summarise(frs) if frs else None
+        return collectives.summary_of(self.last_fr, self.run_dir)
 
     def peer_fired(self) -> bool:
         """Another node's watchdog has judged this job hung: collect here now too, while the ranks still wait."""
@@ -273,10 +283,12 @@ class Watchdog:
         from . import forensics
 
         done = {}
+        moving = None
         if self.sockets:
             procs = workers(self.agent.pid)
             running = rank_per_process(procs)
             self.gone = set(self.last_fr) - set(running)
+            initialised = {}
             for proc, rank in zip(procs, running):
                 if rank is None:
                     continue
@@ -286,24 +298,30 @@ class Watchdog:
                     # Its server gone at exit: the record it wrote then is its last word. A poll that caught a
                     # collective in flight must not leave that collective "pending" while the rank spends seconds
                     # in interpreter shutdown: its process-group deadline would stop a job that had finished.
-                    fr = self.exit_record(rank, proc)
+                    fr = exit_record(self.run_dir, rank, proc)
                 if fr is not None:
                     self.last_fr[rank] = fr  # the progress summary at the end reads the last one
+                initialised[rank] = bool(fr and fr.get("pg_config"))
+            quiet = bool(done) and all(initialised.values()) and all(v is None for v in done.values())
+            if quiet:  # initialised, no collective recorded: start-up, or a job that only sends and receives
+                moving = self.stack_motion(procs, running)
+                self.p2p_only = self.p2p_only or self.stack_waiting  # a rank waits: it is no start-up
+                moving = moving if self.p2p_only else None
+            else:
+                self.p2p_only = False
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
-        logs = self.logs if not any(v is not None for v in done.values()) else Path("/nonexistent")
-        return done, progress_mark(self.run_dir, logs)
+        logs = self.logs if not any(v is not None for v in done.values()) and moving is None else Path("/nonexistent")
+        return done, progress_mark(self.run_dir, logs), moving
 
-    def exit_record(self, rank: int, proc: psutil.Process) -> dict | None:
-        """The flight record the rank wrote at its exit (the bootstrap's atexit, before its server stops), if
-        this process wrote it (a record older than the process is an earlier attempt's)."""
-        path = self.run_dir / "flight_recorder" / f"rank{rank}.json"
-        try:
-            if path.stat().st_mtime < proc.create_time():
-                return None
-            record = json.loads(evidence_io.read_text(path))
-        except (OSError, ValueError, psutil.Error):
-            return None
-        return record if isinstance(record, dict) else None
+    def stack_motion(self, procs: list[psutil.Process], running: list[int | None]) -> tuple:
+        """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""
+        stacks = stacks_of(self.sockets, [r for r in running if r is not None])
+        self.stack_waiting = stack_waits(stacks)
+        moved = motion(stacks, cpu_seconds(procs, running))
+        if moved != self.last_motion:  # moving, not hung: no flight record times a send/recv, the stacks do
+            self.stragglers.sample(own_code(stacks), time.time(), self.poll)
+        self.last_motion = moved
+        return moved
 
     def fire(self, stalled_s: float) -> dict:
         procs = workers(self.agent.pid)
@@ -378,23 +396,6 @@ class Watchdog:
         missing_stacks = [p for r, p in by_rank.items() if r in evidence and not evidence[r]["stacks"]
                           and evidence[r]["state"] == "running"]
         if missing_stacks:
-            for rank, text in self.signal_stacks(missing_stacks).items():
+            for rank, text in signal_stacks(missing_stacks, self.run_dir / "stacks").items():
                 evidence.setdefault(rank, {})["stacks"] = text
         return evidence
-
-    def signal_stacks(self, procs: list[psutil.Process]) -> dict[int, str]:
-        """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
-        stacks_dir = self.run_dir / "stacks"
-        before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGUSR1)
-            except psutil.Error:
-                pass
-        time.sleep(1.5)
-        out = {}
-        for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
-            text = evidence_io.read_text(path, evidence_io.STDERR_TAIL_BYTES)[before.get(path, 0):]
-            if text.strip():
-                out[int(path.stem[4:])] = text
-        return out or py_spy_stacks(procs)

@@ -193,6 +193,23 @@ def hang_consequences(report: dict) -> list[dict]:
             for c in verdict.get("consequences", [])]
 
 
+def stopped_while_hung(verdict: postmortem.Verdict, run_dir: Path, signum: int) -> dict | None:
+    """A stop (a scheduler's time limit, scancel) that came while the job was hung before the watchdog's
+    threshold: the flight records the ranks wrote at the SIGTERM hold a collective pending STALLED_S or more; the
+    rank their verdict names (with the SIGTERM stacks) is the root cause, else none. None: no sign of a hang."""
+    from .fr_dumps import find_dumps, judge_dumps, stalled_s
+    from .stopped import STALLED_S, stopped_from_outside
+
+    dumps = find_dumps([run_dir / "flight_recorder"])
+    stalled = stalled_s(dumps)
+    if stalled is None or stalled < STALLED_S:
+        return None
+    hang = judge_dumps(dumps, verdict.failures, run_dir / "stacks" / "sigterm", verdict.world)
+    hung = postmortem.Verdict(root_cause=None)
+    stopped_from_outside(hung, hang, stalled, signal.Signals(signum).name)
+    return hung.root_cause.to_json() if hung.root_cause else None
+
+
 def interrupted_root(signum: int) -> dict:
     name = signal.Signals(signum).name
     return postmortem.RankFailure(
@@ -240,7 +257,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         # Only a real failure that came before the signal stays the root cause; the rest followed the signal.
         if root:
             consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
-        root = interrupted_root(interrupted)
+        root = stopped_while_hung(verdict, run_dir, interrupted) or interrupted_root(interrupted)
     failed = code != 0 or hang_report is not None or interrupted is not None
     stacks_on_file(root, run_dir / "stacks" / "sigterm")
     if failed and root is None:

@@ -37,6 +37,24 @@ FATAL = re.compile(r"^Fatal Python error: (Aborted|Segmentation fault|Bus error|
 FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floating point exception": 8}
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
 CLOSING_SIGNAL = re.compile(r"Sending process (\d{1,9}) closing signal SIG(?:TERM|INT)")
+# torchrun itself stopped from outside (a scheduler's time limit or scancel sends SIGTERM to every process of the
+# job): "SignalException: Process 16082 got signal: 15", or its "Received Signals.SIGTERM death signal" line.
+AGENT_SIGNALLED = re.compile(r"SignalException: Process \d{1,9} got signal: (\d{1,2})|Received Signals\.(SIG[A-Z]{2,6}) death "
+                             r"signal")
+
+
+def agent_signal(text: str) -> str | None:
+    """The signal torchrun received from outside, named (SIGTERM), from its own output; None if it got none."""
+    import signal
+
+    for m in AGENT_SIGNALLED.finditer(text or ""):
+        if m.group(2):
+            return m.group(2)
+        try:
+            return signal.Signals(int(m.group(1))).name
+        except ValueError:
+            continue
+    return None
 
 
 def parse_agent_summary(text: str) -> list[dict]:
@@ -155,7 +173,7 @@ def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
     # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
     listed_pids = {rec.get("pid") for rec in summary}
     closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
-    verdict = Verdict(root_cause=None)
+    verdict = Verdict(root_cause=None, stopped_by=agent_signal(agent_stderr))
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
         fails = failures_of_attempt(d, i, host, summary if last else None)

@@ -51,6 +51,28 @@ def ranks_of(procs: list[psutil.Process]) -> list[int]:
     return sorted(r for r in rank_per_process(procs) if r is not None)
 
 
+def signal_stacks(procs, stacks_dir) -> dict[int, str]:
+    """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
+    import signal
+    import time
+
+    from . import evidence_io
+
+    before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            pass
+    time.sleep(1.5)
+    out = {}
+    for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
+        text = evidence_io.read_text(path, evidence_io.STDERR_TAIL_BYTES)[before.get(path, 0):]
+        if text.strip():
+            out[int(path.stem[4:])] = text
+    return out or py_spy_stacks(procs)
+
+
 def py_spy_stacks(procs) -> dict[int, str]:
     """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside."""
     from .config import py_spy
@@ -113,3 +135,20 @@ def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
         kids += family(agent.pid)[1:]
         agent.kill()
     reap(kids, max(0.0, deadline - time.monotonic()))
+
+
+def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
+    """The flight record the rank wrote at its exit (the bootstrap's atexit, before its server stops), if
+    this process wrote it (a record older than the process is an earlier attempt's)."""
+    import json
+
+    from . import evidence_io
+
+    path = run_dir / "flight_recorder" / f"rank{rank}.json"
+    try:
+        if path.stat().st_mtime < proc.create_time():
+            return None
+        record = json.loads(evidence_io.read_text(path))
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return record if isinstance(record, dict) else None

@@ -85,3 +85,91 @@ class Threshold:
         why = (f"{self.factor:g} x its longest pause between two collectives or steps after a warm-up of "
                f"{self.warmup} ({self.longest_gap:.1f} s), and at least {self.floor:g} s")
         return {"seconds": round(self.value() or self.floor, 1), "source": "calibrated", "why": why}
+
+
+IMPORTING = ("<frozen importlib._bootstrap", "importlib/__init__.py")
+
+
+def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
+    """Start-up is over for the hang threshold although no rank has completed a collective yet: every rank's
+    stack answered, at least one waits inside init_process_group (or its store), and none is still importing.
+    A rank that then stays in its own code while the others wait there is stuck before init_process_group: its
+    silence counts from now, not after the minute of start-up grace (issue 37: named 50-55 s after the fault with
+    --hang-timeout 20)."""
+    from .evidence.model import WaitKind
+    from .evidence.stacks import main_thread, wait_of
+
+    if not ranks or any(not stacks.get(r) for r in ranks):
+        return False
+    frames = {r: main_thread(stacks[r]) for r in ranks}
+    if any(not fs or any(any(p in f.file for p in IMPORTING) for f in fs) for fs in frames.values()):
+        return False
+    return any(wait_of(fs).kind in (WaitKind.INIT, WaitKind.STORE)
+               and any(f.function == "init_process_group" for f in fs) for fs in frames.values())
+
+
+# A job whose ranks only send and receive (a pipeline: gloo's flight recorder records no send/recv, so its
+# record shows no progress at all): its motion is read from the ranks' stacks and CPU time instead.
+CPU_MOVES_S = 0.05  # CPU seconds per rank between two polls that count as work (a rank blocked in recv uses ~0)
+
+
+def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
+    """What changes while a send/recv-only job moves: where each waiting rank waits (its frames, lines included)
+    and which ranks wait; a rank in its own code counts as "own" whatever its line (a rank spinning or sleeping
+    there is no progress of the job); and the waiting ranks' CPU time in steps of CPU_MOVES_S per rank (a healthy
+    pipeline's ranks compute between their waits, and a sampled stack may land on the same line twice; a rank
+    blocked in recv uses none, and a stuck rank's own CPU is not counted)."""
+    from .evidence.model import WaitKind
+    from .evidence.stacks import main_thread, wait_of
+
+    where, waiting = [], []
+    for rank in sorted(stacks):
+        frames = main_thread(stacks[rank])
+        kind = wait_of(frames).kind if frames else WaitKind.UNKNOWN
+        own = kind in (WaitKind.NONE, WaitKind.UNKNOWN)
+        where.append((rank, "own" if own else tuple((f.file, f.line, f.function) for f in frames)))
+        if not own:
+            waiting.append(rank)
+    step = CPU_MOVES_S * max(1, len(waiting))
+    return tuple(where), int(sum(cpu_s.get(r, 0.0) for r in waiting) / step)
+
+
+def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
+    """Per rank whose stack answered: it stands in its own code (not in a wait)."""
+    from .evidence.model import WaitKind
+    from .evidence.stacks import main_thread, wait_of
+
+    return {r: wait_of(main_thread(text)).kind == WaitKind.NONE for r, text in stacks.items() if text}
+
+
+def stack_waits(stacks: dict[int, str | None]) -> bool:
+    """Some rank's stack stands in a send/recv (a library's P2POp batch included): a job that only sends and
+    receives, past its start-up (init_process_group's and new_group's store waits are start-up)."""
+    from .evidence.model import WaitKind
+    from .evidence.stacks import main_thread, wait_of
+
+    return any(wait_of(main_thread(text)).kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P)
+               for text in stacks.values() if text)
+
+
+
+def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
+    """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer."""
+    from . import forensics
+
+    return {r: forensics.ask(sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0) for r in ranks}
+
+
+def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
+    """Each rank's CPU time so far (user + system), for the ranks whose process still answers."""
+    import psutil
+
+    out = {}
+    for proc, rank in zip(procs, running):
+        try:
+            if rank is not None:
+                t = proc.cpu_times()
+                out[rank] = t.user + t.system
+        except psutil.Error:
+            continue
+    return out

@@ -3,6 +3,7 @@
     python tests/benchmarks/bench_diagnosis.py                    # every scenario this machine can run
     python tests/benchmarks/bench_diagnosis.py --only preflight   # one tool (or scenario names, comma-separated)
     python tests/benchmarks/bench_diagnosis.py --only shapes      # issue 30's job shapes, run-trainer + postmortem
+    python tests/benchmarks/bench_diagnosis.py --only libraries   # issue 37's library jobs x faults x tools
     python tests/benchmarks/bench_diagnosis.py --json diag.json   # the table and totals as JSON too
 
 Each scenario is a real fault on simulated nodes (processes on 127.0.0.x, or hosts in network namespaces
@@ -638,6 +639,112 @@ def shape_scenarios() -> list[Scenario]:
 
 
 # ----------------------------------------------------------------------------------------------------
+# Issue 37's library jobs (tests/integration/library_jobs/: DDP, FSDP2, pipelining schedules, hand-written
+# batch_isend_irecv, TP x DP on a 2-D mesh, Lightning, Accelerate, torch.compile'd DDP), each with a hang, an
+# exception, a kill -9 from outside or a straggler on rank 1, or none; under run-trainer (--hang-timeout 8 where it
+# hangs), and under plain torchrun read by postmortem with torchrun's output (--agent-log) and from the log dir
+# alone (the same run). A straggler is a hit when run-trainer names rank 1 a straggler and the job passes (a
+# postmortem has nothing to say: pass). run-trainer's time to verdict is from the fault to its exit; its live
+# verdict's (the hang line, the straggler line) is in the note.
+
+LIBRARY_WORDS = {"hang": r"hang|missing|never|stopped|wait", "raise": r"RuntimeError|exception|bad batch",
+                 "kill": r"SIGKILL|signal 9|killed|likely", "straggler": r"straggler|slower"}
+_LIB_RUNS: dict[str, tuple] = {}
+_LIB_TMP: list[Path] = []
+
+
+def _lib_tmp() -> Path:
+    if not _LIB_TMP:
+        import atexit
+
+        _LIB_TMP.append(Path(tempfile.mkdtemp(prefix="ddpd-diag-lib-")))
+        atexit.register(shutil.rmtree, _LIB_TMP[0], True)
+    return _LIB_TMP[0]
+
+
+def library_trainer(lib: str, fault: str) -> Callable[[Ctx], Outcome]:
+    def run(ctx: Ctx) -> Outcome:
+        from tests.integration.library_jobs import job
+        from tests.integration.shape_jobs import run_trainer
+
+        r = run_trainer(job(lib, fault), ctx.tmp, limit=SCENARIO_LIMIT_S)
+        doc = r.doc or {}
+        findings = shape_findings(r.doc)
+        live = []
+        if (doc.get("hang") or {}).get("stalled_s") is not None:
+            live.append(f"live verdict {doc['hang']['stalled_s']} s after the stall")
+        for st in doc.get("stragglers") or []:
+            findings.append(Finding("warn", {f"rank {st['rank']}"}, f"straggler slower {st.get('slower_x')}x",
+                                    "look at its own code"))
+            live.append(f"straggler named {st.get('named_after_s')} s into the run")
+        if fault == "straggler" and r.code != 0:
+            findings.append(Finding("fail", set(), f"exit {r.code}", ""))
+        if fault in ("hang", "kill"):
+            live.append(f"fr_trace on its dumps: {fr_trace_of(ctx.tmp / 'run')}")
+        note = "; ".join(live) if r.code is not None else "killed at the limit"
+        return Outcome(findings, r.seconds, r.code, note)
+
+    return run
+
+
+def fr_trace_of(run_dir: Path) -> str:
+    """torch's own analyzer on the flight records run-trainer's ranks wrote (JSON, pickled for fr_trace, the
+    default group's name repaired as bench_fr_compare does): the ranks it names, or why none."""
+    import pickle
+
+    from bench_fr_compare import fr_trace
+
+    folder = run_dir / "fr_trace"
+    folder.mkdir(exist_ok=True)
+    for dump in sorted(run_dir.glob("*/flight_recorder/rank*.json")):
+        try:
+            data = json.loads(dump.read_text())
+        except (OSError, ValueError):
+            continue
+        (folder / f"nccl_trace_rank_{dump.stem[4:]}").write_bytes(pickle.dumps(data))
+    ranks, note = fr_trace(folder, repaired=True)
+    return note if ranks is None else (",".join(map(str, ranks)) or "none")
+
+
+def library_postmortem(lib: str, fault: str, alone: bool) -> Callable[[Ctx], Outcome]:
+    def run(ctx: Ctx) -> Outcome:
+        from tests.integration.library_jobs import job
+        from tests.integration.shape_jobs import postmortem, run_torchrun
+
+        key = f"{lib}-{fault}"
+        if key not in _LIB_RUNS:
+            _LIB_RUNS[key] = run_torchrun(job(lib, fault), _lib_tmp() / key, limit=SCENARIO_LIMIT_S)
+        r, logs, agent = _LIB_RUNS[key]
+        t0 = time.monotonic()
+        code, doc, _ = postmortem(logs) if alone else postmortem(logs, "--agent-log", str(agent))
+        note = f"torchrun exit {r.code}" + ("" if r.code is not None else " (killed at the limit)")
+        return Outcome(shape_findings(doc), r.seconds + time.monotonic() - t0, code, note)
+
+    return run
+
+
+def library_scenarios() -> list[Scenario]:
+    from tests.integration.library_jobs import FAULTS, LIBRARIES
+
+    out = []
+    for lib in LIBRARIES:
+        for fault in FAULTS:
+            named = fault not in ("healthy",)
+            ids = {"rank 1"} if named else None
+            words = LIBRARY_WORDS.get(fault, "")
+            name = f"{lib}-{fault}"
+            level = ("warn",) if fault == "straggler" else ("fail", "exit3", "root")
+            out.append(Scenario(name, "run-trainer", fault, ids, words, library_trainer(lib, fault),
+                                expect_level=level, group="libraries"))
+            pm_ids = None if fault == "straggler" else ids
+            out.append(Scenario(f"{name}/postmortem", "postmortem", fault, pm_ids, words,
+                                library_postmortem(lib, fault, alone=False), group="libraries"))
+            out.append(Scenario(f"{name}/logs-only", "postmortem", fault, pm_ids, words,
+                                library_postmortem(lib, fault, alone=True), group="libraries"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
 # GPU scenarios: registered here, run only where a GPU is present.
 
 
@@ -711,6 +818,7 @@ SCENARIOS = [
              g_bad_ordinal, ("gpu",)),
     Scenario("throttled-gpu", "preflight", "throttled GPU", set(), r"clock|throttl", g_throttled, ("gpu",)),
     *shape_scenarios(),
+    *library_scenarios(),
 ]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .model import LibraryWait, WaitKind, is_library
 
-__all__ = ["LibraryWait", "Row", "ROWS", "library_wait", "driver"]
+__all__ = ["LibraryWait", "Row", "ROWS", "library_wait", "driver", "outside_handlers", "in_handler"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Row:
     files: tuple[str, ...] = ()
     kind: WaitKind | None = WaitKind.COLLECTIVE
     native: bool = False        # ``functions`` are C++ symbol prefixes (py-spy --native)
+    handler: bool = False       # a library's signal handler: what runs inside it is not where the rank stood
     certain: bool = True        # the frame proves the wait; else the rank may be computing there
     unless: str | None = None   # what else an uncertain frame may be
 
@@ -95,6 +96,11 @@ ROWS: tuple[Row, ...] = (
     Row("Lightning", "", "from Lightning's training loop", ("*",), ("lightning/pytorch/", "pytorch_lightning/",
         "lightning/fabric/"), kind=None),
     Row("Accelerate", "", "from Accelerate", ("*",), ("/accelerate/",), kind=None),
+    # Lightning's SIGTERM handler broadcasts the signal to the other ranks (dist.broadcast) from whatever frame
+    # the signal interrupted: a rank stopped in its own code then shows a collective it never waited in.
+    Row("Lightning", "", "Lightning's signal handler", ("_sigterm_notifier_fn", "_sigterm_handler_fn",
+        "_slurm_sigusr_handler_fn", "__call__"), ("lightning/pytorch/trainer/connectors/signal_connector.py",
+        "pytorch_lightning/trainer/connectors/signal_connector.py"), kind=None, handler=True),
 )
 
 
@@ -112,9 +118,21 @@ def _inner(frames: Sequence) -> list:
 def driver(frames: Sequence) -> Row | None:
     """The library that drives the stack's wait (Lightning's or Accelerate's loop), if any frame is its."""
     for row in ROWS:
-        if row.kind is None and any(any(p in f.file for p in row.files) for f in _inner(frames)):
+        if row.kind is None and not row.handler and any(any(p in f.file for p in row.files) for f in _inner(frames)):
             return row
     return None
+
+
+def outside_handlers(frames: Sequence) -> tuple:
+    """The frames a library's signal handler interrupted (innermost first): those outer than the outermost
+    handler frame; all of them when none is on the stack."""
+    handlers = [i for i, f in enumerate(frames) for row in ROWS if row.handler and row.matches(f.function, f.file)]
+    return tuple(frames[max(handlers) + 1:]) if handlers else tuple(frames)
+
+
+def in_handler(frames: Sequence) -> bool:
+    """A library's signal handler runs on the stack (the launcher's SIGTERM interrupted the rank)."""
+    return len(outside_handlers(frames)) < len(frames)
 
 
 def library_wait(frames: Sequence) -> LibraryWait | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ...numbers import parse_int
-from .library_waits import library_wait
+from .library_waits import library_wait, outside_handlers
 from .model import DEFAULT_GROUP, Call, Frame, Wait, WaitKind, user_frame
 
 # faulthandler writes `File "f", line N in fn`; tracebacks `File "f", line N, in fn`.
@@ -61,6 +61,9 @@ def wait_of(frames: tuple[Frame, ...]) -> Wait:
     its peer from py-spy's locals when it has them; else a library's wait (``library_waits``: DDP's Reducer
     inside backward, FSDP2's hooks, a pipelining schedule's P2POp batch, ...); nothing when the stack is in the
     user's own code. A library's wait names the library (``Wait.library``) beside the torch call."""
+    if not frames:
+        return Wait(WaitKind.UNKNOWN)
+    frames = outside_handlers(frames)  # a signal handler's own collective is not where the rank stood
     if not frames:
         return Wait(WaitKind.UNKNOWN)
     lib = library_wait(frames)

@@ -146,7 +146,16 @@ def not_waiting(evidence: JobEvidence, rank: int, findings: list[Finding]) -> tu
     the evidence places them); none (every rank waits: a schedule's deadlock) is None: nobody named."""
     inside = {x for f in findings for x in f.inside}  # in a collective a record places them in: they wait there
     out = tuple(x for x in evidence.expected() if x != rank and x not in inside and not _waited_itself(evidence, x))
-    return out or None
+    # A rank that ended of its own or was killed from outside explains the wait; the ranks the launcher stopped
+    # after it (SIGTERM, no trace) are consequences, not candidates beside it.
+    ended = tuple(x for x in out if _ended_of_its_own(evidence.ranks.get(x)))
+    return ended or out or None
+
+
+def _ended_of_its_own(s: RankState | None) -> bool:
+    e = s.ending if s else None
+    return e is not None and (e.kind in (EndKind.EXITED, EndKind.EXCEPTION, EndKind.STOPPED, EndKind.GONE) or (
+        e.kind == EndKind.SIGNALLED and e.by in (Ender.OUTSIDE, Ender.ITSELF, Ender.UNKNOWN)))
 
 
 def _follow(evidence: JobEvidence, findings: list[Finding], edges: dict[int, list[Edge]]) -> Verdict:

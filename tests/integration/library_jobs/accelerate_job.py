@@ -10,7 +10,7 @@ from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 from torch import nn
 
-STEPS = 30
+STEPS = faults.steps(30, straggler=60)
 
 
 def main():

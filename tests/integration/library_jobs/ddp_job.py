@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-STEPS = 30
+STEPS = faults.steps(30, straggler=60)
 
 
 def main():

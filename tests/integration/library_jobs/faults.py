@@ -18,7 +18,12 @@ import time
 FAULT = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "healthy"
 FAULT_RANK = int(os.environ.get("FAULT_RANK", "1"))
 FAULT_STEP = 3
-STRAGGLE_S = 0.15  # per step: 5x and more the compute of these small models
+STRAGGLE_S = 0.2  # per step: 5x and more the compute of these small models
+
+
+def steps(healthy: int, straggler: int) -> int:
+    """The job's steps: a straggler runs long enough to be judged live (tens of collectives, several polls)."""
+    return straggler if FAULT == "straggler" else healthy
 
 
 def mark() -> None:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-STEPS = 20
+STEPS = faults.steps(20, straggler=50)
 
 
 def main():

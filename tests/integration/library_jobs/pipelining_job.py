@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-STEPS = 8
+STEPS = faults.steps(8, straggler=30)
 MICRO = 4
 WIDTH = 16
 

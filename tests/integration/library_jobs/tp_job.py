@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-STEPS = 20
+STEPS = faults.steps(20, straggler=50)
 
 
 class MLP(nn.Module):

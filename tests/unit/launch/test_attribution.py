@@ -380,3 +380,96 @@ def test_a_script_that_rejects_its_arguments_is_the_root_cause_not_a_collective_
     other = classify(RankFailure(rank=0, local_rank=0, host="h", exit_code=2,
                                  log_tail="x: error: nothing\nRuntimeError: Timed out waiting 15000ms for recv"))
     assert other.category == "timeout"
+
+
+def _dump(path, last, pending_created_s=None):
+    """A gloo flight record: all_reduce #1..last completed, and #last+1 pending since ``pending_created_s``."""
+    import json
+    import time
+
+    entries = [{"collective_seq_id": s, "pg_id": 0, "process_group": ["0", "default_pg"],
+                "profiling_name": "gloo:all_reduce", "input_sizes": [[4]], "input_dtypes": ["Float"],
+                "time_created_ns": int((time.time() - 60) * 1e9), "timeout_ms": 1800000, "frames": [],
+                "state": "completed"} for s in range(1, last + 1)]
+    done = last
+    if pending_created_s is not None:
+        entries.append(dict(entries[0], collective_seq_id=last + 1, state="scheduled",
+                            time_created_ns=int((time.time() - pending_created_s) * 1e9)))
+    path.write_text(json.dumps({"pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+                                "pg_status": {"0": {"last_enqueued_collective": len(entries),
+                                                    "last_completed_collective": done}}, "entries": entries}))
+
+
+def test_a_hung_job_a_scheduler_stopped_is_no_pass_and_names_the_rank_its_dumps_point_to(tmp_path):
+    """Issue 37: SIGTERM to the whole job (SLURM's time limit, scancel) while rank 0 waited 30 s in all_reduce #5
+    that rank 1 never entered; no rank failed of its own. It was 'no failed rank', exit 0."""
+    from ddpdoctor.launch import fr_dumps, stopped
+    from ddpdoctor.launch.classify import Verdict
+
+    _dump(tmp_path / "rank_0", 4, pending_created_s=30)
+    _dump(tmp_path / "rank_1", 4)
+    dumps = fr_dumps.find_dumps([tmp_path])
+    assert 29 < fr_dumps.stalled_s(dumps) < 60
+    hang = fr_dumps.judge_dumps(dumps, [], None, [0, 1])
+    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    stopped.stopped_from_outside(v, hang, fr_dumps.stalled_s(dumps), "SIGTERM")
+    assert v.root_cause.rank == 1 and v.root_cause.error_type == "stopped_while_hung", v.root_cause
+    assert "SIGTERM" in v.root_cause.message and "while hung" in v.root_cause.message
+    # no dump: torchrun's own log says it was stopped; no rank named, what would tell is said
+    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    stopped.stopped_from_outside(v, None, None, "SIGTERM")
+    assert v.root_cause.rank is None and v.root_cause.error_type == "stopped_from_outside"
+    assert "--fr-dir" in v.root_cause.fix and attribution.culprit_ranks(v.root_cause.to_json(), []) == []
+    # a healthy job's dumps (nothing pending) and no signal: nothing to say
+    v = Verdict(root_cause=None)
+    stopped.stopped_from_outside(v, None, None, None)
+    assert v.root_cause is None
+
+
+def test_torchrun_s_own_words_say_it_was_stopped_from_outside():
+    from ddpdoctor.launch.postmortem import agent_signal
+
+    assert agent_signal("torch.distributed.elastic.multiprocessing.api.SignalException: Process 16082 got signal: 15"
+                        ) == "SIGTERM"
+    assert agent_signal("Received Signals.SIGINT death signal, shutting down workers") == "SIGINT"
+    assert agent_signal("ChildFailedError: ...") is None
+
+
+def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_records_point_to(tmp_path):
+    """run-trainer (and its job) got a scheduler's SIGTERM before its hang threshold: the records the ranks wrote
+    at the SIGTERM hold rank 0's all_reduce pending 30 s: stopped while hung, rank 1; fresh records: a stop."""
+    import signal
+
+    from ddpdoctor.launch import outcome
+    from ddpdoctor.launch.classify import Verdict
+
+    folder = tmp_path / "flight_recorder"
+    folder.mkdir()
+    _dump(folder / "rank0.json", 4, pending_created_s=30)
+    _dump(folder / "rank1.json", 4)
+    root = outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
+    assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
+    _dump(folder / "rank0.json", 4, pending_created_s=1)
+    assert outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
+
+
+def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_likely_culprit(tmp_path):
+    """Lightning's SIGTERM handler broadcasts the signal (dist.broadcast) from the frame it interrupted: rank 1,
+    stuck in its own code, ends 'inside' a broadcast whose peer closed. Under the handler it stood in its own
+    code: stopped by the launcher without timing out, the likely culprit at its line (it was 'every rank timed
+    out inside a collective', no rank named)."""
+    site = "/venv/lib/python3.11/site-packages"
+    tb = (f'Traceback (most recent call last):\n  File "{USER}", line 20, in <module>\n'
+          '  File "/u/faults.py", line 50, in inject\n    time.sleep(300)\n'
+          f'  File "{site}/lightning/pytorch/trainer/connectors/signal_connector.py", line 36, in __call__\n'
+          f'  File "{site}/lightning/pytorch/trainer/connectors/signal_connector.py", line 118, in _sigterm_notifier_fn\n'
+          f'  File "{site}/torch/distributed/distributed_c10d.py", line 3151, in broadcast\n    work.wait()\n'
+          "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:22708")
+    waiting = (f'Traceback (most recent call last):\n  File "{USER}", line 48, in <module>\n'
+               f'  File "{site}/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
+               "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation")
+    fails = [from_traceback(0, waiting), from_traceback(1, tb)]
+    assert attribution.stopped_in_own_code(fails[1]) and not attribution.stopped_in_own_code(fails[0])
+    assert attribution.waited_call(fails[0])[0].startswith("DDP's gradient all_reduce")
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    assert root.rank == 1 and root.location == "/u/faults.py:50", root

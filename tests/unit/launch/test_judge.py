@@ -299,3 +299,17 @@ def test_every_rank_inside_init_process_group_is_a_rendezvous_that_never_complet
 def _judged(evidence):
     job = worker_server.job(evidence)
     return judge(job), job
+
+
+def test_a_wait_no_record_places_leads_to_the_rank_killed_not_to_the_ranks_the_launcher_stopped_after_it():
+    """TP x DP, plain torchrun, rank 1 SIGKILLed from outside: ranks 0 and 3 broke inside library waits no record
+    places; rank 2 was stopped by torchrun's SIGTERM after the kill, without a trace. The waits lead to rank 1
+    only (bench_diagnosis tp-dp-kill named rank 2 beside it)."""
+    job = JobEvidence(live=False, world=(0, 1, 2, 3))
+    for r in (0, 3):
+        job.add(RankState(r, Source.ERROR_FILE, wait=Wait(WaitKind.COLLECTIVE, call=Call(Group("0"), "wait_tensor")),
+                          ending=Ending(EndKind.EXCEPTION, by=Ender.PEER_LOSS)))
+    job.add(RankState(1, Source.AGENT_LOG, ending=Ending(EndKind.SIGNALLED, signal="SIGKILL", by=Ender.OUTSIDE)))
+    job.add(RankState(2, Source.AGENT_LOG, ending=Ending(EndKind.SIGNALLED, signal="SIGTERM", by=Ender.LAUNCHER)))
+    v = judge(job)
+    assert v.culprit_ranks == [1] and v.category == Category.KILLED, v

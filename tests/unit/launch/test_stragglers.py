@@ -92,3 +92,65 @@ def test_polls_before_the_first_workers_are_no_attempt():
     for upto in range(12, 41, 4):
         live.observe({r: dict(fr, entries=fr["entries"][:upto]) for r, fr in full.items()}, float(upto))
     assert [s["attempt"] for s in live.to_json()] == [0]
+
+
+def test_a_straggler_among_many_collectives_a_step_is_named():
+    """FSDP2 / tensor parallelism: 9 collectives a step, rank 1's extra 0.15 s of its own code lands before one
+    of them (between its forward and its backward). Per collective it is 17 ms, under the floor: it was never
+    named (issue 37); judged where it lands, it is."""
+    rng = random.Random(3)
+    t, entries = 0.0, {0: [], 1: [], 2: []}
+    for seq in range(45):
+        entered = {r: t + 0.005 + rng.uniform(0, 0.003) + (0.15 if r == 1 and seq % 9 == 4 else 0.0)
+                   for r in entries}
+        for r, at in entered.items():
+            entries[r].append({"collective_seq_id": seq, "process_group": ["0", ""],
+                               "time_created_ns": int(at * 1e9), "profiling_name": "gloo:all_gather"})
+        t = max(entered.values()) + 0.001
+    s = judge(created({r: {"entries": e} for r, e in entries.items()}), [0, 1, 2])
+    assert s is not None and s.rank == 1 and s.slower_x > 2, s
+
+
+def test_a_slow_pipeline_stage_is_named_from_its_stacks():
+    """A send/recv-only job (no flight record times it): rank 1 found in its own code in most polls while ranks 0
+    and 2 wait; named once, after MIN_SAMPLES polls. A healthy pipeline's ranks alternate: nobody."""
+    said = []
+    live = Live(say=said.append)
+    live.restart(0.0)
+    found = [live.sample({0: False, 1: i % 7 != 0, 2: i % 5 == 0}, float(i), 1.0) for i in range(30)]
+    hits = [s for s in found if s]
+    assert len(hits) == 1 and hits[0].rank == 1 and hits[0].sampled >= stragglers.MIN_SAMPLES, hits
+    assert "rank 1" in said[0] and "send/recv" in said[0]
+    healthy = Live()
+    healthy.restart(0.0)
+    assert not any(healthy.sample({0: i % 2 == 0, 1: i % 2 == 1, 2: i % 3 == 0}, float(i), 1.0) for i in range(30))
+
+
+def test_a_straggler_on_a_2d_mesh_is_judged_within_its_groups():
+    """dp 2 x tp 2: no collective has all four ranks; rank 1 is slow, its tp pair (group "1": ranks 0, 1) waits."""
+    pair = records(30, {0: 0.05, 1: 0.4}, jitter=0.01)
+    other = records(30, {2: 0.05, 3: 0.05}, jitter=0.01, seed=2)
+    frs = {r: fr for r, fr in pair.items()}
+    for r, fr in other.items():
+        frs[r] = {"entries": [dict(e, process_group=["2", ""]) for e in fr["entries"]]}
+    frs = {r: {"entries": [dict(e, process_group=[e["process_group"][0] if r in (2, 3) else "1", ""])
+                           for e in fr["entries"]]} for r, fr in frs.items()}
+    s = stragglers.judge_groups(created(frs), [0, 1, 2, 3])
+    assert s is not None and s.rank == 1, s
+
+
+def test_a_rank_that_waited_for_the_straggler_elsewhere_is_not_named_in_its_own_pair():
+    """dp 2 x tp 2, rank 1 slow: rank 3 waits for it in their dp group, then comes late into its tp pair with
+    rank 2: that pair's judgement names rank 3, but the dp group it shares with rank 1 names rank 1."""
+    def group(name, own):
+        return {r: {"entries": [dict(e, process_group=[name, ""]) for e in fr["entries"]]}
+                for r, fr in records(30, own, jitter=0.01).items()}
+
+    parts = [group("1", {0: 0.05, 2: 0.05}), group("2", {1: 0.4, 3: 0.05}), group("3", {0: 0.05, 1: 0.4}),
+             group("4", {2: 0.05, 3: 0.4})]
+    frs: dict = {}
+    for part in parts:
+        for r, fr in part.items():
+            frs.setdefault(r, {"entries": []})["entries"].extend(fr["entries"])
+    s = stragglers.judge_groups(created(frs), [0, 1, 2, 3])
+    assert s is not None and s.rank == 1, s

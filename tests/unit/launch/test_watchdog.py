@@ -120,6 +120,42 @@ def test_a_stopped_rank_arms_at_once(ranks):
     assert w.armed_at({0: 3, 1: None}, launched=100.0, now=105.0) == 105.0
 
 
+C10D = "/x/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def fh_stack(*frames):
+    """faulthandler's dump: the server's C++ thread, then the script's main thread (innermost first)."""
+    body = "".join(f'  File "{f}", line {n} in {fn}\n' for f, n, fn in frames)
+    return ("Current thread 0x1 (most recent call first):\n  <no Python frame>\n\n"
+            f'Thread 0x2 (most recent call first):\n{body}  File "/u/train.py", line 90 in <module>\n')
+
+
+IN_INIT = fh_stack((C10D, 1700, "init_process_group"), ("/u/train.py", 12, "main"))
+OWN_CODE = fh_stack(("/u/train.py", 5, "load_config"), ("/u/train.py", 10, "main"))
+IMPORTING = fh_stack(("<frozen importlib._bootstrap>", 1176, "_find_and_load"), ("/u/train.py", 1, "main"))
+
+
+def test_ranks_waiting_in_init_process_group_end_the_start_up_grace():
+    """Issue 37: three ranks inside init_process_group, one in its own code: start-up is over (its silence counts
+    from now, named within the threshold); not while a rank still imports, nor before every rank answered."""
+    assert stall.past_start_up({0: IN_INIT, 1: IN_INIT, 2: OWN_CODE, 3: IN_INIT}, [0, 1, 2, 3])
+    assert not stall.past_start_up({0: IN_INIT, 1: IMPORTING, 2: OWN_CODE}, [0, 1, 2])
+    assert not stall.past_start_up({0: IN_INIT, 1: None}, [0, 1])
+    assert not stall.past_start_up({0: OWN_CODE, 1: OWN_CODE}, [0, 1])  # nobody waits: still its own start-up
+
+
+def test_the_watchdog_arms_when_the_ranks_wait_in_init_process_group(ranks, monkeypatch):
+    ranks(2)
+    w = dog()
+    answers = {"0": IN_INIT, "1": OWN_CODE}
+    monkeypatch.setattr(forensics, "ask", lambda path, handler, timeout=5.0: answers[Path(path).name[0]])
+    assert w.armed_at({0: None, 1: None}, launched=100.0, now=105.0) == 105.0 and w.init_armed
+    assert not w.starting_up(False, 100.0, 106.0)
+    answers["1"] = IMPORTING
+    w = dog()
+    assert w.armed_at({0: None, 1: None}, launched=100.0, now=105.0) is None and not w.init_armed
+
+
 class Scripted(hang.Watchdog):
     """The watchdog's own loop, with each poll's progress taken from a script (the ranks' completed collectives)."""
 
@@ -131,7 +167,7 @@ class Scripted(hang.Watchdog):
     def progress(self):
         mark = self.marks[min(self.polls, len(self.marks) - 1)]
         self.polls += 1
-        return mark, 0.0
+        return mark, 0.0, None
 
     def fire(self, stalled_s):
         self.fired_at = self.polls - 1  # the poll whose mark it judged
@@ -411,3 +447,16 @@ def test_a_fifo_the_job_left_in_its_run_dir_is_skipped_never_read(tmp_path):
     assert records.start_info(tmp_path, "r1")["step"] is None
     metrics = outcome.read_metrics(tmp_path)
     assert metrics["1"] == [{"step": 4}] and not metrics.get("0"), metrics
+
+
+def test_a_send_recv_only_job_moves_by_its_stacks_and_cpu_not_by_a_stuck_rank_s_line():
+    """A pipeline's ranks only send and receive: gloo records nothing, so its motion is read from the stacks
+    (where the waiting ranks wait, which ranks wait) and CPU time. A rank in its own code counts as 'own'
+    whatever its line: a stuck rank spinning there moves nothing."""
+    recv = fh_stack((C10D, 2400, "recv"), ("/u/train.py", 41, "main"))
+    own = {0: recv, 1: OWN_CODE}
+    spinning = {0: recv, 1: fh_stack(("/u/train.py", 6, "load_config"), ("/u/train.py", 10, "main"))}
+    assert stall.motion(own, {0: 1.0, 1: 5.0}) == stall.motion(spinning, {0: 1.0, 1: 9.0})
+    assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion({0: recv, 1: recv}, {0: 1.0, 1: 5.0})
+    assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion(own, {0: 1.5, 1: 5.0})  # computing: CPU time
+    assert stall.stack_waits(own) and not stall.stack_waits({1: OWN_CODE})
