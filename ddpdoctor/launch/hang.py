@@ -39,8 +39,7 @@ class Watchdog:
         self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
-        self.stack_waiting = False  # the last stack poll (p2p_only) saw a rank waiting
-        self.last_motion: tuple | None = None  # the last stack poll's stall.motion
+        self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
         self._stop = threading.Event()
         self._standing_down = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
