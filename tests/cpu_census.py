@@ -4,7 +4,7 @@ Why CPU and not wall time: the suite is CPU-bound on CI's 2 cores, so its durati
 over the cores; CPU time is what a test costs whatever else the machine runs, where wall time on a shared
 machine is mostly other people's load. Opt-in, never part of the suite:
 
-    DDPDOCTOR_CPU_CENSUS=/tmp/census python3 -m pytest -p tests.cpu_census -n 4 --dist loadfile tests/...
+    DDPDOCTOR_CPU_CENSUS=/tmp/census python3 -m pytest -p tests.cpu_census -n 4 --dist loadgroup tests/...
     python3 -m tests.cpu_census /tmp/census        # per-file table, the slowest tests, the total
 
 A test's CPU is the growth, over its run (its fixtures' set-up and teardown included), of the CPU of the test
