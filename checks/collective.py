@@ -16,6 +16,9 @@ from .support.cuda import has_cuda
 from .support.nccl_log import parse_nccl_transport
 
 BW_BYTES = 4 << 20
+# Test hook: hold this many seconds inside the process group, after its init and before the allreduce, so a
+# test kills or freezes a node mid-collective for certain (the whole collective takes well under a second).
+HOLD_ENV = "DDPDOCTOR_TEST_COLLECTIVE_HOLD_S"
 
 
 def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
@@ -32,6 +35,7 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
                             timeout=datetime.timedelta(seconds=timeout))
     try:
         out["init_s"] = round(time.perf_counter() - start, 3)
+        _test_hold()
         t = torch.tensor([float(rank)], device=device)
         dist.all_reduce(t)
         expected = world * (world - 1) / 2
@@ -49,6 +53,15 @@ def _run_backend(backend: str, view, timeout: float, bw_bytes: int) -> dict:
         dist.destroy_process_group()
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
+
+
+def _test_hold() -> None:
+    try:
+        hold = min(float(os.environ.get(HOLD_ENV) or 0), 600.0)
+    except ValueError:
+        return
+    if hold > 0:
+        time.sleep(hold)
 
 
 def _bounded(fn, timeout: float) -> dict:

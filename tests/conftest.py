@@ -1,5 +1,5 @@
-"""Shared test plumbing: the `slow` marker, and markers that skip where the machine lacks a GPU, root/netns or
-a browser.
+"""Shared test plumbing: the `slow` marker, one worker for the tests that share a module fixture, and markers
+that skip where the machine lacks a GPU, root/netns or a browser.
 
 `slow` (the fast loop is `python3 -m pytest -q -m "not slow"`): a test that starts a cluster of real processes
 (preflight nodes, torchrun and its ranks, nccl-bench ranks), a fresh interpreter that imports torch to do work,
@@ -32,6 +32,20 @@ def pytest_itemcollected(item):
         return
     if top in SLOW_DIRS:
         item.add_marker(pytest.mark.slow)
+    if _uses_a_shared_fixture(item):
+        # README's `--dist loadgroup` spreads a file's tests over the workers, so no long file is one worker's
+        # long pole; a file whose tests share a fixture built once (the SLURM cluster, a built wheel, a browser
+        # page) stays on one worker, which builds it once
+        item.add_marker(pytest.mark.xdist_group(str(Path(str(item.path)).resolve().relative_to(TESTS))))
+
+
+def _uses_a_shared_fixture(item) -> bool:
+    """The test uses a fixture of module, package or class scope (one built for many tests)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if any(str(getattr(d, "scope", "function")) in ("module", "package", "class") for d in defs):
+            return True
+    return False
 
 
 def _cuda_available() -> bool:

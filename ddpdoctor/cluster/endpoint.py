@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..errors import UsageError
 from ..numbers import parse_int
+from .budget import POLL_S, poll_delays
 
 LOOKUP_CAP_S = 6.0  # a lookup unanswered by then is recorded so (one value; plugins read it as api.LOOKUP_CAP_S)
 
@@ -234,6 +235,9 @@ def wait_for_endpoint(
                                f"{endpoint.host} resolves to {addr} (loopback) but {nnodes} nodes are expected")
     attempts = 0
     last = PingResult(False, TIMED_OUT, None, "no attempt")
+    # the nodes start together and the master listens once its torch is imported: retry soon, at most every
+    # POLL_S (0.5 s beyond 64 nodes, as many connection attempts a second as before)
+    delays = poll_delays(nnodes, cap=POLL_S if nnodes <= 64 else 0.5)
     while True:
         attempts += 1
         remaining = deadline - time.monotonic()
@@ -245,5 +249,5 @@ def wait_for_endpoint(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        time.sleep(min(0.5, remaining))
+        time.sleep(min(next(delays), remaining))
     return EndpointOutcome(False, last.error_class, addr, attempts, time.monotonic() - start, last.message)

@@ -11,12 +11,12 @@ from . import exchange as exchanges
 from . import keyfile
 from . import roster as rosters
 from . import verdict as verdicts
-from .budget import GRACE_S
+from .budget import GRACE_S, poll_delays
 from .liveness import Heartbeats, dead_or_silent
 from .envelope import key_id
 from .mailbox import StoreGone, StoreSilent, bounded
 from .messages import MAX_CLAIMS, Slot, key_of
-from .node import KEYLESS_FIX, POLL_S, Node
+from .node import KEYLESS_FIX, Node
 from .view import ClusterView
 
 # What the master collects from every node, in a user's words (progress lines and silent nodes' findings).
@@ -81,6 +81,7 @@ class Master(Node):
         read: set = set()
         self._next_claim: dict[tuple[int, bool], int] = {}
         all_in_since = None
+        delays = poll_delays(n)
         while True:
             self._read_idents(valid, read)
             # a keyed run takes only nodes that prove the key: an unsigned claim holds no rank (issue 33)
@@ -88,14 +89,14 @@ class Master(Node):
             if not missing and self._open_ranks(valid):  # held only by nodes without the key: one may come
                 all_in_since = all_in_since or time.monotonic()
                 if time.monotonic() - all_in_since < OPEN_GRACE_S and time.monotonic() < self.budget.meet_by:
-                    time.sleep(POLL_S)
+                    time.sleep(next(delays))
                     continue
             if not missing or time.monotonic() >= self.budget.meet_by:
                 break
             self.mb.keep_hello()
             self.progress.say(f"{n - len(missing)}/{n} nodes joined{_who_joined(valid, missing)}; waiting for rank(s) "
                               f"{rosters.ranks_text(missing[:20])}" + (" ..." if len(missing) > 20 else ""), dedupe=True)
-            time.sleep(POLL_S)
+            time.sleep(next(delays))
         self._read_idents(valid, read)  # late claims of ranks already present (duplicates) are named too
         self._valid, self._read = valid, read  # read again at the verdict: a claim after the roster is named
         self._prefer_keyed(valid)
@@ -278,6 +279,7 @@ class Master(Node):
         got: dict[str, dict] = {}
         waiting = {n["name"]: n for n in view.nodes if n["name"] not in self.silent}
         last_liveness = 0.0
+        delays = poll_delays(len(view.nodes))
         while waiting:
             for nm, node in list(waiting.items()):
                 body = self.mb.read(kind, Slot(node["rank"], node["claim"]))
@@ -299,7 +301,7 @@ class Master(Node):
                     break
                 names = ", ".join(sorted(waiting)[:10]) + (f" (+{len(waiting) - 10} more)" if len(waiting) > 10 else "")
                 self.progress.say(f"waiting for the {COLLECTED[kind]} of {names}", dedupe=True)
-            time.sleep(POLL_S)
+            time.sleep(next(delays))
         return got
 
     def note_silent(self, name: str, why: str) -> None:
@@ -319,6 +321,7 @@ class Master(Node):
         pending = {self.mb.name(key_of("done", Slot(n["rank"], n["claim"])),
                                 self.mb._sealed_for(Slot(n["rank"], n["claim"]))): Slot(n["rank"], n["claim"])
                    for n in readers or []}
+        delays = poll_delays(len(readers or []) + 1)
         while time.monotonic() < until:
             try:
                 if readers is not None:
@@ -330,7 +333,7 @@ class Master(Node):
                         return
             except (StoreGone, StoreSilent):
                 return
-            time.sleep(POLL_S)
+            time.sleep(next(delays))
 
 
 def unverified(silent: dict[str, str], open_names: list[str], others: list[dict]) -> dict[str, str]:

@@ -36,7 +36,6 @@ from .probe import ProbeServer
 from .progress import Progress
 from .view import ClusterView
 
-POLL_S = 0.2
 UNAUTHENTICATED_ALLOWS = ("anyone who can reach the rendezvous port can read this run's messages and forge "
                           "them: a node's facts, the roster, the verdict (a fake PASS or a fake failure)")
 TOKEN_FIX = "export DDPDOCTOR_TOKEN=$(openssl rand -hex 16) in the job script, before the preflight starts on every node"

@@ -54,7 +54,8 @@ class ProbeServer:
         self._server = _Server((addr, 0), _Handler)
         self.addr = addr
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+        # close() waits for the loop to notice: a short poll keeps that off the end of every run
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="ddpdoctor-probe", daemon=True)
         self._thread.start()
 

@@ -10,11 +10,11 @@ from . import endpoint as ep
 from . import exchange as exchanges
 from . import keyfile
 from . import verdict as verdicts
-from .budget import GRACE_S
+from .budget import GRACE_S, poll_delays
 from .envelope import key_id, open_envelope
 from .mailbox import StoreGone, StoreSilent
 from .messages import Finding, Invalid, Slot, about, key_of
-from .node import KEYLESS_FIX, POLL_S, TOKEN_FIX, Node
+from .node import KEYLESS_FIX, TOKEN_FIX, Node
 from .view import ClusterView
 
 TOKEN_PATIENCE_S = 3.0  # how long a node waits for a valid hello beside one signed with another token
@@ -35,8 +35,11 @@ class Worker(Node):
     def connect(self) -> None:
         cfg = self.cfg
 
+        said = [0.0]  # when the last "not answering yet" line was shown
+
         def tick(attempt: int, result: ep.PingResult, left: float) -> None:
-            if not result.ok and attempt % 4 == 1:
+            if not result.ok and (attempt == 1 or time.monotonic() - said[0] >= 2.0):
+                said[0] = time.monotonic()
                 # under srun every node starts at once: the master not listening yet is the usual first answer
                 self.progress.say(f"master {cfg.master} not answering yet ({result.error_class}); retrying for "
                                   f"{left:.0f} s more")
@@ -61,6 +64,7 @@ class Worker(Node):
         and this node says it is unauthenticated."""
         token_problem_since = None
         keys = _KeySearch()
+        delays = poll_delays(self.cfg.nnodes)
         while True:
             hellos = self.mb.hellos()
             if self.cfg.token:
@@ -88,7 +92,7 @@ class Worker(Node):
                        f"node?") if refused else ""
                 raise ClusterNotAssembled(f"the master {self.cfg.master} never sent its hello within "
                                           f"{self.budget.elapsed():.0f} s{why}")
-            time.sleep(POLL_S)
+            time.sleep(next(delays))
 
     def _hello_without_token(self, hellos: list, keys: "_KeySearch", until: float) -> dict | None:
         """No --token: this run's key file when a hello verifies with it (looked for up to KEY_WAIT_S when the
@@ -148,6 +152,7 @@ class Worker(Node):
     def wait_for(self, kind: str, until: float, what: str, on_token_problem: Callable[[str], None] | None = None) -> dict:
         """Poll for the master's message until a deadline; invalid ones are findings, not answers."""
         token_problem_since = None
+        delays = poll_delays(self.cfg.nnodes)
         while True:
             body = self.mb.read(kind)
             if body is not None:
@@ -163,7 +168,7 @@ class Worker(Node):
                        f"the same on every node?") if refused else ""
                 raise ClusterNotAssembled(f"the master {self.cfg.master} never sent {what} within "
                                           f"{self.budget.elapsed():.0f} s{why}")
-            time.sleep(POLL_S)
+            time.sleep(next(delays))
 
     def _rejected(self, why: str) -> None:
         """The master's messages do not verify with this node's token: say so to the master (it names this

@@ -15,16 +15,27 @@ from ddpdoctor.bench.ops import OPS, busbw_gbs
 ALL = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,sendrecv"
 
 
-def bench(*args, env=None, timeout=240):
+def bench(*args, env=None, timeout=240, cwd=None):
     return subprocess.run([sys.executable, "-m", "ddpdoctor", "nccl-bench", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def saving_env(**extra) -> dict:
+    """The environment of a run that keeps its result where a user's would (no workflow id of ours set)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")}
+    return {**base, "DDPDOCTOR_NO_SAVE": "", **extra}
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_every_op_checked_and_consistent(nproc, tmp_path):
-    p = bench("--backend", "gloo", "--nproc", str(nproc), "--op", ALL, "-b", "4K", "-e", "64K", "-f", "4",
-              "-w", "1", "-n", "3", "--json", "--output", str(tmp_path))
+    """Every op at 2 and 3 ranks. With 2, the result is kept where a user's is (no --output): under the
+    workflow's run id, not torch's rendezvous id (below); with 3, in --output's directory."""
+    where = ["--output", str(tmp_path)] if nproc == 3 else []
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "nccl-bench", "--backend", "gloo", "--nproc", str(nproc),
+                        "--op", ALL, "-b", "4K", "-e", "64K", "-f", "4", "-w", "1", "-n", "3", "--json", *where],
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       env=saving_env() if nproc == 2 else {**os.environ})
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout)
     assert doc["kind"] == "nccl-bench" and doc["verdict"] == "pass" and doc["summary"]["wrong"] == 0
@@ -44,19 +55,32 @@ def test_every_op_checked_and_consistent(nproc, tmp_path):
             assert f["busbw_gbs"] == pytest.approx(busbw_gbs(r["op"], r["size"], t, nproc), rel=2e-3, abs=2e-4)
             assert f["time_us_max"] >= f["time_us"] * 0.999
         assert r["size"] == op.bytes_moved(r["count"], 4, nproc)
-    assert (tmp_path / "nccl-bench.json").exists()
+    if nproc == 3:
+        assert (tmp_path / "nccl-bench.json").exists()
+    else:
+        _assert_kept_under_the_workflows_run_id(tmp_path, p)
+
+
+def _assert_kept_under_the_workflows_run_id(cwd, p) -> None:
+    """The ranks run under torch's launcher, whose TORCHELASTIC_RUN_ID ('ddpdoctor-bench-<hash of the
+    endpoint>') the document took: each run a directory of another naming than preflight's and run-trainer's,
+    and two runs with the same --master the same directory. The workflow's id wins, as for the others."""
+    (run,) = (cwd / "ddpdoctor-results").iterdir()
+    assert not run.name.startswith("ddpdoctor-bench-") and len(run.name) == 12, run.name
+    assert json.loads((run / "nccl-bench.json").read_text())["run_id"] == run.name
+    assert f"wrote result: ddpdoctor-results/{run.name}/nccl-bench.json" in p.stdout + p.stderr
 
 
 @pytest.mark.timeout(240)
-def test_terminal_table_and_spread():
-    p = bench("--backend", "gloo", "--nproc", "2", "-b", "64K", "-e", "64K", "-n", "4", "-w", "1", "--spread", "--json")
+def test_terminal_table_and_spread(tmp_path):
+    """One run: nccl-tests' table on the terminal, the spread in the JSON that --output keeps."""
+    p = bench("--backend", "gloo", "--nproc", "2", "-b", "64K", "-e", "128K", "-n", "4", "-w", "1", "--spread",
+              "--output", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]
-    row = json.loads(p.stdout)["rows"][0]
-    assert set(row["spread"]) == {"p50_us", "p99_us", "cv_pct"} and row["spread"]["p99_us"] > 0
-    p = bench("--backend", "gloo", "--nproc", "2", "-b", "64K", "-e", "128K", "-n", "2", "-w", "1")
-    assert p.returncode == 0
     assert "#       size         count      type   redop" in p.stdout
     assert "# Out of bounds values : 0 OK" in p.stdout and "# Avg bus bandwidth" in p.stdout
+    row = json.loads((tmp_path / "nccl-bench.json").read_text())["rows"][0]
+    assert set(row["spread"]) == {"p50_us", "p99_us", "cv_pct"} and row["spread"]["p99_us"] > 0
 
 
 @pytest.mark.timeout(240)
@@ -70,10 +94,13 @@ def test_corrupted_result_is_counted_and_fails():
 
 
 @pytest.mark.timeout(240)
-def test_min_busbw_floor_fails():
+def test_min_busbw_floor_fails(tmp_path):
+    """A floor no link meets fails the run; the result is kept (a failed run too) under $DDPDOCTOR_RUN_ID."""
     p = bench("--backend", "gloo", "--nproc", "2", "-b", "8K", "-e", "8K", "-n", "2", "-w", "1", "--min-busbw", "1e6",
-              "--json")
+              "--json", cwd=tmp_path, env=saving_env(DDPDOCTOR_RUN_ID="demo-1"))
     assert p.returncode == 1 and json.loads(p.stdout)["verdict"] == "fail"
+    kept = json.loads((tmp_path / "ddpdoctor-results" / "demo-1" / "nccl-bench.json").read_text())
+    assert kept["run_id"] == "demo-1" and kept["verdict"] == "fail"
 
 
 @pytest.mark.timeout(240)
@@ -128,24 +155,3 @@ def test_a_hung_rank_is_named_in_bounded_time():
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")][-1]
     assert line.startswith("Error: rank 1 on ") and "stopped answering" in line and "131072" in line, line
     assert elapsed < 8 + 90  # --timeout 8; 90 s: the launcher and 3 ranks importing torch, sweep up to the fault
-
-
-@pytest.mark.timeout(240)
-def test_the_default_save_is_under_the_workflows_run_id_not_torchs_rendezvous_id(tmp_path):
-    """The ranks run under torch's launcher, whose TORCHELASTIC_RUN_ID ('ddpdoctor-bench-<hash of the
-    endpoint>') the document took: each run a directory of another naming than preflight's and run-trainer's,
-    and two runs with the same --master the same directory. The workflow's id wins, as for the others."""
-    base = {k: v for k, v in os.environ.items() if k not in ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID")}
-    args = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "--backend", "gloo", "--nproc", "2", "-b", "4K",
-            "-e", "4K", "-n", "1", "-w", "0"]
-    env = {**base, "DDPDOCTOR_NO_SAVE": ""}
-    p = subprocess.run(args, capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
-    assert p.returncode == 0, p.stderr[-2000:]
-    (run,) = (tmp_path / "ddpdoctor-results").iterdir()
-    assert not run.name.startswith("ddpdoctor-bench-") and len(run.name) == 12, run.name
-    assert json.loads((run / "nccl-bench.json").read_text())["run_id"] == run.name
-    assert f"wrote result: ddpdoctor-results/{run.name}/nccl-bench.json" in p.stdout + p.stderr
-    p = subprocess.run(args, capture_output=True, text=True, timeout=200, cwd=tmp_path,
-                       env={**env, "DDPDOCTOR_RUN_ID": "demo-1"})
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert json.loads((tmp_path / "ddpdoctor-results" / "demo-1" / "nccl-bench.json").read_text())["run_id"] == "demo-1"

@@ -49,8 +49,11 @@ def test_node_killed_or_frozen_is_named_within_the_budget(cluster, victim, phase
     rank = VICTIM_RANK[victim]
     # the workers start once the master hosts its store: on a loaded 2-core box its torch import alone
     # can outlast a worker's --timeout, and that is not the fault under test
-    nodes = {0: c.start_master(only=ONLY, timeout=TIMEOUT)}
-    nodes.update({r: c.start(r, only=ONLY, timeout=TIMEOUT) for r in (1, 2)})
+    # during the collective: the victim holds inside the process group until the signal comes (the whole
+    # collective takes well under a second, and a node that already finished it is not the fault under test)
+    held = {"DDPDOCTOR_TEST_COLLECTIVE_HOLD_S": "30"} if phase == "during-collective" else {}
+    nodes = {0: c.start_master(only=ONLY, timeout=TIMEOUT, env=held if rank == 0 else None)}
+    nodes.update({r: c.start(r, only=ONLY, timeout=TIMEOUT, env=held if rank == r else None) for r in (1, 2)})
     target = nodes[rank]
     marker = MARKERS[phase][victim]
     assert target.wait_for_line(marker, budget_s(TIMEOUT)), c.report()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -193,13 +194,19 @@ def test_insider_duplicate_rank_is_named_and_fails(cluster):
     assert real.doc()["verdict"] == "fail"
 
 
-def _record(h, keys: list[str], run: str) -> dict[str, bytes]:
+def _record(h, keys: list[str], run: str, worker) -> dict[str, bytes]:
     """What a run left in its store: each key read as soon as it appears (the verdict last). The run's keys
     live under sealed names: a recorder with the token computes them (an outsider finds them with list_keys
-    once they exist)."""
+    once they exist). The worker is held (SIGSTOP) from its collective results until the verdict is read: the
+    master ends moments after the worker takes the verdict, and its store with it."""
     got = {}
-    for key in keys:
-        got[key] = h.wait(key if key == "hello" else sealed_name(TOKEN, run, key), 60)
+    try:
+        for key in keys:
+            if key == "verdict":
+                worker.signal(signal.SIGSTOP)
+            got[key] = h.wait(key if key == "hello" else sealed_name(TOKEN, run, key), 60)
+    finally:
+        worker.signal(signal.SIGCONT)
     return got
 
 
@@ -212,9 +219,9 @@ def test_messages_replayed_from_an_earlier_run_never_verify(cluster):
     first.start_master(token=TOKEN, timeout=TIMEOUT)
     h1 = first.hostile()
     first_run = h1.run_nonce(TOKEN)
-    first.start(1, token=TOKEN, timeout=TIMEOUT)
+    first_worker = first.start(1, token=TOKEN, timeout=TIMEOUT)
     keys = ["hello", "ident/1/1", "roster", "facts/1.1", "collective-go", "cfacts/1.1", "verdict"]
-    recorded = _record(h1, keys, first_run)
+    recorded = _record(h1, keys, first_run, first_worker)
     assert first.finish(budget_s(TIMEOUT)) == {0: 0, 1: 0}, first.report()
     assert b'"run"' in recorded["verdict"]
 
@@ -576,8 +583,6 @@ def test_sigterm_to_the_master_leaves_no_file_in_the_shared_dir(cluster, tmp_pat
 def test_sigterm_during_the_torch_import_ends_cleanly(cluster):
     """SIGTERM while a node is importing torch: held back until the import is done, then honoured (143),
     never an abort (`terminate called ... error_already_set`, rc -6)."""
-    import signal
-
     for delay in (0.4, 0.8, 1.2, 1.6, 2.2):
         c = cluster(2)
         # no master: it would wait; the signal comes first. Exec'd, not forked from the test's torch-imported

@@ -89,9 +89,9 @@ def test_ci_runs_readme_commands_in_a_fresh_venv():
     assert install == "pip install . && ddpdoctor preflight"
     assert "pip install -q ." in ci and "ddpdoctor preflight" in ci
     assert "&& ddpdoctor report)" in ci  # the installed package builds a report from the result it kept
-    # four test files at a time (pytest-xdist): the suite's real clusters mostly wait on timeouts, not on the CPU
-    assert test == "pip install -e '.[test]' && python3 -m pytest -q -n 4 --dist loadfile"
-    assert "pip install -q -e '.[test]' && python3 -m pytest -q -n 4 --dist loadfile ||" in ci
+    # four tests at a time (pytest-xdist), a file's tests spread unless they share a module fixture (loadgroup)
+    assert test == "pip install -e '.[test]' && python3 -m pytest -q -n 4 --dist loadgroup"
+    assert "pip install -q -e '.[test]' && python3 -m pytest -q -n 4 --dist loadgroup ||" in ci
     assert re.search(r"python3 -m venv \S+", ci) and "system-site-packages" not in ci
     assert "source " in ci and "/bin/activate" in ci
 
