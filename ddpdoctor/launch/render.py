@@ -43,7 +43,7 @@ def render(doc: dict, console: Console) -> None:
     rows = [T(start, style="dim"), *(T(line) for line in attempt_lines(doc)),
             T(f"rank {rc.get('rank', human(None))} (local rank {rc.get('local_rank', human(None))}) on host "
               f"{rc.get('host', human(None))} · {wording.exit_state(root, stopped_by_us)} · "
-              f"{wording.category(root.get('category'))}")]
+              f"{wording.root_category(root)}")]
     if kind or rc.get("error_type") or rc.get("message"):
         what = f"{kind}: " if kind else f"{rc['error_type']}: " if rc.get("error_type") else ""
         rows.append(T(f"error: {what}{wording.in_words(shown_message(rc.get('message')))}"))

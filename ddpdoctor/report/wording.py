@@ -41,6 +41,18 @@ def category(label: str | None) -> str:
     return CATEGORY.get(label, label.replace("_", " "))
 
 
+# A root cause the hang judge found in a rank that ended of its own while the others waited (sys.exit, a clean
+# return): the run was judged as a hang, but this rank did not hang; the header says what it did.
+ENDED = {"ended_early": "ended while the others waited", "likely_ended_early": "likely ended while the others waited"}
+
+
+def root_category(root: dict) -> str:
+    """The words for a root cause's category, as its header line says it."""
+    if root.get("category") == "hang" and root.get("error_type") in ENDED:
+        return ENDED[root["error_type"]]
+    return category(root.get("category"))
+
+
 def kind(error_type: str | None) -> str | None:
     """The words for a hang class; None for a real exception's type (shown as it is: ValueError)."""
     return KIND.get(error_type) if isinstance(error_type, str) else None

@@ -66,7 +66,7 @@ def root_words(d: dict) -> dict:
     from_postmortem = (d.get("config") or {}).get("source") == "postmortem" if isinstance(d.get("config"), dict) else False
     stopped_by_us = bool(d.get("hang")) and not from_postmortem
     error = rc.get("error_type") if isinstance(rc.get("error_type"), str) else None
-    said = {"ended": wording.exit_state(rc, stopped_by_us), "category": wording.category(rc.get("category")),
+    said = {"ended": wording.exit_state(rc, stopped_by_us), "category": wording.root_category(rc),
             "error": wording.kind(error) or error or "", "message": wording.labels_in(str(rc.get("message") or ""))}
     consequences = [{"rank": human(q.get("rank")), "host": human(q.get("host")),
                      "reason": wording.labels_in(str(q.get("reason") or "")),

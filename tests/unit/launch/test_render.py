@@ -275,6 +275,7 @@ def test_one_path_style_no_internal_label_and_each_term_explained_once(tmp_path,
                     "threshold": {"seconds": 30.0, "source": "calibrated", "why": "5 x its longest pause"}}}
     text = " ".join(shown(doc).replace("│", " ").split())
     assert "where: train.py:31" in text and "sys.exit at train.py:31" in text
+    assert "exit code 3 · ended while the others waited" in text and "· a hang" not in text  # it did not hang
     assert "fix: its script exited with code 3 at train.py:31 on purpose; see /etc/hosts" in text  # not under cwd
     assert str(tmp_path) not in text
     assert "(missing_rank)" not in text and "for rank(s) 1 (never reached the collective the others wait in)" in text
