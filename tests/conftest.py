@@ -23,6 +23,23 @@ os.environ.setdefault("DDPDOCTOR_NO_SAVE", "1")
 
 TESTS = Path(__file__).resolve().parent
 SLOW_DIRS = ("integration", "gpu", "browser")
+CODE_DIRS = ("ddpdoctor", "checks", "reference_trainer", "tests")
+
+# Bytecode: an environment that sets PYTHONDONTWRITEBYTECODE=1 (this project's CI image does) makes every process
+# the tests start compile the checkout's sources again, which an editable install never precompiles: 0.3-0.4 CPU-s
+# for each preflight node, rank, agent and command, hundreds of them. The checkout is compiled once before the
+# tests (pytest_configure), and the processes may write what is still missing.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller compiled it already
+    import compileall
+
+    for name in CODE_DIRS:
+        compileall.compile_dir(str(TESTS.parent / name), quiet=1, workers=1)
 
 
 def pytest_itemcollected(item):

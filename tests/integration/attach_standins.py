@@ -16,8 +16,10 @@ import sys
 import threading
 import time
 
-FAKE_C10D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torch", "torch", "distributed",
-                         "distributed_c10d.py")
+# under a folder named site-packages, as torch is installed: attach's one library-frame rule (evidence.model.LIBRARY)
+# then reads a rank inside it as a rank inside torch's collective, called from the stand-in's own code
+FAKE_C10D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torch", "site-packages", "torch",
+                         "distributed", "distributed_c10d.py")
 
 
 def record(marker: str, enqueued: int = 9) -> dict:
