@@ -46,14 +46,26 @@ def import_held(module: str):
     import importlib
     import threading
 
-    held = set(STOP_SIGNALS)
-    on_main = threading.current_thread() is threading.main_thread()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if on_main else None
+    if threading.current_thread() is not threading.main_thread():
+        return importlib.import_module(module)  # only the main thread runs Python's signal handlers
+    # Blocking the signals in this thread is not enough: the kernel hands a process's signal to any thread that
+    # does not block it (a progress or watchdog thread started before), and Python then runs the handler in the
+    # main thread, inside the import, whatever its mask (seen: nccl-bench's SIGTERM 0.3 s after start, raised in
+    # numpy's import under torch's and swallowed there, so the whole sweep ran and exited 0). So the Python-level
+    # handlers only note the signal while the import runs; the command's own handler gets it after.
+    noted: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: noted.append(signum))
     try:
         return importlib.import_module(module)
     finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one still pending in this thread goes to its handler
+        for sig in dict.fromkeys(noted):
+            signal.raise_signal(sig)  # the command's handler: it raises, and the stop unwinds from here
 
 
 def redeliver_lost_stops() -> None:

@@ -21,6 +21,8 @@ import pytest
 # start (in-process or a subprocess, which inherits this) keeps a file there unless a test asks for it.
 os.environ.setdefault("DDPDOCTOR_NO_SAVE", "1")
 
+pytest_plugins = ["tests.xdist_groups"]  # which tests stay together on one worker (--dist loadgroup)
+
 TESTS = Path(__file__).resolve().parent
 SLOW_DIRS = ("integration", "gpu", "browser")
 CODE_DIRS = ("ddpdoctor", "checks", "reference_trainer", "tests")
@@ -49,21 +51,6 @@ def pytest_itemcollected(item):
         return
     if top in SLOW_DIRS:
         item.add_marker(pytest.mark.slow)
-    if _uses_a_shared_fixture(item):
-        # README's `--dist loadgroup` spreads a file's tests over the workers, so no long file is one worker's
-        # long pole; a file whose tests share a fixture built once (the SLURM cluster, a built wheel, a browser
-        # page) stays on one worker, which builds it once
-        item.add_marker(pytest.mark.xdist_group(str(Path(str(item.path)).resolve().relative_to(TESTS))))
-
-
-def _uses_a_shared_fixture(item) -> bool:
-    """The test uses a fixture of module, package or class scope (one built for many tests)."""
-    info = getattr(item, "_fixtureinfo", None)
-    for defs in (info.name2fixturedefs.values() if info is not None else ()):
-        if any(str(getattr(d, "scope", "function")) in ("module", "package", "class") for d in defs):
-            return True
-    return False
-
 
 def _cuda_available() -> bool:
     """ddpdoctor.devices.cuda_available, asked in a subprocess: the test process itself never imports torch."""

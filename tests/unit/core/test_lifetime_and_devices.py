@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 from ddpdoctor import devices
 
@@ -145,3 +147,48 @@ def test_the_signal_a_stop_exception_stands_for():
     assert stop_signal_of(Terminated()) == signal.SIGTERM and stop_signal_of(KeyboardInterrupt()) == signal.SIGINT
     assert stop_signal_of(SignalException(signal.SIGHUP)) == signal.SIGHUP
     assert stop_signal_of(ValueError("x")) is None and stop_signal_of(None) is None
+
+
+HELD_IMPORT = r'''
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from ddpdoctor.lifetime import Terminated, import_held
+
+def on_term(signum, frame):
+    raise Terminated(signum)
+
+signal.signal(signal.SIGTERM, on_term)
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # a thread that blocks no signal
+try:
+    mod = import_held("slow_mod")
+except Terminated:
+    import slow_mod
+    print("after", slow_mod.inside)
+else:
+    print("lost", mod.inside)
+'''
+
+SLOW_MOD = r'''
+import os, signal, time
+inside = "clean"
+try:
+    os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop while the module (torch) loads
+    time.sleep(0.5)
+except BaseException as exc:  # what torch's import does to an exception raised inside it: swallowed
+    inside = f"raised inside: {type(exc).__name__}"
+'''
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_during_a_held_import_comes_after_it_even_with_another_thread_running(tmp_path):
+    """The kernel gives a process's signal to any thread that does not block it, and Python runs the handler in
+    the main thread whatever its mask: blocking alone let nccl-bench's SIGTERM be raised inside torch's import
+    (numpy's, under it), swallowed there, and the sweep ran to the end with exit 0."""
+    import subprocess
+    import sys
+
+    (tmp_path / "slow_mod.py").write_text(SLOW_MOD)
+    root = str(Path(__file__).resolve().parents[3])
+    out = subprocess.run([sys.executable, "-c", HELD_IMPORT, root], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=50, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.stdout.strip() == "after clean", out.stdout + out.stderr

@@ -78,13 +78,25 @@ def ranks():
         for r in range(n):
             started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                             env={**os.environ, "RANK": str(r)}))
-        return [psutil.Process(p.pid) for p in started]
+        procs = [psutil.Process(p.pid) for p in started]
+        # Popen returns once the child forked: until it has exec'd, its environment is this worker's (no RANK)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all("-c" in _cmdline(p) for p in procs):
+            time.sleep(0.02)
+        return procs
 
     yield start
     for p in started:
         p.send_signal(signal.SIGCONT)
         p.kill()
         p.wait(10)
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
 
 
 def dog(timeout=5.0, sockets="/nonexistent/{rank}.sock"):
