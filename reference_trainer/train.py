@@ -249,7 +249,8 @@ def init_distributed(backend: str, rank: int, world: int, timeout: datetime.time
         dist.init_process_group(backend, timeout=timeout)
 
 
-# A rank whose parameters differ from rank 0's by more than this (relative) has lost sync; less is float rounding.
+# A rank whose parameters are further than this from rank 0's (relative, the model's norm) has lost sync: one
+# optimizer step taken on other gradients moves them by ~lr / |p| (1e-3 and up); float rounding, by ~1e-7.
 DRIFT_TOLERANCE = 1e-4
 
 
@@ -274,16 +275,19 @@ def compare_checksums(model, step, rank, world, ddp, device, run_dir: Path) -> N
     if not equal:
         odd = [r for r, d in enumerate(digests) if digests.count(d) == 1]
         raise RuntimeError(f"parameters differ across ranks at step {step} (odd rank(s): {odd}; largest relative "
-                           f"difference from rank 0: {drift:.3g})")
+                           f"difference from rank 0's: {drift:.3g})")
 
 
 def param_drift(model: torch.nn.Module, device: torch.device) -> float:
-    """The largest relative difference of any parameter from rank 0's, the same number on every rank (two syncs)."""
+    """How far this rank's parameters are from rank 0's, relative to their size (||mine - rank 0's|| / ||rank 0's||,
+    the model as one vector), the largest over the ranks, the same number on every rank (two syncs). The whole
+    model's norm, not each value's own: a parameter at 0 on rank 0 and 1e-8 elsewhere (Adam's step on a gradient
+    that rounded to 1e-12 instead of 0) is rounding, which a per-value ratio would call 1%."""
     with torch.no_grad():
-        flat = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])
+        flat = torch.cat([p.detach().double().reshape(-1) for p in model.parameters()])
         reference = flat.clone()
         dist.broadcast(reference, 0)
-        drift = ((flat - reference).abs() / (reference.abs() + 1e-6)).max().reshape(1).to(device)
+        drift = ((flat - reference).norm() / reference.norm().clamp_min(1e-12)).reshape(1).float().to(device)
         dist.all_reduce(drift, op=dist.ReduceOp.MAX)  # every rank must reach the same decision, or some go on alone
     return float(drift.item())
 
