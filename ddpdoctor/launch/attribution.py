@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..grouping import rank_ranges
 from ..numbers import parse_int
-from .classify import FRAME, LIBRARY, RankFailure, Verdict  # noqa: F401 - LIBRARY: callers name it here
-from .classify import stopped_in_own_code, waited_call  # noqa: F401 - callers name them here
+from .classify import RankFailure, Verdict
+from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
 from .evidence_io import global_rank_of
 from .stopped import TELL_APART
 

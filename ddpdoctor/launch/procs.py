@@ -53,9 +53,6 @@ def ranks_of(procs: list[psutil.Process]) -> list[int]:
 
 def signal_stacks(procs, stacks_dir) -> dict[int, str]:
     """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
-    import signal
-    import time
-
     from . import evidence_io
 
     before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}

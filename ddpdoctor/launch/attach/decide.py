@@ -12,7 +12,7 @@ from enum import Enum
 from ...grouping import rank_ranges
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, words
-from .sample import RankRead
+from .sample import RankRead, is_wait
 
 # A share of one core. A rank blocked in a wait or a sleep uses none (measured: 0.00 over 3 s for a gloo rank in
 # DDP's Reducer wait, and for one in time.sleep); one computing uses a core, a quarter of one when eight ranks
@@ -42,8 +42,7 @@ def _waiting(r: RankRead) -> bool:
     """It stands in a wait: its stack (or its flight record) says so. A library's wait the frames do not prove
     (inside loss.backward(): DDP's Reducer, or the backward's own compute) is one only while the rank uses no
     CPU: using a core there, it computes."""
-    if r.recorded is not None and r.recorded.wait is not None \
-            and r.recorded.wait.kind not in (WaitKind.NONE, WaitKind.UNKNOWN):
+    if r.recorded is not None and is_wait(r.recorded):
         return True
     if not r.waits:
         return False

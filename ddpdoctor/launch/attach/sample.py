@@ -15,6 +15,7 @@ from typing import Callable
 
 import psutil
 
+from .. import procs
 from ..evidence import pyspy
 from ..evidence.model import RankState, WaitKind, user_frame
 from . import dump_pipe, job_access
@@ -91,10 +92,8 @@ def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float,
 def cpu_seconds(pid: int) -> dict[int, float] | None:
     """CPU seconds (user + system, every thread) a rank and each of its descendants (a DataLoader's workers do
     its work) used so far, by pid; None when /proc does not say (the process ended, another user's)."""
-    try:
-        proc = psutil.Process(pid)
-        family = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
+    family = procs.family(pid)
+    if not family:
         return None
     out = {}
     for p in family:
@@ -138,10 +137,9 @@ def wants_native(dump: pyspy.Dump) -> bool:
     if dump.failure is not None or thread is None or not thread.frames:
         return False
     state = pyspy.to_state(dump, 0)
-    wait = state.wait
-    if wait is None or wait.kind in (WaitKind.NONE, WaitKind.UNKNOWN):
+    if not is_wait(state):
         return state.frames[0].library or thread.state == "idle"
-    return wait.library is not None and not wait.library.certain
+    return state.wait.library is not None and not state.wait.library.certain
 
 
 class Sampler:

@@ -39,10 +39,11 @@ def is_library(file: str) -> bool:
     """The one rule: is this frame's file a library's (not the user's code)? Native frames (py-spy --native: a
     shared object such as libc.so.6 or libtorch_cpu.so) are the libraries' too."""
     file = file or ""
-    return any(part in file for part in LIBRARY) or _native(file)
+    return any(part in file for part in LIBRARY) or is_native(file)
 
 
-def _native(file: str) -> bool:
+def is_native(file: str) -> bool:
+    """A shared object's frame (libc.so.6, libtorch_cpu.so): native code, not Python."""
     name = file.rsplit("/", 1)[-1]
     return name.endswith(NATIVE) or ".so." in name
 

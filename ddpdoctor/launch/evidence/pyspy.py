@@ -20,7 +20,7 @@ from pathlib import Path
 from ...numbers import parse_int
 from . import model
 from .model import RankState
-from .stacks import wait_of
+from .stacks import C10D, wait_of
 
 TIMEOUT_S = 10.0
 MAX_OUTPUT = 4 << 20  # a dump longer than this is cut: a rank's stacks with locals are a few KB
@@ -181,7 +181,6 @@ def to_state(dump: Dump, rank: int, *, host: str | None = None, local_rank: int 
                           "default_group": default_group(thread)})
 
 
-C10D = "torch/distributed/distributed_c10d.py"
 C10D_LOGGER = "torch/distributed/c10d_logger.py"
 
 
@@ -229,12 +228,7 @@ def _items(text: str) -> int:
 def python_frames(thread: Thread | None) -> tuple:
     """The thread's Python frames (function, file, line), innermost first: a native dump's without its C frames
     (a shared object's), to match it against a Python-only dump of the same moment."""
-    return tuple((f.function, f.file, f.line) for f in (thread.frames if thread else []) if not _shared_object(f.file))
-
-
-def _shared_object(file: str) -> bool:
-    name = file.rsplit("/", 1)[-1]
-    return name.endswith((".so", ".dylib", ".dll", ".pyd")) or ".so." in name
+    return tuple((f.function, f.file, f.line) for f in (thread.frames if thread else []) if not model.is_native(f.file))
 
 
 def signature(thread: Thread | None) -> tuple:

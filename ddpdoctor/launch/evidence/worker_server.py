@@ -50,9 +50,8 @@ def _inside_last(fr: dict, calls: tuple, seen: Wait) -> tuple[Wait | None, tuple
     last = max((i for i, c in enumerate(calls) if c.seq is not None), default=None, key=lambda i: calls[i].seq)
     if not pending or last is None or seen.call is None or calls[last].op != seen.call.op:
         return None, calls
-    inside = replace(calls[last], completed=False)
-    library = replace(seen.library, certain=True) if seen.library is not None else None  # the record confirms it
-    return (Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site, library=library),
+    inside = replace(calls[last], completed=False)  # its library, confirmed by the record: the caller adds it
+    return (Wait(WaitKind.COLLECTIVE, call=inside, site=seen.site),
             calls[:last] + (inside,) + calls[last + 1:])
 
 
