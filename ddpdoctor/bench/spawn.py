@@ -76,7 +76,9 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
             behind = ranks_behind(progress, beats or None)
             raise BenchFailed(behind + describe_failure(exc) if behind else describe_failure(exc)) from None
     except SignalException as exc:  # the agent stopped the ranks (or none had started): end as the signal says
-        stopped_by = getattr(exc, "received_signal", exc.sigval)
+        from ..lifetime import stop_signal_of
+
+        stopped_by = stop_signal_of(exc)
     finally:
         _clean_up(handlers, run_dir, done, waker)
     if stopped_by == signal.SIGINT:

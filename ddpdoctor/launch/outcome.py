@@ -198,7 +198,7 @@ def stopped_while_hung(verdict: postmortem.Verdict, run_dir: Path, signum: int) 
     threshold: the flight records the ranks wrote at the SIGTERM hold a collective pending STALLED_S or more; the
     rank their verdict names (with the SIGTERM stacks) is the root cause, else none. None: no sign of a hang."""
     from .fr_dumps import find_dumps, judge_dumps, stalled_s
-    from .stopped import STALLED_S, stopped_from_outside
+    from .stopped import STALLED_S, STOPPED_FIX_TRAINER, stopped_from_outside
 
     dumps = find_dumps([run_dir / "flight_recorder"])
     stalled = stalled_s(dumps)
@@ -206,7 +206,7 @@ def stopped_while_hung(verdict: postmortem.Verdict, run_dir: Path, signum: int) 
         return None
     hang = judge_dumps(dumps, verdict.failures, run_dir / "stacks" / "sigterm", verdict.world)
     hung = postmortem.Verdict(root_cause=None)
-    stopped_from_outside(hung, hang, stalled, signal.Signals(signum).name)
+    stopped_from_outside(hung, hang, stalled, signal.Signals(signum).name, fix=STOPPED_FIX_TRAINER)
     return hung.root_cause.to_json() if hung.root_cause else None
 
 
@@ -241,6 +241,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
         if not hang_report and code != 0 and not interrupted:  # after a stop the dumps show the stop, not a hang
             adopt_exit_dumps(verdict, run_dir)
+        hung_at_stop = stopped_while_hung(verdict, run_dir, interrupted) if interrupted and not hang_report else None
     metrics = read_metrics(run_dir)
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     consequences = [f.to_json() for f in verdict.consequences]
@@ -257,7 +258,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         # Only a real failure that came before the signal stays the root cause; the rest followed the signal.
         if root:
             consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
-        root = stopped_while_hung(verdict, run_dir, interrupted) or interrupted_root(interrupted)
+        root = hung_at_stop or interrupted_root(interrupted)
     failed = code != 0 or hang_report is not None or interrupted is not None
     stacks_on_file(root, run_dir / "stacks" / "sigterm")
     if failed and root is None:

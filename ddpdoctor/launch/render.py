@@ -146,6 +146,11 @@ def straggler_lines(doc: dict) -> list[str]:
     """The stragglers named while the job ran (stragglers.py)."""
     out = []
     for s in doc.get("stragglers") or []:
+        if s.get("sampled"):  # a send/recv-only job: named from looks at the stacks, no collective to time
+            out.append(f"straggler (named live): rank {s.get('rank')}, in its own code in "
+                       f"{round((s.get('last_share') or 0) * 100)}% of {s.get('sampled')} looks at its stack while "
+                       "every other rank waited for a send/recv")
+            continue
         x = "more than 100x" if s.get("slower_x", 0) > 100 else f"{s.get('slower_x')}x"
         out.append(f"straggler (named live): rank {s.get('rank')}, {x} slower than the others in its own code; the "
                    f"others waited {s.get('others_wait_s')} s per collective for it")

@@ -15,13 +15,18 @@ STALLED_S = 10.0
 STOPPED_FIX = ("rerun under `ddpdoctor run-trainer` (it names the rank the others wait for while the job runs, "
                "before your process group's or the scheduler's limit), or give `ddpdoctor postmortem` the ranks' "
                "flight-recorder dumps (--fr-dir)")
+# The same, for a job run-trainer ran: its watchdog had not fired yet when the stop came
+STOPPED_FIX_TRAINER = ("give the watchdog time to name the rank before the stop: a `--hang-timeout` well below the "
+                       "scheduler's time limit (and below your process group's timeout)")
 
 
-def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | None, signal: str | None) -> None:
+def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | None, signal: str | None,
+                         fix: str = STOPPED_FIX) -> None:
     """No rank failed of its own, but the job was stopped from outside (``signal``: what torchrun received; a
     scheduler's time limit or scancel sends SIGTERM to the whole job) or its dumps hold a collective pending for
     ``stalled`` seconds: not a pass. A hung job (a collective pending STALLED_S or more) gets the rank the dumps'
-    verdict (``hang``) names as its root cause, else no rank; a stop with no sign of a hang is said as such."""
+    verdict (``hang``) names as its root cause, else no rank; a stop with no sign of a hang is said as such.
+    ``fix``: what would have told (run-trainer's own runs: a threshold below the scheduler's limit)."""
     if verdict.root_cause is not None or (signal is None and (stalled is None or stalled < STALLED_S)):
         return
     by = (f"stopped from outside ({signal}: a scheduler's time limit, scancel or an operator)" if signal
@@ -35,7 +40,7 @@ def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | N
             rank=first["rank"], local_rank=None, host=first.get("host"), exit_code=None, signal=signal,
             category="hang", error_type="stopped_while_hung", location=first.get("where"),
             message=(f"the job was {by} while hung (a collective pending {stalled:.0f} s): {likely}"
-                     f"{hang['summary']}"), fix=hang.get("fix") or STOPPED_FIX)
+                     f"{hang['summary']}"), fix=hang.get("fix") or fix)
         for c in culprits[1:]:
             verdict.consequences.append(RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"),
                                                     exit_code=None, category="hang", named=True,
@@ -47,4 +52,4 @@ def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | N
     verdict.root_cause = RankFailure(
         rank=None, local_rank=None, host=None, exit_code=None, signal=signal, category="hang" if hung else "signal",
         error_type="stopped_while_hung" if hung else "stopped_from_outside", message=f"the job was {by} {what}",
-        fix=STOPPED_FIX)
+        fix=fix)

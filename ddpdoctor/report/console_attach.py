@@ -30,7 +30,7 @@ def render(doc: dict, console: Console) -> None:
     head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
     console.print(head, soft_wrap=True)
     culprits = diag.get("culprits") or []
-    for c in culprits[:MAX_CULPRIT_ROWS] if total(diag, "culprits") > MAX_CULPRIT_ROWS else culprits:
+    for c in culprits[:MAX_CULPRIT_ROWS]:
         line = f"  rank {c.get('rank')}" + (f" on {c['host']}" if c.get("host") else "") + \
             (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "") if c.get("where") else "")
         console.print(safe_text(line), soft_wrap=True)

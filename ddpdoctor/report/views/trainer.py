@@ -104,7 +104,10 @@ def trainer_line(s: dict, d: dict) -> list[str]:
     restarts = d.get("restarts")
     out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
     for s in d.get("stragglers") or []:  # named while the job ran (launch/stragglers.py)
-        if isinstance(s, dict) and _finite(s.get("slower_x")):
+        if isinstance(s, dict) and s.get("sampled"):  # a send/recv-only job: no collective to time
+            out.append(f"straggler: rank {s.get('rank')}, in its own code while the others waited for a send/recv "
+                       "(named live)")
+        elif isinstance(s, dict) and _finite(s.get("slower_x")):
             out.append(f"straggler: rank {s.get('rank')}, {s['slower_x']:g}x slower in its own code (named live)")
     ce = d.get("checksums_equal")
     out.append("checksums " + ("not compared" if ce is None else "equal" if ce is True else "DIFFER"))

@@ -420,6 +420,10 @@ def test_a_hung_job_a_scheduler_stopped_is_no_pass_and_names_the_rank_its_dumps_
     stopped.stopped_from_outside(v, None, None, "SIGTERM")
     assert v.root_cause.rank is None and v.root_cause.error_type == "stopped_from_outside"
     assert "--fr-dir" in v.root_cause.fix and attribution.culprit_ranks(v.root_cause.to_json(), []) == []
+    # run-trainer's own run: not told to rerun under run-trainer, but how its watchdog would have named the rank
+    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    stopped.stopped_from_outside(v, None, None, "SIGTERM", fix=stopped.STOPPED_FIX_TRAINER)
+    assert "--hang-timeout" in v.root_cause.fix and "run-trainer" not in v.root_cause.fix
     # a healthy job's dumps (nothing pending) and no signal: nothing to say
     v = Verdict(root_cause=None)
     stopped.stopped_from_outside(v, None, None, None)

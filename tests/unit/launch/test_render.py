@@ -293,3 +293,18 @@ def test_torchruns_failure_table_names_the_users_script_not_the_bootstrap():
     rename = entry_point_named("my_train.py", "ddpdoctor.launch.bootstrap")
     assert rename("ddpdoctor.launch.bootstrap FAILED\n") == "my_train.py FAILED\n"
     assert rename("[rank0]: from ddpdoctor.launch.bootstrap FAILED x\n") == "[rank0]: from ddpdoctor.launch.bootstrap FAILED x\n"
+
+
+def test_a_straggler_of_a_send_recv_only_job_is_said_as_what_was_sampled():
+    """Named from looks at the stacks (no collective to time): no 'Nx slower' nor a wait per collective."""
+    from ddpdoctor.launch.render import straggler_lines
+    from ddpdoctor.report.views.trainer import trainer_line
+
+    sampled = {"rank": 1, "slower_x": 1000.0, "others_wait_s": 0.4, "last_share": 0.9, "sampled": 8}
+    timed = {"rank": 2, "slower_x": 5.0, "others_wait_s": 0.3, "last_share": 1.0, "sampled": 0}
+    lines = straggler_lines({"stragglers": [sampled, timed]})
+    assert "rank 1, in its own code in 90% of 8 looks at its stack" in lines[0] and "slower" not in lines[0]
+    assert "rank 2, 5.0x slower" in lines[1] and "0.3 s per collective" in lines[1]
+    report = trainer_line({}, {"stragglers": [sampled, timed]})
+    assert any("rank 1, in its own code while the others waited for a send/recv" in s for s in report), report
+    assert any("rank 2, 5x slower" in s for s in report), report
