@@ -22,14 +22,13 @@ cost about 18 x 45 s of a worker. What is asserted, through the documented JSON 
 - a healthy job of each family: exit 0, verdict pass, no culprit, from both tools;
 - the store key that names the rank missing from init_process_group is kept, not redacted as a secret.
 
-The files are split by family (this one: the pipelines; _collectives, _groups, _lifecycle) so that CI's
-`--dist loadfile` runs them on different workers.
+The files are split by family (this one: the pipelines; _collectives, _groups, _lifecycle) so that `--dist
+loadgroup` spreads them over the workers (each shape's two tests stay together: ``by_shape``).
 """
 from __future__ import annotations
 
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -91,6 +90,12 @@ def _both(shape: Shape, tmp: pytest.TempPathFactory) -> tuple[Future, Future]:
     return _RUNS[shape.name]
 
 
+def by_shape(names: list[str]) -> list:
+    """The shapes as parameters, each shape's two tests in one xdist group: they read the same two runs, which a
+    test process starts once (``_both``); on two workers each would start both."""
+    return [pytest.param(n, marks=pytest.mark.xdist_group(f"shape-{n}")) for n in names]
+
+
 def check_run_trainer(shape: Shape, tmp: pytest.TempPathFactory) -> None:
     run = _both(shape, tmp)[0].result(timeout=170)
     assert run.code is not None, run.stderr[-3000:]
@@ -143,13 +148,13 @@ PIPELINES = ["pipeline-stuck", "pipeline-shape", "pipeline-healthy", "pipeline-1
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", PIPELINES)
+@pytest.mark.parametrize("name", by_shape(PIPELINES))
 def test_run_trainer_names_the_culprit(name, tmp_path_factory):
     check_run_trainer(SHAPES[name], tmp_path_factory)
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", PIPELINES)
+@pytest.mark.parametrize("name", by_shape(PIPELINES))
 def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path_factory):
     check_postmortem(SHAPES[name], tmp_path_factory)
 

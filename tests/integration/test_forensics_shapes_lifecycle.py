@@ -1,23 +1,23 @@
 """Issue 30's job shapes, ranks that never reach init_process_group, are SIGKILLed from outside, or leave early (exit 0): named right by run-trainer and by postmortem of a plain torchrun log dir. The
-checks and what they assert: test_forensics_shapes.py (a file per family, so CI's --dist loadfile spreads them)."""
+checks and what they assert: test_forensics_shapes.py (a file per family; each shape's two tests share its runs: by_shape)."""
 from __future__ import annotations
 
 import pytest
 
 from tests.integration.shape_jobs import SHAPES
-from tests.integration.test_forensics_shapes import check_postmortem, check_run_trainer
+from tests.integration.test_forensics_shapes import by_shape, check_postmortem, check_run_trainer
 
 pytestmark = pytest.mark.slow
 NAMES = ["lifecycle-noinit", "lifecycle-kill", "lifecycle-early", "lifecycle-healthy"]
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", by_shape(NAMES))
 def test_run_trainer_names_the_culprit(name, tmp_path_factory):
     check_run_trainer(SHAPES[name], tmp_path_factory)
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", by_shape(NAMES))
 def test_postmortem_of_plain_torchrun_names_the_culprit(name, tmp_path_factory):
     check_postmortem(SHAPES[name], tmp_path_factory)

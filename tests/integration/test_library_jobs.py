@@ -81,7 +81,8 @@ def test_a_healthy_library_job_gives_the_same_result_under_run_trainer_as_under_
         f"run-trainer changed a healthy job: exit {trainer.code}: {_said(trainer.doc)}\n{trainer.stderr[-3000:]}"
     work_t, work_p = Path(trainer.doc["config"]["run_dir"]).parent, logs.parent
     ours, theirs = _losses(work_t), _losses(work_p)
-    assert theirs and ours == theirs, f"losses differ:\nrun-trainer {ours}\ntorchrun    {theirs}"
+    assert sorted(theirs) == sorted(f"rank{r}.json" for r in range(shape.nproc)), theirs  # every rank reported
+    assert ours == theirs, f"losses differ:\nrun-trainer {ours}\ntorchrun    {theirs}"
     assert culprits_named(trainer.doc) == [] and trainer.doc["stragglers"] == [], _said(trainer.doc)
     code, doc, err = postmortem(logs)
     assert code == 0 and doc and doc["verdict"] == "pass", f"postmortem of a healthy job: {code} {_said(doc)} {err}"
@@ -109,6 +110,6 @@ def test_a_hang_in_one_rank_s_own_code_is_named_inside_the_library(name, tmp_pat
         if shape.stop_after_s is None or flags:
             assert code == 1 and pm["verdict"] == "fail", f"{how}: exit {code}: {_said(pm)}"
     if shape.stop_after_s is not None:  # torch's 30-minute subgroup timeout: ended by the scheduler's SIGTERM
-        _, pm, _ = postmortem(logs, "--agent-log", str(agent))
+        # pm: the loop's last postmortem, the one with --agent-log
         assert pm["root_cause"]["error_type"] in ("stopped_from_outside", "stopped_while_hung"), _said(pm)
         assert "SIGTERM" in pm["root_cause"]["message"], _said(pm)
