@@ -115,7 +115,10 @@ def test_signal_to_local_nodes_leaves_no_process(sig):
     # (`nohup bash -c '...' &`) passes SIGINT on as ignored, and Python then installs no KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "preflight", "--local-nodes", "3", "--only", ONLY,
                              "--timeout", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            # the run must still be going when the signal comes: the protocol got faster than the
+                            # 2 s below (it had ended, exit 0, before the signal); at worst the nodes wait here
+                            env={**os.environ, "DDPDOCTOR_TEST_COLLECTIVE_HOLD_S": "30"})
     kids: list[psutil.Process] = []
     try:
         parent = psutil.Process(proc.pid)
