@@ -97,18 +97,42 @@ def start_worker_server() -> None:
         if os.path.exists(path):
             os.unlink(path)  # a previous attempt's, after a restart
         server = _WorkerServer(path)
-        atexit.register(server.shutdown)  # stopped before the interpreter tears down, as worker_main does
+        # Stopped before the interpreter tears down, as worker_main does (stop_worker_server says how).
+        atexit.register(stop_worker_server, server, path, os.stat(path).st_ino)
         _KEEP.append(server)
         atexit.register(dump_flight_record)  # runs first (atexit is last-in, first-out)
     except Exception:  # noqa: BLE001 - forensics must never stop the job
         pass
 
 
+SERVER_DRAIN_S = 0.5  # for a stack request already taken to finish before the server stops
+
+
+def stop_worker_server(server, path: str, inode: int) -> None:
+    """The worker server's end, at the script's exit, without ever blocking the exit. torch's `dump_traceback`
+    handler takes the GIL on the server's thread, and the server's shutdown() joins that thread while the
+    caller holds the GIL: a stack request in flight then blocks the rank at exit forever (a healthy job's rank,
+    seen under load). So no new request can come (its socket path removed: a client's connect fails), and one
+    already taken finishes while this thread sleeps (the GIL released), before shutdown() joins the server.
+    A forked child that exits normally leaves its parent's server alone (its thread is not in the child)."""
+    import time
+
+    if forked():
+        return
+    try:
+        if os.stat(path).st_ino == inode:  # this process's socket, not a restarted rank's on the same path
+            os.unlink(path)
+    except OSError:
+        pass
+    time.sleep(SERVER_DRAIN_S)
+    server.shutdown()
+
+
 def dump_flight_record() -> None:
     """At a normal exit: the whole flight record into DDPDOCTOR_FR_DIR/rank<R>.json, so the job's summary
     counts every collective (the watchdog's last poll is up to a second old, and the server is gone)."""
     out_dir = os.environ.get("DDPDOCTOR_FR_DIR")
-    if not out_dir:
+    if not out_dir or forked():  # a forked child's exit is not the rank's: its record stays the rank's own
         return
     try:
         import torch._C._distributed_c10d as c10d
@@ -309,6 +333,11 @@ def _ours(filename: str) -> bool:
 
 
 _KEEP: list = []  # the stack file and the server live as long as the process
+_PID: list[int] = []  # the rank's own process (main), not a child forked from it
+
+
+def forked() -> bool:
+    return bool(_PID) and os.getpid() != _PID[0]
 _ENDED: dict = {}  # how the script ended of its own (note_end), for the flight record at exit
 
 
@@ -339,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     if kind == "path" and not os.path.isfile(target):
         print(f"python: can't open file {target!r}: [Errno 2] No such file or directory", file=sys.stderr)
         raise SystemExit(2)
+    _PID.append(os.getpid())
     die_with_the_agent()
     record_node_rank()
     install_stack_dump()

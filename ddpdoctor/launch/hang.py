@@ -10,7 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from .procs import exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, signal_stacks, stop_agent, workers
+from .procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, signal_stacks,
+                    stop_agent, workers)
 from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
                     stack_waits, stacks_of)
 from .stragglers import Live
@@ -40,8 +41,7 @@ class Watchdog:
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
         self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
-        self._stop = threading.Event()
-        self._standing_down = threading.Event()
+        self._stop, self._standing_down = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
@@ -227,7 +227,7 @@ class Watchdog:
         """Some rank waits inside init_process_group and none is importing (stall.past_start_up): asked only while
         the watchdog is not armed yet."""
         procs = workers(self.agent.pid)
-        ranks = [r for r in rank_per_process(procs) if r is not None]
+        ranks = askable(self.run_dir, procs, rank_per_process(procs))
         return past_start_up(stacks_of(self.sockets, ranks), ranks)
 
     def grace(self) -> float:
@@ -314,7 +314,7 @@ class Watchdog:
 
     def stack_motion(self, procs: list[psutil.Process], running: list[int | None]) -> tuple:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""
-        stacks = stacks_of(self.sockets, [r for r in running if r is not None])
+        stacks = stacks_of(self.sockets, askable(self.run_dir, procs, running))
         self.stack_waiting = stack_waits(stacks)
         moved = motion(stacks, cpu_seconds(procs, running))
         if moved != self.last_motion:  # moving, not hung: no flight record times a send/recv, the stacks do

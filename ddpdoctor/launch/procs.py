@@ -134,6 +134,21 @@ def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
     reap(kids, max(0.0, deadline - time.monotonic()))
 
 
+def ended_here(run_dir, rank: int, proc: psutil.Process) -> bool:
+    """This process has written its record at exit (the bootstrap's, when the script ended or raised): it is
+    ending. Its stacks are not asked for then: torch's stack handler and the server's stop at exit can block
+    each other (bootstrap.stop_worker_server)."""
+    try:
+        return (run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime >= proc.create_time()
+    except (OSError, psutil.Error):
+        return False
+
+
+def askable(run_dir, procs: list[psutil.Process], running: list[int | None]) -> list[int]:
+    """The ranks whose stacks may be asked for: not one that has ended its script (``ended_here``)."""
+    return [r for p, r in zip(procs, running) if r is not None and not ended_here(run_dir, r, p)]
+
+
 def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
     """The flight record the rank wrote at its exit (the bootstrap's atexit, before its server stops), if
     this process wrote it (a record older than the process is an earlier attempt's)."""
@@ -143,7 +158,7 @@ def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
 
     path = run_dir / "flight_recorder" / f"rank{rank}.json"
     try:
-        if path.stat().st_mtime < proc.create_time():
+        if not ended_here(run_dir, rank, proc):
             return None
         record = json.loads(evidence_io.read_text(path))
     except (OSError, ValueError, psutil.Error):

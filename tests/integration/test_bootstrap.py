@@ -175,3 +175,91 @@ def test_a_sigterm_while_the_error_file_is_written_never_leaves_it_half_written(
     finally:
         p.kill()
         p.communicate(timeout=30)
+
+
+EXITING = textwrap.dedent("""
+    import os, sys, time
+    import torch._C._distributed_c10d  # noqa: F401 - a torch job's process, its worker server up
+    open(sys.argv[1], "w").close()
+    time.sleep(0.3)
+""")
+
+
+@pytest.mark.timeout(150)
+def test_a_stack_request_while_the_rank_exits_never_keeps_it_from_exiting(tmp_path):
+    """torch's `dump_traceback` handler takes the GIL on the server's thread, and the server's shutdown() joins
+    that thread while holding the GIL: a request in flight when the script's exit stops the server left a healthy
+    rank blocked at exit forever (2 of 8 here, hammered as below). Ranks exit while a client asks for their stacks
+    without a pause; each must end, with its own exit code, within the bound."""
+    import threading
+
+    from ddpdoctor.launch import forensics
+
+    (tmp_path / "exiting.py").write_text(EXITING)
+
+    def one(i: int) -> tuple[int | None, float]:
+        sock, ready = tmp_path / f"w{i}.sock", tmp_path / f"ready{i}"
+        proc = bootstrap(tmp_path, "exiting.py", str(ready), env={"DDPDOCTOR_WORKER_SOCKET": str(sock)})
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set() and proc.poll() is None:
+                if ready.exists():
+                    forensics.ask(sock, "dump_traceback", timeout=1.0)
+                else:
+                    time.sleep(0.01)
+
+        threads = [threading.Thread(target=hammer, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        t0 = time.monotonic()
+        try:
+            proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None, time.monotonic() - t0
+        finally:
+            stop.set()
+        return proc.returncode, time.monotonic() - t0
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(8)))
+    assert all(code == 0 for code, _ in results), results
+
+
+FORKING = textwrap.dedent("""
+    import os, sys, time
+    import torch._C._distributed_c10d  # noqa: F401
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a helper process forked by the script, ending as a script does (atexit runs)
+    os.waitpid(child, 0)
+    open(sys.argv[1], "w").close()
+    time.sleep(60)
+""")
+
+
+@pytest.mark.timeout(90)
+def test_a_forked_child_ending_leaves_the_ranks_server_and_record_alone(tmp_path):
+    """A child forked by the script that ends through the interpreter runs the bootstrap's exit handlers too: the
+    rank's worker server must still answer after it (its socket not removed, nothing joined in the child), and
+    the child writes no record at exit in the rank's name (the watchdog would take the rank as ending)."""
+    from ddpdoctor.launch import forensics
+
+    (tmp_path / "forking.py").write_text(FORKING)
+    sock, ready, fr_dir = tmp_path / "w.sock", tmp_path / "ready", tmp_path / "fr"
+    proc = bootstrap(tmp_path, "forking.py", str(ready),
+                     env={"DDPDOCTOR_WORKER_SOCKET": str(sock), "DDPDOCTOR_FR_DIR": str(fr_dir), "RANK": "0"})
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready.exists(), proc.communicate(timeout=10)
+        assert sock.exists() and forensics.ask(sock, "dump_traceback", timeout=10.0) is not None
+        assert not (fr_dir / "rank0.json").exists()
+    finally:
+        proc.kill()
+        proc.communicate()
