@@ -98,6 +98,8 @@ class Watchdog:
                         if now < self.early["deadline"] or self.early["after"] > 2:
                             self.early = None
                 seen = mark
+            if self.init_armed and mark[0] and None not in mark[0].values():
+                self.init_armed = moved = False  # init_process_group behind every rank: start-up again (starting_up)
             if self.early is None:
                 self.early = self.before_timeout(now)
             elif now >= self.early["deadline"] + 0.5:
@@ -281,13 +283,11 @@ class Watchdog:
         """(rank -> completed collectives, newest metrics/log mtime): any change is progress."""
         from . import forensics
 
-        done = {}
-        moving = None
+        done, moving, initialised = {}, None, {}
         if self.sockets:
             procs = workers(self.agent.pid)
             running = rank_per_process(procs)
             self.gone = set(self.last_fr) - set(running)
-            initialised = {}
             for proc, rank in zip(procs, running):
                 if rank is None:
                     continue

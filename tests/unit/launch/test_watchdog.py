@@ -206,6 +206,26 @@ def test_silence_after_the_first_collectives_is_start_up_not_a_hang(ranks):
     assert w.fired_at >= first_stall, f"fired at poll {w.fired_at}, during the start-up silence"
 
 
+def test_start_up_after_init_process_group_is_no_hang_when_it_armed_there(ranks, monkeypatch):
+    """Armed while a rank waited in init_process_group for a later one (a restart on two nodes, a node slow to
+    arrive): once init_process_group is behind every rank, what follows (loading a snapshot or a checkpoint,
+    building the model, `import torch._dynamo`) is start-up again, as for a job that never waited there. It
+    was judged "outside_collectives" under a short --hang-timeout. A stall after the first collectives fires."""
+    ranks(2)
+    monkeypatch.setattr(forensics, "ask", lambda path, handler, timeout=5.0: IN_INIT)
+    in_init = [{0: None, 1: None}]  # one poll: the ranks then complete init_process_group
+    loading = [{0: 0, 1: 0}] * 40  # 40 polls of 20 ms: far beyond the 0.1 s threshold
+    training = [{0: 3, 1: 3}, {0: 5, 1: 5}]
+    marks = in_init + loading + training + [{0: 5, 1: 5}]  # then rank 1 hangs: nothing moves again
+    w = Scripted(marks, timeout=0.1).start()
+    deadline = time.monotonic() + 30
+    while w.report is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    w.stop()
+    assert w.report is not None, "a real stall after start-up must still fire"
+    assert w.fired_at >= len(in_init) + len(loading) + len(training), f"fired at poll {w.fired_at}, in start-up"
+
+
 def test_a_rank_waiting_right_after_the_first_collectives_fires_within_the_threshold(ranks):
     """Armed late (every step before the stall done between two polls): no progress after arming, but rank 0
     waits in a collective for rank 1, so the stall counts at once, not after start-up's one-minute bound."""
