@@ -192,18 +192,23 @@ def test_silence_after_the_first_collectives_is_start_up_not_a_hang(ranks):
     "outside_collectives" and blamed rank 0. Start-up ends at the first progress after arming; a stall after
     that fires as before."""
     ranks(2)
-    importing = [{0: None, 1: None}] * 3
-    after_barrier = [{0: 1, 1: 1}] * 40  # 40 polls of 20 ms: far beyond the 0.1 s threshold
-    training = [{0: 3, 1: 3}, {0: 5, 1: 5}]
-    marks = importing + after_barrier + training + [{0: 5, 1: 5}]  # then rank 1 hangs: nothing moves again
-    w = Scripted(marks, timeout=0.1).start()
+    start_up_then_a_stall(importing=[{0: None, 1: None}] * 3, after_barrier=[{0: 1, 1: 1}] * 40)
+
+
+TRAINING = [{0: 3, 1: 3}, {0: 5, 1: 5}]
+
+
+def start_up_then_a_stall(**phases: list[dict]) -> None:
+    """The watchdog's loop over the start-up ``phases`` (40 polls of 20 ms: far beyond the 0.1 s threshold),
+    two steps of training, then rank 1 hangs (nothing moves again): it fires, and not before the stall."""
+    start_up = [mark for marks in phases.values() for mark in marks]
+    w = Scripted(start_up + TRAINING + [{0: 5, 1: 5}], timeout=0.1).start()
     deadline = time.monotonic() + 30
     while w.report is None and time.monotonic() < deadline:
         time.sleep(0.02)
     w.stop()
     assert w.report is not None, "a real stall after start-up must still fire"
-    first_stall = len(importing) + len(after_barrier) + len(training)
-    assert w.fired_at >= first_stall, f"fired at poll {w.fired_at}, during the start-up silence"
+    assert w.fired_at >= len(start_up) + len(TRAINING), f"fired at poll {w.fired_at}, during the start-up silence"
 
 
 def test_start_up_after_init_process_group_is_no_hang_when_it_armed_there(ranks, monkeypatch):
@@ -213,17 +218,8 @@ def test_start_up_after_init_process_group_is_no_hang_when_it_armed_there(ranks,
     was judged "outside_collectives" under a short --hang-timeout. A stall after the first collectives fires."""
     ranks(2)
     monkeypatch.setattr(forensics, "ask", lambda path, handler, timeout=5.0: IN_INIT)
-    in_init = [{0: None, 1: None}]  # one poll: the ranks then complete init_process_group
-    loading = [{0: 0, 1: 0}] * 40  # 40 polls of 20 ms: far beyond the 0.1 s threshold
-    training = [{0: 3, 1: 3}, {0: 5, 1: 5}]
-    marks = in_init + loading + training + [{0: 5, 1: 5}]  # then rank 1 hangs: nothing moves again
-    w = Scripted(marks, timeout=0.1).start()
-    deadline = time.monotonic() + 30
-    while w.report is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    w.stop()
-    assert w.report is not None, "a real stall after start-up must still fire"
-    assert w.fired_at >= len(in_init) + len(loading) + len(training), f"fired at poll {w.fired_at}, in start-up"
+    # one poll inside init_process_group (the ranks then complete it), then loading
+    start_up_then_a_stall(in_init=[{0: None, 1: None}], loading=[{0: 0, 1: 0}] * 40)
 
 
 def test_a_rank_waiting_right_after_the_first_collectives_fires_within_the_threshold(ranks):
