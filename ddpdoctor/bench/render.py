@@ -121,11 +121,12 @@ def _footer(doc: dict, console: Console) -> None:
     console.print(T(f"# Out of bounds values : {s.get('wrong', 0)} {'OK' if not s.get('wrong') else 'FAILED'}",
                     style="green" if not s.get("wrong") else "bold red"), soft_wrap=True)
     console.print(T(f"# Avg bus bandwidth    : {s.get('avg_busbw_gbs', 0):.4f} GB/s"), soft_wrap=True)
-    if doc.get("interrupted"):
+    if doc.get("interrupted") or doc.get("error"):
         planned = doc.get("planned_rows")
         of = f" of {planned}" if isinstance(planned, int) else ""
-        console.print(T(f"# Interrupted ({doc['interrupted']}) after {len(doc.get('rows') or [])}{of} rows: the "
-                        "figures above are of the rows measured before it", style="yellow"), soft_wrap=True)
+        why = f"Interrupted ({doc['interrupted']})" if doc.get("interrupted") else "Failed"
+        console.print(T(f"# {why} after {len(doc.get('rows') or [])}{of} rows: the figures above are of the rows "
+                        "measured before it", style="yellow"), soft_wrap=True)
     loc = doc.get("localisation")
     if loc:
         for p in loc.get("pairs", []):

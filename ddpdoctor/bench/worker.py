@@ -189,12 +189,15 @@ def document(cfg: BenchConfig, rows: list[dict], found: dict | None, hosts: list
     )
 
 
-def interrupted_document(header: dict, rows: list[dict], signame: str, exit_code: int) -> dict:
-    """What a sweep stopped by a signal had measured: the rows rank 0 finished (the feed), their footer, and
-    ``interrupted`` (the signal). A wrong element among them fails it; otherwise "warn": an unfinished sweep."""
+def interrupted_document(header: dict, rows: list[dict], signame: str | None, exit_code: int,
+                         error: str | None = None) -> dict:
+    """What a sweep cut short had measured: the rows rank 0 finished (the feed), their footer, and why it ended:
+    ``interrupted`` (the signal), or ``error`` (a rank died or stopped answering: "fail"). Stopped by a signal,
+    a wrong element among the rows fails it; otherwise "warn": an unfinished sweep."""
     summ = summary([r for r in rows if r.get("group", "all") == "all"])
     return documents.envelope(
         "nccl-bench", run=header.get("run") or {}, hosts=header.get("hosts") or {}, rows=rows, summary=summ,
         expected={}, localisation=None, interrupted=signame, planned_rows=header.get("planned"),
-        verdict="fail" if summ["wrong"] else "warn", exit_code=exit_code, error=None,
+        verdict="fail" if summ["wrong"] or error else "warn", exit_code=exit_code,
+        error={"message": error} if error else None,
     )

@@ -122,6 +122,7 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
     from .. import documents
     from ..bench.feed import FeedReader, feed_path
     from ..bench.render import LiveRows
+    from ..bench.spawn import BenchFailed
 
     feed = FeedReader(feed_path(cfg.result_path))
     live = None if as_json else LiveRows(common.console(), bar=not common.STATE.quiet)
@@ -130,7 +131,11 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
         with _Follow(feed, live):
             _start(cfg, launched, plan)
     except KeyboardInterrupt as exc:  # Ctrl-C; lifetime.Terminated (SIGTERM, SIGHUP) is one too
-        _keep_measured(feed, live, getattr(exc, "signum", signal.SIGINT), emitting)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _keep_measured(feed, live, emitting, 128 + signum, interrupted=signal.Signals(signum).name)
+        raise
+    except BenchFailed as exc:  # a rank died or stopped answering: its line follows (the one error policy)
+        _keep_measured(feed, live, emitting, ExitCode.FAIL, error=str(exc))
         raise
     if not os.path.exists(cfg.result_path) or (launched and int(os.environ.get("RANK", "0")) != 0):
         return ExitCode.OK  # a node or rank other than global rank 0, which speaks for the job
@@ -183,15 +188,17 @@ class _Follow:
             self.live.close()
 
 
-def _keep_measured(feed, live, signum: int, emitting: dict) -> None:
-    """A sweep stopped by a signal: the rows rank 0 finished before it become the result (shown, saved where
-    the whole one would have been), then the command ends as the signal says. Nothing measured: nothing kept."""
+def _keep_measured(feed, live, emitting: dict, exit_code: int, interrupted: str | None = None,
+                   error: str | None = None) -> None:
+    """A sweep cut short by a signal or a failed rank: the rows rank 0 finished before it become the result
+    (shown, saved where the whole one would have been), then the command ends as the signal or the failure
+    says. Nothing measured: nothing kept."""
     from ..bench.worker import interrupted_document
 
     feed.poll()
     if feed.header is None:
         return
-    doc = interrupted_document(feed.header, feed.rows, signal.Signals(signum).name, 128 + signum)
+    doc = interrupted_document(feed.header, feed.rows, interrupted, exit_code, error=error)
     common.emit(doc, render=lambda d, _: live.table.rest(d), **emitting)  # live is None only with --json
 
 

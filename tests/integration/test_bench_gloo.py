@@ -104,15 +104,22 @@ def test_min_busbw_floor_fails(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_rank_is_named_in_bounded_time():
+def test_a_killed_rank_is_named_in_bounded_time_and_the_rows_before_it_are_kept(tmp_path):
     start = time.monotonic()
     p = bench("--backend", "gloo", "--nproc", "3", "-b", "8K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1",
-              "--timeout", "20", env={"DDPDOCTOR_BENCH_TEST_DIE_RANK": "2", "DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES": "65536"})
+              "--timeout", "20", "--results-dir", str(tmp_path / "results"), cwd=tmp_path,
+              env=saving_env(DDPDOCTOR_BENCH_TEST_DIE_RANK="2", DDPDOCTOR_BENCH_TEST_DIE_AT_BYTES="65536"))
     elapsed = time.monotonic() - start
     assert p.returncode == 1, p.stderr[-2000:]
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
     assert lines and "rank 2" in lines[-1] and ("SIGKILL" in lines[-1] or "signal 9" in lines[-1]), p.stderr[-2000:]
     assert "Traceback" not in p.stderr.split("Error:")[-1]
+    # the rows measured before rank 2 died (8 KiB, 32 KiB) are shown and kept, the failure said with them
+    assert "# Failed after 2 of 5 rows" in p.stdout, p.stdout[-2000:]
+    (saved,) = (tmp_path / "results").glob("*/nccl-bench.json")
+    doc = json.loads(saved.read_text())
+    assert [r["size"] for r in doc["rows"]] == [8192, 32768] and doc["verdict"] == "fail" and doc["exit_code"] == 1
+    assert "rank 2" in doc["error"]["message"]
     # --timeout 20; 90 s: the launcher and 3 ranks importing torch, the sweep up to the fault, on 2 loaded cores
     # (a full run with 4 test workers took 81 s); a hang would run into the test's own 240 s limit
     assert elapsed < 20 + 90

@@ -113,13 +113,13 @@ def bench_view(d: dict) -> dict:
 
 
 def interrupted_line(d: dict) -> str:
-    """A sweep stopped by a signal: what it measured before it (nccl-bench keeps those rows)."""
-    if not d.get("interrupted"):
-        return ""
+    """A sweep cut short by a signal or a failed rank: what it measured before it (nccl-bench keeps those rows)."""
     planned = d.get("planned_rows")
+    if not d.get("interrupted") and not (d.get("error") and planned is not None):
+        return ""
     of = f" of {planned}" if isinstance(planned, int) and not isinstance(planned, bool) else ""
-    return (f"interrupted ({d['interrupted']}) after {len(d.get('rows') or [])}{of} rows: the figures are of the rows "
-            "measured before it")
+    why = f"interrupted ({d['interrupted']})" if d.get("interrupted") else "failed"
+    return f"{why} after {len(d.get('rows') or [])}{of} rows: the figures are of the rows measured before it"
 
 
 def bench_finding(d: dict) -> dict | None:

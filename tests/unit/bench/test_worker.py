@@ -23,3 +23,11 @@ def test_an_interrupted_sweep_keeps_its_rows_and_is_no_pass():
     assert doc["run"]["world_size"] == 2 and doc["hosts"] == {"0": "vm", "1": "vm"}
     wrong = [dict(rows[0], in_place=dict(FORM, wrong=3))]
     assert interrupted_document(header, wrong, "SIGTERM", 143)["verdict"] == "fail"  # a wrong element still fails
+
+
+def test_a_sweep_a_failed_rank_cut_short_keeps_its_rows_and_fails():
+    header = {"run": {"backend": "gloo", "world_size": 3}, "hosts": {}, "planned": 8}
+    rows = [{"op": "all_reduce", "size": 8192, "out_of_place": None, "in_place": FORM}]
+    doc = interrupted_document(header, rows, None, 1, error="rank 2 on vm ended by SIGKILL")
+    assert (doc["interrupted"], doc["exit_code"], doc["verdict"]) == (None, 1, "fail")
+    assert doc["error"] == {"message": "rank 2 on vm ended by SIGKILL"} and doc["rows"] == rows and doc["planned_rows"] == 8

@@ -283,6 +283,18 @@ def test_bench_settings_and_hosts_are_shown():
     assert "1 KiB … 1 GiB (21 sizes)" in page and "<td>node003</td><td>24-31</td>" in page
 
 
+def test_a_sweep_a_failed_rank_cut_short_says_so_with_its_rows():
+    from ddpdoctor.bench.worker import interrupted_document
+
+    full = fx.bench(4)
+    doc = interrupted_document({"run": full["run"], "hosts": full["hosts"], "planned": 21}, full["rows"][:2], None, 1,
+                               error="rank 2 on node000 was killed by SIGKILL")
+    b = view.bench_view(doc)
+    assert b["interrupted"] == "failed after 2 of 21 rows: the figures are of the rows measured before it"
+    page = unescape(html.build_html([doc]))
+    assert "failed after 2 of 21 rows" in page and "rank 2 on node000 was killed by SIGKILL" in page
+
+
 def test_trainer_per_rank_table_marks_the_slow_rank_and_invents_nothing():
     t = view.trainer_view(fx.trainer())
     ranks = {r["rank"]: r for r in t["ranks"]["ranks"]}
