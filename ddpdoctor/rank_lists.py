@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 from .grouping import rank_ranges
 
 LISTED = 64  # entries kept of a longer list: a verdict's rows a person reads, not the world a dump claims
+MAX_CULPRIT_ROWS = 8  # culprits shown one row each on a terminal; more: the first ones, then all as rank ranges
 
 # In a verdict document (run.json's hang.verdict, attach's diagnosis): the lists of ranks or of rank objects,
 # and the maps keyed by rank.

@@ -5,12 +5,11 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from ..rank_lists import ranks_text, total
+from ..rank_lists import MAX_CULPRIT_ROWS, ranks_text, total
 from ..report.values import human, phrases
 from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
 from ..report import wording
 
-MAX_CULPRIT_ROWS = 8  # more culprits than this are one row of rank ranges
 
 
 def render(doc: dict, console: Console) -> None:

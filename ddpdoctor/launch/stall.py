@@ -145,10 +145,10 @@ def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
 def stack_waits(stacks: dict[int, str | None]) -> bool:
     """Some rank's stack stands in a send/recv (a library's P2POp batch included): a job that only sends and
     receives, past its start-up (init_process_group's and new_group's store waits are start-up)."""
-    from .evidence.model import WaitKind
+    from .evidence.model import P2P_WAITS
     from .evidence.stacks import main_thread, wait_of
 
-    return any(wait_of(main_thread(text)).kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P)
+    return any(wait_of(main_thread(text)).kind in P2P_WAITS
                for text in stacks.values() if text)
 
 

@@ -6,12 +6,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..rank_lists import ranks_text, total
+from ..rank_lists import MAX_CULPRIT_ROWS, ranks_text, total
 from ..text import safe_text
 from .console import auth_line
 
 _STYLE = {"progressing": "green", "unreadable": "yellow", "no_movement": "yellow"}
-MAX_CULPRIT_ROWS = 8  # more culprits than this: the first ones, then all of them as rank ranges
 
 
 def render(doc: dict, console: Console) -> None:

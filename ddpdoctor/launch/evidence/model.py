@@ -157,6 +157,9 @@ class WaitKind(str, Enum):
     UNKNOWN = "unknown"        # no source says
 
 
+P2P_WAITS = frozenset({WaitKind.SEND, WaitKind.RECV, WaitKind.P2P})  # waits for a peer, not a group
+
+
 @dataclass(frozen=True)
 class LibraryWait:
     """A wait a library makes on the user's behalf (``evidence.library_waits``: the table of frames -> waits):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..evidence import lagging
 from ..evidence.model import (
+    P2P_WAITS,
     Call,
     Ender,
     EndKind,
@@ -126,7 +127,7 @@ def _edges(evidence: JobEvidence, findings: list[Finding]) -> dict[int, list[Edg
         w = s.wait
         if w is None or r in edges or not waits(s):
             continue
-        if w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P):
+        if w.kind in P2P_WAITS:
             targets = (w.peer,) if w.peer is not None else not_waiting(evidence, r, findings)
             edges[r] = [Edge(w.kind, targets, w.call)]
         elif w.kind in (WaitKind.INIT, WaitKind.STORE, WaitKind.BARRIER):
@@ -276,7 +277,7 @@ def _aborted_receiver(evidence: JobEvidence, rank: int) -> bool:
     waited for, no record says."""
     s = evidence.ranks.get(rank)
     w = s.wait if s else None
-    return w is not None and (w.kind in (WaitKind.SEND, WaitKind.RECV, WaitKind.P2P) or (w.call is not None and w.call.all_to_all))
+    return w is not None and (w.kind in P2P_WAITS or (w.call is not None and w.call.all_to_all))
 
 
 def _aborted(evidence: JobEvidence, rank: int) -> bool:
