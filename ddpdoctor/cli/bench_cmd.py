@@ -196,7 +196,7 @@ def _keep_measured(feed, live, emitting: dict, exit_code: int, interrupted: str 
     from ..bench.worker import interrupted_document
 
     feed.poll()
-    if feed.header is None:
+    if feed.header is None or (error and not feed.rows):
         return
     doc = interrupted_document(feed.header, feed.rows, interrupted, exit_code, error=error)
     common.emit(doc, render=lambda d, _: live.table.rest(d), **emitting)  # live is None only with --json

@@ -97,35 +97,18 @@ def start_worker_server() -> None:
         if os.path.exists(path):
             os.unlink(path)  # a previous attempt's, after a restart
         server = _WorkerServer(path)
-        # Stopped before the interpreter tears down, as worker_main does (stop_worker_server says how).
-        atexit.register(stop_worker_server, server, path, os.stat(path).st_ino)
-        _KEEP.append(server)
+        _KEEP.append(server)  # at once: a server dropped now would stop in its destructor, and that can block
+        try:
+            inode = os.stat(path).st_ino
+        except OSError:
+            inode = None
+        # Stopped before the interpreter tears down, as worker_main does, without ever blocking the exit
+        from .server_stop import stop_worker_server
+
+        atexit.register(stop_worker_server, server, path, inode, os.getpid())
         atexit.register(dump_flight_record)  # runs first (atexit is last-in, first-out)
     except Exception:  # noqa: BLE001 - forensics must never stop the job
         pass
-
-
-SERVER_DRAIN_S = 0.5  # for a stack request already taken to finish before the server stops
-
-
-def stop_worker_server(server, path: str, inode: int) -> None:
-    """The worker server's end, at the script's exit, without ever blocking the exit. torch's `dump_traceback`
-    handler takes the GIL on the server's thread, and the server's shutdown() joins that thread while the
-    caller holds the GIL: a stack request in flight then blocks the rank at exit forever (a healthy job's rank,
-    seen under load). So no new request can come (its socket path removed: a client's connect fails), and one
-    already taken finishes while this thread sleeps (the GIL released), before shutdown() joins the server.
-    A forked child that exits normally leaves its parent's server alone (its thread is not in the child)."""
-    import time
-
-    if forked():
-        return
-    try:
-        if os.stat(path).st_ino == inode:  # this process's socket, not a restarted rank's on the same path
-            os.unlink(path)
-    except OSError:
-        pass
-    time.sleep(SERVER_DRAIN_S)
-    server.shutdown()
 
 
 def dump_flight_record() -> None:
@@ -308,11 +291,16 @@ def note_end(exc: SystemExit | None) -> None:
 
 def record_and_exit(exc: BaseException) -> None:
     """What `@record` and the interpreter do for an uncaught exception: the error file, the traceback on
-    stderr (through sys.excepthook), exit code 1; both without this module's frames."""
+    stderr (through sys.excepthook), exit code 1; both without this module's frames. A child the script forked
+    writes no error file: the rank's is the rank's own failure (the watchdog takes it as the rank failing)."""
     tb = exc.__traceback__
     while tb is not None and _ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     exc = exc.with_traceback(tb or exc.__traceback__)
+    if forked():
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        sys.stderr.flush()
+        sys.exit(1)
     error_file.RECORDING.set()
     try:
         error_file.write(exc)

@@ -65,9 +65,8 @@ class Watchdog:
         return self.report if self.judged_at is not None and self.judged_at < at else None
 
     def _run(self) -> None:
-        launched = time.time()
-        started = None
-        seen = None
+        launched = up_since = time.time()
+        started = seen = None
         pids: set[int] = set()
         moved = False  # progress seen after arming: the job is past its start-up
         while not self._stop.wait(self.next_wait()):
@@ -79,6 +78,7 @@ class Watchdog:
                     self.early = None  # new workers: the evidence was of the attempt before (a rank exiting keeps it)
                     self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
+                up_since = launched  # start-up's bound counts from here (or from init_process_group's end)
                 self.init_armed = self.p2p_only = False
             mark = self.progress()
             self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
@@ -98,8 +98,8 @@ class Watchdog:
                         if now < self.early["deadline"] or self.early["after"] > 2:
                             self.early = None
                 seen = mark
-            if self.init_armed and mark[0] and None not in mark[0].values():
-                self.init_armed = moved = False  # init_process_group behind every rank: start-up again (starting_up)
+            if self.init_armed and mark[0] and None not in mark[0].values():  # init behind every rank: start-up
+                self.init_armed, moved, up_since = False, False, now  # again, its bound from now (starting_up)
             if self.early is None:
                 self.early = self.before_timeout(now)
             elif now >= self.early["deadline"] + 0.5:
@@ -109,7 +109,7 @@ class Watchdog:
                 self.judged_at = now
                 self.report = self.from_early(stop=True)
                 return
-            if started is not None and not moved and self.starting_up(moved, launched, now):
+            if started is not None and not moved and self.starting_up(moved, up_since, now):
                 started = now  # start-up silence does not count: the stall counts from its end
             failing = self.failing(now, launched)  # each poll: another node learns of it from its mark at once
             fired = (started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
@@ -374,8 +374,7 @@ class Watchdog:
         """Every rank's evidence at once (threads: a rank that does not answer costs its timeout only once)."""
         from . import forensics
 
-        by_rank = {rank: p for p, rank in zip(procs, rank_per_process(procs)) if rank is not None}
-        evidence: dict[int, dict] = {}
+        by_rank, evidence = {rank: p for p, rank in zip(procs, rank_per_process(procs)) if rank is not None}, {}
 
         def one(rank: int, proc: psutil.Process) -> None:
             state = forensics.process_state(proc.pid)
@@ -384,7 +383,8 @@ class Watchdog:
             if state == "running" and self.sockets:
                 path = self.sockets.replace("{rank}", str(rank))
                 ev["fr"] = forensics.flight_record(path)
-                ev["stacks"] = forensics.ask(path, "dump_traceback")
+                if askable(self.run_dir, [proc], [rank]):  # else SIGUSR1's stack below: its exit is under way
+                    ev["stacks"] = forensics.ask(path, "dump_traceback")
             evidence[rank] = ev
 
         threads = [threading.Thread(target=one, args=(r, p), daemon=True) for r, p in by_rank.items()]

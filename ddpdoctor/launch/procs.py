@@ -137,7 +137,7 @@ def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
 def ended_here(run_dir, rank: int, proc: psutil.Process) -> bool:
     """This process has written its record at exit (the bootstrap's, when the script ended or raised): it is
     ending. Its stacks are not asked for then: torch's stack handler and the server's stop at exit can block
-    each other (bootstrap.stop_worker_server)."""
+    each other (server_stop.stop_worker_server)."""
     try:
         return (run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime >= proc.create_time()
     except (OSError, psutil.Error):

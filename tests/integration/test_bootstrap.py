@@ -263,3 +263,32 @@ def test_a_forked_child_ending_leaves_the_ranks_server_and_record_alone(tmp_path
     finally:
         proc.kill()
         proc.communicate()
+
+
+STOPPING = textwrap.dedent("""
+    import os, sys, time
+    from ddpdoctor.launch import server_stop
+
+    class Server:  # stands for torch's: shutdown() blocked (as by a stack request holding out for the GIL)
+        def shutdown(self):
+            time.sleep(float(sys.argv[2]))
+
+    path = sys.argv[1]
+    open(path, "w").close()
+    server_stop.SERVER_STOP_LIMIT_S = 1
+    server_stop.stop_worker_server(Server(), path, os.stat(path).st_ino, os.getpid())
+    print("stopped", os.path.exists(path), flush=True)
+""")
+
+
+@pytest.mark.timeout(60)
+def test_a_server_stop_that_blocks_ends_the_rank_instead_of_hanging_it(tmp_path):
+    """Past the drain, a stop still blocked (a request that connected before the socket went) is bounded:
+    faulthandler's thread ends the rank with exit 1 and the stacks on stderr; a stop that returns changes nothing."""
+    (tmp_path / "stopping.py").write_text(STOPPING)
+    ok = plain(tmp_path, "stopping.py", str(tmp_path / "a.sock"), "0")
+    assert ok.returncode == 0 and ok.stdout.strip() == "stopped False", ok.stderr  # its socket path removed
+    t0 = time.monotonic()
+    stuck = plain(tmp_path, "stopping.py", str(tmp_path / "b.sock"), "30")
+    assert stuck.returncode == 1 and "Timeout (0:00:01)!" in stuck.stderr and "stopped" not in stuck.stdout
+    assert time.monotonic() - t0 < 20

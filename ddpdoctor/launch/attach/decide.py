@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from ...grouping import rank_ranges
+from ..evidence import lagging
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, words
 from .sample import RankRead, is_wait
@@ -145,7 +146,7 @@ def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
             evidence.add(r.recorded)  # the flight record places it in collectives; py-spy's stack completes it
         if r.state is not None:
             evidence.add(r.state if r.recorded is not None else stack_call(r.state))
-    return evidence
+    return lagging.settle(evidence)  # a live record gloo has not caught up on is not a wait
 
 
 # The judge places ranks inside a collective by its group's sequence ids, which only a flight recorder gives.

@@ -41,9 +41,9 @@ def _settled(rank: int, state: RankState, evidence: JobEvidence) -> RankState:
     peers = _members(call, rank, evidence)
     if not peers or not all(_completed(evidence.ranks.get(p), call) for p in peers):
         return state
-    calls = tuple(replace(c, completed=True) if _same_group(c, call) and c.seq is not None and c.seq <= call.seq
-                  and not c.completed and all(_completed(evidence.ranks.get(p), c) for p in peers) else c
-                  for c in state.calls)
+    calls = tuple(replace(c, completed=True) if _same_group(c, call) and c.seq is not None and not c.completed
+                  and all(_completed(evidence.ranks.get(p), c) for p in peers) else c
+                  for c in state.calls)  # each one its peers completed (#22 and #23 of issue 37's run)
     return replace(state, wait=Wait(WaitKind.NONE, site=user_frame(state.frames)), calls=calls)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...numbers import parse_int
-from . import flight_recorder, stacks
+from . import flight_recorder, lagging, stacks
 from .model import Ending, EndKind, JobEvidence, RankState, Source, Wait, WaitKind
 
 STATES = {"stopped": EndKind.STOPPED, "disk-sleep": EndKind.STOPPED, "gone": EndKind.GONE,
@@ -65,4 +65,4 @@ def job(evidence: dict[int, dict], expected: list[int] | None = None, live: bool
     out = JobEvidence(live=live, world=tuple(sorted(set(expected or []))))
     for rank, ev in sorted(evidence.items()):
         out.add(rank_state(rank, ev or {}, live=live))
-    return out
+    return lagging.settle(out)  # a live record gloo has not caught up on is not a wait

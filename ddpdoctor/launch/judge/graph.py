@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..evidence import lagging
 from ..evidence.model import (
     P2P_WAITS,
     Call,
@@ -45,7 +44,6 @@ class Edge:
 
 def judge(evidence: JobEvidence) -> Verdict:
     """The verdict on a job whose ranks stopped making progress (live) or ended (dumps, logs)."""
-    evidence = lagging.settle(evidence)  # a live record gloo has not caught up on is not a wait
     bad = [r for r in sorted(evidence.ranks) if _end(evidence.ranks[r]) in BAD]
     if bad:
         cat = BAD[_end(evidence.ranks[bad[0]])]
