@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from .procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, signal_stacks,
-                    stop_agent, workers)
+from .procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, record_at_exit,
+                    signal_stacks, stop_agent, workers)
 from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
                     stack_waits, stacks_of)
 from .stragglers import Live
@@ -262,7 +262,7 @@ class Watchdog:
         times = []
         for rank in ranks:
             try:
-                times.append((self.run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime)
+                times.append(record_at_exit(self.run_dir, rank).stat().st_mtime)
             except OSError:
                 return False
         return min(times) >= since and now - min(times) <= self.grace()

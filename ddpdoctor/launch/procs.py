@@ -134,12 +134,17 @@ def stop_agent(agent, grace: float = 10.0, sig: int | None = signal.SIGTERM,
     reap(kids, max(0.0, deadline - time.monotonic()))
 
 
+def record_at_exit(run_dir, rank: int):
+    """Where the bootstrap writes the rank's flight record at its exit (DDPDOCTOR_FR_DIR, torchrun.environment)."""
+    return run_dir / "flight_recorder" / f"rank{rank}.json"
+
+
 def ended_here(run_dir, rank: int, proc: psutil.Process) -> bool:
     """This process has written its record at exit (the bootstrap's, when the script ended or raised): it is
     ending. Its stacks are not asked for then: torch's stack handler and the server's stop at exit can block
     each other (server_stop.stop_worker_server)."""
     try:
-        return (run_dir / "flight_recorder" / f"rank{rank}.json").stat().st_mtime >= proc.create_time()
+        return record_at_exit(run_dir, rank).stat().st_mtime >= proc.create_time()
     except (OSError, psutil.Error):
         return False
 
@@ -156,11 +161,10 @@ def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
 
     from . import evidence_io
 
-    path = run_dir / "flight_recorder" / f"rank{rank}.json"
     try:
         if not ended_here(run_dir, rank, proc):
             return None
-        record = json.loads(evidence_io.read_text(path))
+        record = json.loads(evidence_io.read_text(record_at_exit(run_dir, rank)))
     except (OSError, ValueError, psutil.Error):
         return None
     return record if isinstance(record, dict) else None

@@ -11,7 +11,6 @@ from ..report.console import T, other_node_line  # T: safe_text, then Text: anot
 from ..report import wording
 
 
-
 def render(doc: dict, console: Console) -> None:
     s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
