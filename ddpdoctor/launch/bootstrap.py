@@ -322,11 +322,12 @@ def _ours(filename: str) -> bool:
 
 _KEEP: list = []  # the stack file and the server live as long as the process
 _PID: list[int] = []  # the rank's own process (main), not a child forked from it
+_ENDED: dict = {}  # how the script ended of its own (note_end), for the flight record at exit
 
 
 def forked() -> bool:
+    """This process is a child the script forked, not the rank (its exit handlers are inherited)."""
     return bool(_PID) and os.getpid() != _PID[0]
-_ENDED: dict = {}  # how the script ended of its own (note_end), for the flight record at exit
 
 
 def _term_lock():
