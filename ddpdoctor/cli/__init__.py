@@ -207,6 +207,9 @@ def run(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     common.STATE.monitor, common.STATE.monitor_said = style_in(argv), False
+    # Each run from the defaults: a command that cannot load is looked up before the root's callback resets -v,
+    # so an earlier run's -v in this process (a test's) printed its traceback without -v here
+    common.STATE.verbose, common.STATE.quiet = 0, False
     return finish(_run(argv))
 
 

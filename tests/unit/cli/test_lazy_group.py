@@ -50,3 +50,12 @@ def test_every_listed_command_loads():
     assert res.returncode == 0, res.stderr
     for name in root.COMMANDS:
         assert name in res.stdout
+
+
+def test_each_run_starts_from_the_defaults(monkeypatch, tmp_path):
+    """An earlier run's -v in the same process (one test after another on a worker) does not carry over: the
+    module that cannot load is looked up before the root resets -v, and its traceback showed without -v."""
+    from ddpdoctor.cli import common
+
+    monkeypatch.setattr(common.STATE, "verbose", 1)
+    test_an_import_error_inside_a_command_module_is_loud_too(monkeypatch, tmp_path)
