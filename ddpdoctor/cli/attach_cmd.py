@@ -56,7 +56,7 @@ def attach(pid, job, interval, wait_s, timeout, stop, master, nnodes, node_rank,
       sudo -E $(command -v ddpdoctor) attach # a job of another user
     """
     from ..exitcodes import ExitCode
-    from ..launch.attach.run import AttachRequest, run, run_nodes
+    from ..forensics.attach.run import AttachRequest, run, run_nodes
     from ..report.console_attach import render
 
     out_dir = common.ensure_writable_dir(output_dir)

@@ -121,7 +121,7 @@ def _run(cfg, launched: bool, plan, *, out_dir, report_file, as_json: bool, save
     measures it, then show rank 0's document. Stopped by a signal, the rows measured so far are the result."""
     from .. import documents
     from ..bench.feed import FeedReader, feed_path
-    from ..bench.render import LiveRows
+    from ..report.console_bench import LiveRows
     from ..bench.spawn import BenchFailed
 
     feed = FeedReader(feed_path(cfg.result_path))

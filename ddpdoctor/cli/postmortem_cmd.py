@@ -9,7 +9,8 @@ import click
 
 from ..errors import UsageError
 from ..exitcodes import ExitCode
-from ..launch.fr_dumps import find_dumps, judge_dumps, stalled_s
+from ..forensics.evidence.fr_dumps import find_dumps, stalled_s
+from ..forensics.judge.dumps import judge_dumps
 from . import common
 
 
@@ -36,10 +37,10 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path, re
       ddpdoctor postmortem logs --agent-log torchrun.stderr --json
     """
     from .. import documents
-    from ..launch import evidence_io
-    from ..launch import postmortem as pm
+    from ..forensics.evidence import job_files
+    from ..forensics.postmortem import analysis as pm
     from ..launch.outcome import stacks_on_file
-    from ..launch.render import render
+    from ..report.console_trainer import render
 
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
@@ -48,14 +49,14 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path, re
     agent_text = read_agent_log(Path(agent_log) if agent_log else logs / "agent.stderr.log", required=bool(agent_log))
     # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
     # --fr-dir given; every read is bounded and a file that is not a regular one is a note (evidence_io).
-    with evidence_io.reading(logs.parent) as notes:
+    with job_files.reading(logs.parent) as notes:
         verdict = pm.analyse(logs, agent_text, socket.gethostname())
     fr_roots = [Path(log_dir), *map(fr_dir, fr_dirs)]
-    with evidence_io.reading(fr_roots) as fr_notes:
+    with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
     pm.adopt_hang_verdict(verdict, hang)
-    from ..launch.stopped import stopped_from_outside
+    from ..forensics.judge.stopped import stopped_from_outside
 
     stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by)  # a hung job a scheduler ended
     failed = verdict.root_cause is not None
@@ -102,7 +103,7 @@ def job_run_id(logs: Path) -> str:
 
 
 def culprit_ranks(verdict) -> list[int]:
-    from ..launch.attribution import culprit_ranks as ranks
+    from ..forensics.judge.attribution import culprit_ranks as ranks
 
     return ranks(verdict.root_cause.to_json() if verdict.root_cause else None, [f.to_json() for f in verdict.consequences])
 
@@ -135,13 +136,13 @@ def fr_dir(text: str) -> Path:
 
 
 def read_agent_log(path: Path, required: bool) -> str:
-    """torchrun's saved stderr: its last 4 MiB (evidence_io.AGENT_LOG_BYTES), a regular file only (a FIFO
+    """torchrun's saved stderr: its last 4 MiB (job_files.AGENT_LOG_BYTES), a regular file only (a FIFO
     would block the read forever)."""
     import os
     import stat
 
-    from ..launch.evidence_io import AGENT_LOG_BYTES
-    from ..launch.postmortem import tail
+    from ..forensics.evidence.job_files import AGENT_LOG_BYTES
+    from ..forensics.postmortem.analysis import tail
 
     try:
         mode = os.stat(path).st_mode

@@ -54,7 +54,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     from ..launch.config import TrainerConfig, validate
     from ..launch.gate import run_preflight
     from .preflight import request_from_args
-    from ..launch.render import render, render_node_line
+    from ..report.console_trainer import render, render_node_line
     from ..launch.run import launch
 
     out_dir = common.ensure_writable_dir(output_dir)

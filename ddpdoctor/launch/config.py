@@ -196,9 +196,3 @@ def socket_dir(cfg: TrainerConfig, label: str) -> Path:
 def python() -> str:
     return sys.executable
 
-
-def py_spy() -> str | None:
-    """py-spy on PATH or beside this interpreter (the dependency's wheel installs it in the venv's bin/)."""
-    from .evidence.pyspy import binary
-
-    return binary()

@@ -13,9 +13,13 @@ from pathlib import Path
 from .. import documents
 from ..exitcodes import ExitCode
 from ..grouping import rank_ranges
-from . import attribution, evidence_io, postmortem, records
+from ..forensics.judge import attribution
+from ..forensics.evidence import job_files
+from ..forensics.judge.classify import FRAME, SIGNALS, RankFailure, Verdict
+from ..forensics.postmortem import analysis
+from . import records
 from .config import TrainerConfig, resumed_run
-from .evidence.model import is_library
+from ..forensics.evidence.model import is_library
 
 
 MAX_POINTS = 500
@@ -36,7 +40,7 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict]]:
     out = {}
     for path in sorted((run_dir / "metrics").glob("rank*.jsonl")):
         rows = []
-        for line in evidence_io.read_text(path).splitlines():
+        for line in job_files.read_text(path).splitlines():
             try:
                 rows.append(json.loads(line))
             except ValueError:
@@ -78,7 +82,7 @@ def checksums(run_dir: Path) -> bool | None:
     if not path.exists():
         return None
     rows = []
-    for line in evidence_io.read_text(path).splitlines():
+    for line in job_files.read_text(path).splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:  # a line cut by a rank that died mid-write
@@ -86,11 +90,12 @@ def checksums(run_dir: Path) -> bool | None:
     return all(isinstance(r, dict) and r.get("equal") for r in rows) if rows else None
 
 
-def adopt_exit_dumps(verdict: postmortem.Verdict, run_dir: Path) -> None:
+def adopt_exit_dumps(verdict: Verdict, run_dir: Path) -> None:
     """A job that failed without a hang (a collective mismatch gloo aborts at once): the flight records the
     ranks wrote as they ended (at exit, or on the launcher's SIGTERM) say whose call differs from the majority's,
     or who was behind; attribution.adopt decides whether they outrank the first failure."""
-    from .fr_dumps import find_dumps, judge_dumps
+    from ..forensics.evidence.fr_dumps import find_dumps
+    from ..forensics.judge.dumps import judge_dumps
 
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
                        verdict.world)
@@ -118,14 +123,14 @@ def _agent_failure(code: int, agent_stderr: str, logs: Path) -> dict:
     or it exited with a code its own output explains."""
     tail = "\n".join(agent_stderr.splitlines()[-30:])
     if code < 0:
-        name = postmortem.SIGNALS.get(-code, f"signal {-code}")
-        return postmortem.RankFailure(
+        name = SIGNALS.get(-code, f"signal {-code}")
+        return RankFailure(
             rank=None, local_rank=None, host=socket.gethostname(), exit_code=code, signal=name, category="signal",
             message=f"torchrun (the launcher) was killed by {name} from outside; its ranks were stopped with it",
             fix=("find who sent it: the kernel's OOM killer (`dmesg | grep -i -e oom -e killed`), the scheduler's "
                  "limits, or a `kill`" if -code == 9 else f"find who sent {name} to torchrun"),
             log_tail=tail).to_json()
-    return postmortem.RankFailure(
+    return RankFailure(
         rank=None, local_rank=None, host=socket.gethostname(), exit_code=code,
         message=f"torchrun exited with code {code} and no rank left an error record",
         fix=f"read torchrun's own output in {logs / 'agent.stderr.log'}", log_tail=tail).to_json()
@@ -142,7 +147,7 @@ def hang_root_cause(report: dict) -> dict:
     else:
         who = f"rank(s) {rank_ranges(ranks)}" if ranks else "no single rank (all stopped together)"
         message = f"no rank made progress for {report['stalled_s']:.0f} s; behind the others: {who}"
-    return postmortem.RankFailure(
+    return RankFailure(
         rank=ranks[0] if ranks else None, host=first.get("host") or socket.gethostname(),
         local_rank=(report.get("local_ranks") or {}).get(str(ranks[0])) if ranks else None,
         exit_code=None, category="hang", error_type=verdict.get("class", "Hang"), message=message,
@@ -166,7 +171,7 @@ def _past_the_limit(stalled_s: float, threshold: dict) -> str:
 def _hang_location(report: dict, ranks: list[int]) -> str | None:
     """Without a verdict (no flight recorder answered): the innermost user frame of a stalled rank's stack."""
     for r in ranks:
-        frames = postmortem.FRAME.findall(report.get("stacks", {}).get(str(r), ""))
+        frames = FRAME.findall(report.get("stacks", {}).get(str(r), ""))
         for file, line, _ in frames:  # faulthandler prints the innermost frame first
             if not is_library(file):
                 return f"{file}:{line}"
@@ -185,7 +190,7 @@ def hang_consequences(report: dict) -> list[dict]:
         return f"waited in {coll['op']} #{coll['seq']}" if coll else "waited"
 
     local = report.get("local_ranks") or {}
-    return [postmortem.RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
+    return [RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
                                    category="hang", location=c.get("where"), victim=True,
                                    reason=waited(c) + (f" for rank(s) {culprits}" if culprits else "")
                                    + (f" at {c['where']}" if c.get("where") else ""),
@@ -193,26 +198,27 @@ def hang_consequences(report: dict) -> list[dict]:
             for c in verdict.get("consequences", [])]
 
 
-def stopped_while_hung(verdict: postmortem.Verdict, run_dir: Path, signum: int) -> dict | None:
+def stopped_while_hung(verdict: Verdict, run_dir: Path, signum: int) -> dict | None:
     """A stop (a scheduler's time limit, scancel) that came while the job was hung before the watchdog's
     threshold: the flight records the ranks wrote at the SIGTERM hold a collective pending STALLED_S or more; the
     rank their verdict names (with the SIGTERM stacks) is the root cause, else none. None: no sign of a hang."""
-    from .fr_dumps import find_dumps, judge_dumps, stalled_s
-    from .stopped import STALLED_S, STOPPED_FIX_TRAINER, stopped_from_outside
+    from ..forensics.evidence.fr_dumps import find_dumps, stalled_s
+    from ..forensics.judge.dumps import judge_dumps
+    from ..forensics.judge.stopped import STALLED_S, STOPPED_FIX_TRAINER, stopped_from_outside
 
     dumps = find_dumps([run_dir / "flight_recorder"])
     stalled = stalled_s(dumps)
     if stalled is None or stalled < STALLED_S:
         return None
     hang = judge_dumps(dumps, verdict.failures, run_dir / "stacks" / "sigterm", verdict.world)
-    hung = postmortem.Verdict(root_cause=None)
+    hung = Verdict(root_cause=None)
     stopped_from_outside(hung, hang, stalled, signal.Signals(signum).name, fix=STOPPED_FIX_TRAINER)
     return hung.root_cause.to_json() if hung.root_cause else None
 
 
 def interrupted_root(signum: int) -> dict:
     name = signal.Signals(signum).name
-    return postmortem.RankFailure(
+    return RankFailure(
         rank=None, local_rank=None, host=socket.gethostname(), exit_code=128 + signum, signal=name,
         category="interrupted", message=f"run-trainer received {name}: torchrun and every worker were stopped",
         fix="nothing to fix: the run was stopped on request (continue it with --resume RUN_ID)").to_json()
@@ -237,8 +243,8 @@ def _said_before(root: dict | None) -> bool:
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
                    hang_report: dict | None, interrupted: int | None = None) -> dict:
     run_dir = cfg.records()
-    with evidence_io.reading(run_dir) as notes:  # the run's records: every node's logs, the flight-recorder dumps
-        verdict = postmortem.analyse(logs, agent_stderr, socket.gethostname())
+    with job_files.reading(run_dir) as notes:  # the run's records: every node's logs, the flight-recorder dumps
+        verdict = analysis.analyse(logs, agent_stderr, socket.gethostname())
         if not hang_report and code != 0 and not interrupted:  # after a stop the dumps show the stop, not a hang
             adopt_exit_dumps(verdict, run_dir)
         hung_at_stop = stopped_while_hung(verdict, run_dir, interrupted) if interrupted and not hang_report else None

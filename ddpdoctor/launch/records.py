@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from . import evidence_io
+from ..forensics.evidence import job_files
 
 # `.latest.pt.tmp<pid>` (snapshots), `corpus.tmp<pid>` (data), `.run.json.<pid>.tmp` (documents),
 # `rank<R>.json.<pid>.tmp` (a rank's flight record at exit).
@@ -54,7 +54,7 @@ def clean_temps(root: Path, stale_s: float = STALE_S, run: str = "*") -> list[Pa
 def start_info(records: Path, resumed_run: str | None) -> dict:
     """{"fresh": True} or where the run started from, as the trainer recorded it when it loaded the snapshot."""
     try:
-        data = json.loads(evidence_io.read_text(records / "resumed.json", evidence_io.ERROR_FILE_BYTES))
+        data = json.loads(job_files.read_text(records / "resumed.json", job_files.ERROR_FILE_BYTES))
     except (OSError, ValueError):
         data = None
     if not resumed_run:
@@ -67,7 +67,7 @@ def node_of(logs: Path) -> dict | None:
     """This node's place in the job as its local rank 0 recorded it (bootstrap.record_node_rank):
     {"node_rank", "nnodes", "master_addr"}, plus, when the run dir is shared, "master_logs": the log dir of
     node rank 0. None when no worker started (a failed rendezvous): then every node shows its full result."""
-    from .evidence_io import subdirs
+    from ..forensics.evidence.job_files import subdirs
     from .torchrun import NODE_FILE
 
     mine = _node_file(logs / NODE_FILE)
@@ -83,7 +83,7 @@ def node_of(logs: Path) -> dict | None:
 
 
 def _node_file(path: Path) -> dict | None:
-    from .evidence_io import read_capped
+    from ..forensics.evidence.job_files import read_capped
 
     try:
         raw = read_capped(path, 4096)  # never blocks on a FIFO, never reads a huge file

@@ -18,12 +18,14 @@ from .. import documents
 from ..errors import UsageError
 from ..redact import Lines, know_job, redact_text
 from ..text import safe_text
-from . import evidence_io, hang, procs, records, stall, torchrun
+from ..forensics.evidence import job_files, procs
+from ..forensics.live import hang, stall
+from . import records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
 from .config import TrainerConfig, node_label, socket_dir
 from .fold import Folder, entry_point_named
-from .pace import Pace
+from ..forensics.live.pace import Pace
 from .outcome import blame_the_disk, build_document, collectives_summary
 
 
@@ -160,7 +162,7 @@ class AgentLog:
     users share), and its last AGENT_LOG_BYTES in memory, so the post-mortem reads the failure table even when
     the file could not be written (a full --run-dir)."""
 
-    def __init__(self, path: Path, max_bytes: int = evidence_io.AGENT_LOG_BYTES):
+    def __init__(self, path: Path, max_bytes: int = job_files.AGENT_LOG_BYTES):
         self.path, self.max_bytes = path, max_bytes
         self.lines: collections.deque[str] = collections.deque()
         self.size = 0

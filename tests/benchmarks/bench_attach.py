@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from ddpdoctor.cluster.local import free_port
-from ddpdoctor.launch.evidence.pyspy import binary
+from ddpdoctor.forensics.evidence.pyspy import binary
 
 JOB = Path(__file__).resolve().parents[1] / "integration" / "attach_job.py"
 TARGET_S = 5.0

@@ -1,4 +1,4 @@
-"""Benchmark: live straggler naming (launch/stragglers.py): false alarms on healthy jobs, the rank named on a
+"""Benchmark: live straggler naming (forensics/live/stragglers.py): false alarms on healthy jobs, the rank named on a
 5x straggler, and the cost of judging each poll.
 
     python tests/benchmarks/bench_stragglers.py healthy [--runs 20] [--load 2] [--steps 60]
@@ -66,7 +66,7 @@ def jobs(mode: str, runs: int, load: int, steps: int) -> list[dict]:
 
 
 def overhead(ranks: int, polls: int = 50) -> None:
-    from ddpdoctor.launch.stragglers import Live
+    from ddpdoctor.forensics.live.stragglers import Live
     from ddpdoctor.launch.torchrun import FR_ENTRIES
 
     n, step = int(FR_ENTRIES), 0.1

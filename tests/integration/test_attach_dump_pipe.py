@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from ddpdoctor.launch.attach import dump_pipe
+from ddpdoctor.forensics.attach import dump_pipe
 
 pytestmark = pytest.mark.slow
 

@@ -245,7 +245,7 @@ def test_a_socket_the_rank_does_not_listen_on_is_never_connected(node, attached)
 def test_the_jobs_own_pipe_dump_and_socket_still_answer(node):
     """What the job owns and holds is still read, with the job's rights (a child process as nobody): the honest
     ranks' records come back whole."""
-    from ddpdoctor.launch.attach import discover, dump_pipe, job_access
+    from ddpdoctor.forensics.attach import discover, dump_pipe, job_access
 
     job = discover.discover({node.nobody_job.pid}).jobs[0]
     honest = {rp.rank: rp for rp in job.ranks}
@@ -260,8 +260,8 @@ def test_the_jobs_own_pipe_dump_and_socket_still_answer(node):
 def test_no_local_leaves_the_node(node):
     """Issue #38, 7: what a node sends the master holds no local but the peer a send/recv names, and no secret
     (the ranks keep a GitHub token, a password and a database URL in their locals)."""
-    from ddpdoctor.launch.attach import discover, nodes
-    from ddpdoctor.launch.attach.sample import read_job
+    from ddpdoctor.forensics.attach import discover, nodes
+    from ddpdoctor.forensics.attach.sample import read_job
 
     job = discover.discover({node.nobody_job.pid}).jobs[0]
     reads = read_job(job, interval=0)

@@ -91,7 +91,7 @@ def test_uncaught_exception_writes_torchs_error_file_and_the_plain_traceback(tmp
 
 @pytest.mark.timeout(90)
 def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_path, script):
-    from ddpdoctor.launch import forensics
+    from ddpdoctor.forensics.evidence import worker_client
 
     sock = tmp_path / "w{rank}.sock"
     env = {"DDPDOCTOR_STACKS_DIR": str(tmp_path / "stacks"), "DDPDOCTOR_WORKER_SOCKET": str(sock), "RANK": "3"}
@@ -102,7 +102,7 @@ def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_pa
         end = time.monotonic() + 30
         while not os.path.exists(path) and time.monotonic() < end:
             time.sleep(0.1)
-        stacks = forensics.ask(path, "dump_traceback")
+        stacks = worker_client.ask(path, "dump_traceback")
         assert stacks and "in <module>" in stacks and str(script) in stacks
         p.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
@@ -118,7 +118,7 @@ def test_sigusr1_dumps_stacks_and_the_worker_server_answers_while_blocked(tmp_pa
 def test_the_launchers_sigterm_leaves_where_the_rank_was_and_still_ends_it(tmp_path, script):
     """torchrun stops the other ranks with SIGTERM once one failed: the rank's stacks at that moment go to
     stacks/sigterm/rank<R>.txt (a rank stopped before it raised leaves no traceback), and it ends of SIGTERM."""
-    from ddpdoctor.launch.collectives import main_thread_frames, user_site
+    from ddpdoctor.forensics.live.collectives import main_thread_frames, user_site
 
     env = {"DDPDOCTOR_STACKS_DIR": str(tmp_path / "stacks"), "DDPDOCTOR_FR_DIR": str(tmp_path / "fr"), "RANK": "3"}
     p = bootstrap(tmp_path, str(script), "sleep", env=env)
@@ -193,7 +193,7 @@ def test_a_stack_request_while_the_rank_exits_never_keeps_it_from_exiting(tmp_pa
     without a pause; each must end, with its own exit code, within the bound."""
     import threading
 
-    from ddpdoctor.launch import forensics
+    from ddpdoctor.forensics.evidence import worker_client
 
     (tmp_path / "exiting.py").write_text(EXITING)
 
@@ -205,7 +205,7 @@ def test_a_stack_request_while_the_rank_exits_never_keeps_it_from_exiting(tmp_pa
         def hammer() -> None:
             while not stop.is_set() and proc.poll() is None:
                 if ready.exists():
-                    forensics.ask(sock, "dump_traceback", timeout=1.0)
+                    worker_client.ask(sock, "dump_traceback", timeout=1.0)
                 else:
                     time.sleep(0.01)
 
@@ -247,7 +247,7 @@ def test_a_forked_child_ending_leaves_the_ranks_server_and_record_alone(tmp_path
     """A child forked by the script that ends through the interpreter runs the bootstrap's exit handlers too: the
     rank's worker server must still answer after it (its socket not removed, nothing joined in the child), and
     the child writes no record at exit in the rank's name (the watchdog would take the rank as ending)."""
-    from ddpdoctor.launch import forensics
+    from ddpdoctor.forensics.evidence import worker_client
 
     (tmp_path / "forking.py").write_text(FORKING)
     sock, ready, fr_dir = tmp_path / "w.sock", tmp_path / "ready", tmp_path / "fr"
@@ -258,7 +258,7 @@ def test_a_forked_child_ending_leaves_the_ranks_server_and_record_alone(tmp_path
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert ready.exists(), proc.communicate(timeout=10)
-        assert sock.exists() and forensics.ask(sock, "dump_traceback", timeout=10.0) is not None
+        assert sock.exists() and worker_client.ask(sock, "dump_traceback", timeout=10.0) is not None
         assert not (fr_dir / "rank0.json").exists()
     finally:
         proc.kill()

@@ -179,12 +179,12 @@ def test_sigstopped_rank(tmp_path, script):
 
 def _wait_for_collectives(proc: psutil.Process, rank: int, limit: float = 90) -> None:
     """Until the rank's worker server (the watchdog's source of progress) reports collectives completed."""
-    from ddpdoctor.launch import forensics
+    from ddpdoctor.forensics.evidence import worker_client
 
     path = proc.environ()["DDPDOCTOR_WORKER_SOCKET"].replace("{rank}", str(rank))
     end = time.monotonic() + limit
     while time.monotonic() < end:
-        if (forensics.completed(forensics.flight_record(path, timeout=2.0)) or 0) >= 1:
+        if (worker_client.completed(worker_client.flight_record(path, timeout=2.0)) or 0) >= 1:
             return
         time.sleep(0.3)
     raise AssertionError(f"rank {rank} never completed a collective")

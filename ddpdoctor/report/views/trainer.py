@@ -103,7 +103,7 @@ def trainer_line(s: dict, d: dict) -> list[str]:
         out.append("no training metrics recorded")
     restarts = d.get("restarts")
     out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
-    for s in d.get("stragglers") or []:  # named while the job ran (launch/stragglers.py)
+    for s in d.get("stragglers") or []:  # named while the job ran (forensics/live/stragglers.py)
         if isinstance(s, dict) and s.get("sampled"):  # a send/recv-only job: no collective to time
             out.append(f"straggler: rank {s.get('rank')}, in its own code while the others waited for a send/recv "
                        "(named live)")

@@ -1,10 +1,10 @@
-"""Unit tests of ddpdoctor/bench/render.py."""
+"""Unit tests of ddpdoctor/report/console_bench.py."""
 from __future__ import annotations
 
 import pytest
 
 from ddpdoctor.bench.harness import summary
-from ddpdoctor.bench.render import row_line
+from ddpdoctor.report.console_bench import row_line
 
 
 def test_summary_counts_wrong_and_averages_every_column():
@@ -30,7 +30,7 @@ def test_host_names_from_other_nodes_are_shown_never_obeyed():
 
     from rich.console import Console
 
-    from ddpdoctor.bench.render import render
+    from ddpdoctor.report.console_bench import render
 
     evil = "node7\x1b]0;owned\x07\x1b[2J"
     form = {"time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0}
@@ -54,7 +54,7 @@ def test_no_hash_line_wraps_at_80_columns():
 
     from rich.console import Console
 
-    from ddpdoctor.bench.render import render
+    from ddpdoctor.report.console_bench import render
 
     form = {"time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 1.0, "wrong": 0}
     long_host = "gpu-node-0042.rack17.datacenter-west.example.com"
@@ -89,7 +89,7 @@ def test_rows_are_printed_as_they_come_and_the_end_prints_only_the_rest():
 
     from rich.console import Console
 
-    from ddpdoctor.bench.render import LiveRows
+    from ddpdoctor.report.console_bench import LiveRows
 
     out = io.StringIO()
     live = LiveRows(Console(file=out, width=200), bar=True)  # not a terminal: plain lines, no bar
@@ -113,7 +113,7 @@ def test_an_interrupted_sweep_says_so_under_its_footer():
 
     from rich.console import Console
 
-    from ddpdoctor.bench.render import render
+    from ddpdoctor.report.console_bench import render
 
     out = io.StringIO()
     render({"run": RUN, "rows": [_row(8)], "summary": {"wrong": 0, "avg_busbw_gbs": 1.0}, "verdict": "warn",
@@ -127,7 +127,7 @@ def test_on_a_terminal_the_progress_bar_counts_the_planned_rows_and_goes_away():
 
     from rich.console import Console
 
-    from ddpdoctor.bench.render import LiveRows
+    from ddpdoctor.report.console_bench import LiveRows
 
     out = io.StringIO()
     live = LiveRows(Console(file=out, width=120, force_terminal=True), bar=True)

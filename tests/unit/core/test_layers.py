@@ -4,8 +4,10 @@ Every import counts, the ones inside functions too (a function-level import is s
 hides a cycle from the interpreter until the function runs). The layers, top to bottom:
 
     cli        ddpdoctor.cli.*, __main__: may import anything
-    engines    preflight, runner, cluster/, bench/, launch/ (anything not named below): no cli, no rendering
-    rendering  report/, bench/render.py, launch/render.py: documents and below only, never an engine
+    engines    preflight, runner, cluster/, bench/, launch/, forensics/ (anything not named below): no cli, no
+               rendering; inside forensics/: evidence/ at the bottom, judge/ above it, live/, postmortem/ and
+               attach/ side by side on top; nothing of forensics/ imports launch/
+    rendering  report/ (its console_*.py too): documents and below only, never an engine
     documents  the envelope, shapes, inputs, the exports contract's readers, the plugin API and the other
                leaves below: nothing above them
 """
@@ -18,7 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[3] / "ddpdoctor"
 
-RENDERING = ("ddpdoctor.report", "ddpdoctor.bench.render", "ddpdoctor.launch.render")
+RENDERING = ("ddpdoctor.report", "ddpdoctor.report.console_bench", "ddpdoctor.report.console_trainer")
 DOCUMENTS = {"ddpdoctor", "ddpdoctor.api", "ddpdoctor.errors", "ddpdoctor.exitcodes", "ddpdoctor.documents",
              "ddpdoctor.shapes", "ddpdoctor.inputs", "ddpdoctor.grouping", "ddpdoctor.redact", "ddpdoctor.secret_names",
              "ddpdoctor.secret_shapes", "ddpdoctor.secret_blocks", "ddpdoctor.job_secrets", "ddpdoctor.devices",
@@ -148,7 +150,7 @@ def test_the_graph_sees_function_level_and_relative_imports():
     graph = import_graph()
     assert "ddpdoctor.exports" in graph["ddpdoctor.report.views.clock"]  # from ...exports import ...
     assert "ddpdoctor.registry" in graph["ddpdoctor.exports"]  # imported inside _installed_checks
-    assert "ddpdoctor.launch.attribution" in graph["ddpdoctor.launch.postmortem"]  # from . import attribution
+    assert "ddpdoctor.forensics.judge.attribution" in graph["ddpdoctor.forensics.postmortem.analysis"]  # from . import attribution
 
 
 def test_cycle_finder_finds_a_planted_cycle():
@@ -191,3 +193,36 @@ def test_the_cluster_engine_sits_below_the_preflight_command_and_the_renderers()
              for m, deps in graph.items() if m.startswith("ddpdoctor.cluster")}
     assert {m: d for m, d in wrong.items() if d} == {}
     assert "ddpdoctor.runner" in graph["ddpdoctor.cluster.node"]
+
+
+FORENSICS = "ddpdoctor.forensics"
+# forensics/ from the bottom: each may import its own sub-package and those listed, nothing else of forensics/.
+FORENSICS_MAY_IMPORT = {"evidence": set(), "judge": {"evidence"}, "live": {"evidence", "judge"},
+                        "postmortem": {"evidence", "judge"}, "attach": {"evidence", "judge"}}
+
+
+def _forensics_part(module: str) -> str | None:
+    if not module.startswith(FORENSICS + "."):
+        return None
+    return module[len(FORENSICS) + 1:].split(".")[0]
+
+
+def test_forensics_layers_evidence_judge_then_the_three_entry_points():
+    """ARCHITECTURE.md's forensics: evidence/ imports nothing above it, judge/ no entry point, the entry points
+    (live, postmortem, attach) none of each other; nothing in forensics/ imports launch/ (run-trainer's launching
+    sits on top of the forensics, never below)."""
+    graph = import_graph()
+    wrong = []
+    for module, deps in graph.items():
+        part = _forensics_part(module)
+        if part is None:
+            continue
+        for dep in deps:
+            if dep.startswith("ddpdoctor.launch.") or dep == "ddpdoctor.launch":
+                wrong.append(f"{module} imports {dep} (launch/)")
+            other = _forensics_part(dep)
+            if other and other != part and other not in FORENSICS_MAY_IMPORT[part]:
+                wrong.append(f"{module} ({part}) imports {dep} ({other})")
+    assert not wrong, "\n".join(sorted(wrong))
+    assert set(FORENSICS_MAY_IMPORT) == {p.name for p in (PACKAGE / "forensics").iterdir() if p.is_dir()
+                                         and (p / "__init__.py").exists()}

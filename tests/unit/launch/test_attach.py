@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.errors import NothingReadable, UsageError
-from ddpdoctor.launch.attach import discover as disc
-from ddpdoctor.launch.attach import run as attach_run
-from ddpdoctor.launch.attach.decide import Motion, decide, motion, undecided, undecided_here, verdict_of
-from ddpdoctor.launch.attach.sample import RankRead, read_rank
-from ddpdoctor.launch.evidence import pyspy
-from ddpdoctor.launch.evidence.model import Source, WaitKind
+from ddpdoctor.forensics.attach import discover as disc
+from ddpdoctor.forensics.attach import run as attach_run
+from ddpdoctor.forensics.attach.decide import Motion, decide, motion, undecided, undecided_here, verdict_of
+from ddpdoctor.forensics.attach.sample import RankRead, read_rank
+from ddpdoctor.forensics.evidence import pyspy
+from ddpdoctor.forensics.evidence.model import Source, WaitKind
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 
@@ -271,7 +271,7 @@ def test_a_node_of_several_watches_only_while_its_own_rank_computes():
 
 
 def test_the_cpu_share_counts_the_rank_and_its_children_but_no_process_that_came_or_went():
-    from ddpdoctor.launch.attach.sample import cpu_share
+    from ddpdoctor.forensics.attach.sample import cpu_share
 
     assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 6.0, 11: 2.0, 12: 50.0})) == pytest.approx(1.0)
     assert cpu_share((0.0, {10: 5.0, 11: 1.0}), (2.0, {10: 5.0})) == 0.0  # a child ended: no negative jump
@@ -316,7 +316,7 @@ def fr_doc(enqueued, completed):
 
 def test_the_worker_servers_flight_record_places_ranks_by_sequence_id():
     """run-trainer's workers: their flight record (sequence ids) beside py-spy's stacks."""
-    from ddpdoctor.launch.attach.sample import add_record
+    from ddpdoctor.forensics.attach.sample import add_record
 
     waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
     add_record(waiter, fr_doc(6, 5), fr_doc(6, 5))
@@ -334,7 +334,7 @@ def test_the_worker_socket_comes_from_run_trainers_template_and_counts_where_the
     import os
     import socket
 
-    from ddpdoctor.launch.attach import job_access
+    from ddpdoctor.forensics.attach import job_access
 
     env = {"DDPDOCTOR_WORKER_SOCKET": str(tmp_path / "{rank}.sock")}
     assert disc.worker_socket(env, 3) == str(tmp_path / "3.sock")
@@ -354,7 +354,7 @@ def test_the_worker_socket_comes_from_run_trainers_template_and_counts_where_the
 
 def test_read_job_samples_every_rank_twice_with_the_tool(tmp_path):
     """read_job end to end with a stand-in py-spy that prints a recorded dump (the same both times: not moved)."""
-    from ddpdoctor.launch.attach.sample import read_job
+    from ddpdoctor.forensics.attach.sample import read_job
 
     fake = tmp_path / "py-spy"
     fake.write_text(f"#!/bin/sh\ncat {DATA / 'own_code.txt'}\n")
@@ -384,7 +384,7 @@ def test_a_rank_moved_if_any_two_successive_rounds_differ():
 def test_read_job_samples_in_rounds_over_the_interval(tmp_path):
     """Four rounds spread over the interval by default: a stand-in py-spy counts its calls per rank. The rank
     stands blocked ("idle") in its own code: one native read besides, to see in what (a Work.wait, a lock)."""
-    from ddpdoctor.launch.attach.sample import SAMPLES, read_job
+    from ddpdoctor.forensics.attach.sample import SAMPLES, read_job
 
     calls = tmp_path / "calls"
     fake = tmp_path / "py-spy"
@@ -403,8 +403,8 @@ def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
     record (worker server, dump pipe) travels too, so the master places ranks by sequence id as one node would."""
     import json
 
-    from ddpdoctor.launch.attach import nodes
-    from ddpdoctor.launch.attach.sample import add_record
+    from ddpdoctor.forensics.attach import nodes
+    from ddpdoctor.forensics.attach.sample import add_record
 
     waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
     add_record(waiter, fr_doc(6, 5), fr_doc(6, 5))
@@ -472,8 +472,8 @@ def test_no_local_but_a_peers_rank_travels_to_the_master():
     import json
     from dataclasses import replace
 
-    from ddpdoctor.launch.attach import nodes
-    from ddpdoctor.launch.evidence.model import Frame
+    from ddpdoctor.forensics.attach import nodes
+    from ddpdoctor.forensics.evidence.model import Frame
 
     r = read(0, "allreduce_waiter")
     frames = (Frame("/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 9, "recv",
@@ -492,7 +492,7 @@ def test_read_job_watches_on_while_the_rounds_cannot_tell_and_no_longer_than_the
     decided. The CPU share is read for every rank (here this test's own process)."""
     import os
 
-    from ddpdoctor.launch.attach.sample import read_job
+    from ddpdoctor.forensics.attach.sample import read_job
 
     calls = tmp_path / "calls"
     fake = tmp_path / "py-spy"
@@ -563,7 +563,7 @@ def test_native_frames_are_read_where_python_frames_stop_and_name_the_library_wa
     _engine_run_backward (DDP's Reducer, or the backward's own compute: not certain), so attach reads that rank's
     native frames, which show c10d::Reducer::finalize_backward. A rank in a plain all_reduce needs none; one
     blocked ("idle") in its own code gets them (a Work.wait, a lock, a sleep)."""
-    from ddpdoctor.launch.attach.sample import wants_native
+    from ddpdoctor.forensics.attach.sample import wants_native
 
     python_only, native = lib_dump("ddp_rank0"), lib_dump("ddp_rank0_native")
     assert wants_native(python_only) and not wants_native(native)
@@ -596,7 +596,7 @@ def test_what_decides_movement_travels_to_the_master():
     group's reach the master, so it decides as one node would; a bad value from the wire is dropped."""
     import json
 
-    from ddpdoctor.launch.attach import nodes
+    from ddpdoctor.forensics.attach import nodes
 
     waiter, busy = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.93)
     wire = json.loads(json.dumps([nodes.to_fact(waiter), nodes.to_fact(busy)]))
@@ -619,8 +619,8 @@ def test_a_wait_far_longer_than_any_step_the_flight_record_shows_is_a_hang_whate
     """The job's own step times, where a flight record gives them: rank 0's record shows a collective every
     second for ten, and the eleventh pending for 120 s; rank 1 spins in its own code (a core). Five times the
     longest step and more than 30 s: a hang, named now, not watched. Pending for 8 s: still undecided."""
-    from ddpdoctor.launch.attach.decide import overdue_wait
-    from ddpdoctor.launch.attach.sample import add_record
+    from ddpdoctor.forensics.attach.decide import overdue_wait
+    from ddpdoctor.forensics.attach.sample import add_record
 
     now = time.time()
     waiter, spinner = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.98)

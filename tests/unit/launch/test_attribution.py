@@ -7,9 +7,12 @@ import json
 import time
 from pathlib import Path
 
-from ddpdoctor.launch import attribution, collectives, forensics, fr_dumps
-from ddpdoctor.launch.hang import Watchdog
-from ddpdoctor.launch.postmortem import RankFailure, Verdict, classify, exception_line
+from ddpdoctor.forensics.judge import attribution
+from ddpdoctor.forensics.live import collectives
+from ddpdoctor.forensics.evidence import worker_client, fr_dumps
+from ddpdoctor.forensics.judge import dumps as dumps_judge
+from ddpdoctor.forensics.live.hang import Watchdog
+from ddpdoctor.forensics.judge.classify import RankFailure, Verdict, classify, exception_line
 
 USER = "/home/u/train.py"
 
@@ -34,7 +37,7 @@ def dumps(records: dict[int, dict]) -> dict:
 def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
     """gloo: the timed-out ranks' pg_status says 14 completed of 14; the culprit's 13 of 13."""
     hist = [entry(i) for i in range(10, 14)]
-    v = fr_dumps.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])}))
+    v = dumps_judge.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])}))
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
     # issue 30: its last collective's call site is where it was last seen, not where it stands (no location)
     assert "rank 1: 13" in v["summary"] and v["culprits"][0]["where"] is None
@@ -44,18 +47,18 @@ def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
 
 def test_a_rank_without_a_dump_is_named_from_pg_config():
     hist = [entry(i) for i in range(1, 5)]
-    v = fr_dumps.judge_dumps(dumps({0: fr(4, 4, hist), 2: fr(4, 4, hist)}))
+    v = dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 2: fr(4, 4, hist)}))
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1] and v["likely"], v
-    assert fr_dumps.judge_dumps(dumps({0: fr(4, 4, hist), 1: fr(4, 4, hist), 2: fr(4, 4, hist)}))["class"] == "unknown"
+    assert dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 1: fr(4, 4, hist), 2: fr(4, 4, hist)}))["class"] == "unknown"
 
 
 def test_mismatch_by_majority_and_no_majority_on_two_ranks():
     hist = [entry(i) for i in range(1, 4)]
     four = {r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")], ranks="[0, 1, 2, 3]") for r in range(4)}
-    v = fr_dumps.judge_dumps(dumps(four))
+    v = dumps_judge.judge_dumps(dumps(four))
     assert v["class"] == "desync" and [c["rank"] for c in v["culprits"]] == [2] and "3 rank(s) that agree" in v["summary"]
     two = {r: fr(4, 4, hist + [entry(4, sizes=((8,),) if r == 1 else ((16,),))], ranks="[0, 1]") for r in range(2)}
-    v = fr_dumps.judge_dumps(dumps(two))
+    v = dumps_judge.judge_dumps(dumps(two))
     assert v["class"] == "desync" and v["culprits"] == [] and v["no_majority"] and "no majority" in v["summary"]
 
 
@@ -67,7 +70,7 @@ def test_the_aborted_rank_is_not_the_culprit_of_a_mismatch():
                       reason="its collective broke because a peer process died", location=f"{USER}:58")
     verdict = Verdict(root_cause=aborted, consequences=[odd])
     hist = [entry(i) for i in range(1, 4)]
-    hang = fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
+    hang = dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
                                              ranks="[0, 1, 2, 3]") for r in (0, 2, 3)}))
     attribution.adopt(verdict, hang)
     assert verdict.root_cause.rank == 2 and verdict.root_cause.location == f"{USER}:20"
@@ -85,7 +88,7 @@ def test_the_culprit_s_own_transport_error_is_not_appended_to_its_verdict():
     assert odd.category == "peer_lost"
     verdict = Verdict(root_cause=aborted, consequences=[odd])
     hist = [entry(i) for i in range(1, 4)]
-    attribution.adopt(verdict, fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
+    attribution.adopt(verdict, dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
                                                                  ranks="[0, 1, 2, 3]") for r in (0, 2, 3)})))
     assert verdict.root_cause.rank == 2 and verdict.root_cause.exit_code == 1
     assert "its own record" not in verdict.root_cause.message and "reset by peer" not in verdict.root_cause.message
@@ -97,7 +100,7 @@ def test_a_desync_from_dumps_without_frames_names_no_unknown_call_site():
         return {k: v for k, v in e.items() if k != "frames"}
 
     hist = [bare(entry(i)) for i in range(1, 4)]
-    v = fr_dumps.judge_dumps(dumps({r: fr(4, 4, hist + [bare(entry(4, dtype="Double" if r == 2 else "Float"))],
+    v = dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [bare(entry(4, dtype="Double" if r == 2 else "Float"))],
                                           ranks="[0, 1, 2, 3]") for r in range(4)}))
     assert [c["rank"] for c in v["culprits"]] == [2] and "rank 2: all_reduce [[16]] ['Double']" in v["summary"]
     assert " at ?" not in v["summary"], v["summary"]
@@ -171,7 +174,7 @@ def test_dumps_replace_the_logs_rankless_guess_instead_of_listing_it_as_a_conseq
     hist = [entry(i) for i in range(1, 4)]
     recs = {0: fr(4, 4, hist + [entry(4, op="barrier", sizes=(), line=31)], ranks="[0, 1]"),
             1: fr(4, 4, hist + [entry(4)], ranks="[0, 1]")}
-    attribution.adopt(verdict, fr_dumps.judge_dumps(dumps(recs)))
+    attribution.adopt(verdict, dumps_judge.judge_dumps(dumps(recs)))
     assert verdict.root_cause.rank == 0, verdict.root_cause
     assert [f.rank for f in verdict.consequences] == [1], [(f.rank, f.reason) for f in verdict.consequences]
     assert "all_reduce" in verdict.consequences[0].reason and "barrier" not in verdict.consequences[0].reason
@@ -196,9 +199,9 @@ def test_advice_never_exceeds_the_users_timeout():
 def test_pending_deadline_and_the_margin_before_it():
     now = time.time()
     rec = fr(6, 5, [entry(5, created=now - 20), entry(6, created=now - 4, timeout_ms=15000)])
-    deadline, timeout = forensics.pending_deadline(rec)
+    deadline, timeout = worker_client.pending_deadline(rec)
     assert timeout == 15.0 and abs(deadline - (now + 11)) < 0.01  # only the pending #6 counts
-    assert forensics.pending_deadline(fr(6, 6, [entry(6)])) is None
+    assert worker_client.pending_deadline(fr(6, 6, [entry(6)])) is None
     dog = Watchdog.__new__(Watchdog)
     dog.poll = 2.0
     assert dog.margin(15.0) == 5.0 and dog.margin(4.0) == 2.0  # a poll + 3 s, at most half the timeout
@@ -245,11 +248,11 @@ def store_timeout(rank):
 def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_culprit(tmp_path):
     """SIGSTOP on rank 1 (in init_process_group): the others time out, torchrun's SIGTERM cannot end the stopped
     rank, and after 30 s torchrun SIGKILLs it. That SIGKILL is torchrun's, not the OOM killer's."""
-    from ddpdoctor.launch import postmortem
+    from ddpdoctor.forensics.postmortem import analysis
 
-    recs = postmortem.parse_agent_summary(FORCED)
+    recs = analysis.parse_agent_summary(FORCED)
     assert [(r["rank"], r["pid"], r["forced_kill"]) for r in recs] == [(1, 31723, True), (2, 31724, False)]
-    killed = postmortem.failure_from(recs[0], 0, None)
+    killed = analysis.failure_from(recs[0], 0, None)
     assert killed.category == "signal" and killed.victim and "OOM" not in killed.fix and "stopped" in killed.fix
     assert "killed by torchrun" in killed.message
     fails = [store_timeout(0), killed, store_timeout(2)]
@@ -260,7 +263,7 @@ def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_cu
     assert "--hang-timeout 15" in root.fix  # the store's "wait timeout after 30000ms" is the user's timeout
     assert sorted(f.rank for f in rest) == [0, 2] and all(f.victim for f in rest)
     # a SIGKILL torchrun did not send stays a SIGKILL from outside (OOM killer, scheduler)
-    other = postmortem.failure_from({**recs[0], "forced_kill": False}, 0, None)
+    other = analysis.failure_from({**recs[0], "forced_kill": False}, 0, None)
     assert not other.victim and "OOM" in other.fix
 
 
@@ -276,7 +279,7 @@ def test_a_rank_whose_script_ended_early_is_named_as_such_with_a_fix_that_helps(
     lost = [classify(RankFailure(rank=r, local_rank=r, host="h", exit_code=1, error_type="RuntimeError",
                                  message="[pair.cc:553] Connection closed by peer [127.0.0.1]:7574")) for r in (0, 1)]
     verdict = Verdict(root_cause=lost[0], consequences=lost[1:])
-    attribution.adopt(verdict, fr_dumps.judge_dumps(found))
+    attribution.adopt(verdict, dumps_judge.judge_dumps(found))
     rc = verdict.root_cause
     assert rc.rank == 2 and rc.error_type == "ended_early" and rc.exit_code == 0 and rc.location == f"{USER}:77"
     assert "ended of its own (exit code 0, sys.exit at" in rc.message and "Join" in rc.fix and "stack" not in rc.fix
@@ -346,7 +349,7 @@ def test_ranks_torchrun_stopped_after_a_lost_peer_are_not_ranks_that_ended_early
 
 
 def test_the_post_mortem_counts_torchrun_s_closing_signals():
-    from ddpdoctor.launch.postmortem import CLOSING_SIGNAL
+    from ddpdoctor.forensics.postmortem.analysis import CLOSING_SIGNAL
 
     log = FORCED + "\nW1123 18:58:44.377 1 api.py:1028] Sending process 31724 closing signal SIGTERM\n"
     assert len(CLOSING_SIGNAL.findall(log)) == 2
@@ -403,14 +406,15 @@ def _dump(path, last, pending_created_s=None):
 def test_a_hung_job_a_scheduler_stopped_is_no_pass_and_names_the_rank_its_dumps_point_to(tmp_path):
     """Issue 37: SIGTERM to the whole job (SLURM's time limit, scancel) while rank 0 waited 30 s in all_reduce #5
     that rank 1 never entered; no rank failed of its own. It was 'no failed rank', exit 0."""
-    from ddpdoctor.launch import fr_dumps, stopped
-    from ddpdoctor.launch.classify import Verdict
+    from ddpdoctor.forensics.evidence import fr_dumps
+    from ddpdoctor.forensics.judge import stopped
+    from ddpdoctor.forensics.judge.classify import Verdict
 
     _dump(tmp_path / "rank_0", 4, pending_created_s=30)
     _dump(tmp_path / "rank_1", 4)
     dumps = fr_dumps.find_dumps([tmp_path])
     assert 29 < fr_dumps.stalled_s(dumps) < 60
-    hang = fr_dumps.judge_dumps(dumps, [], None, [0, 1])
+    hang = dumps_judge.judge_dumps(dumps, [], None, [0, 1])
     v = Verdict(root_cause=None, stopped_by="SIGTERM")
     stopped.stopped_from_outside(v, hang, fr_dumps.stalled_s(dumps), "SIGTERM")
     assert v.root_cause.rank == 1 and v.root_cause.error_type == "stopped_while_hung", v.root_cause
@@ -431,7 +435,7 @@ def test_a_hung_job_a_scheduler_stopped_is_no_pass_and_names_the_rank_its_dumps_
 
 
 def test_torchrun_s_own_words_say_it_was_stopped_from_outside():
-    from ddpdoctor.launch.postmortem import agent_signal
+    from ddpdoctor.forensics.postmortem.analysis import agent_signal
 
     assert agent_signal("torch.distributed.elastic.multiprocessing.api.SignalException: Process 16082 got signal: 15"
                         ) == "SIGTERM"
@@ -445,7 +449,7 @@ def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_record
     import signal
 
     from ddpdoctor.launch import outcome
-    from ddpdoctor.launch.classify import Verdict
+    from ddpdoctor.forensics.judge.classify import Verdict
 
     folder = tmp_path / "flight_recorder"
     folder.mkdir()

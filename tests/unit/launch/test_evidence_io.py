@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.launch import evidence_io, fr_dumps, postmortem
+from ddpdoctor.forensics.evidence import job_files, fr_dumps
+from ddpdoctor.forensics.judge import dumps as dumps_judge
+from ddpdoctor.forensics.judge import classify as rules
+from ddpdoctor.forensics.postmortem import analysis
 
 
 def log_dir(tmp_path: Path, ranks=(0, 1)) -> tuple[Path, Path]:
@@ -39,8 +42,8 @@ def summary(error_file: str, rank: int = 1, code: int = 1) -> str:
 
 
 def analyse(logs: Path, agent: str = ""):
-    with evidence_io.reading(logs.parent) as notes:
-        verdict = postmortem.analyse(logs, agent, "node7")
+    with job_files.reading(logs.parent) as notes:
+        verdict = analysis.analyse(logs, agent, "node7")
     return verdict, notes
 
 
@@ -52,8 +55,8 @@ def test_one_huge_word_as_the_error_message_is_linear(tmp_path, size):
     word = "A" * size
     (attempt / "1" / "error.json").write_text(json.dumps({"message": word}))
     t0 = time.process_time()
-    assert postmortem.exception_line(word, "") == (None, word)
-    assert evidence_io.exception_line(word + ": x", "")[0] == word
+    assert rules.exception_line(word, "") == (None, word)
+    assert job_files.exception_line(word + ": x", "")[0] == word
     verdict, _ = analyse(logs)
     elapsed = time.process_time() - t0  # CPU time: another job's load does not inflate it (wall clock did)
     assert elapsed < 3.0, elapsed
@@ -61,12 +64,12 @@ def test_one_huge_word_as_the_error_message_is_linear(tmp_path, size):
 
 
 def test_exception_line_still_reads_the_usual_forms():
-    assert evidence_io.exception_line("ValueError: bad shape", "") == ("ValueError", "bad shape")
-    assert evidence_io.exception_line("torch.distributed.DistBackendError: x", "") == ("DistBackendError", "x")
-    assert evidence_io.exception_line("KeyboardInterrupt", "") == ("KeyboardInterrupt", "")
-    assert evidence_io.exception_line("", 'Traceback\n  File "a.py", line 1\nKeyError: \'labels\'') == \
+    assert job_files.exception_line("ValueError: bad shape", "") == ("ValueError", "bad shape")
+    assert job_files.exception_line("torch.distributed.DistBackendError: x", "") == ("DistBackendError", "x")
+    assert job_files.exception_line("KeyboardInterrupt", "") == ("KeyboardInterrupt", "")
+    assert job_files.exception_line("", 'Traceback\n  File "a.py", line 1\nKeyError: \'labels\'') == \
         ("KeyError", "'labels'")
-    assert evidence_io.exception_line("Error", "") == (None, "Error")  # as the old pattern: a name before the suffix
+    assert job_files.exception_line("Error", "") == (None, "Error")  # as the old pattern: a name before the suffix
 
 
 @pytest.mark.parametrize("text", [
@@ -80,11 +83,11 @@ def test_summary_and_classification_regexes_are_linear(text):
     """1 MB inputs: a quadratic pattern takes hours here, a linear one about a second. The classification
     gets what the reading layer lets through at most: a clipped message, a tail of at most 512 KiB."""
     t0 = time.process_time()  # CPU time: another job's load does not inflate it
-    postmortem.parse_agent_summary(text)
-    f = postmortem.RankFailure(rank=0, local_rank=0, host="h", exit_code=-6,
-                               message=evidence_io.clip(text, evidence_io.MESSAGE_CHARS),
-                               log_tail=text[-evidence_io.STDERR_TAIL_BYTES:])
-    postmortem.classify(f)
+    analysis.parse_agent_summary(text)
+    f = rules.RankFailure(rank=0, local_rank=0, host="h", exit_code=-6,
+                               message=job_files.clip(text, job_files.MESSAGE_CHARS),
+                               log_tail=text[-job_files.STDERR_TAIL_BYTES:])
+    rules.classify(f)
     assert time.process_time() - t0 < 3.0
 
 
@@ -111,8 +114,8 @@ def test_error_file_dev_zero_and_outside_the_log_dir_are_skipped(tmp_path):
         assert verdict.root_cause is not None and "secret from elsewhere" not in str(verdict.root_cause.message)
         assert any(needle in n for n in notes), notes
     # /dev/zero even when reads are not confined to a root: a character device, not read
-    with evidence_io.reading(None) as notes:
-        assert evidence_io.read_error_file(Path("/dev/zero")) is None
+    with job_files.reading(None) as notes:
+        assert job_files.read_error_file(Path("/dev/zero")) is None
     assert any("character device" in n for n in notes), notes
 
 
@@ -137,8 +140,8 @@ def test_a_1_gib_stderr_log_is_read_by_its_tail_in_small_memory(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         from pathlib import Path
-        from ddpdoctor.launch import postmortem
-        v = postmortem.analyse(Path({str(logs)!r}), "", "h")
+        from ddpdoctor.forensics.postmortem import analysis
+        v = analysis.analyse(Path({str(logs)!r}), "", "h")
         assert v.root_cause.error_type == "ValueError", v.root_cause
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork+exec, so a big pytest parent would show
         print(next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")).split()[1])  # KiB
@@ -175,8 +178,8 @@ def test_a_huge_directory_is_looked_at_in_bounded_entries(tmp_path):
     d.mkdir()
     for i in range(50):
         (d / str(i)).mkdir()
-    with evidence_io.reading(None) as notes:
-        assert len(evidence_io.subdirs(d, limit=10)) == 10
+    with job_files.reading(None) as notes:
+        assert len(job_files.subdirs(d, limit=10)) == 10
     assert any("more than 10 entries" in n for n in notes)
 
 
@@ -186,7 +189,7 @@ def test_a_13_byte_pickle_announcing_2_62_bytes_is_refused(tmp_path):
         bomb = tmp_path / "nccl_trace_rank_0"
         bomb.write_bytes(b"\x80\x04" + op + struct.pack("<Q", 1 << 62) + b".")
         assert len(bomb.read_bytes()) == 12  # (13 with one payload byte; either way)
-        with evidence_io.reading(None) as notes:
+        with job_files.reading(None) as notes:
             assert fr_dumps.read_dump(bomb) is None
         assert notes
 
@@ -206,22 +209,22 @@ def test_a_memo_reference_bomb_is_refused_in_bounded_time_and_memory(tmp_path):
     bomb.write_bytes(b"\x80\x04}\x94(\x8c\x07entries\x94" + memo_bomb(levels=250, first=2)[2:-1] + b"u.")
     assert len(bomb.read_bytes()) < 17_500  # ~16 KB
     t0 = time.monotonic()
-    with evidence_io.reading(None) as notes:
+    with job_files.reading(None) as notes:
         assert fr_dumps.read_dump(bomb) is None
     assert time.monotonic() - t0 < 15  # a bomb takes hours
     assert any("deeper" in n or "expands" in n for n in notes), notes
     # A flat one (one list referenced a million times) is refused by the number of values it expands to.
     flat = tmp_path / "rank1.json.pkl"
     flat.write_bytes(b"\x80\x04}\x94(\x8c\x07entries\x94(](K\x01K\x02e\x94" + b"h\x02" * 3_000_000 + b"lu.")
-    with evidence_io.reading(None) as notes:
+    with job_files.reading(None) as notes:
         assert fr_dumps.read_dump(flat) is None
     assert notes
 
 
 def test_a_pickle_of_many_objects_is_refused_by_its_operation_count(tmp_path):
     many = tmp_path / "nccl_trace_rank_0"
-    many.write_bytes(b"\x80\x04(" + b"]" * (evidence_io.PICKLE_OPS + 10) + b"l.")
-    with evidence_io.reading(None) as notes:
+    many.write_bytes(b"\x80\x04(" + b"]" * (job_files.PICKLE_OPS + 10) + b"l.")
+    with job_files.reading(None) as notes:
         assert fr_dumps.read_dump(many) is None
     assert any("operations" in n for n in notes), notes
 
@@ -238,18 +241,18 @@ def test_json_dumps_of_the_wrong_shape_never_crash_the_judge(tmp_path, dump):
     other = tmp_path / "rank1.json"
     other.write_text(json.dumps({"entries": [], "pg_status": {"0": {"last_enqueued_collective": 1,
                                                                    "last_completed_collective": 1}}}))
-    with evidence_io.reading(None):
+    with job_files.reading(None):
         dumps = fr_dumps.find_dumps([tmp_path])
-        fr_dumps.judge_dumps(dumps)  # a verdict or None; never an exception
+        dumps_judge.judge_dumps(dumps)  # a verdict or None; never an exception
 
 
 def test_plain_pickles_still_load(tmp_path):
     d = {"entries": [{"a": 1, "b": [1, 2, (3, 4)], "c": "x", "t": True, "n": None, "f": 1.5}], "pg_status": {"0": {}}}
     for proto in range(2, 6):
-        assert evidence_io.load_plain_pickle(pickle.dumps(d, protocol=proto), "ok") == d
+        assert job_files.load_plain_pickle(pickle.dumps(d, protocol=proto), "ok") == d
 
 
 def test_too_many_json_containers_are_refused_before_parsing():
-    with evidence_io.reading(None) as notes:
-        assert evidence_io.loads_bounded(b"[" + b"[]," * 2_000_000 + b"[]]", "x") is None
+    with job_files.reading(None) as notes:
+        assert job_files.loads_bounded(b"[" + b"[]," * 2_000_000 + b"[]]", "x") is None
     assert any("more than" in n for n in notes)

@@ -1,12 +1,14 @@
-"""Unit tests of ddpdoctor/launch/fr_dumps.py: dumps found and read safely, judged, and adopted by the post-mortem."""
+"""Unit tests of ddpdoctor/forensics/evidence/fr_dumps.py: dumps found and read safely, judged, and adopted by the post-mortem."""
 from __future__ import annotations
 
 import json
 import os
 import pickle
 
-from ddpdoctor.launch import fr_dumps
-from ddpdoctor.launch.postmortem import RankFailure, Verdict, adopt_hang_verdict
+from ddpdoctor.forensics.evidence import fr_dumps
+from ddpdoctor.forensics.judge import dumps as dumps_judge
+from ddpdoctor.forensics.judge.classify import RankFailure, Verdict
+from ddpdoctor.forensics.postmortem.analysis import adopt_hang_verdict
 
 
 def entry(seq, op="allreduce", sizes=((16,),), where=("train.py", 40, "step")):
@@ -48,7 +50,7 @@ def test_oversized_files_are_skipped(tmp_path, monkeypatch):
 def test_the_rank_that_never_entered_is_the_culprit_and_the_timed_out_rank_a_consequence(tmp_path):
     (tmp_path / "rank0.json").write_text(json.dumps(record(10, 9, [entry(9), entry(10)])))
     (tmp_path / "rank1.json").write_text(json.dumps(record(9, 9, [entry(9)])))
-    hang = fr_dumps.judge_dumps(fr_dumps.find_dumps([tmp_path]))
+    hang = dumps_judge.judge_dumps(fr_dumps.find_dumps([tmp_path]))
     assert hang["class"] == "missing_rank" and [c["rank"] for c in hang["culprits"]] == [1]
     verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="timeout",
                                              message="Watchdog caught collective operation timeout"))
@@ -135,7 +137,7 @@ def test_dumps_named_as_torch_names_them_are_found(tmp_path):
     --fr-dir ignored them (issue 37)."""
     import json
 
-    from ddpdoctor.launch.fr_dumps import find_dumps
+    from ddpdoctor.forensics.evidence.fr_dumps import find_dumps
 
     for r in (0, 1):
         (tmp_path / f"rank_{r}").write_text(json.dumps({"pg_status": {}, "entries": [

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpdoctor.launch.attach import job_access as ja
-from ddpdoctor.launch.attach import job_paths as jp
+from ddpdoctor.forensics.attach import job_access as ja
+from ddpdoctor.forensics.attach import job_paths as jp
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change owners and drop to another user")

@@ -1,15 +1,15 @@
-"""The one judge (launch/judge) on recorded evidence: the wait-for graph over collectives, send/recv, init and
+"""The one judge (forensics/judge) on recorded evidence: the wait-for graph over collectives, send/recv, init and
 exits; the mismatch rules; NCCL-shaped dumps; and that no verdict depends on the words of a message."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpdoctor.launch.classify import RankFailure, classify
-from ddpdoctor.launch.evidence import flight_recorder, stacks, torchrun_files, worker_server
-from ddpdoctor.launch.evidence.model import (Call, Ending, EndKind, Ender, Frame, Group, JobEvidence, RankState,
-                                             Source, Wait, WaitKind, is_library, user_frame)
-from ddpdoctor.launch.judge import Category, NoCulprit, judge
-from ddpdoctor.launch.judge.words import live_line, to_json
+from ddpdoctor.forensics.judge.classify import RankFailure, classify
+from ddpdoctor.forensics.evidence import flight_recorder, stacks, torchrun_files, worker_server
+from ddpdoctor.forensics.evidence.model import (Call, Ending, EndKind, Ender, Frame, Group, JobEvidence, RankState,
+                                                Source, Wait, WaitKind, is_library, user_frame)
+from ddpdoctor.forensics.judge import Category, NoCulprit, judge
+from ddpdoctor.forensics.judge.words import live_line, to_json
 
 USER = "/home/u/pipe.py"
 C10D = "/x/site-packages/torch/distributed/distributed_c10d.py"
@@ -251,7 +251,7 @@ def test_gloo_pipeline_counters_run_ahead_of_the_entries_and_the_stack_places_th
 def test_which_ranks_a_post_mortem_names_does_not_read_its_reasons():
     """attribution.culprit_ranks reads the typed `named` flag: the rank gloo aborted is shown, not named, and a
     culprit beside the root cause is named, whatever their reasons say."""
-    from ddpdoctor.launch import attribution
+    from ddpdoctor.forensics.judge import attribution
 
     aborted = classify(RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, category="desync",
                                    message="Received data size doesn't match expected size"))
@@ -269,7 +269,7 @@ def test_a_1f1b_middle_stage_in_its_own_code_is_named_live_though_no_stack_names
     """A 3-stage 1F1B pipeline, live: ranks 0 and 2 stand in recv (faulthandler's stacks: no locals, no peer),
     rank 1 in its own backward compute. A recv whose peer no source names waits for the ranks that wait in
     nothing: rank 1, the culprit at its line; 0 and 2 are its consequences."""
-    from ddpdoctor.launch import collectives
+    from ddpdoctor.forensics.live import collectives
 
     recv = stack((C10D, 2400, "recv"), (USER, 41, "main"))
     own = stack((USER, 27, "backward_stage"), (USER, 46, "main"))

@@ -3,10 +3,10 @@ Lightning hang of issue 37, where the hung rank's record still had two collectiv
 completed, while its stack stood in its training_step; and the cases where the record keeps its word."""
 from __future__ import annotations
 
-from ddpdoctor.launch.evidence import lagging, worker_server
-from ddpdoctor.launch.evidence.model import WaitKind
-from ddpdoctor.launch.judge import Category, judge
-from ddpdoctor.launch.judge.words import to_json
+from ddpdoctor.forensics.evidence import lagging, worker_server
+from ddpdoctor.forensics.evidence.model import WaitKind
+from ddpdoctor.forensics.judge import Category, judge
+from ddpdoctor.forensics.judge.words import to_json
 from tests.unit.launch.test_judge import C10D, USER, entry, rank, stack
 
 AUTOGRAD = "/x/site-packages/torch/autograd/graph.py"

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from ddpdoctor.launch import gate, records, render, torchrun
+from ddpdoctor.launch import gate, records, torchrun
+from ddpdoctor.report import console_trainer
 from ddpdoctor.launch.config import REFERENCE_MODULE, TrainerConfig
 
 
@@ -105,14 +106,14 @@ def test_a_fresh_temp_file_is_kept_unless_told_the_run_is_over(tmp_path):
 
 def test_start_info_and_its_description(tmp_path):
     assert records.start_info(tmp_path, None) == {"fresh": True}
-    assert render.describe_start(records.start_info(tmp_path, None)) == "started from scratch (no snapshot resumed)"
+    assert console_trainer.describe_start(records.start_info(tmp_path, None)) == "started from scratch (no snapshot resumed)"
     (tmp_path / "resumed.json").write_text('{"step": 40, "snapshot": "/r/a/snapshots/latest.pt"}')
     start = records.start_info(tmp_path, "a")
     assert start == {"fresh": False, "from_run": "a", "step": 40, "snapshot": "/r/a/snapshots/latest.pt"}
-    assert render.describe_start(start) == "resumed from run a at step 40"
+    assert console_trainer.describe_start(start) == "resumed from run a at step 40"
     (tmp_path / "resumed.json").write_text("{broken")
-    assert render.describe_start(records.start_info(tmp_path, "a")) == "resumed from run a"
-    assert render.describe_start(None) == "started from scratch (no snapshot resumed)"
+    assert console_trainer.describe_start(records.start_info(tmp_path, "a")) == "resumed from run a"
+    assert console_trainer.describe_start(None) == "started from scratch (no snapshot resumed)"
 
 
 # -- gate.py --------------------------------------------------------------------------------------------

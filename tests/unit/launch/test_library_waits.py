@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.launch.evidence import pyspy, stacks
-from ddpdoctor.launch.evidence.library_waits import ROWS, LibraryWait, library_wait
-from ddpdoctor.launch.evidence.model import Frame, WaitKind, is_library
+from ddpdoctor.forensics.evidence import pyspy, stacks
+from ddpdoctor.forensics.evidence.library_waits import ROWS, LibraryWait, library_wait
+from ddpdoctor.forensics.evidence.model import Frame, WaitKind, is_library
 
 DATA = Path(__file__).parent / "data" / "library_stacks"
 JOB = "/home/user/job/"

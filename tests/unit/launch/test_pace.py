@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from ddpdoctor.launch import pace as pace_mod
-from ddpdoctor.launch.pace import Pace
+from ddpdoctor.forensics.live import pace as pace_mod
+from ddpdoctor.forensics.live.pace import Pace
 
 
 class Clock:

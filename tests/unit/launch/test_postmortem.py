@@ -7,9 +7,13 @@ import json
 import pytest
 
 from ddpdoctor.errors import UsageError
-from ddpdoctor.launch import postmortem, stall, torchrun
+from ddpdoctor.forensics.judge import classify as rules
+from ddpdoctor.forensics.postmortem import analysis
+from ddpdoctor.forensics.live import stall
+from ddpdoctor.launch import torchrun
 from ddpdoctor.launch.config import TrainerConfig, validate
-from ddpdoctor.launch.postmortem import RankFailure, classify, judge
+from ddpdoctor.forensics.judge.attribution import judge
+from ddpdoctor.forensics.judge.classify import RankFailure, classify
 
 SUMMARY = """
 Failures:
@@ -33,7 +37,7 @@ Root Cause (first observed failure):
 
 
 def test_parse_agent_summary():
-    recs = postmortem.parse_agent_summary(SUMMARY)
+    recs = analysis.parse_agent_summary(SUMMARY)
     assert [(r["rank"], r["local_rank"], r["host"], r["exit_code"]) for r in recs] == [(0, 0, "node7", -15), (9, 1, "node8", 1)]
     assert recs[1]["error_file"] == "/tmp/x/error.json"
 
@@ -42,14 +46,14 @@ def test_a_loopback_fqdn_in_torchruns_table_is_named_by_the_nodes_hostname(tmp_p
     """torchrun writes socket.getfqdn(): "localhost" on every node whose hostname maps to a loopback line of
     /etc/hosts (Debian's default, many containers). A root cause "on host localhost" names no node."""
     table = SUMMARY.replace("host      : node8", "host      : localhost")
-    recs = postmortem.parse_agent_summary(table)
-    fails = postmortem.failures_of_attempt(tmp_path, 0, "gpu-node-3", recs)
+    recs = analysis.parse_agent_summary(table)
+    fails = analysis.failures_of_attempt(tmp_path, 0, "gpu-node-3", recs)
     assert [f.host for f in fails] == ["node7", "gpu-node-3"]  # a real fqdn is kept as torchrun wrote it
 
 
 def fail(message="", tb="", code=1, ts=None, rank=0):
     f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=code, timestamp=ts, message=message, traceback=tb)
-    f.error_type, _ = postmortem.exception_line(message, tb)
+    f.error_type, _ = rules.exception_line(message, tb)
     return classify(f)
 
 
@@ -91,21 +95,21 @@ def test_user_frame_skips_library_frames():
           '  File "/home/u/train.py", line 12, in main\n    x = f()\n'
           '  File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", line 1500, in _call_impl\n'
           'RuntimeError: boom')
-    assert postmortem.user_frame(tb) == "/home/u/train.py:12"
-    assert postmortem.exception_line("", tb) == ("RuntimeError", "boom")
+    assert rules.user_frame(tb) == "/home/u/train.py:12"
+    assert rules.exception_line("", tb) == ("RuntimeError", "boom")
 
 
 def test_error_file_and_rank_prefixed_logs(tmp_path):
     err = tmp_path / "error.json"
     err.write_text(json.dumps({"message": {"message": "ValueError: bad", "extraInfo": {
         "py_callstack": "Traceback...\nValueError: bad\n", "timestamp": "1795390054"}}}))
-    assert postmortem.read_error_file(err) == {"message": "ValueError: bad", "traceback": "Traceback...\nValueError: bad\n",
+    assert analysis.read_error_file(err) == {"message": "ValueError: bad", "traceback": "Traceback...\nValueError: bad\n",
                                                "timestamp": 1795390054.0}
     log = tmp_path / "stderr.log"
     log.write_text("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/a.py\", line 3, in <module>\n"
                    "[rank1]: ValueError: nope\n")
-    tb = postmortem.last_traceback(postmortem.tail(log))
-    assert tb.splitlines()[-1] == "ValueError: nope" and postmortem.user_frame(tb) == "/a.py:3"
+    tb = rules.last_traceback(analysis.tail(log))
+    assert tb.splitlines()[-1] == "ValueError: nope" and rules.user_frame(tb) == "/a.py:3"
 
 
 def test_hang_names_the_rank_behind():
@@ -172,8 +176,8 @@ faults.InjectedFailure: injected failure at step 5 on rank 1"""
 
 def with_tail(code, tail, rank, message="", tb="", ts=None):
     f = RankFailure(rank=rank, local_rank=rank, host="h", exit_code=code, timestamp=ts, message=message,
-                    traceback=tb, log_tail=tail, location=postmortem.user_frame(tb))
-    f.error_type, _ = postmortem.exception_line(message, tb or postmortem.last_traceback(tail))
+                    traceback=tb, log_tail=tail, location=rules.user_frame(tb))
+    f.error_type, _ = rules.exception_line(message, tb or rules.last_traceback(tail))
     return classify(f)
 
 
@@ -241,7 +245,7 @@ Root Cause (first observed failure):
   error_file: {err}
   traceback : Signal 15 (SIGTERM) received by PID 7774
 """
-    verdict = postmortem.analyse(tmp_path / "logs", summary, "node7")
+    verdict = analysis.analyse(tmp_path / "logs", summary, "node7")
     rc = verdict.root_cause
     assert rc.rank == 1 and rc.error_type == "InjectedFailure" and rc.category == "exception", rc
     assert [(c.rank, c.category) for c in verdict.consequences] == [(0, "peer_lost")]

@@ -7,8 +7,8 @@ import re
 
 from rich.console import Console
 
-from ddpdoctor.launch.classify import RankFailure, classify
-from ddpdoctor.launch.render import render
+from ddpdoctor.forensics.judge.classify import RankFailure, classify
+from ddpdoctor.report.console_trainer import render
 
 LABELS = ("missing_rank:", "likely_missing_rank", "exit code —", "(peer_lost", "peer_lost:", "timeout_ms",
           "nothing to fix")
@@ -118,7 +118,7 @@ def test_a_straggler_named_live_is_in_the_summary():
 
 
 def test_the_fix_names_the_stack_file_the_bootstrap_wrote(tmp_path):
-    from ddpdoctor.launch import attribution
+    from ddpdoctor.forensics.judge import attribution
     from ddpdoctor.launch.outcome import stacks_on_file
 
     fix = f"look at what rank 2 was doing ({attribution.NO_STACK}); more"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ddpdoctor.launch.render import describe_start
-from ddpdoctor.launch.render import render
+from ddpdoctor.report.console_trainer import describe_start
+from ddpdoctor.report.console_trainer import render
 
 
 def shown(doc: dict) -> str:
@@ -117,7 +117,7 @@ def test_escape_sequences_in_another_process_text_never_reach_the_terminal_raw()
 
     from rich.console import Console
 
-    from ddpdoctor.launch.render import render
+    from ddpdoctor.report.console_trainer import render
 
     evil = "boom \x1b[2J\x1b]0;owned\x07 \x9b31m \u202e"
     doc = {"verdict": "fail", "run_id": "r", "start": {"fresh": True}, "input_notes": [f"skipped {evil}"],
@@ -170,7 +170,7 @@ def _node_doc(**over) -> dict:
 
 
 def _one_line(doc: dict, width: int = 80) -> str:
-    from ddpdoctor.launch.render import render_node_line
+    from ddpdoctor.report.console_trainer import render_node_line
 
     console = Console(record=True, width=width, force_terminal=False)
     render_node_line(doc, console)
@@ -222,7 +222,7 @@ def test_run_trainer_shows_the_full_result_on_node_rank_0_on_an_unknown_node_and
 def test_the_root_cause_s_note_is_shown():
     """The root cause's reason (e.g. gloo aborted this rank: it only detected the mismatch) is a `note:` row; the
     row never showed, because the victim flag was compared after being humanized ("no" is truthy)."""
-    from ddpdoctor.launch.attribution import DETECTOR
+    from ddpdoctor.forensics.judge.attribution import DETECTOR
 
     doc = {"verdict": "fail", "run_id": "r", "start": None, "logs": "/l",
            "root_cause": {"rank": 1, "local_rank": 1, "host": "h", "exit_code": -6, "signal": "SIGABRT",
@@ -297,7 +297,7 @@ def test_torchruns_failure_table_names_the_users_script_not_the_bootstrap():
 
 def test_a_straggler_of_a_send_recv_only_job_is_said_as_what_was_sampled():
     """Named from looks at the stacks (no collective to time): no 'Nx slower' nor a wait per collective."""
-    from ddpdoctor.launch.render import straggler_lines
+    from ddpdoctor.report.console_trainer import straggler_lines
     from ddpdoctor.report.views.trainer import trainer_line
 
     sampled = {"rank": 1, "slower_x": 1000.0, "others_wait_s": 0.4, "last_share": 0.9, "sampled": 8}

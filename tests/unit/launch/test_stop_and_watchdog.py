@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from ddpdoctor.launch import hang, outcome
+from ddpdoctor.forensics.live import hang
+from ddpdoctor.launch import outcome
 from ddpdoctor.launch.run import StopOnSignal
 
 
@@ -95,7 +96,7 @@ def test_the_hang_threshold_named_beside_the_users_timeout_is_the_one_that_stood
         dog.threshold.progressed(1000.0 + t)
     with mock.patch.object(hang, "workers", return_value=[]), \
             mock.patch.object(dog, "collect", return_value={0: {"host": "h", "state": "running", "fr": None}}), \
-            mock.patch("ddpdoctor.launch.forensics.pending_deadline", return_value=(1100.0, 30.0)):
+            mock.patch("ddpdoctor.forensics.evidence.worker_client.pending_deadline", return_value=(1100.0, 30.0)):
         dog.last_fr = {0: {}}
         dog.early = dog.before_timeout(1097.0)
         assert dog.early is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from ddpdoctor.launch import stragglers
-from ddpdoctor.launch.stragglers import Live, judge
+from ddpdoctor.forensics.live import stragglers
+from ddpdoctor.forensics.live.stragglers import Live, judge
 
 
 def records(n, own, jitter=0.0, seed=1, spikes=None, start=0.0):

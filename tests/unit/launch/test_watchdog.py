@@ -1,4 +1,4 @@
-"""Unit tests of ddpdoctor/launch/hang.py's watchdog pieces and ddpdoctor/launch/forensics.py: when silence
+"""Unit tests of ddpdoctor/forensics/live/hang.py's watchdog pieces and ddpdoctor/forensics/evidence/worker_client.py: when silence
 starts to count, what counts as progress, and the evidence helpers (real small processes, a fake worker
 server on a unix socket)."""
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpdoctor.launch import forensics, hang, stall
+from ddpdoctor.forensics.evidence import worker_client
+from ddpdoctor.forensics.live import exchange as node_exchange
+from ddpdoctor.forensics.live import hang, stall
 
 
 def fr(*completed_per_pg):
@@ -27,12 +29,12 @@ def fr(*completed_per_pg):
 
 # -- progress -------------------------------------------------------------------------------------------
 def test_completed_counts_every_process_group_and_none_before_the_first_collective():
-    assert forensics.completed(fr(5, 2)) == 7
-    assert forensics.completed(fr(-1)) == 0  # a group whose first collective has not completed yet
-    assert forensics.completed(None) is None and forensics.completed({}) is None
+    assert worker_client.completed(fr(5, 2)) == 7
+    assert worker_client.completed(fr(-1)) == 0  # a group whose first collective has not completed yet
+    assert worker_client.completed(None) is None and worker_client.completed({}) is None
     # a worker server that answers before any process group exists: the rank is still starting, not stalled
-    assert forensics.completed({"pg_status": {}, "entries": []}) is None
-    assert forensics.completed({"pg_status": {"0": {"last_completed_collective": "junk"}}}) == 0
+    assert worker_client.completed({"pg_status": {}, "entries": []}) is None
+    assert worker_client.completed({"pg_status": {"0": {"last_completed_collective": "junk"}}}) == 0
 
 
 def test_last_steps_and_progress_mark(tmp_path):
@@ -160,7 +162,7 @@ def test_the_watchdog_arms_when_the_ranks_wait_in_init_process_group(ranks, monk
     ranks(2)
     w = dog()
     answers = {"0": IN_INIT, "1": OWN_CODE}
-    monkeypatch.setattr(forensics, "ask", lambda path, handler, timeout=5.0: answers[Path(path).name[0]])
+    monkeypatch.setattr(worker_client, "ask", lambda path, handler, timeout=5.0: answers[Path(path).name[0]])
     assert w.armed_at({0: None, 1: None}, launched=100.0, now=105.0) == 105.0 and w.init_armed
     assert not w.starting_up(False, 100.0, 106.0)
     answers["1"] = IMPORTING
@@ -217,7 +219,7 @@ def test_start_up_after_init_process_group_is_no_hang_when_it_armed_there(ranks,
     building the model, `import torch._dynamo`) is start-up again, as for a job that never waited there. It
     was judged "outside_collectives" under a short --hang-timeout. A stall after the first collectives fires."""
     ranks(2)
-    monkeypatch.setattr(forensics, "ask", lambda path, handler, timeout=5.0: IN_INIT)
+    monkeypatch.setattr(worker_client, "ask", lambda path, handler, timeout=5.0: IN_INIT)
     # one poll inside init_process_group (the ranks then complete it), then loading
     start_up_then_a_stall(in_init=[{0: None, 1: None}], loading=[{0: 0, 1: 0}] * 40)
 
@@ -253,7 +255,7 @@ def test_start_up_ends_at_progress_a_stopped_rank_or_the_bound(ranks):
     assert dog(sockets=None).starting_up(False, launched=100.0, now=101.0) is False  # no worker servers
     w.last_fr = {0: {"pg_status": {"0": {"last_enqueued_collective": 4, "last_completed_collective": 3}}}, 1: fr(3)}
     assert w.starting_up(False, launched=100.0, now=110.0) is False  # rank 0 waits in a collective
-    assert forensics.waiting(w.last_fr[0]) and not forensics.waiting(fr(3)) and not forensics.waiting(None)
+    assert worker_client.waiting(w.last_fr[0]) and not worker_client.waiting(fr(3)) and not worker_client.waiting(None)
     w.last_fr = {}
     procs[1].suspend()
     deadline = time.monotonic() + 10
@@ -272,18 +274,18 @@ def test_workers_and_their_ranks(ranks):
 # -- evidence -------------------------------------------------------------------------------------------
 def test_process_state_names_stopped_zombie_and_gone(ranks):
     proc = ranks(1)[0]
-    assert forensics.process_state(proc.pid) == "running"
+    assert worker_client.process_state(proc.pid) == "running"
     proc.suspend()
     deadline = time.monotonic() + 10
-    while forensics.process_state(proc.pid) != "stopped" and time.monotonic() < deadline:
+    while worker_client.process_state(proc.pid) != "stopped" and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert forensics.process_state(proc.pid) == "stopped"
-    assert forensics.process_state(None) == "gone" and forensics.process_state(2**22 + 12345) == "gone"
+    assert worker_client.process_state(proc.pid) == "stopped"
+    assert worker_client.process_state(None) == "gone" and worker_client.process_state(2**22 + 12345) == "gone"
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 10
-    while forensics.process_state(child.pid) != "zombie" and time.monotonic() < deadline:
+    while worker_client.process_state(child.pid) != "zombie" and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert forensics.process_state(child.pid) == "zombie"  # exited, not yet reaped
+    assert worker_client.process_state(child.pid) == "zombie"  # exited, not yet reaped
     child.wait()
 
 
@@ -325,18 +327,18 @@ def worker_server(tmp_path):
 
 def test_ask_and_flight_record_over_the_worker_servers_protocol(worker_server, tmp_path):
     server, path = worker_server
-    assert forensics.flight_record(path, timeout=5) == fr(4)
-    assert forensics.completed(forensics.flight_record(path, timeout=5)) == 4
-    assert forensics.ask(path, "dump_traceback") == "File x in main"
-    assert forensics.ask(path, "no_such_handler") is None  # 404
-    assert forensics.flight_record(tmp_path / "absent.sock", timeout=1) is None
+    assert worker_client.flight_record(path, timeout=5) == fr(4)
+    assert worker_client.completed(worker_client.flight_record(path, timeout=5)) == 4
+    assert worker_client.ask(path, "dump_traceback") == "File x in main"
+    assert worker_client.ask(path, "no_such_handler") is None  # 404
+    assert worker_client.flight_record(tmp_path / "absent.sock", timeout=1) is None
 
 
 def test_a_server_that_does_not_answer_costs_its_timeout_only(worker_server):
     server, path = worker_server
     server.slow = 20.0
     start = time.monotonic()
-    assert forensics.flight_record(path, timeout=0.5) is None
+    assert worker_client.flight_record(path, timeout=0.5) is None
     # the promise is the timeout given (0.5 s), not the server's 20 s; 9.5 s: a loaded test box's scheduling
     assert time.monotonic() - start < 0.5 + 9.5
 
@@ -344,21 +346,21 @@ def test_a_server_that_does_not_answer_costs_its_timeout_only(worker_server):
 def test_nodes_swap_evidence_through_the_run_dir(tmp_path):
     exchange = tmp_path / "hang"
     evidence = {3: {"state": "running", "fr": {"pg_status": {}, "entries": list(range(100))}, "stacks": "s"}}
-    forensics.publish(exchange, "node-a", evidence, keep=10)
+    node_exchange.publish(exchange, "node-a", evidence, keep=10)
     assert not list(exchange.glob("*.tmp"))  # written whole
-    assert [p.name for p in forensics.published(exchange, exclude="node-b")] == ["node-a.json"]
-    assert forensics.published(exchange, exclude="node-a") == []
-    got = forensics.gather(exchange, "node-b", expected=1, wait_s=5)
+    assert [p.name for p in node_exchange.published(exchange, exclude="node-b")] == ["node-a.json"]
+    assert node_exchange.published(exchange, exclude="node-a") == []
+    got = node_exchange.gather(exchange, "node-b", expected=1, wait_s=5)
     assert list(got) == ["node-a"] and got["node-a"][3]["fr"]["entries"] == list(range(90, 100))
     (exchange / "node-c.json").write_text("{broken")
     start = time.monotonic()
-    got = forensics.gather(exchange, "node-b", expected=3, wait_s=0.5)  # waits its limit, skips the broken file
+    got = node_exchange.gather(exchange, "node-b", expected=3, wait_s=0.5)  # waits its limit, skips the broken file
     assert list(got) == ["node-a"] and time.monotonic() - start >= 0.5
-    assert forensics.published(tmp_path / "absent", exclude="x") == []
+    assert node_exchange.published(tmp_path / "absent", exclude="x") == []
 
 
 def test_rank_sockets_fill_the_template():
-    assert forensics.rank_sockets("/run/s/{rank}.sock", [0, 2]) == {0: Path("/run/s/0.sock"), 2: Path("/run/s/2.sock")}
+    assert worker_client.rank_sockets("/run/s/{rank}.sock", [0, 2]) == {0: Path("/run/s/0.sock"), 2: Path("/run/s/2.sock")}
 
 
 def test_ranks_that_wrote_their_exit_record_are_ending_not_hung(ranks, tmp_path):
@@ -444,7 +446,7 @@ def test_a_rank_gone_from_its_server_is_read_from_its_exit_record(ranks, tmp_pat
     (records / "rank1.json").write_text(json.dumps(done))
     os.utime(records / "rank1.json", (time.time() - 3600, time.time() - 3600))  # an earlier attempt's
     assert w.progress()[0] == {0: None, 1: None}  # no server answers
-    assert forensics.pending_deadline(w.last_fr[0]) is None  # rank 0's exit record: nothing pending
+    assert worker_client.pending_deadline(w.last_fr[0]) is None  # rank 0's exit record: nothing pending
     assert w.last_fr[1] is in_flight  # rank 1's record predates it: the last poll stands
     (records / "rank1.json").write_text(json.dumps(done))
     w.progress()
@@ -463,7 +465,7 @@ def test_a_fifo_the_job_left_in_its_run_dir_is_skipped_never_read(tmp_path):
     import os
 
     from ddpdoctor.launch import outcome, records
-    from ddpdoctor.launch.stall import last_steps
+    from ddpdoctor.forensics.live.stall import last_steps
 
     (tmp_path / "metrics").mkdir()
     os.mkfifo(tmp_path / "metrics" / "rank0.jsonl")

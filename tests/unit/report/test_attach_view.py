@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from ddpdoctor import documents
-from ddpdoctor.launch.attach import discover as disc
-from ddpdoctor.launch.attach.decide import decide
-from ddpdoctor.launch.attach.sample import read_rank
-from ddpdoctor.launch.evidence import pyspy
+from ddpdoctor.forensics.attach import discover as disc
+from ddpdoctor.forensics.attach.decide import decide
+from ddpdoctor.forensics.attach.sample import read_rank
+from ddpdoctor.forensics.evidence import pyspy
 from ddpdoctor.report.viewmodel import build
 from tests.unit.helpers import run_cli
 

@@ -126,14 +126,14 @@ def test_preflight_terminal(verbose):
 
 
 def test_nccl_bench_terminal():
-    from ddpdoctor.bench.render import render
+    from ddpdoctor.report.console_bench import render
 
     _assert_readable(_terminal(render, _bench()), "nccl-bench terminal")
 
 
 @pytest.mark.parametrize("make", [_trainer_pass, _trainer_hang, lambda: fx.trainer(2, 20)])
 def test_run_trainer_terminal(make):
-    from ddpdoctor.launch.render import render
+    from ddpdoctor.report.console_trainer import render
 
     _assert_readable(_terminal(render, make()), "run-trainer terminal")
 
@@ -180,7 +180,7 @@ def test_checks_options_show_defaults_as_set_takes_them():
 
 def test_the_other_nodes_one_lines():
     """The one line a node other than the master prints (preflight, run-trainer), from documents with unknowns."""
-    from ddpdoctor.launch.render import render_node_line
+    from ddpdoctor.report.console_trainer import render_node_line
     from ddpdoctor.report.console import render_worker_line
 
     worker = dict(_preflight_with_python_values(), role="worker", this_node=None, exit_code=None,

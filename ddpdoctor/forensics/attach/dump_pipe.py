@@ -6,7 +6,7 @@ monitor thread dump the flight record, pickled, to ``${TORCH_FR_DUMP_TEMP_FILE}<
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, default ``/tmp/nccl_trace_rank_``); training goes on. This is the one
 write attach makes to a job, and only to a pipe torch made: never to a regular file or through a link. Both the
 request and the dump's reading are made with the job's rights, on the rank's own pipe and file only
-(job_access). The dump is read like any dump (launch.fr_dumps: a pickle is data, read with the plain unpickler).
+(job_access). The dump is read like any dump (forensics.evidence.fr_dumps: a pickle is data, read with the plain unpickler).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 from typing import Mapping
 
 from ...launchers import env_int
-from ..evidence_io import DUMP_BYTES as MAX_DUMP_BYTES
+from ..evidence.job_files import DUMP_BYTES as MAX_DUMP_BYTES
 from . import job_access, job_paths
 
 DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
@@ -64,7 +64,7 @@ def flight_record(rp, timeout: float) -> dict | None:
     """The rank's flight record dumped on request (``rp.dump_pipe``: its pipe and dump file): the dump file
     once it is newer than the request and reads whole; None when torch did not answer within ``timeout``
     seconds, or what the job named is not its own (job_access notes why)."""
-    from ..fr_dumps import parse_dump
+    from ..evidence.fr_dumps import parse_dump
 
     if not rp.dump_pipe:
         return None

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from ..numbers import parse_int
+from ...numbers import parse_int
 
 
 def workers(agent_pid: int) -> list[psutil.Process]:
@@ -53,7 +53,7 @@ def ranks_of(procs: list[psutil.Process]) -> list[int]:
 
 def signal_stacks(procs, stacks_dir) -> dict[int, str]:
     """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
-    from . import evidence_io
+    from . import job_files
 
     before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}
     for p in procs:
@@ -64,7 +64,7 @@ def signal_stacks(procs, stacks_dir) -> dict[int, str]:
     time.sleep(1.5)
     out = {}
     for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
-        text = evidence_io.read_text(path, evidence_io.STDERR_TAIL_BYTES)[before.get(path, 0):]
+        text = job_files.read_text(path, job_files.STDERR_TAIL_BYTES)[before.get(path, 0):]
         if text.strip():
             out[int(path.stem[4:])] = text
     return out or py_spy_stacks(procs)
@@ -72,7 +72,7 @@ def signal_stacks(procs, stacks_dir) -> dict[int, str]:
 
 def py_spy_stacks(procs) -> dict[int, str]:
     """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside."""
-    from .config import py_spy
+    from .pyspy import binary as py_spy
 
     tool = py_spy()
     if not tool:
@@ -159,12 +159,12 @@ def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
     this process wrote it (a record older than the process is an earlier attempt's)."""
     import json
 
-    from . import evidence_io
+    from . import job_files
 
     try:
         if not ended_here(run_dir, rank, proc):
             return None
-        record = json.loads(evidence_io.read_text(record_at_exit(run_dir, rank)))
+        record = json.loads(job_files.read_text(record_at_exit(run_dir, rank)))
     except (OSError, ValueError, psutil.Error):
         return None
     return record if isinstance(record, dict) else None

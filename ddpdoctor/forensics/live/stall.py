@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import evidence_io
+from ..evidence import job_files
 
 
 COLLECTIVE_FRAMES = ("all_reduce", "allreduce", "barrier", "backward", "wait", "broadcast", "all_gather",
@@ -17,7 +17,7 @@ def last_steps(run_dir: Path) -> dict[int, int]:
     out = {}
     for path in (run_dir / "metrics").glob("rank*.jsonl"):
         try:
-            lines = evidence_io.read_tail(path, 64 << 10).strip().splitlines()  # the last line is all it needs
+            lines = job_files.read_tail(path, 64 << 10).strip().splitlines()  # the last line is all it needs
             out[int(path.stem[4:])] = json.loads(lines[-1])["step"] if lines else 0
         except (OSError, ValueError, KeyError):
             continue
@@ -96,8 +96,8 @@ def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
     A rank that then stays in its own code while the others wait there is stuck before init_process_group: its
     silence counts from now, not after the minute of start-up grace (issue 37: named 50-55 s after the fault with
     --hang-timeout 20)."""
-    from .evidence.model import WaitKind
-    from .evidence.stacks import main_thread, wait_of
+    from ..evidence.model import WaitKind
+    from ..evidence.stacks import main_thread, wait_of
 
     if not ranks or any(not stacks.get(r) for r in ranks):
         return False
@@ -119,8 +119,8 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
     there is no progress of the job); and the waiting ranks' CPU time in steps of CPU_MOVES_S per rank (a healthy
     pipeline's ranks compute between their waits, and a sampled stack may land on the same line twice; a rank
     blocked in recv uses none, and a stuck rank's own CPU is not counted)."""
-    from .evidence.model import WaitKind
-    from .evidence.stacks import main_thread, wait_of
+    from ..evidence.model import WaitKind
+    from ..evidence.stacks import main_thread, wait_of
 
     where, waiting = [], []
     for rank in sorted(stacks):
@@ -136,8 +136,8 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
 
 def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
     """Per rank whose stack answered: it stands in its own code (not in a wait)."""
-    from .evidence.model import WaitKind
-    from .evidence.stacks import main_thread, wait_of
+    from ..evidence.model import WaitKind
+    from ..evidence.stacks import main_thread, wait_of
 
     return {r: wait_of(main_thread(text)).kind == WaitKind.NONE for r, text in stacks.items() if text}
 
@@ -145,8 +145,8 @@ def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
 def stack_waits(stacks: dict[int, str | None]) -> bool:
     """Some rank's stack stands in a send/recv (a library's P2POp batch included): a job that only sends and
     receives, past its start-up (init_process_group's and new_group's store waits are start-up)."""
-    from .evidence.model import P2P_WAITS
-    from .evidence.stacks import main_thread, wait_of
+    from ..evidence.model import P2P_WAITS
+    from ..evidence.stacks import main_thread, wait_of
 
     return any(wait_of(main_thread(text)).kind in P2P_WAITS
                for text in stacks.values() if text)
@@ -155,9 +155,9 @@ def stack_waits(stacks: dict[int, str | None]) -> bool:
 
 def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
     """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer."""
-    from . import forensics
+    from ..evidence import worker_client
 
-    return {r: forensics.ask(sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0) for r in ranks}
+    return {r: worker_client.ask(sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0) for r in ranks}
 
 
 def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:

@@ -24,8 +24,8 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import inputs
-from ..numbers import parse_int
+from ... import inputs
+from ...numbers import parse_int
 
 # ---------------------------------------------------------------- the caps (FORENSICS.md, "Input bounds")
 ERROR_FILE_BYTES = 4 << 20  # an error.json (message + traceback) is a few KiB; larger is skipped

@@ -13,16 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..evidence.model import (
-    P2P_WAITS,
-    Call,
-    Ender,
-    EndKind,
-    JobEvidence,
-    RankState,
-    WaitKind,
-    user_frame,
-)
+from ..evidence.model import P2P_WAITS, Call, Ender, EndKind, JobEvidence, RankState, WaitKind, user_frame
 from . import groups, mismatch
 from .culprits import culprit as _culprit
 from .culprits import state_of as _state

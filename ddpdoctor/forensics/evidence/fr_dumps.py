@@ -12,19 +12,19 @@ import os
 import re
 from pathlib import Path
 
-from ..numbers import parse_int
-from . import evidence_io
+from ...numbers import parse_int
+from . import job_files
 
-MAX_BYTES = evidence_io.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
+MAX_BYTES = job_files.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
 # nccl_trace_rank_3, rank3.json, and torch's own TORCH_FR_DUMP_TEMP_FILE naming: <prefix><rank>, e.g. rank_3
 RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank_?)(\d{1,6})(?:\.json)?$")
-_PlainUnpickler = evidence_io.PlainUnpickler  # the name tests and callers know
+_PlainUnpickler = job_files.PlainUnpickler  # the name tests and callers know
 
 
 def read_dump(path: Path) -> dict | None:
     """One dump as a dict, or None when it is not a readable flight record (not a regular file, too big, not
     JSON/pickle, a memo or nesting bomb, the wrong shape): each refusal is a note, never an exception."""
-    raw = evidence_io.read_capped(Path(path), MAX_BYTES)
+    raw = job_files.read_capped(Path(path), MAX_BYTES)
     return None if raw is None else parse_dump(raw, str(path))
 
 
@@ -32,10 +32,10 @@ def parse_dump(raw: bytes, name: str) -> dict | None:
     """A dump's bytes (JSON, or a pickle read as data) as a flight record, or None with a note (read_dump's
     bounds; attach reads the bytes with the job's rights and hands them here)."""
     if raw[:1] in (b"{", b"["):
-        data = evidence_io.loads_bounded(raw, name)
+        data = job_files.loads_bounded(raw, name)
     else:
-        data = evidence_io.load_plain_pickle(raw, name)
-    if data is None or not evidence_io.tree_fits(data, name):
+        data = job_files.load_plain_pickle(raw, name)
+    if data is None or not job_files.tree_fits(data, name):
         return None
     return plain_record(data, name)
 
@@ -45,7 +45,7 @@ def plain_record(data, name: str) -> dict | None:
     `entries`: a list of dicts; `pg_status`: a dict of dicts; an entry's numbers are ints, its frames dicts
     with a file, an integer line and a name."""
     if not isinstance(data, dict) or ("entries" not in data and "pg_status" not in data):
-        evidence_io.note(f"skipped {name}: not a flight record (no entries or pg_status)")
+        job_files.note(f"skipped {name}: not a flight record (no entries or pg_status)")
         return None
     out = dict(data)
     entries = data.get("entries")
@@ -54,7 +54,7 @@ def plain_record(data, name: str) -> dict | None:
     out["pg_status"] = ({str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict)
                         else {})
     if not out["entries"] and not out["pg_status"] and (entries or status):
-        evidence_io.note(f"skipped {name}: entries/pg_status of the wrong shape")
+        job_files.note(f"skipped {name}: entries/pg_status of the wrong shape")
         return None
     out["ended"] = _ended(data.get("ended"))
     return out
@@ -106,7 +106,7 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
         for folder, dirs, files in os.walk(root):  # followlinks=False: a link cannot lead the walk elsewhere
             dirs.sort()
             if len(Path(folder).parts) - top >= MAX_DEPTH and dirs:  # 3000 nested folders: no RecursionError
-                evidence_io.note(f"{folder}: deeper than {MAX_DEPTH} folders below {root}; not searched further")
+                job_files.note(f"{folder}: deeper than {MAX_DEPTH} folders below {root}; not searched further")
                 dirs.clear()
             seen += len(dirs) + len(files)
             for name in sorted(files):
@@ -114,7 +114,7 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
                 if m:
                     candidates.append((int(m.group(1)), Path(folder) / name))
             if seen > limit * 8:
-                evidence_io.note(f"{root}: more than {limit * 8} files; the rest not searched for dumps")
+                job_files.note(f"{root}: more than {limit * 8} files; the rest not searched for dumps")
                 break
     found: dict[int, tuple[Path, dict]] = {}
     for rank, path in candidates:
@@ -126,32 +126,6 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
             if len(found) >= limit:
                 break
     return found
-
-
-def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
-                world: list[int] | None = None) -> dict | None:
-    """The hang verdict (the one judge, ``launch.judge``) from what a finished job left: the dumps (which may
-    have been written after a timeout: gloo then counts the timed-out collective as completed, so the ranks'
-    last sequence ids and calls are compared), the ranks' failure records (``failures``: how each ended, where
-    its traceback stands, the store keys a timed-out init waited for), the stacks at the launcher's SIGTERM
-    (``stacks_dir``) and every rank of the job (``world``, with the dumps' pg_config). Without dumps the
-    verdict counts only where the records' waits name a rank (init/store keys, a send/recv peer): else None."""
-    if not dumps and not failures:
-        return None
-    from .evidence import torchrun_files
-    from .judge import judge
-    from .judge.words import to_json
-
-    ranks = sorted(set(job_ranks(dumps) if dumps else []) | set(world or []))
-    job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks)
-    found = judge(job)
-    verdict = to_json(found, job)
-    if not dumps and (not found.culprits or not all(c.named for c in found.culprits)
-                      or found.category.value in ("missing_rank", "outside_collectives", "unknown")):
-        return None  # the logs alone place no rank: attribution's own reading of them stands
-    verdict["source"] = "flight-recorder dumps" if dumps else "the ranks' records"
-    verdict["files"] = {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())}
-    return verdict
 
 
 def job_ranks(dumps: dict[int, tuple[Path, dict]], limit: int = 1 << 16) -> list[int]:
@@ -175,7 +149,7 @@ def stalled_s(dumps: dict[int, tuple[Path, dict]]) -> float | None:
     """How long the oldest collective still pending in any dump had waited when its dump was written (the
     file's time: the bootstrap writes it at the launcher's or a scheduler's SIGTERM, torch on a timeout); None
     when no dump holds a pending collective. A healthy collective completes in milliseconds."""
-    from .forensics import pending_deadline
+    from .worker_client import pending_deadline
 
     out = None
     for _, (path, fr) in dumps.items():

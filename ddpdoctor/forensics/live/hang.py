@@ -10,10 +10,11 @@ from pathlib import Path
 
 import psutil
 
-from .procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of, record_at_exit,
-                    signal_stacks, stop_agent, workers)
+from ..evidence.procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of,
+                              record_at_exit, signal_stacks, stop_agent, workers)
 from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
                     stack_waits, stacks_of)
+from . import exchange
 from .stragglers import Live
 
 class Watchdog:
@@ -143,9 +144,9 @@ class Watchdog:
         """(deadline, timeout) of the oldest pending collective in each rank's newest record. A rank no longer
         running has no deadline: its last poll may have caught a collective it then completed; the ranks left
         waiting for it carry their own."""
-        from . import forensics
+        from ..evidence import worker_client
 
-        return [d for d in (forensics.pending_deadline(fr) for r, fr in self.last_fr.items() if r not in self.gone)
+        return [d for d in (worker_client.pending_deadline(fr) for r, fr in self.last_fr.items() if r not in self.gone)
                 if d]
 
     def before_timeout(self, now: float) -> dict | None:
@@ -170,7 +171,7 @@ class Watchdog:
         """The live hang line: the judge's verdict on the evidence just taken, in one line (``live_line``), before
         the ranks' own timeout tracebacks; the full panel follows when the job has ended."""
         from . import collectives
-        from .judge.words import live_line
+        from ..judge.words import live_line
 
         self.live_line = live_line(collectives.judge(evidence), left_s)
 
@@ -193,11 +194,11 @@ class Watchdog:
         """When silence starts to count: once every rank reports collectives (start-up, `import torch` on a
         loaded node, is no hang), or a rank is stopped (SIGSTOP: no start-up), or at the latest a minute (or
         two thresholds) after the launch."""
-        from . import forensics
+        from ..evidence import worker_client
 
         if done and all(v is not None for v in done.values()):
             return now
-        if any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
+        if any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
             return now
         if self.sockets and done and self.in_init():
             self.init_armed = True
@@ -217,13 +218,13 @@ class Watchdog:
         first is blamed. It ends at the first progress after arming, as soon as a rank waits in a collective
         (the others may never come), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
         minute (or two thresholds) after the launch, as armed_at's own bound."""
-        from . import forensics
+        from ..evidence import worker_client
 
         if moved or not self.sockets or now - launched > self.grace() or self.init_armed or self.stack_waiting:
             return False
-        if any(forensics.waiting(fr) for fr in self.last_fr.values()):
+        if any(worker_client.waiting(fr) for fr in self.last_fr.values()):
             return False
-        return not any(forensics.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+        return not any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
 
     def in_init(self) -> bool:
         """Some rank waits inside init_process_group and none is importing (stall.past_start_up): asked only while
@@ -241,13 +242,12 @@ class Watchdog:
         handlers (a logger's upload, interpreter shutdown on a loaded node) take seconds while its peers wait.
         torchrun acts once it has exited (stops the job, or restarts it: stopping it first forbade the restart).
         Bounded by grace(); another node's mark counts from this attempt's start (``since``)."""
-        from . import forensics
 
         times = [t for t in map(failed_at, workers(self.agent.pid)) if t is not None]
         if self.nnodes > 1:
             if times:
-                forensics.mark_failing(self.exchange, self.node, min(times))
-            times += [t for t in forensics.failing_marks(self.exchange, exclude=self.node) if t >= since]
+                exchange.mark_failing(self.exchange, self.node, min(times))
+            times += [t for t in exchange.failing_marks(self.exchange, exclude=self.node) if t >= since]
         return bool(times) and now - min(times) <= self.grace()
 
     def exiting(self, since: float, now: float) -> bool:
@@ -275,13 +275,12 @@ class Watchdog:
 
     def peer_fired(self) -> bool:
         """Another node's watchdog has judged this job hung: collect here now too, while the ranks still wait."""
-        from . import forensics
 
-        return self.nnodes > 1 and bool(forensics.published(self.exchange, exclude=self.node))
+        return self.nnodes > 1 and bool(exchange.published(self.exchange, exclude=self.node))
 
     def progress(self) -> tuple:
         """(rank -> completed collectives, newest metrics/log mtime): any change is progress."""
-        from . import forensics
+        from ..evidence import worker_client
 
         done, moving, initialised = {}, None, {}
         if self.sockets:
@@ -291,8 +290,8 @@ class Watchdog:
             for proc, rank in zip(procs, running):
                 if rank is None:
                     continue
-                fr = forensics.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)
-                done[rank] = forensics.completed(fr)
+                fr = worker_client.flight_record(self.sockets.replace("{rank}", str(rank)), timeout=2.0)
+                done[rank] = worker_client.completed(fr)
                 if fr is None:
                     # Its server gone at exit: the record it wrote then is its last word. A poll that caught a
                     # collective in flight must not leave that collective "pending" while the rank spends seconds
@@ -332,14 +331,14 @@ class Watchdog:
     def build_report(self, evidence: dict[int, dict], stalled_s: float, threshold: dict, stop: bool,
                      procs: list[psutil.Process] | None = None) -> dict:
         """Judge the evidence (with the other nodes' when there are several), then stop the job if asked."""
-        from . import collectives, forensics
+        from . import collectives
 
         procs = workers(self.agent.pid) if procs is None else procs
         nodes = {self.node: sorted(evidence)}
         if self.nnodes > 1:
-            forensics.publish(self.exchange, self.node, evidence)
+            exchange.publish(self.exchange, self.node, evidence)
             # The job already over (its own timeout ended it): the other nodes' files as they are, briefly.
-            others = forensics.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0 if stop else 3.0)
+            others = exchange.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0 if stop else 3.0)
             for node, theirs in others.items():
                 nodes[node] = sorted(theirs)
                 evidence = {**theirs, **evidence}
@@ -358,7 +357,7 @@ class Watchdog:
                   "verdict": verdict, "stacks": {str(k): v for k, v in sorted(stacks.items())},
                   "local_ranks": {str(r): ev["local_rank"] for r, ev in sorted(evidence.items())
                                   if ev.get("local_rank") is not None},
-                  "flight_recorder": {str(r): forensics.last_entries(ev.get("fr"), 20)
+                  "flight_recorder": {str(r): exchange.last_entries(ev.get("fr"), 20)
                                       for r, ev in sorted(evidence.items())}}
         if not stop:
             return report
@@ -372,19 +371,19 @@ class Watchdog:
 
     def collect(self, procs: list[psutil.Process]) -> dict[int, dict]:
         """Every rank's evidence at once (threads: a rank that does not answer costs its timeout only once)."""
-        from . import forensics
+        from ..evidence import worker_client
 
         by_rank, evidence = {rank: p for p, rank in zip(procs, rank_per_process(procs)) if rank is not None}, {}
 
         def one(rank: int, proc: psutil.Process) -> None:
-            state = forensics.process_state(proc.pid)
+            state = worker_client.process_state(proc.pid)
             ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None,
                   "local_rank": local_rank_of(proc)}
             if state == "running" and self.sockets:
                 path = self.sockets.replace("{rank}", str(rank))
-                ev["fr"] = forensics.flight_record(path)
+                ev["fr"] = worker_client.flight_record(path)
                 if askable(self.run_dir, [proc], [rank]):  # else SIGUSR1's stack below: its exit is under way
-                    ev["stacks"] = forensics.ask(path, "dump_traceback")
+                    ev["stacks"] = worker_client.ask(path, "dump_traceback")
             evidence[rank] = ev
 
         threads = [threading.Thread(target=one, args=(r, p), daemon=True) for r, p in by_rank.items()]

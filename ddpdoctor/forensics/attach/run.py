@@ -173,7 +173,7 @@ def run_nodes(request: AttachRequest) -> dict | None:
                             node_command="ddpdoctor attach --master HOST:PORT")
     check = nodes.RanksCheck(lambda: read_here(request))
     check.timeout_s = max(request.interval, request.wait) + 2 * request.timeout + 30
-    plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.launch.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
+    plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.forensics.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
                 resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
     doc = join.run_cluster(plan, preq, preq.launcher())
     if doc is None:

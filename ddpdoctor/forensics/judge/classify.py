@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import evidence_io
+from ..evidence import job_files
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 # (category, pattern, fix); the first match wins, so the specific ones come first.
@@ -88,7 +88,7 @@ class Verdict:
     consequences: list[RankFailure] = field(default_factory=list)
     attempts: list[dict] = field(default_factory=list)
     # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
-    # dir shows: the evidence the judge (launch.judge) reads beside the flight-recorder dumps.
+    # dir shows: the evidence the judge (forensics.judge) reads beside the flight-recorder dumps.
     failures: list[RankFailure] = field(default_factory=list)
     world: list[int] = field(default_factory=list)
     # The signal torchrun itself received from outside (a scheduler's time limit, scancel, Ctrl-C), from its log.
@@ -97,7 +97,7 @@ class Verdict:
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-from .evidence.model import LIBRARY, is_library  # noqa: E402, F401 - the one library-frame rule
+from ..evidence.model import LIBRARY, is_library  # noqa: E402, F401 - the one library-frame rule
 # A C++ exception nobody caught: std::terminate prints its type and what(), then SIGABRT.
 ABORT = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,512})'[ \t]*\r?\n[ \t]*what\(\):"
                    r"[ \t]*(?P<what>[^\n]*)")
@@ -141,8 +141,8 @@ def fatal_frame(text: str) -> str | None:
 
 def exception_line(message: str, tb: str) -> tuple[str | None, str | None]:
     """('ValueError', 'bad shape') from an error file's message or a traceback's last line (linear: see
-    evidence_io.exception_line)."""
-    return evidence_io.exception_line(message, tb)
+    job_files.exception_line)."""
+    return job_files.exception_line(message, tb)
 
 
 def oom_evidence(events: Path = Path("/sys/fs/cgroup/memory.events")) -> str:
@@ -276,8 +276,8 @@ C10D_FILE = "torch/distributed/distributed_c10d.py"
 
 def waited_call(f: RankFailure) -> tuple[str, str | None]:
     """(torch.distributed function, the user's file:line) a timed-out rank was in, from its traceback."""
-    from .evidence.library_waits import library_wait, outside_handlers
-    from .evidence.stacks import traceback_frames
+    from ..evidence.library_waits import library_wait, outside_handlers
+    from ..evidence.stacks import traceback_frames
 
     frames = outside_handlers(traceback_frames(f.traceback))  # innermost first; a signal handler's call dropped
     op = next((x.function for x in reversed(frames) if C10D_FILE in x.file), None)  # the call the user made
@@ -291,8 +291,8 @@ def waited_call(f: RankFailure) -> tuple[str, str | None]:
 def stopped_in_own_code(f: RankFailure) -> bool:
     """Its traceback runs through a library's signal handler (Lightning broadcasts the launcher's SIGTERM from
     whatever frame it interrupted), and under it the rank stood in its own code: stopped, not waiting."""
-    from .evidence.library_waits import in_handler
-    from .evidence.stacks import traceback_frames
+    from ..evidence.library_waits import in_handler
+    from ..evidence.stacks import traceback_frames
 
     frames = traceback_frames(f.traceback)
     return in_handler(frames) and waited_call(f)[0] == "a collective"

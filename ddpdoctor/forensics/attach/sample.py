@@ -15,7 +15,7 @@ from typing import Callable
 
 import psutil
 
-from .. import procs
+from ..evidence import procs
 from ..evidence import pyspy
 from ..evidence.model import RankState, WaitKind, user_frame
 from . import dump_pipe, job_access

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..report.console import T  # safe_text, then rich's Text
+from .console import T  # safe_text, then rich's Text
 
 FORMS = ("out_of_place", "in_place")
 HEAD = ("#                                                       out-of-place                       in-place\n"
@@ -51,7 +51,7 @@ class Table:
         self.shown = 0  # rows printed so far: the document's first rows, in its order
 
     def head(self, run: dict) -> None:
-        from ..report.values import human
+        from .values import human
 
         if self.headed:
             return

@@ -145,7 +145,7 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
 def _record_of(rank: int, record: Any, node: str) -> RankState | None:
     """Another node's flight record of a rank, through the same typed, bounded reading as a dump file's."""
     from ..evidence import flight_recorder
-    from ..fr_dumps import plain_record
+    from ..evidence.fr_dumps import plain_record
 
     if not isinstance(record, dict):
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import evidence_io
+from . import job_files
 from . import stacks
 from .model import Ending, EndKind, Ender, JobEvidence, RankState, Source, Wait, WaitKind
 
@@ -78,7 +78,7 @@ def from_sigterm_stacks(folder: Path, ranks: list[int], dumps: dict | None = Non
                 continue
         except OSError:
             continue
-        frames = stacks.main_thread(evidence_io.read_tail(path, 256 << 10))
+        frames = stacks.main_thread(job_files.read_tail(path, 256 << 10))
         if not stacks.has_script(frames):
             continue
         out.append(RankState(rank, Source.SIGTERM_STACK, frames=frames, wait=stacks.wait_of(frames),

@@ -12,13 +12,13 @@ Every record says three things about one rank:
 
 Plus what it called before (``calls``: the collectives it entered, in order, for mismatch comparisons).
 
-Adding an evidence source: write ``launch/evidence/<source>.py`` with a function that reads its input and
+Adding an evidence source: write ``forensics/evidence/<source>.py`` with a function that reads its input and
 returns ``RankState`` records, each with ``source`` set and only the fields that source knows (leave the rest
 at their defaults: ``None``/empty means "this source does not say"). Parse numbers with
-``ddpdoctor.numbers.parse_int``; read files through ``launch.evidence_io``. Put them in a ``JobEvidence``
+``ddpdoctor.numbers.parse_int``; read files through ``forensics.evidence.job_files``. Put them in a ``JobEvidence``
 with ``JobEvidence.add`` (records of one rank from several sources merge: a field one source leaves empty
 is taken from another; ``Source`` order says whose wins when both say something), then call
-``launch.judge.judge(evidence)``. Decide nothing from message text: a source turns text into these fields
+``forensics.judge.judge(evidence)``. Decide nothing from message text: a source turns text into these fields
 (a store key into ``Wait.awaited``, a signal number into ``Ending.signal``) and the judge reads fields only.
 """
 from __future__ import annotations

@@ -6,9 +6,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..rank_lists import MAX_CULPRIT_ROWS, ranks_text, total
-from ..report.values import human, phrases
-from ..report.console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
-from ..report import wording
+from .values import human, phrases
+from .console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
+from . import wording
 
 
 def render(doc: dict, console: Console) -> None:

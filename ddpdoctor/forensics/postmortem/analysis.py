@@ -14,13 +14,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..numbers import parse_int
-from . import attribution, evidence_io
-from .classify import (  # noqa: F401 - the records and rules, as callers and tests name them here
-    ABORT, FRAME, LIBRARY, PEER_LOST, RULES, SIGNALS, STOPPED, RankFailure, Verdict, classify, exception_line,
-    fatal_frame, last_traceback, oom_evidence, user_frame)
-from .attribution import judge  # noqa: F401
-from .evidence_io import global_rank_of  # noqa: F401
+from ...numbers import parse_int
+from ..evidence import job_files
+from ..evidence.job_files import global_rank_of
+from ..judge import attribution
+from ..judge.classify import (ABORT, RankFailure, Verdict, classify, exception_line, last_traceback,
+                              user_frame)
 
 TAIL_LINES = 40
 # Line breaks as [ \t]*\r?\n[ \t]*, never \s*\n\s* (both \s* can take the newlines: quadratic on a run of blank
@@ -72,12 +71,12 @@ def parse_agent_summary(text: str) -> list[dict]:
 
 def read_error_file(path: Path) -> dict | None:
     """torch's error file, read under evidence_io's bounds (size, regular file, shape)."""
-    return evidence_io.read_error_file(path)
+    return job_files.read_error_file(path)
 
 
-def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = evidence_io.STDERR_TAIL_BYTES) -> str:
+def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = job_files.STDERR_TAIL_BYTES) -> str:
     """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes)."""
-    text = RANK_PREFIX.sub("", evidence_io.read_tail(path, max_bytes))
+    text = RANK_PREFIX.sub("", job_files.read_tail(path, max_bytes))
     return "\n".join(text.splitlines()[-lines:])
 
 
@@ -115,11 +114,11 @@ def forced_kill(f: RankFailure) -> None:
 def attempts(logs: Path) -> list[Path]:
     """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first (a folder
     that is not attempt_<number>, such as attempt_final, is skipped with a note)."""
-    runs = sorted(evidence_io.subdirs(logs), key=evidence_io.mtime)
+    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
     if not runs:
         return []
-    tries = [d for d in evidence_io.subdirs(runs[-1]) if d.name.startswith("attempt_")]
-    return [d for _, d in evidence_io.numbered(tries, "attempt_")]
+    tries = [d for d in job_files.subdirs(runs[-1]) if d.name.startswith("attempt_")]
+    return [d for _, d in job_files.numbered(tries, "attempt_")]
 
 
 # What socket.getfqdn() returns where the hostname maps to a loopback line of /etc/hosts (Debian's default,
@@ -138,7 +137,7 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
                 rec = dict(rec, host=host)
             out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
         return out
-    for _, rank_dir in evidence_io.numbered(evidence_io.subdirs(attempt_dir)):  # `x`: skipped with a note
+    for _, rank_dir in job_files.numbered(job_files.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
         text = tail(rank_dir / "stderr.log", 200)
         tb = last_traceback(text)
@@ -159,7 +158,7 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
 def other_nodes(logs: Path) -> list[tuple[str, Path]]:
     """With a shared --run-dir every node's logs sit side by side: (host, latest attempt dir) of the others."""
     out = []
-    for node_dir in sorted(p for p in evidence_io.subdirs(logs.parent) if p != logs):
+    for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
         tries = attempts(node_dir)
         if tries:
             out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
@@ -199,7 +198,7 @@ def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:
     the failures show) and the failures' own ranks."""
     ranks = {f.rank for f in fails if f.rank is not None}
     offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
-    for rank_dir in evidence_io.subdirs(attempt_dir):
+    for rank_dir in job_files.subdirs(attempt_dir):
         local = parse_int(rank_dir.name, hi=1 << 20)
         if local is None:
             continue  # numbered() notes it once, where the failures are read

@@ -13,19 +13,7 @@ from __future__ import annotations
 import json
 
 from ...numbers import parse_int
-from .model import (
-    Call,
-    Ender,
-    Ending,
-    EndKind,
-    Frame,
-    Group,
-    RankState,
-    Source,
-    Wait,
-    WaitKind,
-    user_frame,
-)
+from .model import Call, Ender, Ending, EndKind, Frame, Group, RankState, Source, Wait, WaitKind, user_frame
 
 
 def _int(v, lo: int = -1) -> int | None:

@@ -1,8 +1,8 @@
 """attach's decision: first whether the job moved (motion: a rank went through a wait between the rounds, or,
 when none waits on another, a rank's stack moved), whether nothing moved and nothing computes (a hang: the one
-judge, launch/judge, the wait-for graph run-trainer and postmortem use, over the ranks' py-spy records), or
+judge, forensics/judge, the wait-for graph run-trainer and postmortem use, over the ranks' py-spy records), or
 whether nothing moved while a rank that the others wait for uses the CPU (a long step or a hang: watched longer,
-then said as it is). Worded by launch/judge/words like run.json's hang.verdict."""
+then said as it is). Worded by forensics/judge/words like run.json's hang.verdict."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,4 @@
-"""The watchdog's entry to the one judge (``launch.judge``) and the progress of a healthy job from its flight
+"""The watchdog's entry to the one judge (``forensics.judge``) and the progress of a healthy job from its flight
 records (collectives completed, the straggler).
 
 ``judge`` takes the watchdog's per-rank evidence ({"host", "pid", "state", "fr", "stacks"}), builds the evidence
@@ -8,8 +8,8 @@ model (``evidence.worker_server``) and returns the verdict document (``judge.wor
 """
 from __future__ import annotations
 
-from .evidence.model import user_frame
-from .evidence.stacks import main_thread
+from ..evidence.model import user_frame
+from ..evidence.stacks import main_thread
 
 
 def main_thread_frames(stacks: str | None) -> list[tuple[str, int, str]]:
@@ -20,7 +20,7 @@ def main_thread_frames(stacks: str | None) -> list[tuple[str, int, str]]:
 def user_site(frames: list[tuple[str, int, str]], innermost_first: bool = True) -> dict | None:
     """The innermost frame of the user's own code (the one rule: model.user_frame): {"where", "function"};
     the innermost frame when every frame is a library's."""
-    from .evidence.model import Frame
+    from ..evidence.model import Frame
 
     ordered = [Frame(f, n, fn) for f, n, fn in (frames if innermost_first else list(reversed(frames)))]
     site = user_frame(ordered) or (ordered[0] if ordered else None)
@@ -37,15 +37,15 @@ def _int(v) -> int:
 # ---------------------------------------------------------------- the job
 def judge(evidence: dict[int, dict], expected: list[int] | None = None, source: str = "live") -> dict:
     """``evidence``: rank -> {"host", "pid", "state", "fr", "stacks"}. Returns the verdict document: the one
-    judge (``launch.judge``, a wait-for graph over the ranks) on the evidence model, worded by judge.words.
+    judge (``forensics.judge``, a wait-for graph over the ranks) on the evidence model, worded by judge.words.
 
     ``source`` "live": the ranks are still running (the watchdog asked them); "dumps": flight records written
     when the ranks ended, possibly after a timeout, in which gloo counts the timed-out collective as completed:
     then only the ranks' last sequence ids and their calls say who was behind. ``expected``: every rank of the
     job (from the dumps' pg_config), so that a rank that left no record is named, not forgotten."""
-    from .evidence import worker_server
-    from .judge import judge as judge_job
-    from .judge.words import to_json
+    from ..evidence import worker_server
+    from ..judge import judge as judge_job
+    from ..judge.words import to_json
 
     job = worker_server.job(evidence, expected, live=source != "dumps")
     return to_json(judge_job(job), job)
@@ -56,12 +56,12 @@ def summary_of(last_fr: dict[int, dict], run_dir) -> dict | None:
     """``summarise`` of the watchdog's last flight records, completed by those the ranks wrote at exit."""
     import json
 
-    from . import evidence_io
+    from ..evidence import job_files
 
     frs = dict(last_fr)
     for path in (run_dir / "flight_recorder").glob("rank*.json"):  # written at the ranks' exit: complete
         try:
-            frs[int(path.stem[4:])] = json.loads(evidence_io.read_text(path))
+            frs[int(path.stem[4:])] = json.loads(job_files.read_text(path))
         except (OSError, ValueError):
             continue
     return summarise(frs) if frs else None

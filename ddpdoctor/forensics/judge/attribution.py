@@ -15,11 +15,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..grouping import rank_ranges
-from ..numbers import parse_int
+from ...grouping import rank_ranges
+from ...numbers import parse_int
 from .classify import RankFailure, Verdict
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
-from .evidence_io import global_rank_of
+from ..evidence.job_files import global_rank_of
 from .stopped import TELL_APART
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".

@@ -1,6 +1,6 @@
 """The judge's answer as data: a category, the culprit ranks (each with an explicit ``named`` flag: named for
 certain, or only the likely one), where they stand, the evidence that decided it, and the ranks that waited
-(consequences). Worded last: ``launch/judge/words.py`` and ``launch/render.py``."""
+(consequences). Worded last: ``forensics/judge/words.py`` and ``report/console_trainer.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
