@@ -22,6 +22,7 @@ from . import __version__
 from .api import Level, Result
 from .errors import UsageError
 from .exitcodes import ExitCode
+from .launchers import JOB_ID_VARS, RUN_ID_VAR
 from .text import no_surrogates
 
 SCHEMA = "ddpdoctor"
@@ -31,7 +32,7 @@ KINDS = ("preflight", "nccl-bench", "run-trainer", "attach")
 # Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
 # processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of
 # one job then carry the same id, and `report` merges them as one run.
-RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "TORCHELASTIC_RUN_ID")
+RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", *JOB_ID_VARS[:-1], RUN_ID_VAR)  # LSF starts no node here: not a run id
 
 
 def new_run_id() -> str:
@@ -39,7 +40,7 @@ def new_run_id() -> str:
         value = os.environ.get(var, "").strip()
         # "none": torchrun's --rdzv-id when none was given (c10d, static): no id, or every such job would share
         # ddpdoctor-results/none/, each result overwriting the last one's and `report` merging them as one run
-        if value and not (var == "TORCHELASTIC_RUN_ID" and value == "none"):
+        if value and not (var == RUN_ID_VAR and value == "none"):
             return value[:128]
     return uuid.uuid4().hex[:12]
 

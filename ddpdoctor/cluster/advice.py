@@ -8,6 +8,7 @@ import shlex
 
 from ..api import Level
 from ..exports import exported
+from ..launchers import job_id_var
 
 
 def chosen_interfaces(nodes: dict) -> dict[str, str]:
@@ -22,7 +23,6 @@ def chosen_interfaces(nodes: dict) -> dict[str, str]:
 
 IFNAME_NOTE = ("('==' makes NCCL use exactly that interface; a single '=' is a prefix match, so eth0 would "
                "also take eth01)")
-JOB_ID_VARS = {"slurm": "$SLURM_JOB_ID", "pbs": "$PBS_JOBID"}
 
 
 def _level(r) -> str:
@@ -86,7 +86,7 @@ def _rdzv_id(cfg) -> str:
     else a fixed one (never $RANDOM: each node would draw its own)."""
     if cfg.rdzv_id:
         return shlex.quote(str(cfg.rdzv_id))
-    var = JOB_ID_VARS.get(getattr(cfg, "launcher", None) or "")
+    var = job_id_var(getattr(cfg, "launcher", None))
     return var or f"ddp-{cfg.master.port}"
 
 

@@ -21,11 +21,28 @@ LAUNCHERS: tuple[Launcher, ...] = (torchrun.LAUNCHER, lightning.LAUNCHER, kubern
                                    pbs.LAUNCHER, mpi.LAUNCHER)
 ALL: tuple[Launcher, ...] = LAUNCHERS + (_hosts.LAUNCHER,)
 VARIABLES: tuple[VarFamily, ...] = tuple(f for launcher in ALL for f in launcher.variables)
+# The schedulers' job ids, the order a run id takes them in (SLURM, then PBS); LSF's, which starts no node here
+# but names a job a metric may carry, last.
+SCHEDULERS: tuple[Launcher, ...] = (slurm.LAUNCHER, pbs.LAUNCHER)
+JOB_ID_VARS: tuple[str, ...] = tuple(v for launcher in SCHEDULERS for v in launcher.job_id_vars) + ("LSB_JOBID",)
+# torchrun's id of a run (its --rdzv-id; "none" when none was given): a job's id where no scheduler names one
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
 
 __all__ = ["ALL", "LAUNCHERS", "VARIABLES", "Context", "Launcher", "LauncherInfo", "VarFamily", "by_name", "detect",
-           "env_int", "expand_slurm_nodelist", "from_env", "from_hosts", "hosts_of_node_file", "missing_hosts",
+           "env_int", "expand_slurm_nodelist", "job_id", "job_id_var", "JOB_ID_VARS", "RUN_ID_VAR", "from_env", "from_hosts", "hosts_of_node_file", "missing_hosts",
            "nnodes_from_world", "per_node", "rank_in_hosts", "read_node_file", "start_everywhere_fix",
            "MAX_LIST_CHARS", "MAX_NODE_FILE_BYTES"]
+
+
+def job_id(env: Mapping[str, str]) -> str | None:
+    """The scheduler's id of the job this process runs in (JOB_ID_VARS, the first set), else None."""
+    return next((env[v].strip() for v in JOB_ID_VARS if (env.get(v) or "").strip()), None)
+
+
+def job_id_var(source: str | None) -> str | None:
+    """The variable a launcher names its job with, as a job script spells it (``$SLURM_JOB_ID``), or None."""
+    launcher = by_name(source)
+    return f"${launcher.job_id_vars[0]}" if launcher is not None and launcher.job_id_vars else None
 
 
 def by_name(name: str | None) -> Launcher | None:

@@ -60,7 +60,8 @@ class Launcher:
     and then the node a process runs in (attach started inside such a job step reads the ranks of its own job on
     its own node only). ``first_is_parent``: a launcher that gives its workers no rank variable (Lightning's own):
     local rank 0 is the user's process, the parent of the others, with its variables set in-process; a rank is
-    ``node_rank_vars`` times the processes on the node plus its local rank."""
+    ``node_rank_vars`` times the processes on the node plus its local rank. ``job_id_vars``: the variables a
+    scheduler names its job with (run ids, attach's job key: launchers.job_id)."""
     name: str
     present: Callable[[Mapping[str, str]], bool]
     read: Callable[[Mapping[str, str], Context], LauncherInfo]
@@ -74,6 +75,7 @@ class Launcher:
     variables: tuple[VarFamily, ...] = field(default=())
     node_rank_vars: tuple[str, ...] = ()
     first_is_parent: bool = False
+    job_id_vars: tuple[str, ...] = ()  # the scheduler's id of the job (run ids, attach's job key), first set wins
 
 
 def env_int(env: Mapping[str, str], *names: str, signed: bool = False) -> int | None:

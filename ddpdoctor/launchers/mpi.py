@@ -29,7 +29,7 @@ def fix(command: str) -> str:
 LAUNCHER = Launcher(
     "mpi", present, read, fix, started_all=True,
     rank_vars=("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"), local_rank_vars=LOCAL_RANK_VARS,
-    size_vars=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
+    size_vars=("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), job_id_vars=("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"),
     variables=(
         # Open MPI, "Environment variables set for MPI applications"
         # (https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html): OMPI_COMM_WORLD_RANK,

@@ -31,7 +31,7 @@ def fix(command: str) -> str:
 
 
 LAUNCHER = Launcher(
-    "pbs", present, read, fix, started_all=True, host_list="PBS_NODEFILE",
+    "pbs", present, read, fix, started_all=True, host_list="PBS_NODEFILE", job_id_vars=("PBS_JOBID",),
     variables=(
         # PBS Pro Reference Guide, "PBS Environment Variables", and pbsdsh(1) (Torque/OpenPBS): "PBS_TASKNUM,
         # PBS_NODENUM and PBS_VNODENUM ... contain the TM task id, the node identifier, and the cpu (virtual

@@ -39,7 +39,7 @@ def fix(command: str) -> str:
 LAUNCHER = Launcher(
     "slurm", present, read, fix, started_all=True, host_list="SLURM_JOB_NODELIST",
     rank_vars=("SLURM_PROCID",), local_rank_vars=("SLURM_LOCALID",), size_vars=("SLURM_NTASKS",),
-    place_vars=("SLURM_JOB_ID", "SLURMD_NODENAME"),
+    place_vars=("SLURM_JOB_ID", "SLURMD_NODENAME"), job_id_vars=("SLURM_JOB_ID", "SLURM_JOBID"),
     variables=(
         # srun(1) and sbatch(1), "OUTPUT ENVIRONMENT VARIABLES" (Slurm 22.05, Debian's slurm-wlm man pages;
         # https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES): task/node ids, the node's

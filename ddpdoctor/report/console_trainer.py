@@ -34,6 +34,8 @@ def render(doc: dict, console: Console) -> None:
             console.print(T(line, style="dim"), soft_wrap=True)
         return
     root = doc.get("root_cause") or {}
+    if root.get("category") == "unverified":
+        return _not_verified(doc, root, start, where, console)
     rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message", "exit_code") else v
           for k, v in root.items()}
     stopped_by_us = bool(doc.get("hang")) and _tool(doc) == "run-trainer"
@@ -67,6 +69,18 @@ def render(doc: dict, console: Console) -> None:
     console.print(Panel(Group(*rows), title=Text(f"{_tool(doc)}: FAIL — {title}", style="bold red"),
                         border_style="red"))
     for line in where:  # below the box, one a line: a path is never broken by the panel's edge
+        console.print(T(line, style="dim"), soft_wrap=True)
+
+
+def _not_verified(doc: dict, root: dict, start: str, where: list[str], console: Console) -> None:
+    """No failure recorded and no evidence of a normal end: what is known, in yellow, never a PASS."""
+    rows = [T(start, style="dim"), *(T(line) for line in attempt_lines(doc)),
+            T(wording.in_words(shown_message(root.get("message")))),
+            T(f"fix: {shown_message(wording.in_words(root.get('fix') or ''), 'fix')}", style="bold")]
+    rows += [T(f"note: {line}", style="dim") for line in doc.get("input_notes") or []]
+    title = Text(f"{_tool(doc)}: NOT VERIFIED — no failure recorded, no normal end shown", style="bold yellow")
+    console.print(Panel(Group(*rows), title=title, border_style="yellow"))
+    for line in where:
         console.print(T(line, style="dim"), soft_wrap=True)
 
 

@@ -23,10 +23,11 @@ import socket
 from pathlib import Path
 from typing import Mapping
 
+from ..launchers import job_id as scheduler_job_id
+
 FILE = "ddpdoctor.prom"
 LOCK = ".ddpdoctor.prom.lock"
 STATUS = {"pass": 0, "skip": 1, "warn": 2, "fail": 3}
-JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 HELP = {
     "ddpdoctor_check_status": "ddpdoctor check result on this node: 0 pass, 1 skip, 2 warn, 3 fail",
     "ddpdoctor_run_status": "ddpdoctor run verdict: 0 pass, 1 skip, 2 warn, 3 fail",
@@ -38,7 +39,7 @@ Sample = tuple[str, dict, float]  # (family, labels, value)
 
 def job_id(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
-    return next((env[v] for v in JOB_VARS if env.get(v)), None)
+    return scheduler_job_id(env)
 
 
 def samples(doc: dict, *, command: str, hostname: str | None = None, job: str | None = None) -> list[Sample]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...launchers import LAUNCHERS, by_name, env_int
+from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, slurm
 from ...numbers import parse_int
 from ...redact import redact_argv
 from . import dump_pipe, job_access
@@ -101,10 +101,14 @@ def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
     return None, None, None, None
 
 
+MPI_JOB_VARS = mpi.LAUNCHER.job_id_vars
+SLURM_JOB_VARS = slurm.LAUNCHER.job_id_vars
+
+
 def job_key(env: dict) -> str:
-    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"):
+    for name in (RUN_ID_VAR, *JOB_ID_VARS, *MPI_JOB_VARS):
         if env.get(name):
-            step = env.get("SLURM_STEP_ID", "") if name == "SLURM_JOB_ID" else ""
+            step = env.get("SLURM_STEP_ID", "") if name in SLURM_JOB_VARS else ""
             master = f"@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
             return f"{env[name]}{'.' + step if step else ''}{master if env.get('MASTER_PORT') else ''}"
     return f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"

@@ -1,7 +1,11 @@
-"""A job stopped from outside (a scheduler's time limit, scancel, an operator: SIGTERM to every process) while
-no rank had failed of its own: not a pass. Hung when it was stopped (a collective pending STALLED_S or more in the
-ranks' flight records): the rank the records' verdict names, else none; a stop with no sign of a hang is said as
-such, with what would tell."""
+"""A job that no rank's failure explains: never a pass without evidence of a normal end.
+
+Stopped from outside (a scheduler's time limit, scancel, an operator: SIGTERM to every process) while no rank had
+failed of its own: hung when it was stopped (a collective pending STALLED_S or more in the ranks' flight records)
+with the rank the records' verdict names; else, when the records still put one rank behind the others (its
+sequence ids; gloo marks a timed-out collective completed, so no pending time is left to measure), that rank as
+the likely one; else none, with what would tell. No failure and no evidence of a normal end (``not_verified``):
+what is known, and that the end is not verified."""
 from __future__ import annotations
 
 from .classify import RankFailure, Verdict
@@ -32,15 +36,19 @@ def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | N
     by = (f"stopped from outside ({signal}: a scheduler's time limit, scancel or an operator)" if signal
           else "stopped")
     hung = stalled is not None and stalled >= STALLED_S
-    culprits = [c for c in (hang or {}).get("culprits") or [] if c.get("rank") is not None] if hung else []
-    if hung and culprits and not (hang or {}).get("no_culprit"):
+    behind = not hung and signal is not None and _behind(hang)
+    culprits = ([c for c in (hang or {}).get("culprits") or [] if c.get("rank") is not None]
+                if hung or behind else [])
+    if (hung or behind) and culprits and not (hang or {}).get("no_culprit"):
         first = culprits[0]
-        likely = "likely " if hang.get("likely") else ""
+        likely = "likely " if hang.get("likely") or behind else ""
+        state = (f"while hung (a collective pending {stalled:.0f} s)" if hung else
+                 "while the ranks' flight records put a rank behind the others (no collective pending long enough "
+                 "to measure: the stop may have come mid-step)")
         verdict.root_cause = RankFailure(
             rank=first["rank"], local_rank=None, host=first.get("host"), exit_code=None, signal=signal,
             category="hang", error_type="stopped_while_hung", location=first.get("where"),
-            message=(f"the job was {by} while hung (a collective pending {stalled:.0f} s): {likely}"
-                     f"{hang['summary']}"), fix=hang.get("fix") or fix)
+            message=f"the job was {by} {state}: {likely}{hang['summary']}", fix=hang.get("fix") or fix)
         for c in culprits[1:]:
             verdict.consequences.append(RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"),
                                                     exit_code=None, category="hang", named=True,
@@ -53,3 +61,35 @@ def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | N
         rank=None, local_rank=None, host=None, exit_code=None, signal=signal, category="hang" if hung else "signal",
         error_type="stopped_while_hung" if hung else "stopped_from_outside", message=f"the job was {by} {what}",
         fix=fix)
+
+
+# The dumps' verdicts that place one rank behind the others by its records alone (sequence ids, the call it never
+# made): at a stop from outside, the likely rank the job waited for.
+BEHIND = ("missing_rank", "missing_peer", "never_initialized", "desync", "stuck_collective")
+
+
+def _behind(hang: dict | None) -> bool:
+    return bool(hang) and hang.get("category") in BEHIND and any(c.get("named") for c in hang.get("culprits") or [])
+
+
+UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's output with `--agent-log FILE`, from a torchrun run with "
+                  "LOGLEVEL=INFO (it then says when its worker group succeeded), or run the job under "
+                  "`ddpdoctor run-trainer` (each rank's record at exit says how it ended)")
+
+
+def not_verified(verdict: Verdict, normal_end: bool, ranks: list[int], fix: str = UNVERIFIED_FIX) -> bool:
+    """No rank failed, nothing stopped the job that a record says, and no evidence of a normal end
+    (``normal_end``: evidence.ending): a rank's logs end the same way when its script returned and when a
+    scheduler's SIGTERM or the OOM killer's SIGKILL ended it (no error file is written for a signal). The root
+    cause then says what is known (``ranks``: those the logs hold) and that the end is not verified. True when
+    it did."""
+    if verdict.root_cause is not None or normal_end:
+        return False
+    seen = f"{len(set(ranks))} rank(s)" if ranks else "no rank"
+    verdict.root_cause = RankFailure(
+        rank=None, local_rank=None, host=None, exit_code=None, category="unverified", error_type="not_verified",
+        message=(f"no rank recorded a failure ({seen} in the logs: no error file, no traceback, no signal in "
+                 "torchrun's output), but nothing shows the job ended normally either: a stop by a signal "
+                 "(scancel, a time limit, the OOM killer) leaves the same logs; not verified"),
+        fix=fix)
+    return True

@@ -211,7 +211,8 @@ def test_postmortem_of_a_mode_000_rank_folder_when_not_root():
         env = {**os.environ, "PYTHONPATH": str(Path(ddpdoctor.__file__).parents[1]), "HOME": str(base),
                "DDPDOCTOR_NO_SAVE": "1"}
         p = subprocess.run([*cmd, str(logs), "--json"], capture_output=True, text=True, timeout=90, env=env, cwd=base)
-        assert p.returncode in (0, 1) and "internal error" not in p.stderr, p.stderr[-2000:]
+        # 5: no failure recorded, and no normal end shown either (a log dir says nothing of one)
+        assert p.returncode in (0, 1, 5) and "internal error" not in p.stderr, p.stderr[-2000:]
         assert "permission denied" in "\n".join(json.loads(p.stdout)["input_notes"])
     finally:
         shutil.rmtree(base, ignore_errors=True)

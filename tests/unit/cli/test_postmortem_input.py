@@ -23,7 +23,7 @@ def test_a_missing_fr_dir_is_one_line_exit_2(tmp_path):
         p = run_cli("postmortem", str(logs), "--fr-dir", str(target))
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
-    assert run_cli("postmortem", str(logs), "--fr-dir", str(tmp_path)).returncode in (0, 1)
+    assert run_cli("postmortem", str(logs), "--fr-dir", str(tmp_path)).returncode in (0, 1, 5)
 
 
 def test_postmortem_keeps_its_result_under_the_jobs_torchrun_id_and_says_where(tmp_path):

@@ -448,17 +448,18 @@ def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_record
     at the SIGTERM hold rank 0's all_reduce pending 30 s: stopped while hung, rank 1; fresh records: a stop."""
     import signal
 
-    from ddpdoctor.launch import outcome
+    from ddpdoctor.forensics.postmortem import trainer_run
+
     from ddpdoctor.forensics.judge.classify import Verdict
 
     folder = tmp_path / "flight_recorder"
     folder.mkdir()
     _dump(folder / "rank0.json", 4, pending_created_s=30)
     _dump(folder / "rank1.json", 4)
-    root = outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
+    root = trainer_run.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
     assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
     _dump(folder / "rank0.json", 4, pending_created_s=1)
-    assert outcome.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
+    assert trainer_run.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
 
 
 def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_likely_culprit(tmp_path):

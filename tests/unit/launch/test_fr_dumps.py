@@ -71,7 +71,7 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
     """gloo's JSON record has no call sites and rank 2, stopped by torchrun before its own error, left no
     traceback: the stack the bootstrap wrote on that SIGTERM names the line of its odd call. A stack far older
     than the rank's record (another attempt's) is not used."""
-    from ddpdoctor.launch import outcome
+    from ddpdoctor.forensics.postmortem import trainer_run
 
     fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
     fr.mkdir()
@@ -90,7 +90,7 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
     def adopted():
         verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
                                                  message="timed out"))
-        outcome.adopt_exit_dumps(verdict, tmp_path)
+        trainer_run.adopt_exit_dumps(verdict, tmp_path)
         return verdict.root_cause
 
     root = adopted()
@@ -103,7 +103,7 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
     """Seen in CI: rank 2 had raised ("Connection reset", its traceback at its odd call) and was exiting when the
     launcher's SIGTERM came; its stack then held only the bootstrap's handler, which was named as the location.
     A rank with a traceback keeps its traceback's line; a stack without the script's <module> frame is unused."""
-    from ddpdoctor.launch import outcome
+    from ddpdoctor.forensics.postmortem import trainer_run
 
     fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
     fr.mkdir()
@@ -124,7 +124,7 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
                                                  message="timed out"),
                           consequences=[RankFailure(rank=2, local_rank=2, host="n0", exit_code=1, category="peer_lost",
                                                     message="Connection reset by peer", location=own_location)])
-        outcome.adopt_exit_dumps(verdict, tmp_path)
+        trainer_run.adopt_exit_dumps(verdict, tmp_path)
         return verdict.root_cause
 
     assert adopted("/jobs/train.py:58").location == "/jobs/train.py:58"

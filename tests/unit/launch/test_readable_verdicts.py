@@ -119,7 +119,7 @@ def test_a_straggler_named_live_is_in_the_summary():
 
 def test_the_fix_names_the_stack_file_the_bootstrap_wrote(tmp_path):
     from ddpdoctor.forensics.judge import attribution
-    from ddpdoctor.launch.outcome import stacks_on_file
+    from ddpdoctor.forensics.postmortem.trainer_run import stacks_on_file
 
     fix = f"look at what rank 2 was doing ({attribution.NO_STACK}); more"
     root = {"rank": 2, "fix": fix}

@@ -1,0 +1,131 @@
+"""`ddpdoctor postmortem`'s engine: a torchrun log dir (with torchrun's output and flight-recorder dumps, when
+given) -> the run-trainer-shaped document: the root cause, its consequences, and "pass" only on evidence of a
+normal end. Reading the inputs (which folder, which files) is here too; the command keeps options and rendering."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+from ... import documents
+from ...errors import UsageError
+from ...exitcodes import ExitCode
+from ...numbers import parse_int
+from ..evidence import ending, job_files
+from ..evidence.fr_dumps import find_dumps, stalled_s
+from ..judge import attribution
+from ..judge.dumps import judge_dumps
+from ..judge.stopped import not_verified, stopped_from_outside
+from . import analysis
+from .trainer_run import stacks_on_file
+
+
+def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
+    """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root)."""
+    logs = log_root(log_dir)
+    agent_text = read_agent_log(agent_log or logs / "agent.stderr.log", required=agent_log is not None)
+    # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
+    # --fr-dir given; every read is bounded and a file that is not a regular one is a note (job_files).
+    with job_files.reading(logs.parent) as notes:
+        verdict = analysis.analyse(logs, agent_text, socket.gethostname())
+    fr_roots = [log_dir, *map(fr_dir, fr_dirs)]
+    with job_files.reading(fr_roots) as fr_notes:
+        dumps = find_dumps(fr_roots)
+        hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
+    analysis.adopt_hang_verdict(verdict, hang)
+    stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by)  # a hung job a scheduler ended
+    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
+    ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
+    with job_files.reading(run_dir):
+        normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)
+    unverified = not_verified(verdict, normal, ranks)
+    failed = verdict.root_cause is not None and not unverified
+    root = verdict.root_cause.to_json() if verdict.root_cause else None
+    stacks_on_file(root, run_dir / "stacks" / "sigterm")
+    consequences = [f.to_json() for f in verdict.consequences] if root else []
+    return documents.envelope(
+        "run-trainer", run_id=job_run_id(logs),
+        config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
+        verdict="fail" if failed else "warn" if unverified else "pass",
+        exit_code=ExitCode.FAIL if failed else ExitCode.NOT_VERIFIED if unverified else ExitCode.OK,
+        start=None, interrupted=None, torchrun_exit_code=None,
+        restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
+        metrics_summary={}, checksums_equal=None,
+        root_cause=root,
+        consequences=consequences,
+        culprit_ranks=attribution.culprit_ranks(root, consequences) if failed else [],
+        hang={"verdict": hang} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
+        preflight=None)
+
+
+def last_attempt_ranks(logs: Path, verdict) -> list[int]:
+    """The ranks whose logs the last attempt of each node holds (the ranks a normal end must account for)."""
+    mine = analysis.attempts(logs)[-1:]
+    others = [attempt for _, attempt in analysis.other_nodes(logs)]
+    ranks = {r for attempt in mine + others for r in analysis.attempt_ranks(attempt, verdict.failures)}
+    if not ranks and mine:  # plain torchrun keeps no rank's env: its local rank folders, as one node's ranks
+        ranks = {n for n in (parse_int(d.name, hi=1 << 20) for d in job_files.subdirs(mine[0])) if n is not None}
+    return sorted(ranks)
+
+
+def job_run_id(logs: Path) -> str:
+    """The run id the result is kept under: --run-id or the scheduler's job id (documents.new_run_id), else
+    the job's own torchrun id, from its folder `<rdzv id>_<suffix>` (torchrun's default id "none" is none),
+    so a postmortem of one job lands beside that job's other results; else a new one."""
+    from ...inputs import check_run_id
+
+    if any(os.environ.get(v, "").strip() for v in documents.RUN_ID_VARS):  # --run-id, a scheduler's job id
+        return documents.new_run_id()
+    # torch names each run's folder mkdtemp(prefix=f"{rdzv_id}_"): the id, "_", 8 random characters
+    ids = sorted({p.parent.name[:-9] for p in logs.glob("*/attempt_*") if len(p.parent.name) > 9
+                  and p.parent.name[-9] == "_"})
+    if len(ids) == 1 and ids[0] != "none":
+        try:
+            check_run_id(ids[0], "the log dir")
+            return ids[0]
+        except UsageError:
+            pass
+    return documents.new_run_id()
+
+
+def log_root(path: Path) -> Path:
+    """The directory holding torchrun's `<run id>_<suffix>/attempt_<k>/` folders: DIR itself, or DIR's parent
+    when DIR is one run's folder. Anything else is a usage error naming the path."""
+    try:
+        if not path.is_dir():
+            raise UsageError(f"{path}: not a directory")
+        if any(path.glob("attempt_*")):
+            return path.parent
+        if any(p.is_dir() for p in path.glob("*/attempt_*")):
+            return path
+    except PermissionError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from exc
+    raise UsageError(f"{path}: no torchrun log dir (expected <run id>_*/attempt_<k>/<local rank>/ from "
+                     "torchrun --redirects 3 --log-dir)")
+
+
+def fr_dir(path: Path) -> Path:
+    """A --fr-dir must be a directory: a mistyped one would silently leave the verdict without its dumps."""
+    try:
+        if path.is_dir():
+            return path
+    except OSError:
+        pass
+    raise UsageError(f"--fr-dir {path}: no such directory")
+
+
+def read_agent_log(path: Path, required: bool) -> str:
+    """torchrun's saved stderr: its last 4 MiB (job_files.AGENT_LOG_BYTES), a regular file only (a FIFO
+    would block the read forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        if required:
+            raise UsageError(f"--agent-log {path}: no such file") from None
+        return ""
+    if not stat.S_ISREG(mode):
+        if required:
+            raise UsageError(f"--agent-log {path}: not a regular file (a FIFO, a device or a directory)")
+        return ""
+    return analysis.tail(path, lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)
