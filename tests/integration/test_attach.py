@@ -21,10 +21,10 @@ JOB = Path(__file__).with_name("attach_job.py")
 
 
 class Job:
-    def __init__(self, tmp_path: Path, shape: str, nproc: int = 4):
+    def __init__(self, tmp_path: Path, shape: str, nproc: int = 4, env: dict | None = None):
         self.dir = tmp_path
         self.nproc = nproc
-        env = dict(os.environ, ATTACH_DIR=str(tmp_path), ATTACH_SHAPE=shape, OMP_NUM_THREADS="1")
+        env = dict(os.environ, ATTACH_DIR=str(tmp_path), ATTACH_SHAPE=shape, OMP_NUM_THREADS="1", **(env or {}))
         self.agent = subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
              str(free_port()), str(JOB)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -82,9 +82,9 @@ def job(tmp_path):
         j.kill()
 
 
-def attach(*args, user: list[str] | None = None) -> subprocess.CompletedProcess:
+def attach(*args, user: list[str] | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [*(user or []), sys.executable, "-m", "ddpdoctor", "attach", "--no-save", "--json", "--interval", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env or {})))
 
 
 @pytest.mark.timeout(400)
@@ -147,3 +147,34 @@ def test_the_rank_stuck_in_its_own_code_is_named_and_the_job_keeps_running(job, 
     doc = json.loads(res.stdout)
     assert doc["diagnosis"]["named"] == [1] and doc["stopped"] == {"signal": "SIGTERM", "pids": [j.agent.pid]}
     j.agent.wait(120)  # torchrun stops its workers on SIGTERM
+
+
+def _srun_env(job_id: str) -> dict:
+    """What srun gives the one task it starts on node 0 of a 3-node step (`srun -N3 --ntasks-per-node=1 torchrun
+    ...`): torchrun, that task, inherits SLURM_PROCID=0 and the step's variables; its workers inherit them too."""
+    return {"SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "3",
+            "SLURM_JOB_NODELIST": "node[1-3]", "SLURMD_NODENAME": "node1", "SLURM_STEP_NODELIST": "node[1-3]"}
+
+
+@pytest.mark.timeout(400)
+def test_under_srun_torchrun_the_agent_is_walked_through_never_a_rank(tmp_path):
+    """Issue 45 item 1: under `srun torchrun` every node's attach took the torchrun agent (SLURM_PROCID=0, from
+    srun) for rank 0 in "its own code torchrun:8", and the master said the job progresses on a job hung for
+    minutes. Attach run as a user runs it inside the job's step (`srun --overlap --jobid J ddpdoctor attach`:
+    its own environment names the job and the node) finds torchrun's four workers, names rank 1 at its line, and
+    lists the agent as the agent."""
+    job_id = f"77{os.getpid() % 100000}"
+    j = Job(tmp_path, "stuck", env=_srun_env(job_id))
+    try:
+        j.wait_ready()
+        res = attach(env=_srun_env(job_id))
+        assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+        doc = json.loads(res.stdout)
+        diag = doc["diagnosis"]
+        assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
+        assert diag["culprits"][0]["where"].startswith(str(JOB)), diag
+        assert doc["job"]["ranks_here"] == [0, 1, 2, 3] and doc["job"]["agent_pid"] == j.agent.pid, doc["job"]
+        assert "torchrun" not in json.dumps(diag["culprits"]) and "torch/distributed/run.py" not in json.dumps(diag)
+    finally:
+        j.kill()

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 import psutil
 
 from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, slurm
+from ...launchers.agents import is_agent, starts_ranks
 from ...numbers import parse_int
 from ...redact import redact_argv
 from . import dump_pipe, job_access
 
 # torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
-_AGENT_MARKS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate launch",
-                "accelerate-launch", "accelerate.commands.launch")
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
 
 
@@ -136,6 +135,8 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         except psutil.Error:
             continue
         rank, launcher, local, world = rank_of(env)
+        if is_agent(argv):
+            continue  # torchrun under srun inherits SLURM_PROCID: an agent is walked through, never a rank
         if rank is None or not _is_python(proc) or is_ddpdoctor(argv):
             if rank is None and launcher and _is_python(proc):
                 spawned.append((proc, env, argv, user, launcher))
@@ -144,7 +145,8 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
                                                user), launcher or ""))
         rank_pids.add(proc.pid)
     found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
-    rank_pids |= {rp.pid for _, _, rp, _ in found}
+    found = without_agents(found)
+    rank_pids = {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
     groups: dict[tuple[str, int | None], list[tuple[RankProcess, str, dict]]] = {}
     for proc, env, rp, launcher in found:
@@ -154,6 +156,18 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
     jobs = [job for (key, _), members in groups.items() for job in _jobs_of(key, members)]
     return Discovery(sorted(jobs, key=lambda j: (j.key, j.uid if j.uid is not None else -1, j.root_pid or 0)),
                      unreadable)
+
+
+def without_agents(found: list) -> list:
+    """The launcher table's rule (launchers.agents.starts_ranks): a process whose children carry another rank
+    identity started them, so it is an agent the table does not name, not a rank; Lightning's first rank, the
+    parent of its other workers (first_is_parent), stays a rank."""
+    kids: dict[int, list[dict]] = {}
+    for _, env, rp, launcher in found:
+        if rp.parent is not None and not getattr(by_name(launcher), "first_is_parent", False):
+            kids.setdefault(rp.parent, []).append(env)
+    rank_vars = {"RANK", *(v for launcher in LAUNCHERS for v in launcher.rank_vars)}
+    return [f for f in found if not starts_ranks(f[1], kids.get(f[2].pid, ()), rank_vars)]
 
 
 def _jobs_of(key: str, members: list[tuple[RankProcess, str, dict]]) -> list[Job]:
@@ -339,7 +353,7 @@ def _find_agent(job: Job) -> None:
             argv, uid, started = proc.cmdline(), proc.uids().effective, proc.create_time()
         except psutil.Error:
             continue
-        if uid == job.uid and any(mark in " ".join(argv) for mark in _AGENT_MARKS):
+        if uid == job.uid and is_agent(argv):
             job.agents.append((pid, started))
             if job.agent_pid is None:
                 job.agent_pid, job.command = pid, command_line(argv)
