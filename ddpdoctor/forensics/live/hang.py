@@ -12,10 +12,15 @@ import psutil
 
 from ..evidence.procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of,
                               record_at_exit, signal_stacks, stop_agent, workers)
-from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, own_code, past_start_up, progress_mark,
-                    stack_waits, stacks_of)
+from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement_samples, own_code, past_start_up,
+                    progress_mark, stack_waits, stacks_of)
 from . import exchange
 from .stragglers import Live
+
+# The window over which a fired threshold looks for movement before it stops anything (two stack samples, CPU
+# times between them): long enough for a compiler's CPU to show, short beside any hang threshold.
+MOVEMENT_WINDOW_S = 1.5
+
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
@@ -42,6 +47,7 @@ class Watchdog:
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
         self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
+        self.moved_ranks: list[int] = []  # the ranks the last movement check saw move (moving_ranks)
         self._stop, self._standing_down = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
@@ -115,6 +121,8 @@ class Watchdog:
             failing = self.failing(now, launched)  # each poll: another node learns of it from its mark at once
             fired = (started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
                      and not failing)
+            if fired and self.moving_ranks():
+                started, fired = time.time(), False  # a rank moved (evidence.movement): no hang, silence from now
             if fired or self.peer_fired():
                 self.judged_at = now
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
@@ -310,6 +318,22 @@ class Watchdog:
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
         logs = self.logs if not any(v is not None for v in done.values()) and moving is None else Path("/nonexistent")
         return done, progress_mark(self.run_dir, logs), moving
+
+    def moving_ranks(self) -> list[int]:
+        """The ranks that moved over a short window (evidence.movement's rule: a helper such as a compiler used
+        the CPU, start-up work used it, or the stack moved in a library's code): the job is doing something, so
+        its silence is no hang, however long a cold compile, an op build or an import takes. Asked only when the
+        threshold fires; the ranks it names are kept for the report (``self.moved_ranks``)."""
+        from ..evidence.movement import moved
+
+        procs = workers(self.agent.pid)
+        running = rank_per_process(procs)
+        ask = askable(self.run_dir, procs, running)
+        before = movement_samples(self.sockets, ask, procs, running)
+        self._stop.wait(MOVEMENT_WINDOW_S)
+        after = movement_samples(self.sockets, ask, procs, running)
+        self.moved_ranks = sorted(r for r, b in before.items() if r in after and moved(b, after[r]))
+        return self.moved_ranks
 
     def stack_motion(self, procs: list[psutil.Process], running: list[int | None]) -> tuple:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""

@@ -173,3 +173,31 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
         except psutil.Error:
             continue
     return out
+
+
+def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None]) -> dict:
+    """Each rank's movement sample now (evidence.movement.Sample): its stack from its worker server (the ranks
+    that may be asked), its own CPU seconds, its helpers' (descendants that are not Python) by pid."""
+    import psutil
+
+    from ..evidence.movement import python_like, sample_of
+
+    stacks = stacks_of(sockets, askable_ranks) if sockets else {}
+    own = cpu_seconds(procs, running)
+    out = {}
+    for proc, rank in zip(procs, running):
+        if rank is None:
+            continue
+        helpers = {}
+        try:
+            for child in proc.children(recursive=True):
+                try:
+                    if not python_like(child.name(), (child.cmdline() or [""])[0]):
+                        t = child.cpu_times()
+                        helpers[child.pid] = t.user + t.system
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            pass
+        out[rank] = sample_of(stacks.get(rank), own.get(rank), helpers)
+    return out

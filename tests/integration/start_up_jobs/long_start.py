@@ -1,0 +1,87 @@
+"""A healthy DDP job (gloo) with a long phase of start-up work after it has trained a few steps, as real ones have
+(a lazy import on first use, an op built on first use, a compile or recompile), then trains on; with MODE ending
+in "+hang", rank 1 then stops in its own code while rank 0 waits in all_reduce.
+
+MODE: "compile": torch.compile with a cold cache (TORCHINDUCTOR_CACHE_DIR fresh): rank 0 compiles (the C++
+compiler is its child) while rank 1 waits on the compile lock rank 0 holds, as inductor's own lock does;
+"import": rank 0 imports a module that takes IMPORT_S seconds of CPU while rank 1 waits in a barrier;
+"build": rank 0 builds an op with a compiler child (cc, IMPORT_S seconds) holding a file lock rank 1 waits on,
+as cpp_extension's build lock does."""
+import datetime
+import fcntl
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+MODE = sys.argv[1]
+WORK = os.environ["START_UP_DIR"]
+SECONDS = float(os.environ.get("IMPORT_S", "20"))
+
+
+def slow_import():
+    path = os.path.join(WORK, "slow_module_r0.py")
+    with open(path, "w") as fh:  # a module whose top level computes for SECONDS (a big import, a table built)
+        fh.write(f"import time\nend = time.process_time() + {SECONDS}\nx = 0\n"
+                 "while time.process_time() < end:\n    x += 1\n")
+    sys.path.insert(0, WORK)
+    import slow_module_r0  # noqa: F401
+
+
+def build_with_lock(rank):
+    lock = open(os.path.join(WORK, "build.lock"), "w")
+    if rank == 0:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        src = os.path.join(WORK, "op.c")
+        with open(src, "w") as fh:  # the op "compiled": cc spins for SECONDS of CPU
+            fh.write("#include <time.h>\nint main(void){volatile unsigned long x=0; clock_t end=clock()+"
+                     f"(clock_t)({SECONDS}*CLOCKS_PER_SEC); while(clock()<end) x++; return 0;}}\n")
+        subprocess.run(["cc", "-O0", "-o", os.path.join(WORK, "op"), src], check=True)
+        subprocess.run([os.path.join(WORK, "op")], check=True)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    else:
+        time.sleep(1.0)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for rank 0's build, as every other rank does
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def main():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))  # broadcasts: the watchdog arms
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def steps(n):
+        for _ in range(n):
+            x = torch.randn(16, 64)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    steps(3)  # the job has moved: no start-up grace is left to hide the long phase below
+    kind = MODE.split("+")[0]
+    if kind == "import":
+        if rank == 0:
+            slow_import()
+        dist.barrier()
+    elif kind == "build":
+        build_with_lock(rank)
+    elif kind == "compile":
+        model = torch.compile(model)
+    steps(5)
+    if MODE.endswith("+hang"):
+        if rank == 1:
+            time.sleep(3600)  # stuck in its own code: the hang to name
+        dist.all_reduce(torch.ones(4))
+    dist.barrier()
+    print(f"rank {rank} done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
