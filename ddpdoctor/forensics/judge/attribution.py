@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...grouping import rank_ranges
 from ...numbers import parse_int
-from .classify import RankFailure, Verdict
+from .classify import RankFailure, Verdict, library_named_ranks
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
 from ..evidence.job_files import global_rank_of
 from .stopped import TELL_APART
@@ -76,6 +76,7 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
     # A collective timeout is a consequence when anything else went wrong first.
     primary = [f for f in real if f.category != "timeout"] or real or failures
     root = min(primary, key=lambda f: (f.timestamp if f.timestamp is not None else float("inf"), f.rank or 0))
+    root = named_by_the_library(root, failures)
     rest = []
     for f in failures:
         if f is root:
@@ -85,6 +86,27 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
         f.victim = True
         rest.append(f)
     return root, rest
+
+
+def named_by_the_library(root: RankFailure, failures: list[RankFailure]) -> RankFailure:
+    """A library that re-raises one rank's exception on every rank (torch.distributed.checkpoint) names that rank:
+    it is the root cause, not the rank that exited first with the copy. Its own record when it left one, else the
+    copy, said as that rank's."""
+    named = library_named_ranks(root)
+    if not named or root.rank in named:
+        return root
+    own = [f for f in failures if f.rank in named]
+    if own:
+        chosen = min(own, key=lambda f: named.index(f.rank))
+    else:
+        from dataclasses import replace
+
+        chosen = replace(root, rank=named[0], local_rank=None, host=None, exit_code=None, signal=None)
+        failures.append(chosen)
+    root.victim = True
+    root.reason = (f"re-raised rank {named[0]}'s exception: the library gathered it and raised it on every rank "
+                   f"(it names rank(s) {rank_ranges(named)})")
+    return chosen
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,

@@ -82,6 +82,24 @@ class RankFailure:
         return asdict(self)
 
 
+# A library that gathers every rank's exception and raises it on every rank names the ranks it came from:
+# torch.distributed.checkpoint's "CheckpointException ranks:dict_keys([1])" and its "Traceback ... (RANK 1)".
+LIBRARY_NAMED = re.compile(r"CheckpointException ranks:\s?dict_keys\(\[(?P<ranks>\d{1,9}(?:, ?\d{1,9}){0,63})\]\)|"
+                           r"Traceback \(most recent call last\): \(RANK (?P<one>\d{1,9})\)")
+
+
+def library_named_ranks(f: "RankFailure") -> list[int]:
+    """The ranks a library says the exception came from (it re-raised it on every rank), in its order."""
+    text = "\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)
+    out: list[int] = []
+    for m in LIBRARY_NAMED.finditer(text):
+        for part in (m["ranks"] or m["one"] or "").split(","):
+            rank = int(part) if part.strip().isdigit() else None
+            if rank is not None and rank not in out:
+                out.append(rank)
+    return out
+
+
 @dataclass
 class Verdict:
     root_cause: RankFailure | None

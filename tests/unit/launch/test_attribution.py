@@ -482,3 +482,26 @@ def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_l
     assert attribution.waited_call(fails[0])[0].startswith("DDP's gradient all_reduce")
     root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
     assert root.rank == 1 and root.location == "/u/faults.py:50", root
+
+
+def test_the_rank_a_library_names_in_the_exception_it_reraised_everywhere_is_the_root_cause():
+    """torch.distributed.checkpoint gathers rank 1's exception and raises it on every rank; rank 0 exits first."""
+    from ddpdoctor.forensics.judge.attribution import judge
+    from ddpdoctor.forensics.judge.classify import library_named_ranks
+
+    text = ("torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([1])\n"
+            "Traceback (most recent call last): (RANK 1)\n  File \"/job/train.py\", line 9, in plan\n"
+            "RuntimeError: corrupt batch at step 6 on rank 1\n")
+    first = RankFailure(rank=0, local_rank=0, host="h", exit_code=1, timestamp=1.0, category="exception",
+                        message="corrupt batch at step 6 on rank 1", traceback=text)
+    second = RankFailure(rank=1, local_rank=1, host="h", exit_code=1, timestamp=2.0, category="exception",
+                         message="corrupt batch at step 6 on rank 1", traceback=text)
+    assert library_named_ranks(first) == [1]
+    root, rest = judge([first, second])
+    assert root is second and rest == [first] and "re-raised rank 1" in first.reason
+    alone = RankFailure(rank=0, local_rank=0, host="h", exit_code=1, timestamp=1.0, category="exception",
+                        message="boom", traceback=text)  # rank 1 left no record of its own: the copy, as rank 1's
+    root, rest = judge([alone])
+    assert root.rank == 1 and root.host is None and rest == [alone]
+    plain = RankFailure(rank=0, local_rank=0, host="h", exit_code=1, category="exception", message="boom")
+    assert judge([plain])[0] is plain and library_named_ranks(plain) == []
