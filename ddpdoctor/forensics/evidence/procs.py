@@ -71,24 +71,20 @@ def signal_stacks(procs, stacks_dir) -> dict[int, str]:
 
 
 def py_spy_stacks(procs) -> dict[int, str]:
-    """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside."""
-    from .pyspy import binary as py_spy
+    """User scripts have no faulthandler hook: py-spy (when installed) reads their stacks from outside, through
+    the one py-spy runner (pyspy.dump), in faulthandler's layout."""
+    from . import pyspy
 
-    tool = py_spy()
+    tool = pyspy.binary()
     if not tool:
         return {}
-    import subprocess
-
     out = {}
     for p in procs:
         rank = _env_int(p, "RANK")
-        if rank is None:
-            continue
-        try:
-            res = subprocess.run([tool, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=20)
-            out[rank] = res.stdout
-        except (OSError, subprocess.TimeoutExpired):
-            continue
+        if rank is not None:
+            text = pyspy.as_faulthandler_text(pyspy.dump(p.pid, tool=tool, timeout=20))
+            if text:
+                out[rank] = text
     return out
 
 

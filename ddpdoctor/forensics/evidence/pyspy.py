@@ -125,6 +125,21 @@ def dump(pid: int, tool: str | None = None, timeout: float = TIMEOUT_S, native: 
     return parse(out, pid)
 
 
+def as_faulthandler_text(d: Dump) -> str:
+    """A dump's threads in faulthandler's own layout (innermost first, the main thread marked), the form the stack
+    readers take (stacks.main_thread): one reader for the stacks a rank's worker server, its SIGUSR1 handler or
+    py-spy gave. "" when the dump failed."""
+    if d.failure is not None:
+        return ""
+    main = d.main_thread()
+    blocks = []
+    for t in sorted(d.threads, key=lambda t: t is not main):
+        head = f"{'Current thread' if t is main else 'Thread'} {t.tid} (most recent call first):"
+        blocks.append("\n".join([head, *(f'  File "{f.file}", line {f.line if f.line is not None else 0} in '
+                                        f"{f.function}" for f in t.frames)]))
+    return "\n\n".join(blocks) + "\n"
+
+
 def classify_failure(text: str, pid: int) -> DumpFailure:
     low = text.lower()
     if "permission denied" in low or "operation not permitted" in low or "ptrace" in low and "denied" in low:
