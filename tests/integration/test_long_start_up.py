@@ -5,7 +5,6 @@ import takes seconds of CPU. Their ranks move (evidence.movement: a helper's CPU
 a library), so the watchdog stops nothing; a real hang after such a start-up is still named."""
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 

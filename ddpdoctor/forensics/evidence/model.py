@@ -23,7 +23,7 @@ is taken from another; ``Source`` order says whose wins when both say something)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
 # ONE library-frame rule: a frame whose file is under one of these is not the user's code. The interpreter's
@@ -321,3 +321,31 @@ class JobEvidence:
         """Every rank of the job: the world, the ranks with a record, the members of every group a record names."""
         members = {r for s in self.ranks.values() for g in s.groups for r in g.ranks or ()}
         return sorted(set(self.world) | set(self.ranks) | members)
+
+
+@dataclass
+class RankFailure:
+    """One rank's failure as its records tell it (torchrun's table, error.json, its log, a signal): what the
+    post-mortem reads, classifies (judge.classify) and attributes (judge.attribution)."""
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    exit_code: int | None
+    signal: str | None = None
+    attempt: int = 0
+    timestamp: float | None = None
+    category: str = "unknown"
+    error_type: str | None = None
+    message: str | None = None
+    location: str | None = None
+    fix: str = ""
+    traceback: str = ""
+    log_tail: str = ""
+    victim: bool = False
+    reason: str = ""
+    # Whether the verdict names this rank: True (a culprit, listed beside the root cause), False (shown but not
+    # named: the rank gloo aborted on a mismatch, one side of a tie), None (undecided: a root cause is named).
+    named: bool | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)

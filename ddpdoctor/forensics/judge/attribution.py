@@ -17,7 +17,9 @@ from pathlib import Path
 
 from ...grouping import rank_ranges
 from ...numbers import parse_int
-from .classify import RankFailure, Verdict, library_named_ranks
+from ..evidence.model import RankFailure
+from .reraised import named_by_the_library
+from .verdict import Findings
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
 from ..evidence.job_files import global_rank_of
 from .stopped import TELL_APART
@@ -86,27 +88,6 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
         f.victim = True
         rest.append(f)
     return root, rest
-
-
-def named_by_the_library(root: RankFailure, failures: list[RankFailure]) -> RankFailure:
-    """A library that re-raises one rank's exception on every rank (torch.distributed.checkpoint) names that rank:
-    it is the root cause, not the rank that exited first with the copy. Its own record when it left one, else the
-    copy, said as that rank's."""
-    named = library_named_ranks(root)
-    if not named or root.rank in named:
-        return root
-    own = [f for f in failures if f.rank in named]
-    if own:
-        chosen = min(own, key=lambda f: named.index(f.rank))
-    else:
-        from dataclasses import replace
-
-        chosen = replace(root, rank=named[0], local_rank=None, host=None, exit_code=None, signal=None)
-        failures.append(chosen)
-    root.victim = True
-    root.reason = (f"re-raised rank {named[0]}'s exception: the library gathered it and raised it on every rank "
-                   f"(it names rank(s) {rank_ranges(named)})")
-    return chosen
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
@@ -293,7 +274,7 @@ def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], ho
     return out
 
 
-def adopt(verdict: Verdict, hang: dict | None) -> None:
+def adopt(verdict: Findings, hang: dict | None) -> None:
     """The dumps' verdict becomes the root cause when the job's first failure only says who gave up: a timeout,
     a peer's transport error, a SIGTERM from the launcher, a log-only "likely" guess, or the rank gloo aborted on
     a mismatch that the majority of the ranks' calls pins on another rank. A real error (an exception, a

@@ -9,10 +9,10 @@ among the failures is ``attribution``'s.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..evidence import job_files
+from ..evidence.model import RankFailure
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 # (category, pattern, fix); the first match wins, so the specific ones come first.
@@ -56,61 +56,10 @@ ARGPARSE_ERROR = re.compile(r"^(?P<prog>[^\s:]{1,256}): error: (?P<msg>[^\n]{1,2
 STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
 
 
-@dataclass
-class RankFailure:
-    rank: int | None
-    local_rank: int | None
-    host: str | None
-    exit_code: int | None
-    signal: str | None = None
-    attempt: int = 0
-    timestamp: float | None = None
-    category: str = "unknown"
-    error_type: str | None = None
-    message: str | None = None
-    location: str | None = None
-    fix: str = ""
-    traceback: str = ""
-    log_tail: str = ""
-    victim: bool = False
-    reason: str = ""
-    # Whether the verdict names this rank: True (a culprit, listed beside the root cause), False (shown but not
-    # named: the rank gloo aborted on a mismatch, one side of a tie), None (undecided: a root cause is named).
-    named: bool | None = None
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
-# A library that gathers every rank's exception and raises it on every rank names the ranks it came from:
-# torch.distributed.checkpoint's "CheckpointException ranks:dict_keys([1])" and its "Traceback ... (RANK 1)".
-LIBRARY_NAMED = re.compile(r"CheckpointException ranks:\s?dict_keys\(\[(?P<ranks>\d{1,9}(?:, ?\d{1,9}){0,63})\]\)|"
-                           r"Traceback \(most recent call last\): \(RANK (?P<one>\d{1,9})\)")
 
 
-def library_named_ranks(f: "RankFailure") -> list[int]:
-    """The ranks a library says the exception came from (it re-raised it on every rank), in its order."""
-    text = "\n".join(x for x in (f.message or "", f.traceback, f.log_tail) if x)
-    out: list[int] = []
-    for m in LIBRARY_NAMED.finditer(text):
-        for part in (m["ranks"] or m["one"] or "").split(","):
-            rank = int(part) if part.strip().isdigit() else None
-            if rank is not None and rank not in out:
-                out.append(rank)
-    return out
-
-
-@dataclass
-class Verdict:
-    root_cause: RankFailure | None
-    consequences: list[RankFailure] = field(default_factory=list)
-    attempts: list[dict] = field(default_factory=list)
-    # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
-    # dir shows: the evidence the judge (forensics.judge) reads beside the flight-recorder dumps.
-    failures: list[RankFailure] = field(default_factory=list)
-    world: list[int] = field(default_factory=list)
-    # The signal torchrun itself received from outside (a scheduler's time limit, scancel, Ctrl-C), from its log.
-    stopped_by: str | None = None
 
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.

@@ -8,7 +8,8 @@ the likely one; else none, with what would tell. No failure and no evidence of a
 what is known, and that the end is not verified."""
 from __future__ import annotations
 
-from .classify import RankFailure, Verdict
+from ..evidence.model import RankFailure
+from .verdict import Findings
 
 TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
               "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
@@ -24,7 +25,7 @@ STOPPED_FIX_TRAINER = ("give the watchdog time to name the rank before the stop:
                        "scheduler's time limit (and below your process group's timeout)")
 
 
-def stopped_from_outside(verdict: Verdict, hang: dict | None, stalled: float | None, signal: str | None,
+def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | None, signal: str | None,
                          fix: str = STOPPED_FIX) -> None:
     """No rank failed of its own, but the job was stopped from outside (``signal``: what torchrun received; a
     scheduler's time limit or scancel sends SIGTERM to the whole job) or its dumps hold a collective pending for
@@ -77,7 +78,7 @@ UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's output with `--agent-l
                   "`ddpdoctor run-trainer` (each rank's record at exit says how it ended)")
 
 
-def not_verified(verdict: Verdict, normal_end: bool, ranks: list[int], fix: str = UNVERIFIED_FIX) -> bool:
+def not_verified(verdict: Findings, normal_end: bool, ranks: list[int], fix: str = UNVERIFIED_FIX) -> bool:
     """No rank failed, nothing stopped the job that a record says, and no evidence of a normal end
     (``normal_end``: evidence.ending): a rank's logs end the same way when its script returned and when a
     scheduler's SIGTERM or the OOM killer's SIGKILL ended it (no error file is written for a signal). The root

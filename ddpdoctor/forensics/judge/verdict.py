@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..evidence.model import Call, Frame, WaitKind
+from ..evidence.model import Call, Frame, RankFailure, WaitKind
 
 
 class Category(str, Enum):
@@ -80,3 +80,18 @@ class Verdict:
     @property
     def culprit_ranks(self) -> list[int]:
         return [c.rank for c in self.culprits]
+
+
+@dataclass
+class Findings:
+    """A finished job's failures attributed (judge.attribution): the root cause and its consequences, each
+    attempt's, and the records they were read from. The hang's own verdict is ``Verdict`` above."""
+    root_cause: RankFailure | None
+    consequences: list[RankFailure] = field(default_factory=list)
+    attempts: list[dict] = field(default_factory=list)
+    # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
+    # dir shows: the evidence the judge (forensics.judge) reads beside the flight-recorder dumps.
+    failures: list[RankFailure] = field(default_factory=list)
+    world: list[int] = field(default_factory=list)
+    # The signal torchrun itself received from outside (a scheduler's time limit, scancel, Ctrl-C), from its log.
+    stopped_by: str | None = None

@@ -10,17 +10,13 @@ from pathlib import Path
 
 import psutil
 
-from ..evidence.procs import (askable, exit_record, failed_at, local_rank_of, rank_per_process, ranks_of,
-                              record_at_exit, signal_stacks, stop_agent, workers)
-from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement_samples, own_code, past_start_up,
+from ..evidence.procs import (askable, exit_record, failed_at, rank_per_process, ranks_of,
+                              record_at_exit, stop_agent, workers)
+from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, moving_ranks, own_code, past_start_up,
                     progress_mark, stack_waits, stacks_of)
 from . import exchange
+from .collect import evidence_of
 from .stragglers import Live
-
-# The window over which a fired threshold looks for movement before it stops anything (two stack samples, CPU
-# times between them): long enough for a compiler's CPU to show, short beside any hang threshold.
-MOVEMENT_WINDOW_S = 1.5
-
 
 class Watchdog:
     """Runs beside torchrun. Progress is every rank's completed collectives (torch's flight recorder, asked
@@ -119,10 +115,9 @@ class Watchdog:
             if started is not None and not moved and self.starting_up(moved, up_since, now):
                 started = now  # start-up silence does not count: the stall counts from its end
             failing = self.failing(now, launched)  # each poll: another node learns of it from its mark at once
-            fired = (started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
-                     and not failing)
-            if fired and self.moving_ranks():
-                started, fired = time.time(), False  # a rank moved (evidence.movement): no hang, silence from now
+            fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
+            if fired and (failing or self.moving_ranks()):  # moved (evidence.movement): silence counts from now
+                started, fired = (started if failing else time.time()), False
             if fired or self.peer_fired():
                 self.judged_at = now
                 self.report = self.fire(self.threshold.stalled(now, started or launched))
@@ -320,19 +315,9 @@ class Watchdog:
         return done, progress_mark(self.run_dir, logs), moving
 
     def moving_ranks(self) -> list[int]:
-        """The ranks that moved over a short window (evidence.movement's rule: a helper such as a compiler used
-        the CPU, start-up work used it, or the stack moved in a library's code): the job is doing something, so
-        its silence is no hang, however long a cold compile, an op build or an import takes. Asked only when the
-        threshold fires; the ranks it names are kept for the report (``self.moved_ranks``)."""
-        from ..evidence.movement import moved
-
+        """The ranks that moved over a short window (stall.moving_ranks), kept until the next check."""
         procs = workers(self.agent.pid)
-        running = rank_per_process(procs)
-        ask = askable(self.run_dir, procs, running)
-        before = movement_samples(self.sockets, ask, procs, running)
-        self._stop.wait(MOVEMENT_WINDOW_S)
-        after = movement_samples(self.sockets, ask, procs, running)
-        self.moved_ranks = sorted(r for r, b in before.items() if r in after and moved(b, after[r]))
+        self.moved_ranks = moving_ranks(self.sockets, self.run_dir, procs, self._stop.wait)
         return self.moved_ranks
 
     def stack_motion(self, procs: list[psutil.Process], running: list[int | None]) -> tuple:
@@ -394,30 +379,5 @@ class Watchdog:
         return report
 
     def collect(self, procs: list[psutil.Process]) -> dict[int, dict]:
-        """Every rank's evidence at once (threads: a rank that does not answer costs its timeout only once)."""
-        from ..evidence import worker_client
-
-        by_rank, evidence = {rank: p for p, rank in zip(procs, rank_per_process(procs)) if rank is not None}, {}
-
-        def one(rank: int, proc: psutil.Process) -> None:
-            state = worker_client.process_state(proc.pid)
-            ev = {"host": self.host, "node": self.node, "pid": proc.pid, "state": state, "fr": None, "stacks": None,
-                  "local_rank": local_rank_of(proc)}
-            if state == "running" and self.sockets:
-                path = self.sockets.replace("{rank}", str(rank))
-                ev["fr"] = worker_client.flight_record(path)
-                if askable(self.run_dir, [proc], [rank]):  # else SIGUSR1's stack below: its exit is under way
-                    ev["stacks"] = worker_client.ask(path, "dump_traceback")
-            evidence[rank] = ev
-
-        threads = [threading.Thread(target=one, args=(r, p), daemon=True) for r, p in by_rank.items()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(15)
-        missing_stacks = [p for r, p in by_rank.items() if r in evidence and not evidence[r]["stacks"]
-                          and evidence[r]["state"] == "running"]
-        if missing_stacks:
-            for rank, text in signal_stacks(missing_stacks, self.run_dir / "stacks").items():
-                evidence.setdefault(rank, {})["stacks"] = text
-        return evidence
+        """Every rank's evidence at once (collect.evidence_of)."""
+        return evidence_of(procs, self.run_dir, self.sockets, self.host, self.node)

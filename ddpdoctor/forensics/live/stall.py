@@ -201,3 +201,24 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
             pass
         out[rank] = sample_of(stacks.get(rank), own.get(rank), helpers)
     return out
+
+
+# The window over which a fired threshold looks for movement before it stops anything (two stack samples, CPU
+# times between them): long enough for a compiler's CPU to show, short beside any hang threshold.
+MOVEMENT_WINDOW_S = 1.5
+
+
+def moving_ranks(sockets: str | None, run_dir: Path, procs: list, wait) -> list[int]:
+    """The ranks that moved over MOVEMENT_WINDOW_S (evidence.movement's rule: a helper such as a compiler used the
+    CPU, start-up work used it, or the stack moved in a library's code): the job is doing something, so its
+    silence is no hang, however long a cold compile, an op build or an import takes. Asked only when the
+    threshold fires. ``wait``: how to sleep (the watchdog's stop event: a stop ends the wait)."""
+    from ..evidence.movement import moved
+    from ..evidence.procs import askable, rank_per_process
+
+    running = rank_per_process(procs)
+    ask = askable(run_dir, procs, running)
+    before = movement_samples(sockets, ask, procs, running)
+    wait(MOVEMENT_WINDOW_S)
+    after = movement_samples(sockets, ask, procs, running)
+    return sorted(r for r, b in before.items() if r in after and moved(b, after[r]))

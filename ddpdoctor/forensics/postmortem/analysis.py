@@ -18,7 +18,9 @@ from ...numbers import parse_int
 from ..evidence import job_files
 from ..evidence.job_files import global_rank_of
 from ..judge import attribution
-from ..judge.classify import (ABORT, RankFailure, Verdict, classify, exception_line, last_traceback,
+from ..evidence.model import RankFailure
+from ..judge.verdict import Findings
+from ..judge.classify import (ABORT, classify, exception_line, last_traceback,
                               user_frame)
 
 TAIL_LINES = 40
@@ -166,13 +168,13 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
 
 
 
-def analyse(logs: Path, agent_stderr: str, host: str) -> Verdict:
+def analyse(logs: Path, agent_stderr: str, host: str) -> Findings:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
     # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
     listed_pids = {rec.get("pid") for rec in summary}
     closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
-    verdict = Verdict(root_cause=None, stopped_by=agent_signal(agent_stderr))
+    verdict = Findings(root_cause=None, stopped_by=agent_signal(agent_stderr))
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
         fails = failures_of_attempt(d, i, host, summary if last else None)
@@ -214,7 +216,7 @@ def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:
 HANG_SHAPED = ("timeout", "nccl", "unknown", "consequence")
 
 
-def adopt_hang_verdict(verdict: Verdict, hang: dict | None) -> None:
+def adopt_hang_verdict(verdict: Findings, hang: dict | None) -> None:
     """When flight-recorder dumps name the rank(s) a hung collective waited for (or the rank whose call differs
     from the majority's), that rank is the root cause of a job whose first failure only says who gave up; the
     judgement is attribution.adopt's."""

@@ -11,14 +11,16 @@ from ...grouping import rank_ranges
 from ..evidence import job_files
 from ..evidence.model import is_library
 from ..judge import attribution
-from ..judge.classify import FRAME, SIGNALS, RankFailure, Verdict
+from ..evidence.model import RankFailure
+from ..judge.classify import FRAME, SIGNALS
+from ..judge.verdict import Findings
 from . import analysis
 
 
 @dataclass
 class End:
     """How the run ended, as the forensics decide it (what run.json says of the failure)."""
-    verdict: Verdict
+    verdict: Findings
     failed: bool
     root: dict | None
     consequences: list[dict] = field(default_factory=list)
@@ -61,7 +63,7 @@ def decide(code: int, agent_stderr: str, logs: Path, run_dir: Path, hang_report:
     return End(verdict, failed, root, consequences, culprits, notes)
 
 
-def adopt_exit_dumps(verdict: Verdict, run_dir: Path) -> None:
+def adopt_exit_dumps(verdict: Findings, run_dir: Path) -> None:
     """A job that failed without a hang (a collective mismatch gloo aborts at once): the flight records the
     ranks wrote as they ended (at exit, or on the launcher's SIGTERM) say whose call differs from the majority's,
     or who was behind; attribution.adopt decides whether they outrank the first failure."""
@@ -169,7 +171,7 @@ def hang_consequences(report: dict) -> list[dict]:
             for c in verdict.get("consequences", [])]
 
 
-def stopped_while_hung(verdict: Verdict, run_dir: Path, signum: int) -> dict | None:
+def stopped_while_hung(verdict: Findings, run_dir: Path, signum: int) -> dict | None:
     """A stop (a scheduler's time limit, scancel) that came while the job was hung before the watchdog's
     threshold: the flight records the ranks wrote at the SIGTERM hold a collective pending STALLED_S or more; the
     rank their verdict names (with the SIGTERM stacks) is the root cause, else none. None: no sign of a hang."""
@@ -182,7 +184,7 @@ def stopped_while_hung(verdict: Verdict, run_dir: Path, signum: int) -> dict | N
     if stalled is None or stalled < STALLED_S:
         return None
     hang = judge_dumps(dumps, verdict.failures, run_dir / "stacks" / "sigterm", verdict.world)
-    hung = Verdict(root_cause=None)
+    hung = Findings(root_cause=None)
     stopped_from_outside(hung, hang, stalled, signal.Signals(signum).name, fix=STOPPED_FIX_TRAINER)
     return hung.root_cause.to_json() if hung.root_cause else None
 

@@ -1,7 +1,7 @@
 """torch.distributed.checkpoint's save failing on rank 1 (its planner raises): DCP gathers the exception and raises
 `CheckpointException ranks:dict_keys([1])` on every rank, so rank 0 exits first with rank 1's error (issue 45
 item 4). argv[1]: the checkpoint folder."""
-import datetime, os, sys
+import datetime, sys
 import torch, torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner

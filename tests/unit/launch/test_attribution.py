@@ -12,7 +12,9 @@ from ddpdoctor.forensics.live import collectives
 from ddpdoctor.forensics.evidence import worker_client, fr_dumps
 from ddpdoctor.forensics.judge import dumps as dumps_judge
 from ddpdoctor.forensics.live.hang import Watchdog
-from ddpdoctor.forensics.judge.classify import RankFailure, Verdict, classify, exception_line
+from ddpdoctor.forensics.evidence.model import RankFailure
+from ddpdoctor.forensics.judge.classify import classify, exception_line
+from ddpdoctor.forensics.judge.verdict import Findings
 
 USER = "/home/u/train.py"
 
@@ -68,7 +70,7 @@ def test_the_aborted_rank_is_not_the_culprit_of_a_mismatch():
                           error_type="EnforceNotMet", message="Received data size doesn't match expected size")
     odd = RankFailure(rank=2, local_rank=2, host="h", exit_code=1, category="peer_lost", victim=True,
                       reason="its collective broke because a peer process died", location=f"{USER}:58")
-    verdict = Verdict(root_cause=aborted, consequences=[odd])
+    verdict = Findings(root_cause=aborted, consequences=[odd])
     hist = [entry(i) for i in range(1, 4)]
     hang = dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
                                              ranks="[0, 1, 2, 3]") for r in (0, 2, 3)}))
@@ -86,7 +88,7 @@ def test_the_culprit_s_own_transport_error_is_not_appended_to_its_verdict():
                                message="[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:29066: "
                                        "Connection reset by peer"))
     assert odd.category == "peer_lost"
-    verdict = Verdict(root_cause=aborted, consequences=[odd])
+    verdict = Findings(root_cause=aborted, consequences=[odd])
     hist = [entry(i) for i in range(1, 4)]
     attribution.adopt(verdict, dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")],
                                                                  ranks="[0, 1, 2, 3]") for r in (0, 2, 3)})))
@@ -170,7 +172,7 @@ def test_dumps_replace_the_logs_rankless_guess_instead_of_listing_it_as_a_conseq
     two = [timed_out(0, op="barrier", line=31), timed_out(1)]
     root, rest = attribution.blame_the_absent(two[0], two[1:], None, "h")
     assert root.rank is None
-    verdict = Verdict(root_cause=root, consequences=rest)
+    verdict = Findings(root_cause=root, consequences=rest)
     hist = [entry(i) for i in range(1, 4)]
     recs = {0: fr(4, 4, hist + [entry(4, op="barrier", sizes=(), line=31)], ranks="[0, 1]"),
             1: fr(4, 4, hist + [entry(4)], ranks="[0, 1]")}
@@ -278,7 +280,7 @@ def test_a_rank_whose_script_ended_early_is_named_as_such_with_a_fix_that_helps(
     assert found[2][1]["ended"] == ended and found[0][1]["ended"] is None
     lost = [classify(RankFailure(rank=r, local_rank=r, host="h", exit_code=1, error_type="RuntimeError",
                                  message="[pair.cc:553] Connection closed by peer [127.0.0.1]:7574")) for r in (0, 1)]
-    verdict = Verdict(root_cause=lost[0], consequences=lost[1:])
+    verdict = Findings(root_cause=lost[0], consequences=lost[1:])
     attribution.adopt(verdict, dumps_judge.judge_dumps(found))
     rc = verdict.root_cause
     assert rc.rank == 2 and rc.error_type == "ended_early" and rc.exit_code == 0 and rc.location == f"{USER}:77"
@@ -408,28 +410,28 @@ def test_a_hung_job_a_scheduler_stopped_is_no_pass_and_names_the_rank_its_dumps_
     that rank 1 never entered; no rank failed of its own. It was 'no failed rank', exit 0."""
     from ddpdoctor.forensics.evidence import fr_dumps
     from ddpdoctor.forensics.judge import stopped
-    from ddpdoctor.forensics.judge.classify import Verdict
+    from ddpdoctor.forensics.judge.verdict import Findings
 
     _dump(tmp_path / "rank_0", 4, pending_created_s=30)
     _dump(tmp_path / "rank_1", 4)
     dumps = fr_dumps.find_dumps([tmp_path])
     assert 29 < fr_dumps.stalled_s(dumps) < 60
     hang = dumps_judge.judge_dumps(dumps, [], None, [0, 1])
-    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    v = Findings(root_cause=None, stopped_by="SIGTERM")
     stopped.stopped_from_outside(v, hang, fr_dumps.stalled_s(dumps), "SIGTERM")
     assert v.root_cause.rank == 1 and v.root_cause.error_type == "stopped_while_hung", v.root_cause
     assert "SIGTERM" in v.root_cause.message and "while hung" in v.root_cause.message
     # no dump: torchrun's own log says it was stopped; no rank named, what would tell is said
-    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    v = Findings(root_cause=None, stopped_by="SIGTERM")
     stopped.stopped_from_outside(v, None, None, "SIGTERM")
     assert v.root_cause.rank is None and v.root_cause.error_type == "stopped_from_outside"
     assert "--fr-dir" in v.root_cause.fix and attribution.culprit_ranks(v.root_cause.to_json(), []) == []
     # run-trainer's own run: not told to rerun under run-trainer, but how its watchdog would have named the rank
-    v = Verdict(root_cause=None, stopped_by="SIGTERM")
+    v = Findings(root_cause=None, stopped_by="SIGTERM")
     stopped.stopped_from_outside(v, None, None, "SIGTERM", fix=stopped.STOPPED_FIX_TRAINER)
     assert "--hang-timeout" in v.root_cause.fix and "run-trainer" not in v.root_cause.fix
     # a healthy job's dumps (nothing pending) and no signal: nothing to say
-    v = Verdict(root_cause=None)
+    v = Findings(root_cause=None)
     stopped.stopped_from_outside(v, None, None, None)
     assert v.root_cause is None
 
@@ -450,16 +452,16 @@ def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_record
 
     from ddpdoctor.forensics.postmortem import trainer_run
 
-    from ddpdoctor.forensics.judge.classify import Verdict
+    from ddpdoctor.forensics.judge.verdict import Findings
 
     folder = tmp_path / "flight_recorder"
     folder.mkdir()
     _dump(folder / "rank0.json", 4, pending_created_s=30)
     _dump(folder / "rank1.json", 4)
-    root = trainer_run.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
+    root = trainer_run.stopped_while_hung(Findings(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
     assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
     _dump(folder / "rank0.json", 4, pending_created_s=1)
-    assert trainer_run.stopped_while_hung(Verdict(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
+    assert trainer_run.stopped_while_hung(Findings(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
 
 
 def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_likely_culprit(tmp_path):
@@ -487,7 +489,7 @@ def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_l
 def test_the_rank_a_library_names_in_the_exception_it_reraised_everywhere_is_the_root_cause():
     """torch.distributed.checkpoint gathers rank 1's exception and raises it on every rank; rank 0 exits first."""
     from ddpdoctor.forensics.judge.attribution import judge
-    from ddpdoctor.forensics.judge.classify import library_named_ranks
+    from ddpdoctor.forensics.judge.reraised import library_named_ranks
 
     text = ("torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([1])\n"
             "Traceback (most recent call last): (RANK 1)\n  File \"/job/train.py\", line 9, in plan\n"

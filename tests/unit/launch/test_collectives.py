@@ -3,6 +3,7 @@ as torch 2.13's `_dump_fr_trace` gives them for gloo, faulthandler stacks as the
 from __future__ import annotations
 
 from ddpdoctor.forensics.live import collectives
+from ddpdoctor.forensics.evidence.model import RankFailure
 from ddpdoctor.forensics.judge import classify as rules
 from ddpdoctor.forensics.live.stall import Threshold
 
@@ -134,7 +135,7 @@ Extension modules: numpy._core._multiarray_umath, torch._C"""
 
 
 def test_sigabrt_after_an_uncaught_cpp_exception_says_what_and_where():
-    f = rules.RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, log_tail=ABORT_LOG)
+    f = RankFailure(rank=1, local_rank=1, host="h", exit_code=-6, log_tail=ABORT_LOG)
     f = rules.classify(f)
     assert f.signal == "SIGABRT" and f.error_type == "EnforceNotMet" and "collective mismatch" in f.message
     assert f.category == "desync" and f.location == "/tmp/h2/faults.py:15" and not f.victim

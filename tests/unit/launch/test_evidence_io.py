@@ -16,6 +16,7 @@ import pytest
 
 from ddpdoctor.forensics.evidence import job_files, fr_dumps
 from ddpdoctor.forensics.judge import dumps as dumps_judge
+from ddpdoctor.forensics.evidence.model import RankFailure
 from ddpdoctor.forensics.judge import classify as rules
 from ddpdoctor.forensics.postmortem import analysis
 
@@ -84,7 +85,7 @@ def test_summary_and_classification_regexes_are_linear(text):
     gets what the reading layer lets through at most: a clipped message, a tail of at most 512 KiB."""
     t0 = time.process_time()  # CPU time: another job's load does not inflate it
     analysis.parse_agent_summary(text)
-    f = rules.RankFailure(rank=0, local_rank=0, host="h", exit_code=-6,
+    f = RankFailure(rank=0, local_rank=0, host="h", exit_code=-6,
                                message=job_files.clip(text, job_files.MESSAGE_CHARS),
                                log_tail=text[-job_files.STDERR_TAIL_BYTES:])
     rules.classify(f)

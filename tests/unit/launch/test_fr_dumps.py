@@ -7,7 +7,8 @@ import pickle
 
 from ddpdoctor.forensics.evidence import fr_dumps
 from ddpdoctor.forensics.judge import dumps as dumps_judge
-from ddpdoctor.forensics.judge.classify import RankFailure, Verdict
+from ddpdoctor.forensics.evidence.model import RankFailure
+from ddpdoctor.forensics.judge.verdict import Findings
 from ddpdoctor.forensics.postmortem.analysis import adopt_hang_verdict
 
 
@@ -52,7 +53,7 @@ def test_the_rank_that_never_entered_is_the_culprit_and_the_timed_out_rank_a_con
     (tmp_path / "rank1.json").write_text(json.dumps(record(9, 9, [entry(9)])))
     hang = dumps_judge.judge_dumps(fr_dumps.find_dumps([tmp_path]))
     assert hang["class"] == "missing_rank" and [c["rank"] for c in hang["culprits"]] == [1]
-    verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="timeout",
+    verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="timeout",
                                              message="Watchdog caught collective operation timeout"))
     adopt_hang_verdict(verdict, hang)
     assert verdict.root_cause.rank == 1 and verdict.root_cause.category == "hang"
@@ -61,7 +62,7 @@ def test_the_rank_that_never_entered_is_the_culprit_and_the_timed_out_rank_a_con
 
 def test_a_real_error_stays_the_root_cause():
     hang = {"class": "missing_rank", "summary": "s", "culprits": [{"rank": 1}], "collective": {}}
-    verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="exception",
+    verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="exception",
                                              error_type="ValueError"))
     adopt_hang_verdict(verdict, hang)
     assert verdict.root_cause.error_type == "ValueError" and verdict.consequences == []
@@ -88,7 +89,7 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
         '  File "/jobs/train.py", line 101 in <module>\n')
 
     def adopted():
-        verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
+        verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
                                                  message="timed out"))
         trainer_run.adopt_exit_dumps(verdict, tmp_path)
         return verdict.root_cause
@@ -120,7 +121,7 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
         '  File "/src/ddpdoctor/launch/bootstrap.py", line 130 in dump_flight_record\n')
 
     def adopted(own_location):
-        verdict = Verdict(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
+        verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
                                                  message="timed out"),
                           consequences=[RankFailure(rank=2, local_rank=2, host="n0", exit_code=1, category="peer_lost",
                                                     message="Connection reset by peer", location=own_location)])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpdoctor.forensics.judge.classify import RankFailure, classify
+from ddpdoctor.forensics.evidence.model import RankFailure
+from ddpdoctor.forensics.judge.classify import classify
 from ddpdoctor.forensics.evidence import flight_recorder, stacks, torchrun_files, worker_server
 from ddpdoctor.forensics.evidence.model import (Call, Ending, EndKind, Ender, Frame, Group, JobEvidence, RankState,
                                                 Source, Wait, WaitKind, is_library, user_frame)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ddpdoctor.forensics.evidence import ending
-from ddpdoctor.forensics.judge.classify import Verdict
+from ddpdoctor.forensics.judge.verdict import Findings as Verdict
 from ddpdoctor.forensics.judge.stopped import not_verified, stopped_from_outside
 from tests.unit.helpers import run_cli
 

@@ -13,7 +13,8 @@ from ddpdoctor.forensics.live import stall
 from ddpdoctor.launch import torchrun
 from ddpdoctor.launch.config import TrainerConfig, validate
 from ddpdoctor.forensics.judge.attribution import judge
-from ddpdoctor.forensics.judge.classify import RankFailure, classify
+from ddpdoctor.forensics.evidence.model import RankFailure
+from ddpdoctor.forensics.judge.classify import classify
 
 SUMMARY = """
 Failures:

@@ -7,7 +7,8 @@ import re
 
 from rich.console import Console
 
-from ddpdoctor.forensics.judge.classify import RankFailure, classify
+from ddpdoctor.forensics.evidence.model import RankFailure
+from ddpdoctor.forensics.judge.classify import classify
 from ddpdoctor.report.console_trainer import render
 
 LABELS = ("missing_rank:", "likely_missing_rank", "exit code —", "(peer_lost", "peer_lost:", "timeout_ms",
