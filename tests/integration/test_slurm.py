@@ -281,3 +281,80 @@ def _task_documents(where) -> list[dict]:
     --error: without it srun writes stderr into the --output file too)."""
     files = sorted(where.glob("task-*.json"))
     return [json.loads(f.read_text()) for f in files]
+
+
+@pytest.fixture
+def srun_torchrun_job_stuck(slurm, tmp_path):
+    """`srun -N3 --ntasks-per-node=1 torchrun --nnodes 3 --nproc-per-node 2 ...` as torchtitan's and most SLURM
+    templates start a job: one torchrun agent per node (with srun's SLURM_PROCID), its workers the ranks, their
+    logs in a shared --log-dir, each agent's own output in its srun --error file. Rank 1 (node1's second worker)
+    is stuck in its own code. Yields (job id, the srun client, the log dir, the folder of the agents' outputs)."""
+    env = user_env(slurm)
+    env.update(ATTACH_DIR=str(tmp_path), ATTACH_SHAPE="stuck", OMP_NUM_THREADS="1")
+    logs, agents = tmp_path / "logs", tmp_path / "agents"
+    agents.mkdir()
+    slurm.wait_idle()
+    job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "stuck-tr", *per_task(agents),
+                            sys.executable, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc-per-node", "2",
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29564", "--redirects", "3",
+                            "--log-dir", str(logs), str(ATTACH_JOB)], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.err", "wb"))
+    try:
+        deadline = time.monotonic() + 180
+        while not all((tmp_path / f"ready{r}").exists() for r in range(6)):
+            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "job.err").read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1.0)  # into the call the test reads them in
+        ids = subprocess.run(["squeue", "-h", "-n", "stuck-tr", "-o", "%i"], capture_output=True, text=True,
+                             timeout=30, env=slurm.env()).stdout.split()
+        assert len(ids) == 1, ids
+        yield ids[0], job, logs, agents
+    finally:
+        subprocess.run(["scancel", "--name", "stuck-tr"], env=slurm.env(), timeout=30, capture_output=True)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=10)
+
+
+@pytest.mark.timeout(420)
+def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_say_the_stop(
+        slurm, srun_torchrun_job_stuck, tmp_path):
+    """Issue 45 items 1 and 3 on the real scheduler. attach took each torchrun agent (SLURM_PROCID from srun) for a
+    rank and the master said "the job progresses ... exit 0" on a job hung for minutes: now every node's attach
+    walks through the agent to its two workers, and the master names rank 1 at its line. Then scancel (SIGTERM to
+    every process of the step at once): postmortem of the log dir said "pass", exit 0; now, from the log dir alone,
+    "not verified" (exit 5), and with an agent's own output, the stop from outside (exit 1)."""
+    jobid, job, logs, agents = srun_torchrun_job_stuck
+    out = tmp_path / "attach"
+    out.mkdir()
+    p = slurm.run(["srun", "--overlap", "--jobid", jobid, "-N3", "--ntasks-per-node=1", *per_task(out),
+                   "ddpdoctor", "attach", "--master", "node1:29565", "--json", "--no-save", "--interval", "2"],
+                  timeout=240, env=user_env(slurm))
+    docs = _task_documents(out)
+    errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
+    assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
+    master = next(d for d in docs if d.get("role") == "master")
+    diag = master["diagnosis"]
+    assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
+    assert diag["culprits"][0]["function"] == "own_compute" and diag["culprits"][0]["host"] == "node1", diag
+    ranks = sorted((r["rank"], r["host"]) for r in master["ranks"])
+    assert [r for r, _ in ranks] == list(range(6)), ranks  # six workers, no agent among them
+    assert job.poll() is None, "attach must leave the job running"
+
+    scancel = subprocess.run(["scancel", jobid], env=slurm.env(), timeout=30, capture_output=True, text=True)
+    assert scancel.returncode == 0, scancel.stderr
+    job.wait(timeout=90)
+    pm = subprocess.run([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), "--json", "--no-save"],
+                        capture_output=True, text=True, timeout=120)
+    doc = json.loads(pm.stdout)
+    assert pm.returncode == 5 and doc["verdict"] == "warn", (pm.returncode, doc.get("root_cause"), pm.stderr[-2000:])
+    agent_log = next(f for f in sorted(agents.glob("task-*.err")) if "SIGTERM" in f.read_text(errors="replace"))
+    pm = subprocess.run([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), "--agent-log", str(agent_log),
+                         "--json", "--no-save"], capture_output=True, text=True, timeout=120)
+    doc = json.loads(pm.stdout)
+    rc = doc["root_cause"]
+    assert pm.returncode == 1 and doc["verdict"] == "fail", (pm.returncode, rc, pm.stderr[-2000:])
+    assert rc["error_type"] in ("stopped_from_outside", "stopped_while_hung") and "SIGTERM" in rc["message"], rc
+    assert rc["rank"] in (None, 1), rc  # never an innocent rank
