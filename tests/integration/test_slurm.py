@@ -4,6 +4,7 @@ run-trainer` with the reference trainer and with a script whose rank on node 3 h
 firewall drops the master port. One cluster for the module (bring-up under a second); nothing is left behind."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -223,20 +224,28 @@ def srun_job_stuck_on_node2(slurm, tmp_path):
     job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "stuck", sys.executable,
                             str(ATTACH_JOB)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=open(tmp_path / "job.err", "wb"))
+    with _running(slurm, job, "stuck", tmp_path, ranks=3, limit=150) as jobid:
+        yield jobid, job
+
+
+@contextlib.contextmanager
+def _running(slurm, job: subprocess.Popen, name: str, where: Path, ranks: int, limit: float):
+    """The job id once every rank has written its ready file (and stands in the call the test reads); scancel
+    and the srun client reaped at the end, whatever happened."""
     try:
-        deadline = time.monotonic() + 150
-        while not all((tmp_path / f"ready{r}").exists() for r in range(3)):
-            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "job.err").read_text()[-3000:]
+        deadline = time.monotonic() + limit
+        while not all((where / f"ready{r}").exists() for r in range(ranks)):
+            assert job.poll() is None and time.monotonic() < deadline, (where / "job.err").read_text()[-3000:]
             time.sleep(0.5)
         time.sleep(1.0)  # into the call the test reads them in
-        ids = subprocess.run(["squeue", "-h", "-n", "stuck", "-o", "%i"], capture_output=True, text=True,
+        ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
                              timeout=30, env=slurm.env()).stdout.split()
         assert len(ids) == 1, ids
-        yield ids[0], job
+        yield ids[0]
     finally:
-        subprocess.run(["scancel", "--name", "stuck"], env=slurm.env(), timeout=30, capture_output=True)
+        subprocess.run(["scancel", "--name", name], env=slurm.env(), timeout=30, capture_output=True)
         try:
-            job.wait(timeout=30)
+            job.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=10)
@@ -251,14 +260,8 @@ def test_srun_overlap_attach_names_the_stuck_rank_its_node_and_line(slurm, srun_
     out = tmp_path / "attach"
     out.mkdir()
     started = time.monotonic()
-    p = slurm.run(["srun", "--overlap", "--jobid", jobid, "-N3", "--ntasks-per-node=1", *per_task(out),
-                   "ddpdoctor", "attach", "--master", "node1:29563", "--json", "--no-save", "--interval", "2"],
-                  timeout=200, env=user_env(slurm))
+    master = _attach_on_every_node(slurm, jobid, out, "node1:29563")
     took = time.monotonic() - started
-    docs = _task_documents(out)
-    errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
-    assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
-    master = next(d for d in docs if d.get("role") == "master")
     diag = master["diagnosis"]
     assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
     culprit = diag["culprits"][0]
@@ -268,6 +271,18 @@ def test_srun_overlap_attach_names_the_stuck_rank_its_node_and_line(slurm, srun_
     assert sorted((r["rank"], r["host"]) for r in master["ranks"]) == [(0, "node1"), (1, "node2"), (2, "node3")]
     assert job.poll() is None, "attach must leave the job running"
     assert took < 120, took  # the 15 s figure of issue 31 is measured by tests/benchmarks/bench_attach.py --slurm
+
+
+def _attach_on_every_node(slurm, jobid: str, out: Path, master: str) -> dict:
+    """`srun --overlap --jobid J -N3 --ntasks-per-node=1 ddpdoctor attach --master M` beside the job, as users type
+    it: exit 1 (a hang named) and the master's document."""
+    p = slurm.run(["srun", "--overlap", "--jobid", jobid, "-N3", "--ntasks-per-node=1", *per_task(out),
+                   "ddpdoctor", "attach", "--master", master, "--json", "--no-save", "--interval", "2"],
+                  timeout=240, env=user_env(slurm))
+    docs = _task_documents(out)
+    errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
+    assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
+    return next(d for d in docs if d.get("role") == "master")
 
 
 def per_task(where) -> list[str]:
@@ -299,23 +314,8 @@ def srun_torchrun_job_stuck(slurm, tmp_path):
                             "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29564", "--redirects", "3",
                             "--log-dir", str(logs), str(ATTACH_JOB)], env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.err", "wb"))
-    try:
-        deadline = time.monotonic() + 180
-        while not all((tmp_path / f"ready{r}").exists() for r in range(6)):
-            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "job.err").read_text()[-3000:]
-            time.sleep(0.5)
-        time.sleep(1.0)  # into the call the test reads them in
-        ids = subprocess.run(["squeue", "-h", "-n", "stuck-tr", "-o", "%i"], capture_output=True, text=True,
-                             timeout=30, env=slurm.env()).stdout.split()
-        assert len(ids) == 1, ids
-        yield ids[0], job, logs, agents
-    finally:
-        subprocess.run(["scancel", "--name", "stuck-tr"], env=slurm.env(), timeout=30, capture_output=True)
-        try:
-            job.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=10)
+    with _running(slurm, job, "stuck-tr", tmp_path, ranks=6, limit=180) as jobid:
+        yield jobid, job, logs, agents
 
 
 @pytest.mark.timeout(420)
@@ -329,13 +329,7 @@ def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_sa
     jobid, job, logs, agents = srun_torchrun_job_stuck
     out = tmp_path / "attach"
     out.mkdir()
-    p = slurm.run(["srun", "--overlap", "--jobid", jobid, "-N3", "--ntasks-per-node=1", *per_task(out),
-                   "ddpdoctor", "attach", "--master", "node1:29565", "--json", "--no-save", "--interval", "2"],
-                  timeout=240, env=user_env(slurm))
-    docs = _task_documents(out)
-    errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
-    assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
-    master = next(d for d in docs if d.get("role") == "master")
+    master = _attach_on_every_node(slurm, jobid, out, "node1:29565")
     diag = master["diagnosis"]
     assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
     assert diag["culprits"][0]["function"] == "own_compute" and diag["culprits"][0]["host"] == "node1", diag
