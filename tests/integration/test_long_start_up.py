@@ -48,8 +48,11 @@ def test_a_hang_after_a_long_start_up_is_still_named(tmp_path):
 
 @pytest.mark.timeout(420)
 def test_a_cold_torch_compile_is_no_hang(tmp_path):
-    """The real thing: inductor's first compile on the CPU runs the C++ compiler (cold cache), one rank at a time
-    under its lock; it takes tens of seconds on two loaded cores, past a 6 s hang threshold."""
+    """The real thing: inductor's first compile on the CPU runs the C++ compiler for several kernels (a cold cache:
+    ~30 s of CPU on two cores). Here torch 2.13 compiles the forward and the backward at separate moments, with
+    DDP's collectives between them, so no silence outlasted the threshold even before the movement rule (the
+    issue's 5-of-5 kill was not reproduced on this machine); it guards that the rule's samples leave a compiling
+    job alone."""
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("no C++ compiler for inductor")
     p, doc = run(tmp_path, "compile")

@@ -48,11 +48,25 @@ def build_with_lock(rank):
         fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class Net(torch.nn.Module):
+    """Enough distinct ops that inductor writes and compiles several C++ kernels (a cold cache: tens of seconds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 128), torch.nn.Linear(128, 64)
+        self.norm = torch.nn.LayerNorm(128)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.norm(self.a(x)))
+        h = h * torch.sigmoid(h).softmax(-1) + torch.tanh(h).cumsum(-1) / 128
+        return self.b(h).log_softmax(-1)
+
+
 def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))  # broadcasts: the watchdog arms
+    model = torch.nn.parallel.DistributedDataParallel(Net())  # broadcasts: the watchdog arms
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def steps(n):
