@@ -145,6 +145,19 @@ def job_ranks(dumps: dict[int, tuple[Path, dict]], limit: int = 1 << 16) -> list
     return sorted(set(best) | set(dumps))
 
 
+def pg_timeouts_s(dumps: dict[int, tuple[Path, dict]]) -> list[float]:
+    """The process-group timeouts the ranks' collectives ran under (every entry's ``timeout_ms``), in seconds,
+    largest first: which timeout the job, or a library inside it, kept (HF Trainer on the CPU drops
+    ``ddp_timeout``; DeepSpeed's own group keeps 30 minutes)."""
+    found: set[float] = set()
+    for _, (_, fr) in dumps.items():
+        for e in (fr.get("entries") or [])[-64:] if isinstance(fr, dict) else []:
+            ms = parse_int(e.get("timeout_ms") if isinstance(e, dict) else None, lo=1, hi=10**12)
+            if ms is not None:
+                found.add(ms / 1000.0)
+    return sorted(found, reverse=True)
+
+
 def stalled_s(dumps: dict[int, tuple[Path, dict]]) -> float | None:
     """How long the oldest collective still pending in any dump had waited when its dump was written (the
     file's time: the bootstrap writes it at the launcher's or a scheduler's SIGTERM, torch on a timeout); None

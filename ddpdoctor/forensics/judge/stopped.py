@@ -25,8 +25,20 @@ STOPPED_FIX_TRAINER = ("give the watchdog time to name the rank before the stop:
                        "scheduler's time limit (and below your process group's timeout)")
 
 
+def kept_timeout(timeouts: list[float], stalled: float | None) -> str:
+    """Which process-group timeout the job ran under (its flight records' timeout_ms), when it was longer than the
+    job stood hung: only the stop could end it. A library may keep its own (HF Trainer on the CPU drops
+    ``ddp_timeout``; DeepSpeed's group keeps 30 minutes), whatever the script set."""
+    if not timeouts or (stalled is not None and stalled >= timeouts[0]):
+        return ""
+    said = ", ".join(f"{t:g} s" for t in timeouts[:3])
+    return (f"; its collectives ran under a process-group timeout of {said} (the flight records' timeout_ms), so "
+            "only the stop could end the wait: a library may keep its own timeout whatever the script set "
+            "(HF Trainer on the CPU drops ddp_timeout; DeepSpeed's own group keeps 30 minutes)")
+
+
 def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | None, signal: str | None,
-                         fix: str = STOPPED_FIX) -> None:
+                         fix: str = STOPPED_FIX, timeouts: list[float] | None = None) -> None:
     """No rank failed of its own, but the job was stopped from outside (``signal``: what torchrun received; a
     scheduler's time limit or scancel sends SIGTERM to the whole job) or its dumps hold a collective pending for
     ``stalled`` seconds: not a pass. A hung job (a collective pending STALLED_S or more) gets the rank the dumps'
@@ -49,7 +61,8 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
         verdict.root_cause = RankFailure(
             rank=first["rank"], local_rank=None, host=first.get("host"), exit_code=None, signal=signal,
             category="hang", error_type="stopped_while_hung", location=first.get("where"),
-            message=f"the job was {by} {state}: {likely}{hang['summary']}", fix=hang.get("fix") or fix)
+            message=f"the job was {by} {state}: {likely}{hang['summary']}{kept_timeout(timeouts or [], stalled)}",
+            fix=hang.get("fix") or fix)
         for c in culprits[1:]:
             verdict.consequences.append(RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"),
                                                     exit_code=None, category="hang", named=True,
@@ -60,7 +73,8 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
             "dump, no stack)")
     verdict.root_cause = RankFailure(
         rank=None, local_rank=None, host=None, exit_code=None, signal=signal, category="hang" if hung else "signal",
-        error_type="stopped_while_hung" if hung else "stopped_from_outside", message=f"the job was {by} {what}",
+        error_type="stopped_while_hung" if hung else "stopped_from_outside",
+        message=f"the job was {by} {what}{kept_timeout(timeouts or [], stalled) if hung else ''}",
         fix=fix)
 
 

@@ -13,7 +13,7 @@ from ...errors import UsageError
 from ...exitcodes import ExitCode
 from ...numbers import parse_int
 from ..evidence import ending, job_files
-from ..evidence.fr_dumps import find_dumps, stalled_s
+from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge import attribution
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
@@ -34,7 +34,8 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
     analysis.adopt_hang_verdict(verdict, hang)
-    stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by)  # a hung job a scheduler ended
+    stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by,  # a hung job a scheduler ended
+                         timeouts=pg_timeouts_s(dumps))
     run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):

@@ -126,3 +126,22 @@ def test_postmortem_of_a_run_trainer_run_passes_on_every_rank_s_record_at_exit(t
     (run / "flight_recorder" / "rank1.json").unlink()  # one rank's end unknown: not verified
     p = run_cli("postmortem", str(logs), "--json", env=env)
     assert p.returncode == 5, p.stdout[-2000:]
+
+
+def test_a_stop_says_which_process_group_timeout_the_job_kept():
+    """Issue 45 item 6: a library that keeps its own 30-minute timeout (HF Trainer on the CPU, DeepSpeed's group)
+    hangs until the scheduler stops it; the stop says the timeout the records show, and that only the stop could
+    end the wait."""
+    from pathlib import Path
+
+    from ddpdoctor.forensics.evidence.fr_dumps import pg_timeouts_s
+
+    dumps = {r: (Path(f"rank{r}.json"), {"entries": [{"timeout_ms": 1800000}, {"timeout_ms": 600000}]})
+             for r in (0, 1)}
+    assert pg_timeouts_s(dumps) == [1800.0, 600.0]
+    v = Verdict(root_cause=None)
+    stopped_from_outside(v, _dumps_verdict(1), stalled=45.0, signal="SIGTERM", timeouts=[1800.0])
+    assert v.root_cause.rank == 1 and "1800 s" in v.root_cause.message and "only the stop" in v.root_cause.message
+    v = Verdict(root_cause=None)
+    stopped_from_outside(v, None, stalled=None, signal="SIGTERM", timeouts=[1800.0])  # no sign of a hang: no word
+    assert "1800" not in v.root_cause.message
