@@ -142,7 +142,7 @@ def cli(verbose: int, quiet: bool) -> None:
     \b
     Exit codes: 0 passed (warnings allowed) · 1 a check failed · 2 usage or bad input
                 3 the cluster did not assemble · 4 internal error
-                5 not verified (a cluster node without the run's key or token)
+                5 not verified (a cluster node without the run's key or token; a log dir with no sign of a normal end)
     """
     common.STATE.verbose = verbose
     common.STATE.quiet = quiet
