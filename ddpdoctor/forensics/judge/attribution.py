@@ -12,7 +12,6 @@ flight-recorder dumps. A rank that timed out inside a collective waited; it is n
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 
 from ...grouping import rank_ranges
@@ -20,6 +19,7 @@ from ...numbers import parse_int
 from ..evidence.model import RankFailure
 from .reraised import named_by_the_library
 from .verdict import Findings
+from .vote import odd_ones
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
 from ..evidence.job_files import global_rank_of
 from .stopped import TELL_APART
@@ -126,10 +126,10 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     if stopped or silent:
         return _blame_the_quiet(fails, timed_out, stopped, silent, calls, pg)
     # Every failed rank timed out: the call a minority waited in is the odd one (a rank-guarded barrier).
-    counts = Counter(calls.values()).most_common()
-    if len(counts) > 1 and counts[0][1] > counts[1][1]:
-        return _blame_the_odd_call(fails, inside, calls, counts)
-    return _stuck_collective(fails, timed_out, calls, len(counts) > 1, host, pg)
+    odd, major = odd_ones(calls)  # the judge's one vote
+    if odd:
+        return _blame_the_odd_call(fails, inside, calls, major)
+    return _stuck_collective(fails, timed_out, calls, len(set(calls.values())) > 1, host, pg)
 
 
 def _where(calls: dict) -> str:
@@ -207,15 +207,16 @@ def _blame_the_departed(fails: list[RankFailure], departed: list[RankFailure],
 
 
 def _blame_the_odd_call(fails: list[RankFailure], inside: list[RankFailure], calls: dict,
-                        counts: list) -> tuple[RankFailure, list[RankFailure]]:
+                        major: tuple) -> tuple[RankFailure, list[RankFailure]]:
     """Every failed rank timed out and a minority waited in another call: that minority is the likely desync."""
-    odd = sorted((f for f in inside if calls[f.rank] != counts[0][0]), key=lambda f: _key((f.rank, 0)))
+    odd = sorted((f for f in inside if calls[f.rank] != major), key=lambda f: _key((f.rank, 0)))
+    held = sum(1 for call in calls.values() if call == major)
     op, site = calls[odd[0].rank]
     new = RankFailure(
         rank=odd[0].rank, local_rank=odd[0].local_rank, host=odd[0].host, exit_code=odd[0].exit_code,
         signal=odd[0].signal, attempt=odd[0].attempt, category="hang", error_type="likely_desync", location=site,
-        message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {counts[0][1]} rank(s) waited in "
-                 f"{counts[0][0][0]}" + (f" at {counts[0][0][1]}" if counts[0][0][1] else "")
+        message=(f"likely {', '.join(_name(f) for f in odd)}: waited in {op} while {held} rank(s) waited in "
+                 f"{major[0]}" + (f" at {major[1]}" if major[1] else "")
                  + " (each inside its own collective when the job ended: they waited for each other)"),
         fix="make every rank issue the same collectives in the same order (a rank-dependent branch such as "
             "`if rank == 0: dist.barrier()`)")
