@@ -12,6 +12,7 @@ from enum import Enum
 from ...grouping import rank_ranges
 from ..evidence import lagging
 from ..evidence.model import JobEvidence, RankState, WaitKind
+from ..evidence.movement import start_up_work
 from ..judge import judge, words
 from .sample import RankRead, is_wait
 
@@ -72,6 +73,10 @@ def motion(reads: list[RankRead]) -> Reading:
     overdue = overdue_wait(reads)
     if overdue is not None:
         return Reading(Motion.STILL, overdue, [])
+    starting = sorted(r.rank for r in readable if r.rank in computing and start_up_work(r.state.frames))
+    if starting:  # the one movement rule's (evidence.movement): an import, a compile or a build under way
+        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(starting)} do start-up work (an import, a compile, a "
+                                     "build) and use the CPU", [])
     if computing:
         return Reading(Motion.UNDECIDED, f"no rank moved, and rank(s) {rank_ranges(computing)} use the CPU in "
                                          "their own code (a long step, or a hang)", computing)

@@ -43,3 +43,22 @@ def test_a_rank_spinning_in_its_own_code_or_waiting_is_not_movement():
     collective = frames((f"{SITE}/torch/distributed/distributed_c10d.py", 2800, "all_reduce"), (SCRIPT, 50, "step"))
     assert not moved(Sample(collective, 1.0), Sample(collective, 1.0))
     assert not moved(Sample((), None), Sample((), None))  # nothing answered: nothing shown
+
+
+def test_attach_takes_a_rank_doing_start_up_work_for_movement_as_the_watchdog_does():
+    """One movement rule for attach and the watchdog: a rank that computes inside an import or a compile while the
+    others wait is the job moving (attach said "a long step, or a hang" and watched up to --wait for it)."""
+    from ddpdoctor.forensics.attach.decide import Motion, motion
+    from ddpdoctor.forensics.attach.sample import RankRead
+    from ddpdoctor.forensics.evidence.model import RankState, Source, Wait, WaitKind
+
+    importing = frames(("<frozen importlib._bootstrap>", 241, "_call_with_frames_removed"), (SCRIPT, 12, "setup"))
+    barrier = frames((f"{SITE}/torch/distributed/distributed_c10d.py", 4800, "barrier"), (SCRIPT, 14, "main"))
+    reads = [RankRead(0, 100, "h", 0, state=RankState(0, Source.PY_SPY, frames=importing), moved=False, cpu=0.9),
+             RankRead(1, 101, "h", 1, state=RankState(1, Source.PY_SPY, frames=barrier,
+                                                      wait=Wait(WaitKind.COLLECTIVE)), moved=False, cpu=0.0)]
+    reading = motion(reads)
+    assert reading.motion == Motion.MOVED and "start-up work" in reading.why, reading
+    spinning = frames((SCRIPT, 22, "own_compute"))
+    reads[0] = RankRead(0, 100, "h", 0, state=RankState(0, Source.PY_SPY, frames=spinning), moved=False, cpu=0.9)
+    assert motion(reads).motion == Motion.UNDECIDED  # its own code: a long step or a hang, watched as before
