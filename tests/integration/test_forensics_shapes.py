@@ -130,7 +130,10 @@ def check_postmortem(shape: Shape, tmp: pytest.TempPathFactory) -> None:
         assert doc is not None, f"{what}: exit {code}: {err[-2000:]}"
         if not shape.culprits:
             assert run.code == 0, run.stderr[-3000:]
-            check_healthy(code, doc, what)
+            if how == "log dir alone":  # a log dir shows no normal end (issue 45): not verified, nobody blamed
+                assert code == 5 and doc["verdict"] == "warn" and culprits_named(doc) == [], f"{what}: {_said(doc)}"
+                continue
+            check_healthy(code, doc, what)  # torchrun's own output at LOGLEVEL=INFO says its workers SUCCEEDED
             continue
         assert run.code != 0, f"{shape.name}: torchrun passed: {run.stderr[-2000:]}"
         assert code != 0 and doc["verdict"] == "fail", f"{what}: exit {code} although torchrun failed: {_said(doc)}"

@@ -87,8 +87,8 @@ def _behind(hang: dict | None) -> bool:
     return bool(hang) and hang.get("category") in BEHIND and any(c.get("named") for c in hang.get("culprits") or [])
 
 
-UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's output with `--agent-log FILE`, from a torchrun run with "
-                  "LOGLEVEL=INFO (it then says when its worker group succeeded), or run the job under "
+UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's own output with `--agent-log FILE` (`torchrun ... 2> FILE`; "
+                  "at LOGLEVEL=INFO it also says when its worker group succeeded), or run the job under "
                   "`ddpdoctor run-trainer` (each rank's record at exit says how it ended)")
 
 

@@ -203,7 +203,9 @@ def run_torchrun(shape: Shape, work: Path, limit: float = 150) -> tuple[Run, Pat
     logs = work / "logs"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(shape.nproc), "--redirects", "3",
             "--log-dir", str(logs), "--monitor-interval", "0.5", str(shape.path), shape.mode, *shape.args]
-    run = _run(argv, shape, work, limit, scheduler=True)
+    # torchrun's output at LOGLEVEL=INFO, as postmortem's fix says: its "WorkerState.SUCCEEDED" line is the evidence
+    # of a normal end a pass needs (at its default level it says nothing then: "not verified", exit 5)
+    run = _run(argv, shape, work, limit, env={"LOGLEVEL": "INFO"}, scheduler=True)
     agent = work / "torchrun.stderr.log"
     agent.write_text(run.stderr)
     return run, logs, agent
