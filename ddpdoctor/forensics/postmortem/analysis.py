@@ -77,9 +77,11 @@ def read_error_file(path: Path) -> dict | None:
 
 
 def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = job_files.STDERR_TAIL_BYTES) -> str:
-    """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes)."""
-    text = RANK_PREFIX.sub("", job_files.read_tail(path, max_bytes))
-    return "\n".join(text.splitlines()[-lines:])
+    """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes). torch's
+    `[rankN]:` prefix is cut from the lines kept only (over a whole 512 KiB tail, 10,000 ranks' logs spent most
+    of a postmortem's time in that one substitution)."""
+    kept = job_files.read_tail(path, max_bytes).splitlines()[-lines:]
+    return "\n".join(RANK_PREFIX.sub("", line, count=1) for line in kept)
 
 
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?", re.M)  # torch prefixes every worker line with its rank
