@@ -205,7 +205,7 @@ def _prune(folder: Path, keep_n: int) -> None:
 
     try:
         fd = trust.open_dir(folder, "the node's results folder", follow=False)
-    except UsageError:
+    except (UsageError, OSError):  # a link (ENOTDIR), another user's folder: nothing is removed through it
         return
     try:
         names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
