@@ -27,7 +27,8 @@ def _textfile_dir(ctx, param, value):
     p = Path(value)
     try:
         if not p.is_dir():
-            raise click.BadParameter(f"{value}: no such directory (node_exporter's --collector.textfile.directory)",
+            raise click.BadParameter(f"{safe_text(value)[:200]}: no such directory (node_exporter's "
+                                     "--collector.textfile.directory)",
                                      param_hint="--prometheus-textfile")
     except OSError as exc:  # a name too long, a loop of links
         raise click.BadParameter(f"{safe_text(value)[:200]}: {exc.strerror or exc}",
@@ -73,11 +74,26 @@ def style_in(argv: list[str]) -> str | None:
 
 
 def say(style: str, code: int, lines: list[str]) -> int:
-    """The monitor's stdout, once."""
-    sys.stdout.write("".join(line + "\n" for line in lines))
-    sys.stdout.flush()
+    """The monitor's stdout, once. stdout that cannot be written (a full device, a closed pipe) loses the line, never
+    the code: the monitor still gets a valid one, and no traceback at exit."""
     common.STATE.monitor_said = True
+    try:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _drop_stdout()
     return code
+
+
+def _drop_stdout() -> None:
+    """What stdout still buffers goes to /dev/null: the interpreter's flush at exit would fail again (exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def finish(code: int) -> int:
