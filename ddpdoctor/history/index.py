@@ -90,7 +90,7 @@ def connect(root: Path, beside: bool = True) -> sqlite3.Connection:
     for where in (*places, Path.home() / ".cache" / "ddpdoctor" / f"history-{digest}.sqlite"):
         try:
             where.parent.mkdir(parents=True, exist_ok=True)
-            con = open_index(where, BUSY_S)
+            con = open_index(where, BUSY_S, TABLES)
             _ready(con)
             return con
         except (OSError, sqlite3.Error):

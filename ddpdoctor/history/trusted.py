@@ -20,14 +20,12 @@ INT64 = 1 << 63
 EPOCHS = (-62135510400.0, 253402214400.0)
 
 
-@lru_cache(maxsize=1)
-def expected_schema() -> frozenset:
-    """sqlite_master as index.TABLES makes it, in a fresh in-memory database."""
-    from .index import TABLES
-
+@lru_cache(maxsize=2)
+def expected_schema(tables: str) -> frozenset:
+    """sqlite_master as ``tables`` (index.TABLES) makes it, in a fresh in-memory database."""
     con = sqlite3.connect(":memory:")
     try:
-        con.executescript(TABLES)
+        con.executescript(tables)
         return frozenset(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
     finally:
         con.close()
@@ -61,17 +59,18 @@ def _connect(where: Path, busy_s: float) -> sqlite3.Connection:
     return con
 
 
-def _ours(con: sqlite3.Connection) -> bool:
+def _ours(con: sqlite3.Connection, tables: str) -> bool:
     found = frozenset(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    return not found or found == expected_schema()
+    return not found or found == expected_schema(tables)
 
 
-def open_index(where: Path, busy_s: float) -> sqlite3.Connection:
-    """A connection to the index at ``where``, rebuilt empty unless it is this uid's and exactly ours."""
+def open_index(where: Path, busy_s: float, tables: str) -> sqlite3.Connection:
+    """A connection to the index at ``where``, rebuilt empty unless it is this uid's and exactly what ``tables``
+    (index.TABLES) makes."""
     _drop_foreign_files(where)
     con = _connect(where, busy_s)
     try:
-        if _ours(con):
+        if _ours(con, tables):
             return con
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
