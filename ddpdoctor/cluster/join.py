@@ -42,7 +42,7 @@ def run_cluster(plan, request, launcher: LauncherInfo, *, quiet: bool = False,
 def run_node(cfg: JoinConfig, plan) -> dict:
     """One node's whole preflight. torch is imported here, on the calling thread, before any gather thread
     starts: two threads importing torch at once abort the process (`terminate called ... python_error`)."""
-    budget = Budget(cfg.timeout)
+    budget = Budget(cfg.timeout, start=_started())
     master_addrs = _resolve_master(cfg)
     is_master = _am_master(cfg, master_addrs)
     if cfg.nnodes > 1 and ep.is_loopback(master_addrs[0]) and not cfg.allow_loopback:
@@ -65,6 +65,16 @@ def run_node(cfg: JoinConfig, plan) -> dict:
 
     role = Master if is_master else Worker
     return role(cfg, plan, budget).run()
+
+
+def _started() -> float:
+    """The budget counts from the process's start when the console script recorded it (2 T + 15 s is a promise
+    about the whole process), else from now."""
+    import time
+
+    from ..lifetime import command_start
+
+    return command_start() or time.monotonic()
 
 
 def _import_torch_distributed() -> None:
