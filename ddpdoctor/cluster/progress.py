@@ -1,12 +1,18 @@
 """Progress lines: short status lines on stderr, so a node waiting for its peers says what it waits for
 (display-safe: text from other nodes is shown, its escape sequences never obeyed). On a terminal, a state that
 changes while the node waits (who has joined, whose results are awaited) is one line updated in place (rich's
-status spinner); elsewhere (a pipe, a scheduler's log file) every change is a plain line."""
+status spinner); elsewhere (a pipe, a scheduler's log file) a waiting state is a plain line at most every
+PLAIN_EVERY_S (as run-trainer's progress is every 30 s): a line at every change of who has joined made the log grow
+with the node count."""
 from __future__ import annotations
 
 import sys
+import time
 
 from ..text import safe_text
+
+
+PLAIN_EVERY_S = 5.0  # a waiting state's plain lines (not a terminal): at most one this often
 
 
 class Progress:
@@ -18,12 +24,17 @@ class Progress:
         self._last = ""
         self.live = _terminal() if live is None else live
         self._status = None  # rich's Status while a waiting state is shown in place
+        self._plain_at: float | None = None  # when a waiting state was last printed as a plain line
 
     def say(self, text: str, *, dedupe: bool = False) -> None:
         """A line; ``dedupe``: a waiting state, said again each poll (only a change is shown; on a terminal it
         replaces the state before it, in place)."""
         if self.quiet or (dedupe and text == self._last):
             return
+        if dedupe and not self.live:
+            if self._plain_at is not None and time.monotonic() - self._plain_at < PLAIN_EVERY_S:
+                return  # said at a later poll if it still holds then
+            self._plain_at = time.monotonic()
         self._last = text
         line = f"[ddpdoctor {self.label}] {safe_text(text)}"
         if dedupe and self.live:
