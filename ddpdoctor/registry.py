@@ -65,7 +65,7 @@ class BrokenCheck(Check):
                 actual=self.error.strip().splitlines()[-1] if self.error.strip() else self.error,
                 expected="a ddpdoctor.api.Check subclass that imports cleanly",
                 fix=f"pip install --force-reinstall '{self.source.split()[0]}'  # or uninstall it, or --skip {self.name}",
-                details={"traceback": self.error, TOOL_ERROR: True},  # an upgrade broke it: never drain a node
+                details={"traceback": self.error, TOOL_ERROR: True},  # an upgrade broke it: no drain
             )
         ]
 

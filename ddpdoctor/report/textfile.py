@@ -36,10 +36,11 @@ class Folder:
         os.close(self.fd)
 
     @contextmanager
-    def locked(self, name: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-        """The lock file ``name`` held exclusively; TimeoutError after ``wait_s``."""
+    def locked(self, name: str, wait_s: float | None = None) -> Iterator[None]:
+        """The lock file ``name`` held exclusively; TimeoutError after ``wait_s`` (LOCK_WAIT_S)."""
         import fcntl
 
+        wait_s = LOCK_WAIT_S if wait_s is None else wait_s
         fd = self._own_lock(name)
         try:
             deadline = time.monotonic() + wait_s

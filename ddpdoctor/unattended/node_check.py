@@ -74,7 +74,8 @@ class Finding:
 class Decision:
     """What this run does about the node. ``action``: "drain" (or update our own reason), "resume" (a drain we wrote,
     now passing), "keep" (our drain stands with the same reason), "leave" (someone else's drain: never touched),
-    "unread" (scontrol could not say: nothing is changed on a guess), "none"; ``fails``: the job must not start here (a prolog's non-zero exit)."""
+    "unread" (scontrol could not say: nothing is changed on a guess), "none"; ``fails``: the job must not start
+    here (a prolog's non-zero exit)."""
 
     action: str
     why: str

@@ -288,5 +288,52 @@ def test_4_a_linked_node_folder_is_not_pruned_through(tmp_path):
         (precious / f"2020010{i:02d}-x.json").write_text("{}")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "n1").symlink_to(precious)
-    nc._prune(tmp_path / "results" / "n1", 2)
-    assert len(list(precious.iterdir())) == 20
+    nc.keep({"schema": "ddpdoctor"}, tmp_path / "results" / "n1" / "20990101-x.json", keep_n=2)
+    assert all((precious / f"2020010{i:02d}-x.json").exists() for i in range(20))
+
+
+# --- 4. links and FIFOs in the textfile directory ----------------------------------------------------------------
+
+def test_4_a_linked_lock_a_fifo_and_a_linked_metrics_file_are_never_followed(tmp_path):
+    """Planted in the directory: the lock a link to a file elsewhere, ddpdoctor.prom a link to a root-only metrics
+    file with a secret label (then a FIFO): nothing is created through the link, nothing blocks, the secret is not
+    republished."""
+    elsewhere, secret = tmp_path / "elsewhere", tmp_path / "root-only.prom"
+    elsewhere.mkdir()
+    secret.write_text('ddpdoctor_run_status{Hostname="h",command="nccl-bench",token="s3cret"} 0.0\n')
+    secret.chmod(0o600)
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
+    (textdir / prometheus.LOCK).symlink_to(elsewhere / "created-through-the-link")
+    (textdir / prometheus.FILE).symlink_to(secret)
+    samples = prometheus.samples(PRE, command="preflight", hostname="h")
+    prometheus.write(textdir, samples, "preflight")
+    assert not (elsewhere / "created-through-the-link").exists()
+    text = (textdir / prometheus.FILE).read_text()
+    assert "s3cret" not in text and 'command="preflight"' in text
+    assert not (textdir / prometheus.FILE).is_symlink() and "s3cret" in secret.read_text()
+    (textdir / prometheus.FILE).unlink()
+    os.mkfifo(textdir / prometheus.FILE)
+    done, exc = _in_thread(lambda: prometheus.write(textdir, samples, "preflight"), 20)
+    assert done and exc is None, exc
+    assert stat.S_ISREG(os.lstat(textdir / prometheus.FILE).st_mode)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_4_as_root_a_textfile_dir_nobody_can_write_is_refused(shared_dir):
+    """nobody's directory: --prometheus-textfile is a usage error before the work; from the site config, one
+    warning and the verdict stands."""
+    _need_nobody()
+    textdir = shared_dir / "textfile"
+    textdir.mkdir()
+    os.chown(textdir, NOBODY_UID, NOBODY_UID)
+    p = run_cli("preflight", "--only", "env-vars", "--no-save", "-q", "--prometheus-textfile", str(textdir))
+    assert p.returncode == 2 and "owned by nobody" in p.stderr, p.stdout + p.stderr
+    cfg = shared_dir / "site.toml"
+    cfg.write_text(f'[node-check]\nresults_dir = "{shared_dir / "results"}"\nonly = ["env-vars"]\n'
+                   f'prometheus_textfile = "{textdir}"\n')
+    p = run_cli("node-check", env={"DDPDOCTOR_CONFIG": str(cfg)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "not written" in p.stderr and "owned by nobody" in p.stderr and "verdict stands" in p.stderr
+    assert list(textdir.iterdir()) == []

@@ -62,5 +62,6 @@ def test_off_a_terminal_a_waiting_state_is_said_at_most_every_few_seconds(capsys
     clock[0] += progress.PLAIN_EVERY_S
     p.say("199/200 nodes joined; waiting", dedupe=True)  # the state still holds: said now
     err = capsys.readouterr().err.splitlines()
-    assert err == ["[ddpdoctor rank 0] 1/200 nodes joined; waiting", "[ddpdoctor rank 0] a line that is no waiting state",
+    assert err == ["[ddpdoctor rank 0] 1/200 nodes joined; waiting",
+                   "[ddpdoctor rank 0] a line that is no waiting state",
                    "[ddpdoctor rank 0] 199/200 nodes joined; waiting"]
