@@ -23,11 +23,13 @@ def collect(root: Path, progress: Callable[[int, int], None] | None = None) -> d
     try:
         try:
             stats = refresh(con, root, files, progress)
+            found = runs(con)
         except sqlite3.OperationalError:  # another report holds the index past BUSY_S: this one works in memory
             con.close()
             con = in_memory()
             stats = refresh(con, root, files, progress)
-        data = history(runs(con))
+            found = runs(con)
+        data = history(found)
     finally:
         con.close()
     if not data["runs"]:
