@@ -16,15 +16,10 @@ def test_the_joined_nodes_are_named_with_their_rank_and_address():
     assert _who_joined(many, []).endswith("rank 7 n7 (10.0.0.7) and 4 more")
 
 
-def test_plain_lines_off_a_terminal_each_change_once_and_escapes_shown(capsys, monkeypatch):
-    import ddpdoctor.cluster.progress as progress
-
-    clock = [100.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+def test_plain_lines_off_a_terminal_each_change_once_and_escapes_shown(capsys):
     p = Progress(False, "rank 0", live=False)
     for text in ("1/3 nodes joined: rank 0 vm (1.1.1.1); waiting for rank(s) 1, 2",) * 2 + ("host \x1b[2J",):
         p.say(text, dedupe=True)
-        clock[0] += progress.PLAIN_EVERY_S
     p.close()
     err = capsys.readouterr().err.splitlines()
     assert err == ["[ddpdoctor rank 0] 1/3 nodes joined: rank 0 vm (1.1.1.1); waiting for rank(s) 1, 2",
@@ -49,19 +44,21 @@ def test_on_a_terminal_the_waiting_state_is_one_line_in_place_and_other_lines_st
 
 def test_off_a_terminal_a_waiting_state_is_said_at_most_every_few_seconds(capsys, monkeypatch):
     """Issue 47: a line at every change of who has joined (47 lines at 5 nodes against 44 at 2): the log must not
-    grow with the node count. A state that still holds at a later poll is said then."""
+    grow with the node count. Changes of one waiting state: at most one line per PLAIN_EVERY_S, the state that still
+    holds at a later poll said then; another waiting state (the next phase) at once."""
     import ddpdoctor.cluster.progress as progress
 
     clock = [100.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
     p = Progress(False, "rank 0", live=False)
     for joined in range(1, 200):  # 199 nodes join within a second
-        p.say(f"{joined}/200 nodes joined; waiting", dedupe=True)
+        p.say(f"{joined}/200 nodes joined: rank 0 vm; waiting for rank(s) {joined}", dedupe=True)
         clock[0] += 0.005
-    p.say("a line that is no waiting state")
+    p.say("waiting for the check results of n1, n2", dedupe=True)  # the next phase: said at once
+    p.say("waiting for the check results of n2", dedupe=True)
     clock[0] += progress.PLAIN_EVERY_S
-    p.say("199/200 nodes joined; waiting", dedupe=True)  # the state still holds: said now
+    p.say("waiting for the check results of n2", dedupe=True)  # still so at a later poll: said now
     err = capsys.readouterr().err.splitlines()
-    assert err == ["[ddpdoctor rank 0] 1/200 nodes joined; waiting",
-                   "[ddpdoctor rank 0] a line that is no waiting state",
-                   "[ddpdoctor rank 0] 199/200 nodes joined; waiting"]
+    assert err == ["[ddpdoctor rank 0] 1/200 nodes joined: rank 0 vm; waiting for rank(s) 1",
+                   "[ddpdoctor rank 0] waiting for the check results of n1, n2",
+                   "[ddpdoctor rank 0] waiting for the check results of n2"]
