@@ -67,14 +67,19 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     return role(cfg, plan, budget).run()
 
 
+STARTUP_S = 20.0  # the most of a process's start-up (interpreter, imports) the budget counts
+
+
 def _started() -> float:
     """The budget counts from the process's start when the console script recorded it (2 T + 15 s is a promise
-    about the whole process), else from now."""
+    about the whole process: a loaded node spends seconds in the interpreter and the imports), else from now; at
+    most STARTUP_S back, so a command's own work before the meeting (run-trainer's, attach's) is not counted."""
     import time
 
     from ..lifetime import command_start
 
-    return command_start() or time.monotonic()
+    now = time.monotonic()
+    return max(command_start() or now, now - STARTUP_S)
 
 
 def _import_torch_distributed() -> None:
