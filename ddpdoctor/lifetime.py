@@ -1,6 +1,6 @@
-"""A process's lifetime: a child's tied to its parent's (the one place that asks Linux for PR_SET_PDEATHSIG),
-torch imported with the stop signals held back (the one place that does), and a stop never lost to a place that
-ignores exceptions."""
+"""A process's lifetime: when the command's process started (what a budget "from the start" counts from), a child's
+tied to its parent's (the one place that asks Linux for PR_SET_PDEATHSIG), torch imported with the stop signals
+held back (the one place that does), and a stop never lost to a place that ignores exceptions."""
 from __future__ import annotations
 
 import signal
@@ -23,6 +23,28 @@ class Terminated(KeyboardInterrupt):
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what stops a command: each unwinds, none kills
+_STARTED: list[float] = []  # the console script's process start (monotonic clock), once mark_command_start ran
+MAX_STARTUP_S = 60.0  # a "start" longer ago than this is not the command's own (a process that ran other work)
+
+
+def mark_command_start() -> None:
+    """Record when this process started (the console script calls it first): a loaded node spends seconds in the
+    interpreter's start and the imports before any command code, and a promise such as preflight's "every node
+    ends within 2 T + 15 s of its start" counts them (a master ended 8 s past it on a loaded machine)."""
+    import time
+
+    try:
+        import psutil
+
+        since = max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no psutil or no /proc: from here
+        since = 0.0
+    _STARTED[:] = [time.monotonic() - min(since, MAX_STARTUP_S)]
+
+
+def command_start() -> float | None:
+    """The recorded process start, or None (the command runs inside another program: it counts from its call)."""
+    return _STARTED[0] if _STARTED else None
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:

@@ -1,7 +1,8 @@
 """Finding checks: the entry-point group ``ddpdoctor.checks`` (built-ins and plugins alike), and selection.
 
 A plugin that fails to import, or is not a Check, becomes a ``BrokenCheck`` whose every result is a
-fail naming the plugin and its distribution: one bad plugin never stops the run.
+fail naming the plugin and its distribution: one bad plugin never stops the run. That fail is the tool's own
+(``tool_error``, like a gather that raises): the unattended node check never drains a node for it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .api import Check, Level, NodeContext, Result
 from .errors import UsageError
 
 GROUP = "ddpdoctor.checks"
+TOOL_ERROR = "tool_error"  # in a result's details: the tool failed, not the node (runner.py's gathers too)
 PHASES = ("local", "cluster", "collective")
 
 
@@ -63,7 +65,7 @@ class BrokenCheck(Check):
                 actual=self.error.strip().splitlines()[-1] if self.error.strip() else self.error,
                 expected="a ddpdoctor.api.Check subclass that imports cleanly",
                 fix=f"pip install --force-reinstall '{self.source.split()[0]}'  # or uninstall it, or --skip {self.name}",
-                details={"traceback": self.error},
+                details={"traceback": self.error, TOOL_ERROR: True},  # an upgrade broke it: no drain
             )
         ]
 

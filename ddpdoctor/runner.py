@@ -21,11 +21,10 @@ from typing import Any, Iterable, Mapping
 from .api import Level, NodeContext, Result, Skip
 from .exports import _json_safe, contract, lift_contract, node_comparable
 from .redact import scrub
-from .registry import LoadedCheck
+from .registry import TOOL_ERROR, LoadedCheck  # TOOL_ERROR: a check's own failure (raised, hung, not loaded)
 
 # A gather's outcome, stored beside its facts: {"status": ok|skip|error|timeout, "message", "seconds"}.
 OK, SKIPPED, ERROR, TIMEOUT = "ok", "skip", "error", "timeout"
-TOOL_ERROR = "tool_error"  # in a result's details: a check's own failure (it raised, or its gather hung)
 
 
 def _gather_one(lc: LoadedCheck, ctx: NodeContext, box: dict) -> None:

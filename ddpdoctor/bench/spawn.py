@@ -14,6 +14,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass, fields
 
@@ -61,6 +62,7 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
 
     handlers = _signal_handlers()
     stopped_by, done, beats, waker, run_dir = None, threading.Event(), [], None, None
+    PENDING.clear()
     try:
         try:
             run_dir = tempfile.mkdtemp(prefix="ddpdoctor-bench-")
@@ -68,7 +70,7 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
             lc = _launch_config(cfg, plan, run_dir, progress)
             if handlers:
                 _handle_stops_between_spawns()
-            waker = threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats),
+            waker = threading.Thread(target=_wake_stopped_ranks, args=(done, progress, beats, _resend_a_lost_stop),
                                      name="ddpdoctor-bench-wake", daemon=True)
             waker.start()
             elastic_launch(lc, _entry)()
@@ -81,6 +83,8 @@ def start_ranks(cfg: dict, plan: LaunchPlan) -> None:
         stopped_by = stop_signal_of(exc)
     finally:
         _clean_up(handlers, run_dir, done, waker)
+    if stopped_by is None and PENDING:  # a stop whose exception torch's code swallowed: still obeyed, at the end
+        stopped_by = PENDING["signal"]
     if stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
     if stopped_by is not None:
@@ -140,7 +144,7 @@ def _clean_up(handlers: dict, run_dir: str | None, done: threading.Event, waker:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list) -> None:
+def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list, tick=lambda done: None) -> None:
     """Once the ranks are being stopped (one of them ended: it failed, or a signal came), a rank frozen with
     SIGSTOP cannot act on the signal torch sends it, and torch waits 30 s before its SIGKILL: SIGCONT lets it
     end now. The ranks' heartbeats are kept first (``beats``): a woken rank may beat once more before it ends.
@@ -150,6 +154,7 @@ def _wake_stopped_ranks(done: threading.Event, progress: str, beats: list) -> No
 
     me, seen = psutil.Process(), set()
     while not done.wait(0.5):
+        tick(done)
         try:
             kids = {k.pid: k for k in me.children()}
             live = {pid for pid, k in kids.items() if k.status() != psutil.STATUS_ZOMBIE}
@@ -193,12 +198,51 @@ def _stop_the_ranks(signum: int, frame) -> None:
     command still ends as the signal that came says (Ctrl-C: 130)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    if _starting_a_rank(frame):
+    if PENDING and _stopping(frame):
+        return  # the agent is already stopping the ranks for the first one: let it finish
+    if _starting_a_rank(frame) or _importing(frame):  # a half-loaded module: "cannot load module more than once"
         threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
         return
+    PENDING.setdefault("signal", signal.Signals(signum))
+    PENDING["raised"] = time.monotonic()
     exc = SignalException(f"Process {os.getpid()} got signal: {signal.Signals(signum)}", sigval=signal.SIGTERM)
     exc.received_signal = signal.Signals(signum)  # what the command ends with (lifetime.stop_signal_of)
     raise exc
+
+
+PENDING: dict = {}  # the stop signal raised in this launch ("signal") and when it was last raised ("raised")
+RESEND_S = 1.0  # a stop raised this long ago while the launch still runs was swallowed by torch's code
+
+
+def _resend_a_lost_stop(done: threading.Event) -> None:
+    """From the wake thread: a stop raised RESEND_S ago while the launch still runs was swallowed somewhere in
+    torch's agent (an ``except Exception`` on the way: the sweep ran on), so it is sent again."""
+    if PENDING and not done.is_set() and time.monotonic() - PENDING.get("raised", 0.0) >= RESEND_S:
+        PENDING["raised"] = time.monotonic()
+        os.kill(os.getpid(), PENDING["signal"])
+
+
+def _in_frames(frame, test) -> bool:
+    for _ in range(200):
+        if frame is None:
+            return False
+        if test(frame.f_code.co_name, frame.f_code.co_filename.replace("\\", "/")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _importing(frame) -> bool:
+    """The main thread is importing a module (torch loads some lazily during the launch)."""
+    return _in_frames(frame, lambda name, path: path.startswith("<frozen importlib._bootstrap"))
+
+
+def _stopping(frame) -> bool:
+    """The main thread is in torch's agent stopping the ranks (its shutdown or a context's close), or in this
+    module's clean-up after the launch."""
+    return _in_frames(frame, lambda name, path: (name in ("_shutdown", "_close", "close", "_stop_workers")
+                                                 and "/torch/distributed/elastic/" in path)
+                      or (name == "_clean_up" and path.endswith("/bench/spawn.py")))
 
 
 def _starting_a_rank(frame) -> bool:

@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     import signal
     import threading
 
-    from ..lifetime import redeliver_lost_stops
+    from ..lifetime import mark_command_start, redeliver_lost_stops
 
+    mark_command_start()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
         signal.signal(signal.SIGHUP, _on_sigterm)  # a dropped ssh session: the same clean-up, exit 129

@@ -10,7 +10,9 @@ from typing import Callable
 
 import click
 
+from .. import trust
 from ..errors import UsageError
+from ..text import safe_text
 from . import common
 
 FLAG = "--exit-codes"
@@ -20,12 +22,23 @@ def _textfile_dir(ctx, param, value):
     """The directory must exist and be writable now: a typo is exit 2 before the work, not a lost metric after."""
     if value is None:
         return None
+    if not value.strip():  # '' would be the current directory
+        raise click.BadParameter("empty: name node_exporter's textfile directory", param_hint="--prometheus-textfile")
     p = Path(value)
-    if not p.is_dir():
-        raise click.BadParameter(f"{value}: no such directory (node_exporter's --collector.textfile.directory)",
-                                 param_hint="--prometheus-textfile")
+    try:
+        if not p.is_dir():
+            raise click.BadParameter(f"{safe_text(value)[:200]}: no such directory (node_exporter's "
+                                     "--collector.textfile.directory)",
+                                     param_hint="--prometheus-textfile")
+    except OSError as exc:  # a name too long, a loop of links
+        raise click.BadParameter(f"{safe_text(value)[:200]}: {exc.strerror or exc}",
+                                 param_hint="--prometheus-textfile") from None
     if not os.access(p, os.W_OK | os.X_OK):
         raise click.BadParameter(f"{value}: not writable", param_hint="--prometheus-textfile")
+    try:
+        trust.guard_dir(p, "--prometheus-textfile")
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).split(" ", 1)[1], param_hint="--prometheus-textfile") from None
     return p
 
 
@@ -61,11 +74,26 @@ def style_in(argv: list[str]) -> str | None:
 
 
 def say(style: str, code: int, lines: list[str]) -> int:
-    """The monitor's stdout, once."""
-    sys.stdout.write("".join(line + "\n" for line in lines))
-    sys.stdout.flush()
+    """The monitor's stdout, once. stdout that cannot be written (a full device, a closed pipe) loses the line, never
+    the code: the monitor still gets a valid one, and no traceback at exit."""
     common.STATE.monitor_said = True
+    try:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _drop_stdout()
     return code
+
+
+def _drop_stdout() -> None:
+    """What stdout still buffers goes to /dev/null: the interpreter's flush at exit would fail again (exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def finish(code: int) -> int:
@@ -110,5 +138,8 @@ def write_prometheus(doc: dict, directory: Path | None, command: str) -> None:
         path = prometheus.write(directory, prometheus.samples(doc, command=command, job=prometheus.job_id()), command)
     except OSError as exc:
         common.warn_line(f"--prometheus-textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
+        return
+    except UsageError as exc:  # as root, a directory another user can write: refused, the verdict stands
+        common.warn_line(f"not written: {exc}; the verdict stands")
         return
     common.say_wrote("metrics", path)

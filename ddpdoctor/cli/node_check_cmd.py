@@ -57,6 +57,9 @@ def node_check(config_path, dry_run, as_json):
     started = STARTED if STARTED is not None else time.monotonic()
     cfg = site.load(config_path or site.config_path()[0])
     at = engine.where(os.environ)
+    engine.refuse_odd_name(at)
+    if at.under_slurm:  # scontrol runs only under SLURM
+        engine.refuse_untrusted(cfg, os.environ)
     doc = engine.run_checks(cfg, started)
     state = engine.node_state(at, cfg, os.environ)
     decision = engine.decide(engine.findings_that_drain(doc, cfg.drain_on), state, drain_on=cfg.drain_on)
@@ -95,7 +98,7 @@ def summary_line(doc: dict, at, decision, done: dict) -> str:
     first = next((r for r in doc.get("results", []) if r.get("level") in ("fail", "warn")), None)
     finding = f" {first['check']}: {first['summary']}" if first else ""
     did = {"drain": f"drained ({decision.reason})", "resume": "resumed", "keep": "stays drained",
-           "leave": decision.why, "none": "nothing to do"}[decision.action]
+           "leave": decision.why, "unread": decision.why, "none": "nothing to do"}[decision.action]
     if done.get("dry_run"):
         did = f"dry run: would have {did}"
     elif done and not done.get("ok", True):

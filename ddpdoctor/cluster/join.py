@@ -42,7 +42,7 @@ def run_cluster(plan, request, launcher: LauncherInfo, *, quiet: bool = False,
 def run_node(cfg: JoinConfig, plan) -> dict:
     """One node's whole preflight. torch is imported here, on the calling thread, before any gather thread
     starts: two threads importing torch at once abort the process (`terminate called ... python_error`)."""
-    budget = Budget(cfg.timeout)
+    budget = Budget(cfg.timeout, start=_started())
     master_addrs = _resolve_master(cfg)
     is_master = _am_master(cfg, master_addrs)
     if cfg.nnodes > 1 and ep.is_loopback(master_addrs[0]) and not cfg.allow_loopback:
@@ -65,6 +65,21 @@ def run_node(cfg: JoinConfig, plan) -> dict:
 
     role = Master if is_master else Worker
     return role(cfg, plan, budget).run()
+
+
+STARTUP_S = 20.0  # the most of a process's start-up (interpreter, imports) the budget counts
+
+
+def _started() -> float:
+    """The budget counts from the process's start when the console script recorded it (2 T + 15 s is a promise
+    about the whole process: a loaded node spends seconds in the interpreter and the imports), else from now; at
+    most STARTUP_S back, so a command's own work before the meeting (run-trainer's, attach's) is not counted."""
+    import time
+
+    from ..lifetime import command_start
+
+    now = time.monotonic()
+    return max(command_start() or now, now - STARTUP_S)
 
 
 def _import_torch_distributed() -> None:

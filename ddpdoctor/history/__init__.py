@@ -3,6 +3,7 @@ result files (read once each), trends.py judges each node's runs (flapping check
 slower than its own past). ``collect`` is the entry; report/views/history.py words and draws the result."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Callable
 
@@ -11,7 +12,7 @@ from ..errors import UsageError
 
 def collect(root: Path, progress: Callable[[int, int], None] | None = None) -> dict:
     """Every node's history under ROOT (its folders of results, any depth up to three)."""
-    from .index import connect, refresh, runs, scan
+    from .index import connect, in_memory, refresh, runs, scan
     from .trends import history
 
     if not root.is_dir():
@@ -20,8 +21,15 @@ def collect(root: Path, progress: Callable[[int, int], None] | None = None) -> d
     files, left_out = scan(root)
     con = connect(root)
     try:
-        stats = refresh(con, root, files, progress)
-        data = history(runs(con))
+        try:
+            stats = refresh(con, root, files, progress)
+            found = runs(con)
+        except sqlite3.OperationalError:  # another report holds the index past BUSY_S: this one works in memory
+            con.close()
+            con = in_memory()
+            stats = refresh(con, root, files, progress)
+            found = runs(con)
+        data = history(found)
     finally:
         con.close()
     if not data["runs"]:

@@ -21,6 +21,7 @@ DB_NAME = ".ddpdoctor-history.sqlite"
 SCHEMA_VERSION = 1
 MAX_DEPTH = 3  # DIR/<node or run>/<file>.json, and one level more
 MAX_FILES = 100_000  # the newest of more are read, and the page says how many were left out
+BUSY_S = 5.0  # another report refreshing the index: waited for this long, then this one works in memory
 LEVELS = ("pass", "skip", "warn", "fail")
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -72,17 +73,32 @@ def scan(root: Path) -> tuple[list[tuple[str, int, int]], int]:
     return found[:MAX_FILES], max(0, len(found) - MAX_FILES)
 
 
-def connect(root: Path) -> sqlite3.Connection:
-    """The index beside the results, else in the user's cache, else in memory (a read-only results folder)."""
+def connect(root: Path, beside: bool = True) -> sqlite3.Connection:
+    """The index beside the results (``beside``: DIR is one this user may write in), else in the user's cache, else
+    in memory (a read-only results folder). An index file is used only when this uid owns it and its schema is
+    exactly ours (trusted.py); any other is rebuilt."""
+    from .. import trust
+    from ..errors import UsageError
+    from .trusted import open_index
+
     digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
-    for where in (root / DB_NAME, Path.home() / ".cache" / "ddpdoctor" / f"history-{digest}.sqlite"):
+    try:  # as root, never in a folder another user can write: they could plant the index or a link
+        trust.guard_dir(root, "--results-dir")
+    except UsageError:  # the cache instead
+        beside = False
+    places = [root / DB_NAME] if beside else []
+    for where in (*places, Path.home() / ".cache" / "ddpdoctor" / f"history-{digest}.sqlite"):
         try:
             where.parent.mkdir(parents=True, exist_ok=True)
-            con = sqlite3.connect(str(where), timeout=10)
+            con = open_index(where, BUSY_S, TABLES)
             _ready(con)
             return con
         except (OSError, sqlite3.Error):
             continue
+    return in_memory()
+
+
+def in_memory() -> sqlite3.Connection:
     con = sqlite3.connect(":memory:")
     _ready(con)
     return con
@@ -148,12 +164,14 @@ def summarise(path: Path, rel: str) -> list[Run] | None:
         return None
     if not isinstance(doc, dict) or doc.get("schema") != "ddpdoctor":
         return None
+    from .trusted import storable
+
     try:
         if doc.get("kind") == "preflight":
-            return list(_preflight_runs(doc, rel))
+            return storable(list(_preflight_runs(doc, rel)))
         if doc.get("kind") == "nccl-bench":
-            return [_bench_run(doc, rel)]
-    except (TypeError, ValueError, AttributeError):
+            return storable([_bench_run(doc, rel)])
+    except (TypeError, ValueError, AttributeError, OverflowError, OSError):  # created in year 1 with an offset
         return None
     return []
 

@@ -98,7 +98,7 @@ def parse_show(node: str, text: str) -> NodeState:
     found = re.search(r"(?:^|\s)Reason=(.*)$", line)
     if found:
         reason = re.split(r"\s(?:Comment|Extra|ResumeAfterTime)=", found.group(1))[0]
-        reason = _STAMP.sub("", reason).strip()
+        reason = _STAMP.sub("", reason).rstrip()  # leading spaces kept: "  ddpdoctor: x" is not our prefix
     return NodeState(node, state.group(1), "" if reason in ("(null)", "none") else reason)
 
 

@@ -1,5 +1,6 @@
 """A document as Prometheus series for node_exporter's textfile collector: DIR/ddpdoctor.prom, written to a temp
-file in DIR and renamed (prometheus_client's write_to_textfile), so the collector never reads half a file.
+file in DIR and renamed (report/textfile.py: no link followed, a bounded lock), so the collector never reads half
+a file.
 
 Series (HELP and TYPE lines come with each family; every series carries ``command``, the ddpdoctor command that
 wrote it, so preflight, the node check and nccl-bench share one file: each write replaces its own command's series
@@ -44,9 +45,11 @@ def job_id(env: Mapping[str, str] | None = None) -> str | None:
 
 def samples(doc: dict, *, command: str, hostname: str | None = None, job: str | None = None) -> list[Sample]:
     """Every series of this document for this host (pure)."""
-    base = {"Hostname": hostname or socket.gethostname(), "command": command}
-    if job:
-        base["hpc_job"] = job
+    from ..text import no_surrogates
+
+    base = {"Hostname": no_surrogates(hostname or socket.gethostname()), "command": command}
+    if job:  # a name or id that is not UTF-8 (surrogate-escaped by os.environ) cannot be written: U+FFFD instead
+        base["hpc_job"] = no_surrogates(job)
     out: list[Sample] = []
     if doc.get("kind") == "preflight":
         out += _check_status(doc, base)
@@ -109,31 +112,33 @@ def _epoch(created) -> float | None:
 
 def write(directory: str | os.PathLike, new: list[Sample], command: str) -> Path:
     """DIR/ddpdoctor.prom with ``new`` in place of this command's earlier series, the other commands' kept; under a
-    lock file beside it, so two ddpdoctor runs on the node never lose each other's series."""
-    import fcntl
+    lock file beside it, so two ddpdoctor runs on the node never lose each other's series. Everything in DIR is
+    opened through DIR's descriptor without following a link (textfile.py); the lock is waited for LOCK_WAIT_S at
+    most (TimeoutError: the caller says the metrics were not written, the verdict stands)."""
+    from . import textfile
 
     path = Path(directory) / FILE
-    with open(Path(directory) / LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held for the few ms of a read and a rename
-        kept = [s for s in _read(path) if s[1].get("command") != command]
-        _write(path, kept + new)
+    with textfile.Folder(directory) as folder, folder.locked(LOCK):
+        kept = [s for s in _parse(folder.read(FILE)) if s[1].get("command") != command]
+        folder.replace(FILE, _render(kept + new))
     return path
 
 
-def _read(path: Path) -> list[Sample]:
-    """The series already in the file; a file that does not parse (not ours) is replaced, not merged."""
+def _parse(raw: bytes | None) -> list[Sample]:
+    """The series already in the file; a file that does not parse (not ours), or too large to merge, is replaced."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    if raw is None:
+        return []
     try:
-        text = path.read_text(encoding="utf-8")
-        return [(f.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text)
+        return [(f.name, dict(s.labels), s.value) for f in text_string_to_metric_families(raw.decode("utf-8"))
                 for s in f.samples if f.name in HELP]
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):
         return []
 
 
-def _write(path: Path, series: list[Sample]) -> None:
-    from prometheus_client import CollectorRegistry, write_to_textfile
+def _render(series: list[Sample]) -> bytes:
+    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import GaugeMetricFamily
 
     by_name: dict[str, list[tuple[dict, float]]] = {}
@@ -151,4 +156,4 @@ def _write(path: Path, series: list[Sample]) -> None:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Series())
-    write_to_textfile(str(path), registry)
+    return generate_latest(registry)

@@ -8,6 +8,7 @@ the node's state, ``act`` runs scontrol (launchers/slurm_node.py) and ``keep`` w
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,7 @@ from .site import SiteConfig
 PROLOG, EPILOG, HEALTH_CHECK, MANUAL = "prolog", "epilog", "health_check", "manual"
 SCRIPT_CONTEXTS = {"prolog_slurmd": PROLOG, "epilog_slurmd": EPILOG}  # SLURM_SCRIPT_CONTEXT (slurmd's scripts)
 DRAINS = {"fail": ("fail",), "warn": ("fail", "warn"), "never": ()}
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one host's name: no hostlist, space or control
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,17 @@ def where(env: Mapping[str, str], hostname: str | None = None) -> Where:
     return Where(context or MANUAL, node, job)
 
 
+def refuse_odd_name(at: Where) -> None:
+    """A node name SLURM never gives (a hostlist ``n[1-3]`` or ``n1,n2``, a space, a newline): UsageError, never an
+    ``scontrol update NodeName=`` that would drain every node it expands to."""
+    from ..errors import UsageError
+    from ..text import safe_text
+
+    if at.under_slurm and not NODE_NAME.fullmatch(at.node):
+        raise UsageError(f"SLURMD_NODENAME {safe_text(at.node)[:100]!r} is not one node's name (letters, digits, "
+                         "'.', '_', '-'): nothing drained or resumed")
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
@@ -61,7 +74,8 @@ class Finding:
 class Decision:
     """What this run does about the node. ``action``: "drain" (or update our own reason), "resume" (a drain we wrote,
     now passing), "keep" (our drain stands with the same reason), "leave" (someone else's drain: never touched),
-    "none"; ``fails``: the job must not start here (a prolog's non-zero exit)."""
+    "unread" (scontrol could not say: nothing is changed on a guess), "none"; ``fails``: the job must not start
+    here (a prolog's non-zero exit)."""
 
     action: str
     why: str
@@ -83,6 +97,9 @@ def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain
     if state is None:
         return Decision("none", "not under SLURM: nothing to drain or resume", findings=findings,
                         fails=bool(findings))
+    if state.error:  # a busy slurmctld ("Socket timed out"): an unread state is no evidence of anything
+        return Decision("unread", f"the node's state could not be read ({state.error}): nothing drained or resumed",
+                        findings=findings, fails=bool(findings))
     if findings:
         first = findings[0]
         reason = slurm_node.drain_reason(first.check, first.summary)
@@ -123,6 +140,18 @@ def act(decision: Decision, at: Where, site: SiteConfig, env: Mapping[str, str])
     return {"command": done.command, "ok": done.ok, "error": done.message or None}
 
 
+def refuse_untrusted(site: SiteConfig, env: Mapping[str, str]) -> None:
+    """As root, the programs and files the site config names must be root's too (UsageError, one line): root runs
+    scontrol and scontrol reads slurm.conf."""
+    from .. import trust
+
+    program = slurm_node.scontrol_path(site.scontrol, env)
+    if os.path.lexists(program):  # one not found is not run: its state unread, nothing changes
+        trust.guard_file(program, "scontrol (node-check.scontrol)")
+    if site.slurm_conf:
+        trust.guard_file(site.slurm_conf, "node-check.slurm_conf")
+
+
 def node_state(at: Where, site: SiteConfig, env: Mapping[str, str]) -> slurm_node.NodeState | None:
     if not at.under_slurm:
         return None
@@ -156,15 +185,36 @@ def result_path(site: SiteConfig, at: Where, created: str) -> Path:
 
 def keep(doc: dict, path: Path, keep_n: int) -> Path:
     """Write the record atomically, then remove the node's oldest beyond ``keep_n`` (pruned in batches of a tenth,
-    so a run lists its folder rarely)."""
+    so a run lists its folder rarely). As root, results_dir must be root's alone (UsageError): another user who can
+    write there could swap the node's folder for a link to root's files."""
+    from .. import trust
     from ..documents import dump
 
+    trust.guard_dir(path.parent.parent, "node-check.results_dir")
     written = dump(doc, path)
     try:
-        names = [n for n in os.listdir(path.parent) if n.endswith(".json") and not n.startswith(".")]
-        if len(names) > keep_n + max(1, keep_n // 10):
-            for old in sorted(names)[: len(names) - keep_n]:
-                (path.parent / old).unlink(missing_ok=True)
+        _prune(path.parent, keep_n)
     except OSError:
         pass  # pruning is housekeeping: a record written is what counts
     return written
+
+
+def _prune(folder: Path, keep_n: int) -> None:
+    """The oldest records beyond ``keep_n`` removed through the folder's descriptor: never through a link."""
+    from .. import trust
+    from ..errors import UsageError
+
+    try:
+        fd = trust.open_dir(folder, "the node's results folder", follow=False)
+    except (UsageError, OSError):  # a link (ENOTDIR), another user's folder: nothing is removed through it
+        return
+    try:
+        names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
+        if len(names) > keep_n + max(1, keep_n // 10):
+            for old in sorted(names)[: len(names) - keep_n]:
+                try:
+                    os.unlink(old, dir_fd=fd)  # a link named *.json goes, never what it points to
+                except (FileNotFoundError, IsADirectoryError, PermissionError):
+                    continue
+    finally:
+        os.close(fd)

@@ -13,7 +13,8 @@ set the checks' options, as for `ddpdoctor preflight --config`)::
     slurm_conf = "/etc/slurm/slurm.conf"            # for scontrol: a health check runs without SLURM_CONF
 
 A missing default file means the defaults; a file named by $DDPDOCTOR_CONFIG that is missing, a malformed one, an
-unknown key or a bad value is a UsageError naming the file and key.
+unknown key or a bad value is a UsageError naming the file and key. As root, a file another uid owns or can write
+(or a link another uid owns, or its directory) is refused before it is read, as sudo refuses such a sudoers.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import trust
 from ..errors import UsageError
 from ..options import Option
 from ..settings import read_toml
@@ -88,6 +90,7 @@ def load(path: str | None) -> SiteConfig:
         return SiteConfig()
     if not Path(path).is_file():
         raise UsageError(f"site config {path}: no such file (${CONFIG_ENV} names it)")
+    trust.guard_file(path, "site config")  # as root: it names a program root runs
     table = read_toml(path).get(TABLE, {})
     if not isinstance(table, dict):
         raise UsageError(f"config {path}: [{TABLE}] must be a table")

@@ -97,7 +97,7 @@ def console_lines(view: dict, most: int = 20) -> list[str]:
     """The terminal's summary: one line per finding (the first ``most``)."""
     notes = [plural(view["files"], "file"), f"{view['read']} read now"]
     if view["unreadable"]:
-        notes.append(f"{view['unreadable']} not ddpdoctor results")
+        notes.append(f"{view['unreadable']} unreadable (not ddpdoctor results, or values out of range)")
     if view["left_out"]:
         notes.append(f"the oldest {view['left_out']} left out")
     lines = [f"history of {plural(view['runs'], 'run')} on {plural(view['node_count'], 'node')} in {view['root']} "

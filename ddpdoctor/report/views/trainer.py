@@ -42,10 +42,17 @@ def rank_table(metrics: dict) -> dict:
     return {"columns": cols, "ranks": ranks if cols else []}
 
 
+def tool_of(d: dict) -> str:
+    """The command that wrote a run-trainer document: `ddpdoctor postmortem` writes the same kind (config.source)."""
+    config = d.get("config") if isinstance(d.get("config"), dict) else {}
+    return "postmortem" if config.get("source") == "postmortem" else "run-trainer"
+
+
 def trainer_view(d: dict) -> dict:
     metrics = d.get("metrics") or {}
     summary = d.get("metrics_summary") or {}
-    return {"config": d.get("config") or {}, "verdict": d.get("verdict"), "restarts": d.get("restarts", 0),
+    return {"tool": tool_of(d), "config": d.get("config") or {}, "verdict": d.get("verdict"),
+            "restarts": d.get("restarts", 0),
             "summary": summary, "line": trainer_line(summary, d), "root_cause": d.get("root_cause"),
             "consequences": d.get("consequences") or [], "checksums_equal": d.get("checksums_equal"),
             "loss": {f"rank {r}": [(m["step"], m.get("loss")) for m in rows] for r, rows in sorted(metrics.items())},
@@ -99,8 +106,9 @@ def trainer_line(s: dict, d: dict) -> list[str]:
         out.append(f"step {1000 * s['step_time_s_mean']:.1f} ms (mean)")
     if _finite(s.get("peak_mem_bytes")) and s.get("peak_mem_bytes"):
         out.append(f"peak memory {s['peak_mem_bytes'] / 2**30:.2f} GiB")
-    if not out:
-        out.append("no training metrics recorded")
+    if not out:  # a postmortem reads torchrun's logs: metrics are run-trainer's (its ranks write them)
+        out.append("no training metrics recorded" if tool_of(d) == "run-trainer" else
+                   "read from torchrun's logs: no training metrics there")
     restarts = d.get("restarts")
     out.append(f"restarts {restarts}" if _finite(restarts) else "restarts 0")
     for s in d.get("stragglers") or []:  # named while the job ran (forensics/live/stragglers.py)
@@ -120,7 +128,7 @@ def trainer_finding(d: dict) -> dict | None:
     if not rc:
         return None
     return single_group({
-        "check": "run-trainer", "level": "fail", "nodes": [str(rc.get("host"))],
+        "check": tool_of(d), "level": "fail", "nodes": [str(rc.get("host"))],
         "summary": f"rank {human(rc.get('rank'))} on {human(rc.get('host'))}: "
                    f"{wording.kind(rc.get('error_type')) or rc.get('error_type') or wording.category(rc.get('category'))}"
                    f": {wording.labels_in(str(rc.get('message') or ''))}"

@@ -40,3 +40,25 @@ def test_on_a_terminal_the_waiting_state_is_one_line_in_place_and_other_lines_st
     p.say("all 3 nodes joined as vm; testing links")  # not a waiting state: printed above, kept
     p.close()
     assert p._status is None and "all 3 nodes joined as vm; testing links" in out.getvalue()
+
+
+def test_off_a_terminal_a_waiting_state_is_said_at_most_every_few_seconds(capsys, monkeypatch):
+    """Issue 47: a line at every change of who has joined (47 lines at 5 nodes against 44 at 2): the log must not
+    grow with the node count. Changes of one waiting state: at most one line per PLAIN_EVERY_S, the state that still
+    holds at a later poll said then; another waiting state (the next phase) at once."""
+    import ddpdoctor.cluster.progress as progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    p = Progress(False, "rank 0", live=False)
+    for joined in range(1, 200):  # 199 nodes join within a second
+        p.say(f"{joined}/200 nodes joined: rank 0 vm; waiting for rank(s) {joined}", dedupe=True)
+        clock[0] += 0.005
+    p.say("waiting for the check results of n1, n2", dedupe=True)  # the next phase: said at once
+    p.say("waiting for the check results of n2", dedupe=True)
+    clock[0] += progress.PLAIN_EVERY_S
+    p.say("waiting for the check results of n2", dedupe=True)  # still so at a later poll: said now
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["[ddpdoctor rank 0] 1/200 nodes joined: rank 0 vm; waiting for rank(s) 1",
+                   "[ddpdoctor rank 0] waiting for the check results of n1, n2",
+                   "[ddpdoctor rank 0] waiting for the check results of n2"]

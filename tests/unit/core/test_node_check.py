@@ -156,6 +156,8 @@ def test_the_tools_own_failure_under_slurm_exits_0(tmp_path, monkeypatch, capsys
     bad.write_text("[node-check]\ndrain_on = 'always'\n")
     assert run_cli("node-check", env={"DDPDOCTOR_CONFIG": str(bad)}).returncode == 2
     monkeypatch.setattr("sys.argv", ["ddpdoctor-slurm-check"])
+    monkeypatch.setattr(node_check_cmd, "STARTED", None)  # main() sets the process's start: the next in-process
+    # node check in this worker would count its budget from then and skip every check
     monkeypatch.setattr("signal.signal", lambda *a: None)  # pytest's own handlers stay
 
     def exit_here(code):  # the real _exit may os._exit() a process with other threads (an xdist worker)
