@@ -60,6 +60,12 @@ def samples(doc: dict, *, command: str, hostname: str | None = None, job: str | 
     return out
 
 
+def node_check_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
+    """The unattended node check's series: no job label (a prolog's job would start new series at every job, and
+    an alert on them fire and resolve with each one)."""
+    return samples(doc, command="node-check", hostname=hostname, job=None)
+
+
 def _this_node(doc: dict) -> str | None:
     nodes = list(doc.get("nodes") or {})
     return doc.get("this_node") or (nodes[0] if len(nodes) == 1 else None)

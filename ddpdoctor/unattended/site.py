@@ -6,7 +6,8 @@ set the checks' options, as for `ddpdoctor preflight --config`)::
     results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node
     keep = 5000                 # the newest results kept per node
     drain_on = "fail"           # "fail"; "warn": warnings drain too; "never": record only
-    budget_s = 8                # checks not done by then are skipped with a note (SLURM kills a health check at 60 s)
+    budget_s = 30               # a health check's (or a person's run's) bound, from its start (SLURM kills it at 60 s)
+    prolog_budget_s = 3         # a prolog's or epilog's bound: every job pays it (about 0.3 s on a healthy node)
     skip = ["gpu-perf"]         # or only = [...]: the local checks to run (opt-in ones stay off unless named)
     prometheus_textfile = "/var/lib/prometheus/node-exporter"   # also write ddpdoctor.prom there
     scontrol = "/usr/bin/scontrol"                  # a prolog runs with no PATH
@@ -37,8 +38,10 @@ KEYS = {
     "keep": Option(5000, "the newest results kept per node (older ones are removed)", type=int, min=1,
                    max=1_000_000),
     "drain_on": Option("fail", "the level that drains the node: fail, warn (warnings too) or never", type=str),
-    "budget_s": Option(8.0, "seconds for the checks, torch's import included; a check not done by then is skipped",
-                       type=float, min=1, max=3600),
+    "budget_s": Option(30.0, "seconds a health check (or a person's run) takes at most, from its start, torch's "
+                       "import included; a check not done near the end is skipped", type=float, min=1, max=3600),
+    "prolog_budget_s": Option(3.0, "seconds a prolog or epilog takes at most, from its start (it imports no torch: "
+                              "the health check's kept facts stand in)", type=float, min=0.5, max=300),
     "only": Option([], "run only these checks", type=list),
     "skip": Option([], "do not run these checks", type=list),
     "prometheus_textfile": Option(None, "node_exporter's textfile directory: ddpdoctor.prom is written there",
@@ -58,6 +61,7 @@ class SiteConfig:
     keep: int = KEYS["keep"].default
     drain_on: str = "fail"
     budget_s: float = KEYS["budget_s"].default
+    prolog_budget_s: float = KEYS["prolog_budget_s"].default
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     prometheus_textfile: str | None = None
