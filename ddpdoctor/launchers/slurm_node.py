@@ -121,6 +121,16 @@ def comment(job_id: str, text: str, *, scontrol: str = "scontrol", env: Mapping[
     return Done(code == 0, argv, "" if code == 0 else message)
 
 
+def requeue(job_id: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,
+            timeout: float = SCONTROL_TIMEOUT_S) -> Done:
+    """`scontrol requeue ID`, from a failing node's prolog before it exits: SLURM 22.05 launches the batch script
+    when the last prolog completes, a failed one included, and requeues only after (with DeferBatch too): a job
+    already requeued is not launched ("already killed, do not launch batch job")."""
+    argv = [scontrol, "requeue", job_id]
+    code, _, message = _run(argv, env, timeout)
+    return Done(code == 0, argv, "" if code == 0 else message)
+
+
 def drain(node: str, reason: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,
           timeout: float = SCONTROL_TIMEOUT_S) -> Done:
     """`scontrol update NodeName=NODE State=DRAIN Reason=REASON` (a job running there finishes; no new one starts)."""
