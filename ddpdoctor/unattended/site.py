@@ -3,7 +3,7 @@ and its [node-check] table, typed and bounded like check options (the same file'
 set the checks' options, as for `ddpdoctor preflight --config`)::
 
     [node-check]
-    results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node
+    results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node (and the kept facts)
     keep = 5000                 # the newest results kept per node
     drain_on = "fail"           # "fail"; "warn": warnings drain too; "never": record only
     budget_s = 30               # a health check's (or a person's run's) bound, from its start (SLURM kills it at 60 s)
