@@ -90,7 +90,7 @@ def gather_all(
             if late:  # never started: it would import the module a second time, beside the abandoned import
                 budget = budget_s if budget_s is not None else deadline - started
                 work.append((lc, {"status": SKIPPED, "message": f"not run: importing {', '.join(late)} did not "
-                                  f"finish within the {budget:g} s budget", "facts": {}}, None, 0.0))
+                                  f"finish within the {budget:g} s budget", "facts": {}, "for_time": True}, None, 0.0))
             else:
                 work.append(_start(lc, opts_by_check, deadline, common))
     return _collect(checks, work, started, within_budget, deadline, budget_s)
