@@ -106,7 +106,10 @@ def main() -> None:
     from ..unattended.node_check import where
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # slurmd's PrologEpilogTimeout: the same clean end as ddpdoctor's
-    code = run(["node-check", *sys.argv[1:]])
+    try:
+        code = run(["node-check", *sys.argv[1:]])
+    finally:
+        STARTED = None  # only this process's own run is bounded from its start (and its watchdog armed)
     if where(os.environ).under_slurm and code not in (ExitCode.OK, ExitCode.FAIL):
         print(f"ddpdoctor-slurm-check: the check itself failed (exit {code}, above): the node is neither drained "
               "nor the job failed for it", file=sys.stderr)

@@ -169,3 +169,6 @@ def test_the_tools_own_failure_under_slurm_exits_0(tmp_path, monkeypatch, capsys
         node_check_cmd.main()
     assert ended.value.code == 0
     assert "neither drained nor the job failed" in capsys.readouterr().err
+    # the console script's start and its watchdog stay with its own run: a later run in this process (a test's) is
+    # not bounded from this process's start, nor ended by a watchdog
+    assert node_check_cmd.STARTED is None
