@@ -74,6 +74,8 @@ class HardBound:
 
 def budget_of(cfg: site.SiteConfig, at: Where) -> float:
     """A prolog or epilog runs for every job: its own short budget; a health check or a person's run: budget_s."""
+    if at.context == PROLOG and cfg.cross_node:
+        return cfg.prolog_budget_s + cfg.cross_node_budget_s  # the job's nodes meet too
     return cfg.prolog_budget_s if at.context in (PROLOG, EPILOG) else cfg.budget_s
 
 
@@ -103,6 +105,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     asking = threading.Thread(target=lambda: state_box.update(state=_node_state(at, cfg, env, bound)), daemon=True,
                               name="node-check-scontrol-show")
     asking.start()  # the controller's round trip beside the checks, not after them
+    meeting = _meeting(cfg, at, env, started + budget - min(RESERVE_S, 0.4 * budget))
     fp = kept.fingerprint()
     facts_kept, why_not = kept.load(cfg.results_dir, at.node, fp) if at.context in (PROLOG, EPILOG) else (None, "")
     plan, doc = _checks(cfg, at, started, budget, facts_kept)
@@ -110,7 +113,9 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     asking.join(bound.remaining())
     state = state_box.get("state", slurm_node.NodeState(at.node, error="scontrol gave no answer in time")
                           if at.under_slurm else None)
-    decision = node_check.decide(node_check.findings_that_drain(doc, cfg.drain_on), state, drain_on=cfg.drain_on)
+    met = _met(meeting, bound)
+    findings = node_check.findings_that_drain(doc, cfg.drain_on) + met.get("findings", [])
+    decision = node_check.decide(findings, state, drain_on=cfg.drain_on)
     bound.fails = decision.fails
     bound.stage = f"scontrol ({decision.action})"
     if dry_run and decision.action in ("drain", "resume"):
@@ -124,6 +129,8 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     doc["node_check"].update(budget_s=budget, environment=fp,
                              kept_facts=None if facts_kept is None else facts_kept.get("created"),
                              kept_facts_note=why_not or None)
+    if meeting is not None:
+        doc["node_check"]["cross_node"] = met.get("record") or {"skipped": "the meeting did not end in time"}
     bound.stage = "keeping the record"
     if at.context == HEALTH_CHECK:
         _keep_facts(doc, plan, cfg, at, fp, notes)
@@ -143,6 +150,30 @@ def _checks(cfg: site.SiteConfig, at: Where, started: float, budget: float, fact
     no_imports = at.context in (PROLOG, EPILOG)
     return plan, run_single_node(plan, deadline=started + budget - reserve, budget_s=budget,
                                  kept=(facts_kept or {}) if no_imports else None)
+
+
+def _meeting(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], deadline: float) -> tuple | None:
+    """The opt-in cross-node meeting of a prolog (unattended/meet.py), started beside the local checks."""
+    if at.context != PROLOG or not cfg.cross_node:
+        return None
+    from . import meet
+
+    box: dict = {}
+
+    def work() -> None:
+        box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+
+    t = threading.Thread(target=work, name="node-check-meeting", daemon=True)
+    t.start()
+    return t, box
+
+
+def _met(meeting: tuple | None, bound: HardBound) -> dict:
+    if meeting is None:
+        return {}
+    t, box = meeting
+    t.join(bound.remaining())
+    return box
 
 
 def _node_state(at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound):

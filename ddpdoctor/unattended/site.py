@@ -12,6 +12,8 @@ set the checks' options, as for `ddpdoctor preflight --config`)::
     prometheus_textfile = "/var/lib/prometheus/node-exporter"   # also write ddpdoctor.prom there
     scontrol = "/usr/bin/scontrol"                  # a prolog runs with no PATH
     slurm_conf = "/etc/slurm/slurm.conf"            # for scontrol: a health check runs without SLURM_CONF
+    cross_node = false          # opt-in: a multi-node job's prologs meet for reachability, names, clocks, parity
+    cross_node_key = "/etc/ddpdoctor/cross-node.key"   # the site key (root's, mode 0600) they authenticate with
 
 A missing default file means the defaults; a file named by $DDPDOCTOR_CONFIG that is missing, a malformed one, an
 unknown key or a bad value is a UsageError naming the file and key.
@@ -49,7 +51,15 @@ KEYS = {
     "scontrol": Option("scontrol", "the scontrol to run (an absolute path where PATH is SLURM's minimal one)",
                        type=str),
     "slurm_conf": Option(None, "SLURM_CONF for scontrol, where the node check runs without one", type=str),
+    "cross_node": Option(False, "opt-in: a multi-node job's prologs meet for the cross-node checks", type=bool),
+    "cross_node_key": Option("/etc/ddpdoctor/cross-node.key", "the site key the prologs authenticate with (a file "
+                             "root owns and alone can read)", type=str),
+    "cross_node_port": Option(29650, "the first port of the prologs' meeting (the job's: this + job id % 1000)",
+                              type=int, min=1024, max=64535),
+    "cross_node_budget_s": Option(10.0, "seconds a prolog gives the meeting at most (added to prolog_budget_s)",
+                                  type=float, min=1, max=300),
 }
+CROSS_NODE_CHECKS = ("mesh", "names", "clock-skew", "parity")  # what only the nodes together can see
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,10 @@ class SiteConfig:
     prometheus_textfile: str | None = None
     scontrol: str = "scontrol"
     slurm_conf: str | None = None
+    cross_node: bool = False
+    cross_node_key: str = KEYS["cross_node_key"].default
+    cross_node_port: int = KEYS["cross_node_port"].default
+    cross_node_budget_s: float = KEYS["cross_node_budget_s"].default
     extra: dict = field(default_factory=dict, compare=False)  # nothing yet: room for keys of later versions
 
     def scontrol_env(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -111,6 +125,7 @@ def _value(path: str, key: str, value: Any) -> Any:
         raise UsageError(f"config {path}: bad value for {TABLE}.{key}: {exc}") from None
     if key == "drain_on" and converted not in DRAIN_ON:
         raise UsageError(f"config {path}: {TABLE}.drain_on must be one of {', '.join(DRAIN_ON)}, got {value!r}")
-    if key in ("results_dir", "prometheus_textfile", "slurm_conf", "scontrol") and not converted.strip():
+    if key in ("results_dir", "prometheus_textfile", "slurm_conf", "scontrol", "cross_node_key") \
+            and not converted.strip():
         raise UsageError(f"config {path}: {TABLE}.{key} is empty")
     return converted
