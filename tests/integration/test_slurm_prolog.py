@@ -108,6 +108,8 @@ def test_a_3_node_job_with_a_failing_node_never_starts_its_script_and_its_user_r
         assert nc["action"] in ("drain", "keep") and nc["scontrol"]["comment"]["ok"], nc
         assert nc["scontrol"]["requeue"]["ok"], nc  # before it exits 1: SLURM then never launches the script
         assert nc["elapsed_s"] < nc["budget_s"], nc
+        # slurmd's prolog environment finds what slurmd's health check kept: the same software environment
+        assert nc["kept_facts"] is not None and nc["kept_facts_note"] is None, nc
         c.run(["scancel", job], timeout=15)
         c.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], timeout=15)  # the admin, for the next run
         c.wait_idle(60)
