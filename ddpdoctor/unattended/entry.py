@@ -116,15 +116,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     met = _met(meeting, bound)
     findings = node_check.findings_that_drain(doc, cfg.drain_on) + met.get("findings", [])
     decision = node_check.decide(findings, state, drain_on=cfg.drain_on)
-    bound.fails = decision.fails
-    bound.stage = f"scontrol ({decision.action})"
-    if dry_run and decision.action in ("drain", "resume"):
-        done: dict = {"dry_run": True}
-    else:
-        done = node_check.act(decision, at, cfg, env, timeout=bound.remaining())
-        if at.context == PROLOG and decision.fails and at.job_id:
-            done["comment"] = _comment(decision, at, cfg, env, bound)
-            done["requeue"] = _requeue(at, cfg, env, bound)
+    done = _act(decision, at, cfg, env, bound, dry_run)
     node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     doc["node_check"].update(budget_s=budget, environment=fp,
                              kept_facts=None if facts_kept is None else facts_kept.get("created"),
@@ -137,6 +129,21 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     written = _keep(doc, at, cfg, notes)
     code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
     return Outcome(doc, at, decision, done, code, cfg, written, notes)
+
+
+def _act(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound,
+         dry_run: bool) -> dict:
+    """scontrol's drain or resume; for a failing prolog also the job's comment and its requeue (in that order: the
+    requeued job carries the comment). What was done, for the record."""
+    bound.fails = decision.fails
+    bound.stage = f"scontrol ({decision.action})"
+    if dry_run and decision.action in ("drain", "resume"):
+        return {"dry_run": True}
+    done = node_check.act(decision, at, cfg, env, timeout=bound.remaining())
+    if at.context == PROLOG and decision.fails and at.job_id and not dry_run:
+        done["comment"] = _comment(decision, at, cfg, env, bound)
+        done["requeue"] = _requeue(at, cfg, env, bound)
+    return done
 
 
 def _checks(cfg: site.SiteConfig, at: Where, started: float, budget: float, facts_kept: dict | None) -> tuple:
