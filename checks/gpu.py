@@ -32,7 +32,7 @@ class GpuCheck(Check):
     facts_shape = {"gpus": ["object"]}
     description = "NVIDIA driver, GPUs visible to CUDA and torch vs the GPUs the job needs; compute mode, MIG, busy GPUs"
     phase = "local"
-    imports = ("torch",)
+    imports, kept_facts = ("torch",), ("torch_version", "torch_cuda_version", "torch_error")  # a prolog: kept, no count
     timeout_s = 60.0
     options = {
         "allow_foreign_processes": Option(False, "other processes on a GPU are not worth a warning"),
@@ -59,7 +59,7 @@ class GpuCheck(Check):
             facts.update(no_driver=exc.no_driver, nvml_error=str(exc), nvml_error_code=exc.code)
         facts["cuda_visible_devices"] = resolve_visible(raw_cvd, [g for g in facts["gpus"] if not g.get("lost")])
         facts["visible_count"] = len(facts["cuda_visible_devices"]["resolved"])
-        facts.update(torch_view())
+        facts.update(torch_view() if ctx.kept is None else ctx.kept)  # a prolog: torch's build as kept, no count
         return facts
 
     def exports(self, facts: dict) -> dict:
@@ -111,7 +111,7 @@ class GpuCheck(Check):
             names = sorted({g.get("name") for g in gpus})
             yield self.passed(
                 f"{node}: {f.get('visible_count')} of {len(gpus)} GPU(s) visible ({', '.join(map(str, names)) or 'none'});"
-                f" torch sees {f.get('torch_device_count')}" + (f", {expected} expected" if expected else "")
+                f" torch sees {f.get('torch_device_count', '(not counted: prolog)')}" + (f", {expected} expected" if expected else "")
                 + f"; driver {f.get('driver_version')}, CUDA {f.get('cuda_driver_version')}",
                 [node], actual=f.get("visible_count"), expected=expected)
 

@@ -205,6 +205,10 @@ class NodeContext:
     opts: dict = field(default_factory=dict)  # this check's resolved options
     cluster: ClusterContext | None = None
     deadline: float | None = None  # time.monotonic() value by which gather should return
+    # The unattended prolog's stand-in for ``imports``: this check's ``kept_facts`` as the node's last health
+    # check measured them in the same software environment (unattended/kept.py). Set: gather must not import
+    # its ``imports`` and takes those facts from here instead. None: gather measures everything itself.
+    kept: dict | None = None
 
 
 # The vocabulary of ``Check.exports``: key -> the shape of its value and who provides it among the built-ins.
@@ -245,6 +249,11 @@ class Check:
     # Heavy modules gather imports (e.g. "torch"): the runner imports them first on its own thread, because
     # two gather threads importing torch at once can see a half-initialised module or abort the process.
     imports: tuple[str, ...] = ()
+    # Where a check with ``imports`` also measures what changes between two jobs (NVML's GPUs beside torch's
+    # build): the keys of its facts that only the import tells and no job changes (torch's version, its CUDA).
+    # The unattended prolog, which never imports torch, runs such a check live with these facts kept from the
+    # node's health check (``ctx.kept``); a check with ``imports`` and no ``kept_facts`` is kept whole there.
+    kept_facts: tuple[str, ...] = ()
     # Keys of ``comparable`` that agree across the nodes of one run but belong to that run (a job id, the
     # master's address, the checks selected): fnmatch patterns ("SLURM_*"). A --baseline from another run
     # is never compared on them.

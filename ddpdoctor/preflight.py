@@ -46,13 +46,16 @@ def node_name() -> str:
     return socket.gethostname() or "localhost"
 
 
-def run_single_node(plan: Plan, deadline: float | None = None) -> dict:
+def run_single_node(plan: Plan, deadline: float | None = None, *, kept: dict | None = None,
+                    budget_s: float | None = None) -> dict:
     """`ddpdoctor preflight` with no cluster flags: this machine's local checks, judged on their own. With a
     ``deadline`` (time.monotonic; the unattended node check) everything ends by then: a check still running, or
-    whose imports are, is skipped with a note, never a failure."""
+    whose imports are, is skipped with a note naming ``budget_s``, never a failure. ``kept``: the prolog's facts
+    kept by the health check, in place of any import (runner.gather_all)."""
     node = node_name()
     started = time.perf_counter()
-    facts, outcome = gather_phase(plan, "local", node, deadline=deadline, within_budget=deadline is not None)
+    facts, outcome = gather_phase(plan, "local", node, deadline=deadline, within_budget=deadline is not None,
+                                  kept=kept, budget_s=budget_s)
     gathered = time.perf_counter()
     nodes = {node: {"rank": 0, "host": node, "addr": None, "facts": facts, "gather": outcome}}
     local_checks = plan.phase("local")

@@ -55,6 +55,8 @@ def gather_all(
     cluster: Any = None,
     deadline: float | None = None,
     within_budget: bool = False,
+    kept: Mapping | None = None,
+    budget_s: float | None = None,
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """Gather every check on this node at once. Returns (facts by check, outcome by check).
 
@@ -62,11 +64,20 @@ def gather_all(
     or the run's ``deadline`` when that comes first), not waited for. ``within_budget`` (the unattended node
     check, which must end within SLURM's limits): the checks that declare no ``imports`` start at once, beside
     the imports, which end at the ``deadline`` too; a check the deadline cuts short (not its own timeout), or whose
-    import is not done by then, is skipped with a note, never a failure.
+    import is not done by then, is skipped with a note, never a failure; ``budget_s`` is the budget those notes name
+    (the node check's, counted from its process's start; default: from here to the deadline).
+
+    ``kept`` (the unattended prolog and epilog: unattended/kept.py): nothing in any check's ``imports`` is imported;
+    such a check runs on the facts the node's health check kept for this software environment (live with
+    ``ctx.kept`` where it declares ``kept_facts``), or is skipped with a note when none are kept.
     """
     checks = list(checks)
     started = time.monotonic()
     common = dict(node=node, rank=rank, nnodes=nnodes, run=dict(run or {}), cluster=cluster)
+    if kept is not None:
+        work = [_start(lc, opts_by_check, deadline, common) if not lc.check.imports
+                else _from_kept(lc, kept, opts_by_check, deadline, common) for lc in checks]
+        return _collect(checks, work, started, within_budget, deadline, budget_s)
     importer = Imports(checks)
     importer.run(in_background=within_budget and deadline is not None)
     later = [lc for lc in checks if importer.needed_by(lc)] if importer.background else []
@@ -76,10 +87,17 @@ def gather_all(
         for lc in later:
             late = sorted(unimported & set(lc.check.imports))
             if late:  # never started: it would import the module a second time, beside the abandoned import
+                budget = budget_s if budget_s is not None else deadline - started
                 work.append((lc, {"status": SKIPPED, "message": f"not run: importing {', '.join(late)} did not "
-                                  f"finish within the {deadline - started:.0f} s budget", "facts": {}}, None, 0.0))
+                                  f"finish within the {budget:g} s budget", "facts": {}, "for_time": True}, None, 0.0))
             else:
                 work.append(_start(lc, opts_by_check, deadline, common))
+    return _collect(checks, work, started, within_budget, deadline, budget_s)
+
+
+def _collect(checks: list[LoadedCheck], work: list[tuple], started: float, within_budget: bool,
+             deadline: float | None, budget_s: float | None) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Each started gather's facts and outcome, a thread still running at its deadline abandoned (a daemon)."""
     facts: dict[str, dict] = {}
     outcome: dict[str, dict] = {}
     for lc, box, t, deadline_of_check in sorted(work, key=lambda w: checks.index(w[0])):
@@ -90,19 +108,43 @@ def gather_all(
             box = {"status": TIMEOUT, "message": f"gather did not finish within {limit:g} s",
                    "seconds": limit, "facts": {}}
             if within_budget and deadline is not None and deadline_of_check >= deadline:
-                box.update(status=SKIPPED, message=f"not finished within the {limit:g} s budget: skipped (run "
-                           f"`ddpdoctor preflight --only {lc.name}` to see it through)")
+                budget = budget_s if budget_s is not None else limit
+                box.update(status=SKIPPED, message=f"not finished within the {budget:g} s budget: skipped (run "
+                           f"`ddpdoctor preflight --only {lc.name}` to see it through)", for_time=True)
         facts[lc.name] = box.get("facts", {})
         outcome[lc.name] = {k: v for k, v in box.items() if k != "facts"}
     return facts, outcome
 
 
-def _start(lc: LoadedCheck, opts_by_check: Mapping | None, deadline: float | None, common: dict) -> tuple:
+def _from_kept(lc: LoadedCheck, kept: Mapping, opts_by_check: Mapping | None, deadline: float | None,
+               common: dict) -> tuple:
+    """A check with ``imports`` where nothing may be imported: live on its kept facts (``kept_facts``), its kept
+    facts whole, or skipped with a note saying who measures them."""
+    if lc.check.opt_in and not lc.check.with_defaults((opts_by_check or {}).get(lc.name)).get("enabled"):
+        return _start(lc, opts_by_check, deadline, common)  # off: it skips itself before any import
+    facts = (kept.get("facts") or {}).get(lc.name)
+    skipped = (kept.get("skipped") or {}).get(lc.name)
+    if isinstance(skipped, str) and not isinstance(facts, dict):
+        return lc, {"status": SKIPPED, "message": f"{skipped} (the health check's finding, kept)", "facts": {}}, \
+            None, 0.0
+    if not isinstance(facts, dict):
+        why = (f"not measured in this software environment yet: the health check measures it (it imports "
+               f"{', '.join(lc.check.imports)}; a prolog or epilog never does)")
+        return lc, {"status": SKIPPED, "message": why, "facts": {}}, None, 0.0
+    if lc.check.kept_facts:
+        return _start(lc, opts_by_check, deadline, common, {k: facts.get(k) for k in lc.check.kept_facts})
+    box = {"status": OK, "facts": dict(facts), "seconds": 0.0, "kept_from": str(kept.get("created") or "")}
+    box.update(contract(lc.check, facts))
+    return lc, box, None, 0.0
+
+
+def _start(lc: LoadedCheck, opts_by_check: Mapping | None, deadline: float | None, common: dict,
+           kept: dict | None = None) -> tuple:
     """One check's gather on a daemon thread: (check, its result box, the thread, its deadline)."""
     own = time.monotonic() + lc.check.timeout_s
     deadline_of_check = own if deadline is None else min(own, deadline)
     ctx = NodeContext(opts=lc.check.with_defaults((opts_by_check or {}).get(lc.name)), deadline=deadline_of_check,
-                      **common)
+                      kept=kept, **common)
     box: dict = {}
     t = threading.Thread(target=_gather_one, args=(lc, ctx, box), name=f"gather-{lc.name}", daemon=True)
     t.start()
@@ -249,8 +291,9 @@ class Plan:
 
 
 def gather_phase(plan: Plan, phase: str, node: str, *, rank: int = 0, nnodes: int = 1, cluster: Any = None,
-                 deadline: float | None = None, within_budget: bool = False) -> tuple[dict[str, dict], dict[str, dict]]:
+                 deadline: float | None = None, within_budget: bool = False, kept: Mapping | None = None,
+                 budget_s: float | None = None) -> tuple[dict[str, dict], dict[str, dict]]:
     """``gather_all`` of one phase's checks of a plan (local, cluster, collective)."""
     return gather_all(plan.phase(phase), node, rank=rank, nnodes=nnodes, run=plan.run,
                       opts_by_check=plan.opts_by_check, cluster=cluster, deadline=deadline,
-                      within_budget=within_budget)
+                      within_budget=within_budget, kept=kept, budget_s=budget_s)

@@ -17,7 +17,7 @@ def _created(i: int, j: int) -> str:
     return (START + dt.timedelta(minutes=5 * i, seconds=j)).isoformat(timespec="seconds")
 
 
-def node_check_doc(node: str, i: int, *, flapping: bool, pad: int = 0) -> dict:
+def node_check_doc(node: str, i: int, *, flapping: bool, pad: int = 0, action: str = "") -> dict:
     clock = Level.WARN if flapping and (i % 2) else Level.PASS
     results = [Result("resources", Level.PASS, "/dev/shm 16 GiB", [node]),
                Result("clock-sync", clock, "clock not synchronised" if clock is Level.WARN else "synchronised", [node]),
@@ -28,6 +28,12 @@ def node_check_doc(node: str, i: int, *, flapping: bool, pad: int = 0) -> dict:
                                   checks=[], results=results, run={}, run_id=f"hc-{node}-{i}")
     doc["created"] = _created(i, 0)
     doc["node_check"] = {"context": "health_check", "node": node, "job_id": None, "action": "none"}
+    if action:  # the node check drained or resumed the node at this run (scontrol succeeded)
+        doc["node_check"].update(action=action, scontrol={"command": ["scontrol"], "ok": True, "error": None})
+        if action == "drain":
+            next(r for r in doc["results"] if r["check"] == "resources").update(level="fail",
+                                                                                summary="/dev/shm is 64 MiB")
+            doc["verdict"] = "fail"
     return doc
 
 
@@ -43,14 +49,16 @@ def bench_doc(node: str, i: int, *, busbw: float) -> dict:
 
 
 def write_history(root: Path, *, nodes: int = 4, runs: int = 12, bench_every: int = 1, pad: int = 0) -> int:
-    """node1's last nccl-bench is at 40 % of its past; node2's clock-sync flaps. Returns the files written."""
+    """node1's last nccl-bench is at 40 % of its past; node2's clock-sync flaps; node3 is drained by the node check
+    halfway (its resources check failing) and resumed two runs later. Returns the files written."""
     written = 0
     for n in range(1, nodes + 1):
         node = f"node{n}"
         folder = root / node
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(runs):
-            doc = node_check_doc(node, i, flapping=n == 2, pad=pad)
+            action = {runs // 2: "drain", runs // 2 + 2: "resume"}.get(i, "") if n == 3 else ""
+            doc = node_check_doc(node, i, flapping=n == 2, pad=pad, action=action)
             (folder / f"{i:06d}-health_check.json").write_text(json.dumps(doc))
             written += 1
             if i % bench_every == 0:

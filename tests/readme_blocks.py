@@ -19,6 +19,11 @@ def slurm_conf() -> str:
     return next(b for b in blocks() if "HealthCheckProgram=" in b)
 
 
+def site_config() -> str:
+    """The site config README puts beside the slurm.conf lines (/etc/ddpdoctor/ddpdoctor.toml on every node)."""
+    return next(b for b in blocks() if b.startswith("[node-check]"))
+
+
 def npd_config() -> dict:
     return json.loads(next(b for b in blocks() if '"plugin": "custom"' in b))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 import click
 
@@ -44,7 +43,9 @@ def node_check(config_path, dry_run, as_json):
     \b
     slurm.conf (no arguments: the site config is /etc/ddpdoctor/ddpdoctor.toml):
       Prolog=/opt/ddpdoctor/bin/ddpdoctor-slurm-check
-      PrologFlags=Alloc
+      Epilog=/opt/ddpdoctor/bin/ddpdoctor-slurm-check
+      PrologFlags=Alloc,DeferBatch
+      SchedulerParameters=nohold_on_prolog_fail
       HealthCheckProgram=/opt/ddpdoctor/bin/ddpdoctor-slurm-check
       HealthCheckInterval=300
     \b
@@ -52,42 +53,30 @@ def node_check(config_path, dry_run, as_json):
       ddpdoctor node-check --dry-run           # on a node, by hand: the checks, and what it would do in SLURM
       SLURMD_NODENAME=node7 ddpdoctor-slurm-check --dry-run   # as node7's health check, acting on nothing
     """
-    from ..unattended import node_check as engine, site
+    from ..unattended.entry import run
 
-    started = STARTED if STARTED is not None else time.monotonic()
-    cfg = site.load(config_path or site.config_path()[0])
-    at = engine.where(os.environ)
-    engine.refuse_odd_name(at)
-    if at.under_slurm:  # scontrol runs only under SLURM
-        engine.refuse_untrusted(cfg, os.environ)
-    doc = engine.run_checks(cfg, started)
-    state = engine.node_state(at, cfg, os.environ)
-    decision = engine.decide(engine.findings_that_drain(doc, cfg.drain_on), state, drain_on=cfg.drain_on)
-    done = {"dry_run": True} if dry_run and decision.action in ("drain", "resume") else \
-        engine.act(decision, at, cfg, os.environ)
-    engine.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
-    _keep(doc, at, cfg)
-    if cfg.prometheus_textfile:
-        from . import monitoring
-
-        monitoring.write_prometheus(doc, Path(cfg.prometheus_textfile), "node-check")
+    out = run(config_path, dry_run=dry_run, started=STARTED, hard_exit=STARTED is not None)
+    for note in out.notes:
+        common.warn_line(note)
+    if out.written is not None:
+        common.say_wrote("result", out.written)
+    if out.site.prometheus_textfile:
+        _prometheus(out.doc, out.site.prometheus_textfile)
     if as_json:
-        common.print_json(doc)
+        common.print_json(out.doc)
     elif not common.STATE.quiet:
-        click.echo(summary_line(doc, at, decision, done))
-    if at.context in (engine.PROLOG, engine.EPILOG):
-        return ExitCode.FAIL if decision.fails else ExitCode.OK
-    return doc["exit_code"]
+        click.echo(summary_line(out.doc, out.at, out.decision, out.done))
+    return out.exit_code
 
 
-def _keep(doc: dict, at, cfg) -> None:
-    from ..errors import UsageError
-    from ..unattended import node_check as engine
+def _prometheus(doc: dict, directory: str) -> None:
+    """The node's series (report/prometheus.node_check_samples: no job label, one series across jobs)."""
+    from ..report import prometheus
 
     try:
-        common.say_wrote("result", engine.keep(doc, engine.result_path(cfg, at, doc["created"]), cfg.keep))
-    except UsageError as exc:
-        common.warn_line(f"record not kept: {exc} (results_dir in the site config)")
+        common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
+    except OSError as exc:
+        common.warn_line(f"prometheus_textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
 
 
 def summary_line(doc: dict, at, decision, done: dict) -> str:
@@ -117,7 +106,10 @@ def main() -> None:
     from ..unattended.node_check import where
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # slurmd's PrologEpilogTimeout: the same clean end as ddpdoctor's
-    code = run(["node-check", *sys.argv[1:]])
+    try:
+        code = run(["node-check", *sys.argv[1:]])
+    finally:
+        STARTED = None  # only this process's own run is bounded from its start (and its watchdog armed)
     if where(os.environ).under_slurm and code not in (ExitCode.OK, ExitCode.FAIL):
         print(f"ddpdoctor-slurm-check: the check itself failed (exit {code}, above): the node is neither drained "
               "nor the job failed for it", file=sys.stderr)

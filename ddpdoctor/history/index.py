@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 DB_NAME = ".ddpdoctor-history.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: runs.action (the node check's drain or resume)
 MAX_DEPTH = 3  # DIR/<node or run>/<file>.json, and one level more
 MAX_FILES = 100_000  # the newest of more are read, and the page says how many were left out
 BUSY_S = 5.0  # another report refreshing the index: waited for this long, then this one works in memory
@@ -27,7 +27,7 @@ TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ok INTEGER);
 CREATE TABLE IF NOT EXISTS runs(path TEXT, node TEXT, kind TEXT, run_id TEXT, created REAL, context TEXT,
-                                verdict TEXT, PRIMARY KEY(path, node));
+                                verdict TEXT, action TEXT, PRIMARY KEY(path, node));
 CREATE TABLE IF NOT EXISTS levels(path TEXT, node TEXT, check_name TEXT, level TEXT, summary TEXT);
 CREATE TABLE IF NOT EXISTS bandwidth(path TEXT, node TEXT, op TEXT, size INTEGER, busbw REAL);
 CREATE INDEX IF NOT EXISTS levels_path ON levels(path);
@@ -46,6 +46,7 @@ class Run:
     created: float
     context: str
     verdict: str
+    action: str = ""  # the node check's drain or resume of this node, done ("" otherwise)
     levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # check -> (level, first summary)
     bandwidth: dict[tuple[str, int], float] = field(default_factory=dict)  # (op, size) -> busbw GB/s
 
@@ -109,7 +110,8 @@ def _ready(con: sqlite3.Connection) -> None:
     row = con.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     if row is None or row[0] != str(SCHEMA_VERSION):  # another version's index: rebuilt from the files
         for table in ("files", "runs", "levels", "bandwidth"):
-            con.execute(f"DELETE FROM {table}")
+            con.execute(f"DROP TABLE IF EXISTS {table}")  # its columns may differ
+        con.executescript(TABLES)
         con.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(SCHEMA_VERSION),))
         con.commit()
 
@@ -144,8 +146,8 @@ def _forget(con: sqlite3.Connection, path: str) -> None:
 
 
 def _insert(con: sqlite3.Connection, run: Run) -> None:
-    con.execute("INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?)",
-                (run.path, run.node, run.kind, run.run_id, run.created, run.context, run.verdict))
+    con.execute("INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?)",
+                (run.path, run.node, run.kind, run.run_id, run.created, run.context, run.verdict, run.action))
     con.executemany("INSERT INTO levels VALUES(?,?,?,?,?)",
                     [(run.path, run.node, c, lv, s) for c, (lv, s) in run.levels.items()])
     con.executemany("INSERT INTO bandwidth VALUES(?,?,?,?,?)",
@@ -182,11 +184,18 @@ def _created(doc: dict) -> float:
     return dt.datetime.fromisoformat(str(doc.get("created"))).timestamp()
 
 
+def _action(nc: dict) -> str:
+    """The node check's drain or resume, when scontrol did it."""
+    done = nc.get("scontrol") if isinstance(nc.get("scontrol"), dict) else {}
+    return str(nc.get("action")) if nc.get("action") in ("drain", "resume") and done.get("ok") else ""
+
+
 def _preflight_runs(doc: dict, rel: str) -> Iterator[Run]:
-    context = str((doc.get("node_check") or {}).get("context") or "preflight")
+    nc = doc.get("node_check") if isinstance(doc.get("node_check"), dict) else {}
+    context = str(nc.get("context") or "preflight")
     nodes = [str(n) for n in (doc.get("nodes") or {})]
     for node in nodes:
-        run = Run(rel, node, "preflight", str(doc.get("run_id")), _created(doc), context, "pass")
+        run = Run(rel, node, "preflight", str(doc.get("run_id")), _created(doc), context, "pass", _action(nc))
         for r in doc.get("results") or []:
             if not isinstance(r, dict) or r.get("level") not in LEVELS or (r.get("nodes") and node not in r["nodes"]):
                 continue
@@ -216,8 +225,8 @@ def _bench_run(doc: dict, rel: str) -> Run:
 
 def runs(con: sqlite3.Connection) -> list[Run]:
     """Every indexed run, oldest first, with its levels and bandwidths."""
-    out = {(p, n): Run(p, n, k, r, c, ctx, v) for p, n, k, r, c, ctx, v in
-           con.execute("SELECT path, node, kind, run_id, created, context, verdict FROM runs")}
+    out = {(p, n): Run(p, n, k, r, c, ctx, v, a or "") for p, n, k, r, c, ctx, v, a in
+           con.execute("SELECT path, node, kind, run_id, created, context, verdict, action FROM runs")}
     for p, n, check, level, summary in con.execute("SELECT path, node, check_name, level, summary FROM levels"):
         if (p, n) in out:
             out[(p, n)].levels[check] = (level, summary)

@@ -1,6 +1,6 @@
-"""What a node's history says (pure: runs in, data out): its runs and verdicts, the checks that flap between
-passing and not, its bus bandwidth over runs, and a finding when its latest bandwidth is below its own past (naming
-the runs compared). Worded for a person in the report's views; here only numbers, names and run ids."""
+"""What a node's history says (pure: runs in, data out): its runs and verdicts, its timeline of check states with
+the node check's drains and resumes, the checks that flap between passing and not, its bus bandwidth over runs, and
+a finding when its latest bandwidth fell below its own past beyond its own spread (naming the runs compared). Worded for a person in the report's views; here only numbers, names and run ids."""
 from __future__ import annotations
 
 import statistics
@@ -16,8 +16,10 @@ class Rules:
     flap_window: int = 20  # a node's last runs looked at for flapping
     flap_changes: int = 3  # this many changes between passing and not in the window is flapping
     slower_ratio: float = 0.8  # latest busbw under this fraction of the median of its own past
+    spread_k: float = 3.0  # ... and further below that median than this many of the past's robust spreads
     past_runs: int = 10  # the past it is compared with
     min_past: int = 3  # fewer past runs: no judgement
+    timeline_runs: int = 60  # a node's last runs drawn in its timeline
 
 
 def _stamp(run: Run) -> dict:
@@ -56,25 +58,52 @@ def bandwidth(runs: list[Run]) -> dict[str, dict]:
             for op, size in sorted(sizes.items())}
 
 
+def _dropped(values: list[float], rules: Rules) -> tuple[bool, float, float]:
+    """(the last value fell below its past beyond the past's own spread, the past's median, that spread). The spread
+    is robust (1.4826 x the median absolute deviation: one odd run does not widen it): gloo's run-to-run spread on a
+    quiet node reached 21 % (issue 46), so a fixed ratio alone called a healthy run slower."""
+    *past, now = values
+    past = past[-rules.past_runs:]
+    median = statistics.median(past)
+    spread = 1.4826 * statistics.median(abs(v - median) for v in past)
+    return (median > 0 and now < rules.slower_ratio * median and now < median - rules.spread_k * spread,
+            median, spread)
+
+
 def slower(runs: list[Run], rules: Rules) -> list[dict]:
-    """Each collective (at each size) whose latest busbw is under ``slower_ratio`` of the median of the node's
-    previous ``past_runs``; per collective, the size where it fell most."""
-    worst: dict[str, dict] = {}
+    """Each collective whose latest busbw fell below the node's own past (``_dropped``) at two sizes or more of that
+    run, or at one size in its last two runs: one size in one run is noise until seen again. Per collective, the
+    size where it fell most."""
+    found: dict[str, list[dict]] = {}
     sizes = {key for r in runs for key in r.bandwidth}
     for op, size in sorted(sizes):
         seen = [r for r in runs if (op, size) in r.bandwidth]
         if len(seen) < rules.min_past + 1:
             continue
-        latest, past = seen[-1], seen[-1 - rules.past_runs:-1]
-        median = statistics.median(r.bandwidth[(op, size)] for r in past)
-        now = latest.bandwidth[(op, size)]
-        if median <= 0 or now >= rules.slower_ratio * median:
+        values = [r.bandwidth[(op, size)] for r in seen]
+        dropped, median, spread = _dropped(values, rules)
+        if not dropped:
             continue
-        found = {"op": op, "size": size, "busbw_gbs": now, "median_gbs": median, "ratio": now / median,
-                 "latest": _stamp(latest), "past": [_stamp(r) for r in past]}
-        if op not in worst or found["ratio"] < worst[op]["ratio"]:
-            worst[op] = found
-    return list(worst.values())
+        again = len(values) >= rules.min_past + 2 and _dropped(values[:-1], rules)[0]
+        found.setdefault(op, []).append(
+            {"op": op, "size": size, "busbw_gbs": values[-1], "median_gbs": median, "spread_gbs": spread,
+             "ratio": values[-1] / median, "consecutive": again, "latest": _stamp(seen[-1]),
+             "past": [_stamp(r) for r in seen[-1 - rules.past_runs:-1]]})
+    out = []
+    for op, drops in found.items():
+        if len(drops) >= 2 or any(d["consecutive"] for d in drops):
+            out.append(dict(min(drops, key=lambda d: d["ratio"]), sizes=len(drops)))
+    return out
+
+
+def timeline(runs: list[Run], rules: Rules) -> dict:
+    """The node's last ``timeline_runs`` node-check and preflight runs: each check's level run by run, and the
+    drains and resumes the node check did (for the page's chart)."""
+    last = runs[-rules.timeline_runs:]
+    checks = sorted({c for r in last for c in r.levels})
+    return {"checks": checks, "first_run": len(runs) - len(last) + 1,
+            "runs": [{"run_id": r.run_id, "created": r.created, "context": r.context, "verdict": r.verdict,
+                      "action": r.action, "levels": {c: lv for c, (lv, _) in r.levels.items()}} for r in last]}
 
 
 def node_history(node: str, runs: list[Run], rules: Rules) -> dict:
@@ -85,7 +114,8 @@ def node_history(node: str, runs: list[Run], rules: Rules) -> dict:
     return {"node": node, "runs": len(runs), "first": runs[0].created, "last": runs[-1].created,
             "last_verdict": (checks or runs)[-1].verdict, "verdicts": verdicts,
             "contexts": sorted({r.context for r in runs}), "flaps": flaps(checks, rules),
-            "bandwidth": bandwidth(runs), "slower": slower(runs, rules)}
+            "bandwidth": bandwidth(runs), "slower": slower(runs, rules), "timeline": timeline(checks, rules),
+            "drains": sum(r.action == "drain" for r in checks), "resumes": sum(r.action == "resume" for r in checks)}
 
 
 def history(all_runs: list[Run], rules: Rules = Rules()) -> dict:
@@ -95,9 +125,10 @@ def history(all_runs: list[Run], rules: Rules = Rules()) -> dict:
     for run in sorted(all_runs, key=lambda r: (r.created, r.path)):
         by_node.setdefault(run.node, []).append(run)
     nodes = [node_history(n, rs, rules) for n, rs in by_node.items()]
-    nodes.sort(key=lambda h: (-(len(h["slower"]) * 10 + len(h["flaps"])), h["node"]))
+    nodes.sort(key=lambda h: (-(len(h["slower"]) * 10 + len(h["flaps"])), -h["drains"], h["node"]))
     findings = [{"kind": "slower", "node": h["node"], **s} for h in nodes for s in h["slower"]]
     findings += [{"kind": "flap", "node": h["node"], **f} for h in nodes for f in h["flaps"]]
     return {"nodes": nodes, "findings": findings, "runs": len(all_runs),
             "rules": {"flap_window": rules.flap_window, "flap_changes": rules.flap_changes,
-                      "slower_ratio": rules.slower_ratio, "past_runs": rules.past_runs, "min_past": rules.min_past}}
+                      "slower_ratio": rules.slower_ratio, "spread_k": rules.spread_k, "past_runs": rules.past_runs,
+                      "min_past": rules.min_past}}

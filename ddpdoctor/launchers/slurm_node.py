@@ -16,6 +16,7 @@ from typing import Mapping
 
 OWNER = "ddpdoctor:"  # the prefix of every drain reason this tool writes (NHC writes "NHC:")
 MAX_REASON = 120  # a reason sinfo and squeue show in full
+MAX_COMMENT = 250  # a job comment: squeue's %k shows it whole
 SCONTROL_TIMEOUT_S = 10.0
 # Where scontrol lives when the caller's PATH is SLURM's minimal one (a prolog runs with no PATH at all).
 SCONTROL_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
@@ -100,6 +101,34 @@ def parse_show(node: str, text: str) -> NodeState:
         reason = re.split(r"\s(?:Comment|Extra|ResumeAfterTime)=", found.group(1))[0]
         reason = _STAMP.sub("", reason).rstrip()  # leading spaces kept: "  ddpdoctor: x" is not our prefix
     return NodeState(node, state.group(1), "" if reason in ("(null)", "none") else reason)
+
+
+def job_comment(node: str, check: str, finding: str) -> str:
+    """The job's comment when a node's prolog fails it: 'ddpdoctor: node3 failed its prolog (resources: /dev/shm is
+    64 MiB ...); the job was requeued without it' (one line, no quotes, cut as a reason is)."""
+    what = f"{check}: {finding}" if check else finding
+    text = " ".join(f"{OWNER} {node} failed its prolog ({what}); the job was requeued".split())
+    text = "".join(c for c in text if c.isprintable() and c not in "\"'`\\")
+    return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
+
+
+def comment(job_id: str, text: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,
+            timeout: float = SCONTROL_TIMEOUT_S) -> Done:
+    """`scontrol update JobId=ID Comment=TEXT`: what the job's user sees in `squeue -o %k` and `scontrol show
+    job` (and `sacct -o Comment` where accounting stores comments)."""
+    argv = [scontrol, "update", f"JobId={job_id}", f"Comment={text}"]
+    code, _, message = _run(argv, env, timeout)
+    return Done(code == 0, argv, "" if code == 0 else message)
+
+
+def requeue(job_id: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,
+            timeout: float = SCONTROL_TIMEOUT_S) -> Done:
+    """`scontrol requeue ID`, from a failing node's prolog before it exits: SLURM 22.05 launches the batch script
+    when the last prolog completes, a failed one included, and requeues only after (with DeferBatch too): a job
+    already requeued is not launched ("already killed, do not launch batch job")."""
+    argv = [scontrol, "requeue", job_id]
+    code, _, message = _run(argv, env, timeout)
+    return Done(code == 0, argv, "" if code == 0 else message)
 
 
 def drain(node: str, reason: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,

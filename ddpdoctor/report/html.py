@@ -98,11 +98,16 @@ def build_history_html(history: dict) -> str:
 
     view = history_view(history)
     drawn = [{"op": c["op"], "svg": Markup(svg.line_chart(f"{c['op']} bus bandwidth per node", c["series"],
-                                                          xlabel="the node's run", ylabel="busbw (GB/s)"))}
+                                                          xlabel="the node's run", ylabel="busbw (GB/s)",
+                                                          integer_x=True))}
              for c in view["charts"]]
+    lines = [{"node": t["node"], "note": t["note"], "svg": Markup(svg.timeline(
+        f"{t['node']}: check states over its runs", t["checks"], t["runs"], first_run=t["first_run"]))}
+        for t in view["timelines"]]
     js = (TEMPLATES / "report.js").read_text()
     digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
-    return _env().get_template("history.html").render(h=view, charts=drawn, css=Markup((TEMPLATES / "report.css")
+    return _env().get_template("history.html").render(h=view, charts=drawn, timelines=lines,
+                                                      css=Markup((TEMPLATES / "report.css")
                                                       .read_text()), js=Markup(js),
                                                       csp=CSP.format(script=f"sha256-{digest}"))
 

@@ -4,17 +4,23 @@ a file.
 
 Series (HELP and TYPE lines come with each family; every series carries ``command``, the ddpdoctor command that
 wrote it, so preflight, the node check and nccl-bench share one file: each write replaces its own command's series
-and keeps the others'):
+and keeps the others'). The level scale, once: 0 pass, 1 skip, 2 warn, 3 fail (worst highest: alert on ``== 3``).
 
-- ``ddpdoctor_check_status{check,level}``: 0 pass, 1 skip, 2 warn, 3 fail (the tool's own order, worst highest: alert
-  on ``== 3``), one per check on this node, and one per GPU (``gpu``, ``UUID``) where a finding names a GPU;
+- ``ddpdoctor_check_status{check}``: the check's worst level on this node, one per check, and one per GPU (``gpu``,
+  ``UUID``) where a finding names a GPU;
+- ``ddpdoctor_check_skipped_for_time{check}``: 1 when this run skipped the check because its budget ran out (its
+  status then reads 1, as a check that does not apply), else 0;
 - ``ddpdoctor_run_status``: the run's verdict on the same scale;
+- ``ddpdoctor_run_duration_seconds``: how long the run took (the node check: from its process's start);
+- ``ddpdoctor_node_drains_total`` / ``ddpdoctor_node_resumes_total``: counters of the node check's drains and
+  resumes of this node (scontrol succeeded), carried from the file's previous values;
 - ``ddpdoctor_bus_bandwidth_gbs{collective,message_size,placement,dtype}``: nccl-bench's busbw per op and size
   (NCCL Inspector's label names);
 - ``ddpdoctor_last_run_timestamp_seconds``: when the run's document was made (alert on staleness).
 
 Labels as dcgm-exporter names them, so one Grafana board joins the series: ``Hostname``; ``gpu`` and ``UUID``
-where a GPU is meant; ``hpc_job`` from the scheduler's job id (absent outside a job).
+where a GPU is meant; ``hpc_job`` from the scheduler's job id for preflight and nccl-bench inside a job, never on the
+node check's series (a prolog's job label would start new series at every job).
 """
 from __future__ import annotations
 
@@ -31,10 +37,15 @@ LOCK = ".ddpdoctor.prom.lock"
 STATUS = {"pass": 0, "skip": 1, "warn": 2, "fail": 3}
 HELP = {
     "ddpdoctor_check_status": "ddpdoctor check result on this node: 0 pass, 1 skip, 2 warn, 3 fail",
-    "ddpdoctor_run_status": "ddpdoctor run verdict: 0 pass, 1 skip, 2 warn, 3 fail",
+    "ddpdoctor_check_skipped_for_time": "1 when this run skipped the check because its time budget ran out",
+    "ddpdoctor_run_status": "ddpdoctor run verdict, on ddpdoctor_check_status's scale",
+    "ddpdoctor_run_duration_seconds": "how long the ddpdoctor run took",
+    "ddpdoctor_node_drains": "drains of this node by the ddpdoctor node check",
+    "ddpdoctor_node_resumes": "resumes of this node by the ddpdoctor node check (its own drains only)",
     "ddpdoctor_bus_bandwidth_gbs": "nccl-bench bus bandwidth (nccl-tests busbw) in GB/s per collective and size",
     "ddpdoctor_last_run_timestamp_seconds": "when the ddpdoctor run that wrote these series ended (Unix time)",
 }
+COUNTERS = ("ddpdoctor_node_drains", "ddpdoctor_node_resumes")  # exposed with _total; the others are gauges
 Sample = tuple[str, dict, float]  # (family, labels, value)
 
 
@@ -58,10 +69,35 @@ def samples(doc: dict, *, command: str, hostname: str | None = None, job: str | 
     verdict = doc.get("verdict")
     if verdict in STATUS:
         out.append(("ddpdoctor_run_status", dict(base), float(STATUS[verdict])))
+    duration = _duration(doc)
+    if duration is not None:
+        out.append(("ddpdoctor_run_duration_seconds", dict(base), duration))
     created = _epoch(doc.get("created"))
     if created is not None:
         out.append(("ddpdoctor_last_run_timestamp_seconds", dict(base), created))
     return out
+
+
+def node_check_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
+    """The unattended node check's series: no job label (a prolog's job would start new series at every job, and
+    an alert on them fire and resolve with each one), and its drain and resume counters' increments (``write``
+    adds the file's previous values)."""
+    out = samples(doc, command="node-check", hostname=hostname, job=None)
+    nc = doc.get("node_check") or {}
+    did = nc.get("action") if (nc.get("scontrol") or {}).get("ok") else None
+    base = {"Hostname": hostname or socket.gethostname(), "command": "node-check"}
+    out.append(("ddpdoctor_node_drains", dict(base), 1.0 if did == "drain" else 0.0))
+    out.append(("ddpdoctor_node_resumes", dict(base), 1.0 if did == "resume" else 0.0))
+    return out
+
+
+def _duration(doc: dict) -> float | None:
+    """The node check's own elapsed time (from its process's start), else the document's timings summed."""
+    elapsed = (doc.get("node_check") or {}).get("elapsed_s")
+    if isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool):
+        return float(elapsed)
+    parts = [v for v in (doc.get("timings") or {}).values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return float(sum(parts)) if parts else None
 
 
 def _this_node(doc: dict) -> str | None:
@@ -73,6 +109,7 @@ def _check_status(doc: dict, base: dict) -> list[Sample]:
     """The worst level of each check's results for this node (a cluster finding naming several nodes counts for
     each of them), and per GPU where a result names one."""
     me = _this_node(doc)
+    out = _skipped_for_time(doc, me, base)
     worst: dict[tuple, str] = {}
     for r in doc.get("results") or []:
         if r.get("level") not in STATUS or (me and r.get("nodes") and me not in r["nodes"]):
@@ -82,13 +119,20 @@ def _check_status(doc: dict, base: dict) -> list[Sample]:
         key = (str(r.get("check")), None if gpu is None else str(gpu), str(details.get("uuid") or ""))
         if STATUS[r["level"]] >= STATUS.get(worst.get(key, "pass"), 0):
             worst[key] = r["level"]
-    out = []
     for (check, gpu, uuid), level in sorted(worst.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
-        labels = dict(base, check=check, level=level)
+        labels = dict(base, check=check)  # no level label: the value is the level (a label would split the series)
         if gpu is not None:
             labels.update(gpu=gpu, UUID=uuid)
         out.append(("ddpdoctor_check_status", labels, float(STATUS[level])))
     return out
+
+
+def _skipped_for_time(doc: dict, me: str | None, base: dict) -> list[Sample]:
+    """1 for each check this node's gather skipped because the budget ran out (runner: ``for_time``), 0 for the
+    others it ran: a check not run for lack of time is not a check that does not apply."""
+    gather = ((doc.get("nodes") or {}).get(me) or {}).get("gather") or {}
+    return [("ddpdoctor_check_skipped_for_time", dict(base, check=str(name)),
+             1.0 if isinstance(o, dict) and o.get("for_time") else 0.0) for name, o in sorted(gather.items())]
 
 
 def _bandwidth(doc: dict, base: dict) -> list[Sample]:
@@ -119,9 +163,17 @@ def write(directory: str | os.PathLike, new: list[Sample], command: str) -> Path
 
     path = Path(directory) / FILE
     with textfile.Folder(directory) as folder, folder.locked(LOCK):
-        kept = [s for s in _parse(folder.read(FILE)) if s[1].get("command") != command]
-        folder.replace(FILE, _render(kept + new))
+        old = _parse(folder.read(FILE))
+        kept = [s for s in old if s[1].get("command") != command]
+        folder.replace(FILE, _render(kept + _counted(new, old)))
     return path
+
+
+def _counted(new: list[Sample], old: list[Sample]) -> list[Sample]:
+    """The counters' increments in ``new`` added to their previous values in the file (same family and labels)."""
+    before = {(name, tuple(sorted(labels.items()))): value for name, labels, value in old if name in COUNTERS}
+    return [(name, labels, value + before.get((name, tuple(sorted(labels.items()))), 0.0) if name in COUNTERS
+             else value) for name, labels, value in new]
 
 
 def _parse(raw: bytes | None) -> list[Sample]:
@@ -132,14 +184,14 @@ def _parse(raw: bytes | None) -> list[Sample]:
         return []
     try:
         return [(f.name, dict(s.labels), s.value) for f in text_string_to_metric_families(raw.decode("utf-8"))
-                for s in f.samples if f.name in HELP]
+                for s in f.samples if f.name in HELP and s.name in (f.name, f"{f.name}_total")]
     except (ValueError, UnicodeDecodeError):
         return []
 
 
 def _render(series: list[Sample]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     by_name: dict[str, list[tuple[dict, float]]] = {}
     for name, labels, value in series:
@@ -149,7 +201,8 @@ def _render(series: list[Sample]) -> bytes:
         def collect(self):
             for name in sorted(by_name):
                 names = sorted({k for labels, _ in by_name[name] for k in labels})
-                family = GaugeMetricFamily(name, HELP[name], labels=names)
+                kind = CounterMetricFamily if name in COUNTERS else GaugeMetricFamily
+                family = kind(name, HELP[name], labels=names)
                 for labels, value in by_name[name]:
                     family.add_metric([str(labels.get(k, "")) for k in names], value)
                 yield family

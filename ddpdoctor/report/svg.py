@@ -46,6 +46,15 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     return [round(first + i * step, 12) for i in range(max(count, 1))]
 
 
+def int_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks on whole numbers only (runs are counted: no tick at run 1.5), 1-2-5 spaced, about six of them."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    step = max(1, int(nice_step((hi - lo) / 6))) if hi > lo else 1
+    first = max(math.ceil(lo / step) * step, math.ceil(lo))
+    return [float(v) for v in range(int(first), int(math.floor(hi)) + 1, step)]
+
+
 def nice_step(raw: float) -> float:
     """The 1-2-5 number nearest ``raw`` (0.2, 0.5, 1, 2, 5, 10, ...): ticks a person reads at a glance, not
     4.8, 8.6, 12.4."""
@@ -109,8 +118,10 @@ def _frame(title: str, xlabel: str, ylabel: str, body: list[str], xt, yt, fx, fy
 
 
 def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlabel: str, ylabel: str,
-               log_x: bool = False, log_y: bool = False, refs: dict[str, float] | None = None) -> str:
-    """Lines (one per series) with a legend; ``refs`` draws dashed horizontal reference lines."""
+               log_x: bool = False, log_y: bool = False, refs: dict[str, float] | None = None,
+               integer_x: bool = False) -> str:
+    """Lines (one per series) with a legend; ``refs`` draws dashed horizontal reference lines; ``integer_x``: x
+    counts something (runs), its ticks are whole numbers."""
     # A diverged loss (NaN) or an infinite figure is a real result, but it has no place on an axis.
     given = sum(len(s) for s in series.values())
     series = {name: [(x, y) for x, y in s if _finite(x) and _finite(y)] for name, s in series.items()}
@@ -146,7 +157,8 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
         body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" class="ref"/>'
                     f'<text x="{PAD_L + 4}" y="{y - 4:.1f}" class="legend">{escape(name)}</text>')
     xlabel = xlabel + (f" ({dropped})" if dropped else "")
-    return _frame(title, xlabel, ylabel, body, _ticks(lo_x, hi_x, log_x), _ticks(lo_y, hi_y, log_y), fx, fy)
+    xt = int_ticks(lo_x, hi_x) if integer_x else _ticks(lo_x, hi_x, log_x)
+    return _frame(title, xlabel, ylabel, body, xt, _ticks(lo_y, hi_y, log_y), fx, fy)
 
 
 def offsets_chart(title: str, points: list[tuple[str, str, float, float, bool]], *, ylabel: str, half: float,
@@ -266,5 +278,51 @@ def heatmap(title: str, labels: list[str], cells: list[tuple[int, int, str, str]
         if state != "ok":
             out.append(f'<rect x="{pad + c * cell}" y="{pad + r * cell}" width="{cell}" height="{cell}" '
                        f'fill="{HEATMAP_FILL.get(state, HEATMAP_FILL["bad"])}"><title>{escape(tip)}</title></rect>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+LEVEL_FILL = {"pass": "#66bb6a", "skip": "#cfd8dc", "warn": "#ffa726", "fail": "#d32f2f"}
+ACTION_MARK = {"drain": ("#b71c1c", "▼ drained"), "resume": ("#1b5e20", "▲ resumed")}
+
+
+def timeline(title: str, checks: list[str], runs: list[dict], *, first_run: int = 1) -> str:
+    """A node's check states run by run: a row per check (and the run's verdict on top), a square per run coloured
+    by level, the node check's drains and resumes marked over their run (a line down the rows). ``runs``: oldest
+    first, each {run_id, created, context, verdict, action, levels: {check: level}}; x: the node's run number."""
+    if not runs:
+        return ""
+    rows = ["verdict", *checks]
+    left, top, row_h = 120, 30, 14
+    cell = max(3.0, min(16.0, (W - left - PAD_R) / len(runs)))
+    w = max(W, int(left + cell * len(runs) + PAD_R))  # drawn at its own size (never scaled up: text stays small)
+    h = top + row_h * len(rows) + 36
+    out = [f'<svg viewBox="0 0 {w} {h}" width="{w}" class="timeline" role="img" aria-label="{escape(title)}">',
+           f"<title>{escape(title)}</title>"]
+    for i, name in enumerate(rows):
+        out.append(f'<text x="{left - 6}" y="{top + row_h * i + 11}" class="tick" text-anchor="end">'
+                   f"{escape(name)}</text>")
+    for j, run in enumerate(runs):
+        x = left + cell * j
+        where = f"run {first_run + j} ({run.get('run_id')}, {run.get('context')})"
+        for i, name in enumerate(rows):
+            level = run.get("verdict") if name == "verdict" else (run.get("levels") or {}).get(name)
+            if level in LEVEL_FILL:
+                out.append(f'<rect x="{x:.1f}" y="{top + row_h * i}" width="{max(cell - 1, 1):.1f}" height="{row_h - 2}"'
+                           f' fill="{LEVEL_FILL[level]}"><title>{escape(where)}: {escape(name)} {escape(level)}'
+                           "</title></rect>")
+        if run.get("action") in ACTION_MARK:
+            color, word = ACTION_MARK[run["action"]]
+            cx = x + cell / 2
+            out.append(f'<line x1="{cx:.1f}" y1="{top - 4}" x2="{cx:.1f}" y2="{top + row_h * len(rows)}" '
+                       f'stroke="{color}" stroke-width="1.5" stroke-dasharray="3,2"/>'
+                       f'<text x="{cx:.1f}" y="{top - 8}" class="legend" text-anchor="middle" fill="{color}">'
+                       f"{escape(word.split()[0])}<title>{escape(where)}: {escape(word)}</title></text>")
+    axis_y = top + row_h * len(rows) + 12
+    for t in int_ticks(first_run, first_run + len(runs) - 1):
+        x = left + cell * (t - first_run) + cell / 2
+        out.append(f'<text x="{x:.1f}" y="{axis_y}" class="tick" text-anchor="middle">{int(t)}</text>')
+    legend = " · ".join(f"{k}" for k in LEVEL_FILL) + " · ▼ drained · ▲ resumed"
+    out.append(f'<text x="4" y="{axis_y + 16}" class="axis">the node\'s run → ({escape(legend)})</text>')
     out.append("</svg>")
     return "".join(out)

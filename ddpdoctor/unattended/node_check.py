@@ -2,8 +2,8 @@
 for its own node in SLURM's context (Prolog=, Epilog=, HealthCheckProgram=), and the record it keeps of each run.
 
 Data first: ``where`` reads SLURM's context from the environment, ``decide`` is a pure function of the findings and
-the node's state, ``act`` runs scontrol (launchers/slurm_node.py) and ``keep`` writes the record. The command
-(cli/node_check_cmd.py) wires them and chooses the exit code.
+the node's state, ``act`` runs scontrol (launchers/slurm_node.py) and ``keep`` writes the record. unattended/entry.py
+runs them in order within the budget; the command (cli/node_check_cmd.py) renders what it did.
 """
 from __future__ import annotations
 
@@ -117,22 +117,13 @@ def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain
     return Decision("none", "passing" if drain_on != "never" else "passing (drain_on = never)")
 
 
-def run_checks(site: SiteConfig, started: float) -> dict:
-    """The single-node preflight of the checks that suit an unattended node (the local ones: no cluster meeting,
-    no collective; opt-in measurements only where the site config turns them on), all ended by
-    ``started + budget_s``: a check still running then is skipped with a note."""
-    from ..preflight import make_plan, run_single_node
-
-    plan = make_plan(only=site.only, skip=site.skip, config_path=site.path,
-                     run_flags={"output_dir": site.results_dir, "nnodes": 1})
-    return run_single_node(plan, deadline=started + site.budget_s)
-
-
-def act(decision: Decision, at: Where, site: SiteConfig, env: Mapping[str, str]) -> dict:
-    """Run the decision's scontrol command on this node; what was done, for the record."""
+def act(decision: Decision, at: Where, site: SiteConfig, env: Mapping[str, str],
+        timeout: float = slurm_node.SCONTROL_TIMEOUT_S) -> dict:
+    """Run the decision's scontrol command on this node (within ``timeout``); what was done, for the record."""
     if decision.action not in ("drain", "resume"):
         return {}
-    kw = {"scontrol": slurm_node.scontrol_path(site.scontrol, env), "env": site.scontrol_env(env)}
+    kw = {"scontrol": slurm_node.scontrol_path(site.scontrol, env), "env": site.scontrol_env(env),
+          "timeout": min(timeout, slurm_node.SCONTROL_TIMEOUT_S)}
     if decision.action == "drain":
         done = slurm_node.drain(at.node, decision.reason or "ddpdoctor: failed", **kw)
     else:
@@ -150,12 +141,6 @@ def refuse_untrusted(site: SiteConfig, env: Mapping[str, str]) -> None:
         trust.guard_file(program, "scontrol (node-check.scontrol)")
     if site.slurm_conf:
         trust.guard_file(site.slurm_conf, "node-check.slurm_conf")
-
-
-def node_state(at: Where, site: SiteConfig, env: Mapping[str, str]) -> slurm_node.NodeState | None:
-    if not at.under_slurm:
-        return None
-    return slurm_node.show(at.node, scontrol=slurm_node.scontrol_path(site.scontrol, env), env=site.scontrol_env(env))
 
 
 def record(doc: dict, at: Where, site: SiteConfig, decision: Decision, state, done: dict, elapsed_s: float) -> dict:

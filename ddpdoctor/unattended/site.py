@@ -3,14 +3,17 @@ and its [node-check] table, typed and bounded like check options (the same file'
 set the checks' options, as for `ddpdoctor preflight --config`)::
 
     [node-check]
-    results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node
+    results_dir = "/var/lib/ddpdoctor/node-check"  # one JSON per run, in a folder per node (and the kept facts)
     keep = 5000                 # the newest results kept per node
     drain_on = "fail"           # "fail"; "warn": warnings drain too; "never": record only
-    budget_s = 8                # checks not done by then are skipped with a note (SLURM kills a health check at 60 s)
+    budget_s = 30               # a health check's (or a person's run's) bound, from its start (SLURM kills it at 60 s)
+    prolog_budget_s = 3         # a prolog's or epilog's bound: every job pays it (about 0.3 s on a healthy node)
     skip = ["gpu-perf"]         # or only = [...]: the local checks to run (opt-in ones stay off unless named)
     prometheus_textfile = "/var/lib/prometheus/node-exporter"   # also write ddpdoctor.prom there
     scontrol = "/usr/bin/scontrol"                  # a prolog runs with no PATH
     slurm_conf = "/etc/slurm/slurm.conf"            # for scontrol: a health check runs without SLURM_CONF
+    cross_node = false          # opt-in: a multi-node job's prologs meet for reachability, names, clocks, parity
+    cross_node_key = "/etc/ddpdoctor/cross-node.key"   # the site key (root's, mode 0600) they authenticate with
 
 A missing default file means the defaults; a file named by $DDPDOCTOR_CONFIG that is missing, a malformed one, an
 unknown key or a bad value is a UsageError naming the file and key. As root, a file another uid owns or can write
@@ -39,8 +42,10 @@ KEYS = {
     "keep": Option(5000, "the newest results kept per node (older ones are removed)", type=int, min=1,
                    max=1_000_000),
     "drain_on": Option("fail", "the level that drains the node: fail, warn (warnings too) or never", type=str),
-    "budget_s": Option(8.0, "seconds for the checks, torch's import included; a check not done by then is skipped",
-                       type=float, min=1, max=3600),
+    "budget_s": Option(30.0, "seconds a health check (or a person's run) takes at most, from its start, torch's "
+                       "import included; a check not done near the end is skipped", type=float, min=1, max=3600),
+    "prolog_budget_s": Option(3.0, "seconds a prolog or epilog takes at most, from its start (it imports no torch: "
+                              "the health check's kept facts stand in)", type=float, min=0.5, max=300),
     "only": Option([], "run only these checks", type=list),
     "skip": Option([], "do not run these checks", type=list),
     "prometheus_textfile": Option(None, "node_exporter's textfile directory: ddpdoctor.prom is written there",
@@ -48,7 +53,15 @@ KEYS = {
     "scontrol": Option("scontrol", "the scontrol to run (an absolute path where PATH is SLURM's minimal one)",
                        type=str),
     "slurm_conf": Option(None, "SLURM_CONF for scontrol, where the node check runs without one", type=str),
+    "cross_node": Option(False, "opt-in: a multi-node job's prologs meet for the cross-node checks", type=bool),
+    "cross_node_key": Option("/etc/ddpdoctor/cross-node.key", "the site key the prologs authenticate with (a file "
+                             "root owns and alone can read)", type=str),
+    "cross_node_port": Option(29650, "the first port of the prologs' meeting (the job's: this + job id % 1000)",
+                              type=int, min=1024, max=64535),
+    "cross_node_budget_s": Option(10.0, "seconds a prolog gives the meeting at most (added to prolog_budget_s)",
+                                  type=float, min=1, max=300),
 }
+CROSS_NODE_CHECKS = ("mesh", "names", "clock-skew", "parity")  # what only the nodes together can see
 
 
 @dataclass(frozen=True)
@@ -60,11 +73,16 @@ class SiteConfig:
     keep: int = KEYS["keep"].default
     drain_on: str = "fail"
     budget_s: float = KEYS["budget_s"].default
+    prolog_budget_s: float = KEYS["prolog_budget_s"].default
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     prometheus_textfile: str | None = None
     scontrol: str = "scontrol"
     slurm_conf: str | None = None
+    cross_node: bool = False
+    cross_node_key: str = KEYS["cross_node_key"].default
+    cross_node_port: int = KEYS["cross_node_port"].default
+    cross_node_budget_s: float = KEYS["cross_node_budget_s"].default
     extra: dict = field(default_factory=dict, compare=False)  # nothing yet: room for keys of later versions
 
     def scontrol_env(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -110,6 +128,7 @@ def _value(path: str, key: str, value: Any) -> Any:
         raise UsageError(f"config {path}: bad value for {TABLE}.{key}: {exc}") from None
     if key == "drain_on" and converted not in DRAIN_ON:
         raise UsageError(f"config {path}: {TABLE}.drain_on must be one of {', '.join(DRAIN_ON)}, got {value!r}")
-    if key in ("results_dir", "prometheus_textfile", "slurm_conf", "scontrol") and not converted.strip():
+    if key in ("results_dir", "prometheus_textfile", "slurm_conf", "scontrol", "cross_node_key") \
+            and not converted.strip():
         raise UsageError(f"config {path}: {TABLE}.{key} is empty")
     return converted

@@ -30,9 +30,10 @@ INTERVAL = 10  # HealthCheckInterval, seconds
 WAIT = 3 * INTERVAL + 30  # a health check round on 2 loaded cores: the interval, then a torch import per node
 # The lines README's "Run it unattended" gives a site, with this venv's console script and the test's interval
 README_PATH = "/opt/ddpdoctor/bin/ddpdoctor-slurm-check"
-UNATTENDED_CONF = (slurm_conf().replace(README_PATH, CHECK).replace("HealthCheckInterval=300",
-                                                                   f"HealthCheckInterval={INTERVAL}")
-                   + "SchedulerParameters=nohold_on_prolog_fail,sched_interval=2\n")
+UNATTENDED_CONF = (slurm_conf().replace(README_PATH, CHECK)
+                   .replace("HealthCheckInterval=300", f"HealthCheckInterval={INTERVAL}")
+                   .replace("SchedulerParameters=nohold_on_prolog_fail",
+                            "SchedulerParameters=nohold_on_prolog_fail,sched_interval=2"))
 # node3 first: a one-node job goes there unless it is drained, so the prolog is what keeps the job off it
 WEIGHTED = ("NodeName=node[1-2] NodeAddr={subnet}.[1-2] CPUs=1 Weight=10 State=UNKNOWN\n"
             "NodeName=node3 NodeAddr={subnet}.3 CPUs=1 Weight=1 State=UNKNOWN")

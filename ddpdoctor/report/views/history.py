@@ -39,9 +39,10 @@ def finding_text(f: dict, root: str = "") -> dict:
     """One finding as the page and the terminal word it (``root``: the results directory its paths are in)."""
     if f["kind"] == "slower":
         title = f"{f['node']}: {f['op']} at {size_text(f['size'])} is slower than its own past"
+        seen = (f"at {f['sizes']} sizes" if f.get("sizes", 1) > 1 else "in its last two runs")
         text = (f"{f['busbw_gbs']:.3g} GB/s in run {f['latest']['run_id']} ({when(f['latest']['created'])}), "
-                f"{f['ratio']:.0%} of the median {f['median_gbs']:.3g} GB/s of its previous "
-                f"{_runs_text(f['past'])}")
+                f"{f['ratio']:.0%} of the median {f['median_gbs']:.3g} GB/s (spread ±{f.get('spread_gbs', 0):.2g}) "
+                f"of its previous {_runs_text(f['past'])}; fell {seen}")
         fix = (f"compare the node's links and GPUs with a healthy node: ddpdoctor nccl-bench --localise on it and a "
                f"good neighbour; `ddpdoctor report {os.path.join(root, f['latest']['path'])}` shows the slow run")
         return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
@@ -68,6 +69,7 @@ def node_row(h: dict) -> dict:
     return {"node": h["node"], "runs": h["runs"], "first": when(h["first"]), "last": when(h["last"]),
             "last_verdict": h["last_verdict"], "verdicts": verdicts, "contexts": ", ".join(h["contexts"]),
             "flaps": ", ".join(f"{f['check']} ({f['changes']}×)" for f in h["flaps"]),
+            "drains": f"{h.get('drains', 0)} / {h.get('resumes', 0)}",
             "bandwidth": _bandwidth_text(h["bandwidth"]), "odd": bool(h["slower"] or h["flaps"])}
 
 
@@ -83,6 +85,19 @@ def charts(nodes: list[dict]) -> list[dict]:
     return [{"op": op, "series": lines} for op, lines in sorted(ops.items()) if lines]
 
 
+def timelines(nodes: list[dict]) -> list[dict]:
+    """Per node (those with findings or drains first, up to CHART_NODES): its check states over its runs, with the
+    drains and resumes, and a line saying how many."""
+    out = []
+    for n in sorted(nodes, key=lambda n: (not (n["slower"] or n["flaps"] or n.get("drains")), ))[:CHART_NODES]:
+        t = n.get("timeline") or {}
+        if t.get("runs"):
+            note = (f"{plural(len(t['runs']), 'run')} from run {t['first_run']}; drained {n.get('drains', 0)}×, "
+                    f"resumed {n.get('resumes', 0)}× by the node check")
+            out.append({"node": n["node"], "note": note, **t})
+    return out
+
+
 def history_view(h: dict) -> dict:
     findings = [finding_text(f, h["root"]) for f in h["findings"]]
     return {"root": h["root"], "runs": h["runs"], "files": h["files"], "left_out": h.get("left_out", 0),
@@ -90,6 +105,7 @@ def history_view(h: dict) -> dict:
             "findings": findings[:300], "findings_hidden": max(0, len(findings) - 300),
             "nodes": [node_row(n) for n in h["nodes"][:TABLE_NODES]],
             "nodes_hidden": max(0, len(h["nodes"]) - TABLE_NODES), "charts": charts(h["nodes"]),
+            "timelines": timelines(h["nodes"]),
             "rules": h["rules"]}
 
 

@@ -64,8 +64,9 @@ def test_prometheus_series_labels_as_dcgm_exporter():
                {"check": "parity", "level": "fail", "summary": "other", "nodes": ["n2"]},
            ]}
     got = prometheus.samples(doc, command="preflight", hostname="n1", job="42")
-    status = {(s[1]["check"], s[1].get("gpu")): (s[1]["level"], s[2]) for s in got if s[0] == "ddpdoctor_check_status"}
-    assert status == {("resources", None): ("fail", 3.0), ("gpu-health", "3"): ("fail", 3.0)}
+    status = {(s[1]["check"], s[1].get("gpu")): s[2] for s in got if s[0] == "ddpdoctor_check_status"}
+    assert status == {("resources", None): 3.0, ("gpu-health", "3"): 3.0}
+    assert not any("level" in s[1] for s in got)  # the value is the level: a label would split the series
     gpu = next(s[1] for s in got if s[1].get("gpu") == "3")
     assert gpu["UUID"] == "GPU-abc" and gpu["Hostname"] == "n1" and gpu["hpc_job"] == "42"
     assert ("ddpdoctor_last_run_timestamp_seconds", 1795806000.0) in [(s[0], s[2]) for s in got]
@@ -84,10 +85,41 @@ def test_prometheus_file_keeps_other_commands_series_and_is_replaced_atomically(
     text = path.read_text()
     assert 'ddpdoctor_bus_bandwidth_gbs{Hostname="h",collective="all_reduce",command="nccl-bench",dtype="float32",' \
            'message_size="1024",placement="in_place"} 0.5' in text
-    assert text.count("ddpdoctor_check_status{") == 1 and 'level="fail"} 3.0' in text
+    assert text.count("ddpdoctor_check_status{") == 1 and 'check="resources",command="preflight"} 3.0' in text
     assert text.count("# TYPE ddpdoctor_last_run_timestamp_seconds gauge") == 1
     assert text.count("ddpdoctor_last_run_timestamp_seconds{") == 2  # one per command
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ddpdoctor.prom.lock", "ddpdoctor.prom"]
+
+
+def node_check_doc(action: str, ok: bool = True, job: str | None = "7") -> dict:
+    return {"kind": "preflight", "verdict": "fail" if action == "drain" else "pass",
+            "created": "2026-11-28T22:00:00+00:00", "timings": {"gather_s": 0.1, "compare_s": 0.01},
+            "nodes": {"n1": {"gather": {"resources": {"status": "ok"},
+                                        "torch-build": {"status": "skip", "message": "not finished within the 3 s "
+                                                        "budget: skipped", "for_time": True},
+                                        "gpu": {"status": "skip", "message": "no NVIDIA driver"}}}},
+            "results": [{"check": "resources", "level": "fail" if action == "drain" else "pass", "summary": "shm",
+                         "nodes": ["n1"]}],
+            "node_check": {"context": "prolog", "job_id": job, "elapsed_s": 0.25, "action": action,
+                           "scontrol": {"ok": ok} if action in ("drain", "resume") else None}}
+
+
+def test_node_check_series_carry_no_job_count_drains_and_resumes_and_tell_a_skip_for_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "7")  # a prolog's environment: still no hpc_job label
+    for action, ok in (("drain", True), ("none", True), ("resume", True), ("drain", False), ("drain", True)):
+        path = prometheus.write(tmp_path, prometheus.node_check_samples(node_check_doc(action, ok), hostname="n1"),
+                                "node-check")
+    text = path.read_text()
+    assert "hpc_job" not in text and "level=" not in text
+    assert 'ddpdoctor_node_drains_total{Hostname="n1",command="node-check"} 2.0' in text  # the failed scontrol: not
+    assert 'ddpdoctor_node_resumes_total{Hostname="n1",command="node-check"} 1.0' in text
+    assert "# TYPE ddpdoctor_node_drains_total counter" in text
+    assert 'ddpdoctor_check_skipped_for_time{Hostname="n1",check="torch-build",command="node-check"} 1.0' in text
+    assert 'ddpdoctor_check_skipped_for_time{Hostname="n1",check="gpu",command="node-check"} 0.0' in text
+    assert 'ddpdoctor_run_duration_seconds{Hostname="n1",command="node-check"} 0.25' in text
+    pre = prometheus.samples({"kind": "preflight", "timings": {"gather_s": 1.5, "compare_s": 0.5}}, command="preflight",
+                             hostname="n1", job="9")
+    assert ("ddpdoctor_run_duration_seconds", {"Hostname": "n1", "command": "preflight", "hpc_job": "9"}, 2.0) in pre
 
 
 def test_prometheus_textfile_flag(tmp_path):

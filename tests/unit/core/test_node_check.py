@@ -171,3 +171,22 @@ def test_the_tools_own_failure_under_slurm_exits_0(tmp_path, monkeypatch, capsys
         node_check_cmd.main()
     assert ended.value.code == 0
     assert "neither drained nor the job failed" in capsys.readouterr().err
+    # the console script's start and its watchdog stay with its own run: a later run in this process (a test's) is
+    # not bounded from this process's start, nor ended by a watchdog
+    assert node_check_cmd.STARTED is None
+
+
+def test_a_failing_prolog_comments_and_requeues_its_job_but_a_dry_run_acts_on_nothing(fake_slurm):
+    cfg, state, calls = fake_slurm
+    state.write_text("NodeName=n1 State=IDLE Reason=(null)\n")
+    cfg.write_text(cfg.read_text() + "fail_shm_mib = 1000000000\nmin_shm_mib = 1000000000\n")
+    p = _node_check(cfg, "prolog")
+    assert p.returncode == 1, p.stdout + p.stderr
+    drain, comment, requeue = calls.read_text().splitlines()
+    assert drain.startswith("update|NodeName=n1|State=DRAIN|")
+    assert comment.startswith("update|JobId=99|Comment=ddpdoctor: n1 failed its prolog (resources: /dev/shm is ")
+    assert comment.endswith("); the job was requeued|") and requeue == "requeue|99|"
+    calls.write_text("")
+    state.write_text("NodeName=n1 State=IDLE+DRAIN Reason=admin: new DIMM [root@x]\n")  # still fails: exit 1
+    p = _node_check(cfg, "prolog", "--dry-run")
+    assert p.returncode == 1 and calls.read_text() == "", (p.stdout, calls.read_text())

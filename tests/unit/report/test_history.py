@@ -4,6 +4,7 @@ tests/benchmarks/bench_unattended.py."""
 from __future__ import annotations
 
 import json
+import re
 
 from ddpdoctor.history import collect
 from ddpdoctor.history.index import DB_NAME
@@ -69,3 +70,60 @@ def test_a_page_of_a_single_run_without_bandwidth():
                                   "min_past": 3}}
     page = build_history_html(h)
     assert "No node is slower than its own past and no check flaps." in page and "<svg" not in page
+
+
+def _runs(values_by_size: dict[int, list[float]]):
+    """nccl-bench runs of one node, run i measuring each size's i-th value."""
+    from ddpdoctor.history.index import Run
+
+    n = len(next(iter(values_by_size.values())))
+    return [Run(f"r{i}.json", "n1", "nccl-bench", f"bench-{i}", float(i), "nccl-bench", "pass",
+                bandwidth={("all_reduce", size): vals[i] for size, vals in values_by_size.items()}) for i in range(n)]
+
+
+def test_slower_than_its_past_needs_a_drop_beyond_the_nodes_own_spread_seen_twice():
+    from ddpdoctor.history.trends import Rules, slower
+
+    rules = Rules()
+    # issue 46: four healthy gloo runs on a quiet node, the fourth at 79 % of the median of the three before
+    healthy = {1 << 20: [0.61, 0.55, 0.66, 0.60], 1 << 23: [1.16, 1.00, 1.22, 0.916]}
+    assert slower(_runs(healthy), rules) == []
+    # a real drop at one size of one run only: noise until seen again
+    once = {1 << 20: [0.6, 0.6, 0.61, 0.59, 0.6], 1 << 23: [1.2, 1.21, 1.19, 1.2, 0.5]}
+    assert slower(_runs(once), rules) == []
+    # ... seen again in the next run, or at two sizes of one run: a finding, its worst size named
+    twice = {1 << 23: [1.2, 1.21, 1.19, 1.2, 0.5, 0.48]}
+    (f,) = slower(_runs(twice), rules)
+    assert (f["size"], f["consecutive"], f["sizes"], round(f["ratio"], 2)) == (1 << 23, True, 1, 0.4)
+    across = {1 << 20: [0.6, 0.6, 0.61, 0.59, 0.3], 1 << 23: [1.2, 1.21, 1.19, 1.2, 0.5]}
+    (f,) = slower(_runs(across), rules)
+    assert (f["sizes"], f["size"]) == (2, 1 << 23)
+    # a node whose runs spread widely: a drop within its spread is not a finding
+    noisy = {1 << 20: [1.0, 0.5, 1.5, 0.6, 1.4, 0.55], 1 << 23: [2.0, 1.0, 3.0, 1.2, 2.8, 1.1]}
+    assert slower(_runs(noisy), rules) == []
+
+
+def test_the_timeline_shows_each_nodes_check_states_with_its_drains_and_resumes(tmp_path):
+    write_history(tmp_path, nodes=3, runs=8)
+    h = collect(tmp_path)
+    node3 = next(n for n in h["nodes"] if n["node"] == "node3")
+    assert (node3["drains"], node3["resumes"]) == (1, 1)
+    actions = [r["action"] for r in node3["timeline"]["runs"]]
+    assert actions == ["", "", "", "", "drain", "", "resume", ""]
+    assert node3["timeline"]["runs"][4]["levels"]["resources"] == "fail"
+    view = history_view(h)
+    assert [t["node"] for t in view["timelines"]][:3] == ["node1", "node2", "node3"]
+    page = build_history_html(h)
+    assert page.count('class="timeline"') == 3 and "Check states over runs" in page
+    assert "▼ drained" in page and "▲ resumed" in page and "drained 1×, resumed 1× by the node check" in page
+    assert "run 5 (hc-node3-4, health_check): resources fail" in page
+
+
+def test_run_axes_count_in_whole_runs():
+    from ddpdoctor.report import svg
+
+    assert svg.int_ticks(1, 2) == [1.0, 2.0] and svg.int_ticks(1, 3) == [1.0, 2.0, 3.0]
+    assert all(t == int(t) for t in svg.int_ticks(1, 97)) and len(svg.int_ticks(1, 97)) <= 12
+    chart = svg.line_chart("t", {"n1": [(1, 1.0), (2, 2.0), (3, 1.5)]}, xlabel="run", ylabel="y", integer_x=True)
+    ticks = re.findall(r'class="tick" text-anchor="middle">([^<]+)<', chart)
+    assert ticks == ["1", "2", "3"], ticks

@@ -1,0 +1,236 @@
+"""The unattended node check's one entry, ``run``: every step of one run within a hard time bound, from SLURM's
+context to the record: the checks (a prolog or epilog on the facts the health check kept, never importing torch),
+the node's state, the decision, scontrol's drain or resume, the job's comment, the record and the kept facts. The
+command (cli/node_check_cmd.py) keeps the options and the renderings (its line, the JSON, the Prometheus series).
+
+The budget is a bound on the whole process, counted from its start: the checks get all but a reserve (for the
+controller's round trips and the record), and a watchdog ends the process at the budget however far it got (a
+check stuck in a driver, a controller that does not answer), with the exit code decided by then.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import UsageError
+from ..launchers import slurm_node
+from . import kept, node_check, site
+from .node_check import EPILOG, HEALTH_CHECK, PROLOG, Decision, Where
+
+RESERVE_S = 5.0  # at most this much of the budget is kept for scontrol and the record, at most 40 % of it
+
+
+@dataclass
+class Outcome:
+    """One run: its record (a preflight document with ``node_check``), where it ran, what it decided and did, the
+    exit code for SLURM, and lines for stderr (what could not be written: the run's verdict stands)."""
+
+    doc: dict
+    at: Where
+    decision: Decision
+    done: dict
+    exit_code: int
+    site: site.SiteConfig
+    written: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class HardBound:
+    """Ends the process at ``deadline`` (time.monotonic) whatever it is doing: a daemon thread, so nothing waits
+    for it; armed only in the console script's own process (never inside a test's or a library caller's)."""
+
+    def __init__(self, at: Where, deadline: float, budget_s: float):
+        self.at, self.deadline, self.budget_s = at, deadline, budget_s
+        self.stage = "starting"
+        self.fails = False
+        self._done = threading.Event()
+
+    def arm(self) -> None:
+        threading.Thread(target=self._watch, name="node-check-bound", daemon=True).start()
+
+    def disarm(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(max(0.0, self.deadline - time.monotonic())):
+            return
+        code = 1 if self.fails and self.at.context in (PROLOG, EPILOG) else 0
+        try:
+            sys.stderr.write(f"ddpdoctor-slurm-check: the {self.budget_s:g} s budget ran out during {self.stage}: "
+                             f"ended there (exit {code}; "
+                             + ("the node was found failing" if self.fails else "the node neither drained nor the "
+                                "job failed for it") + ")\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+    def remaining(self, floor: float = 0.1) -> float:
+        return max(floor, self.deadline - time.monotonic() - 0.2)
+
+
+def budget_of(cfg: site.SiteConfig, at: Where) -> float:
+    """A prolog or epilog runs for every job: its own short budget; a health check or a person's run: budget_s."""
+    if at.context == PROLOG and cfg.cross_node:
+        return cfg.prolog_budget_s + cfg.cross_node_budget_s  # the job's nodes meet too
+    return cfg.prolog_budget_s if at.context in (PROLOG, EPILOG) else cfg.budget_s
+
+
+def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
+        started: float | None = None, hard_exit: bool = False) -> Outcome:
+    """One node check. ``started``: the process's start on the monotonic clock (the budget counts from it);
+    ``hard_exit``: arm the watchdog (the console script). A bad site config raises UsageError."""
+    env = os.environ if env is None else env
+    started = time.monotonic() if started is None else started
+    cfg = site.load(config_path or site.config_path(env)[0])
+    at = node_check.where(env)
+    node_check.refuse_odd_name(at)  # a name SLURM never gives (a hostlist): nothing is drained for it
+    if at.under_slurm:  # scontrol runs only under SLURM: as root, only a program and a slurm.conf root owns
+        node_check.refuse_untrusted(cfg, env)
+    budget = budget_of(cfg, at)
+    bound = HardBound(at, started + budget, budget)
+    if hard_exit:
+        bound.arm()
+    try:
+        return _steps(cfg, at, env, started, budget, bound, dry_run)
+    finally:
+        bound.disarm()
+
+
+def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: float, budget: float,
+           bound: HardBound, dry_run: bool) -> Outcome:
+    notes: list[str] = []
+    bound.stage = "the checks"
+    state_box: dict = {}
+    asking = threading.Thread(target=lambda: state_box.update(state=_node_state(at, cfg, env, bound)), daemon=True,
+                              name="node-check-scontrol-show")
+    asking.start()  # the controller's round trip beside the checks, not after them
+    meeting = _meeting(cfg, at, env, started + budget - min(RESERVE_S, 0.4 * budget))
+    fp = kept.fingerprint()
+    facts_kept, why_not = kept.load(cfg.results_dir, at.node, fp) if at.context in (PROLOG, EPILOG) else (None, "")
+    plan, doc = _checks(cfg, at, started, budget, facts_kept)
+    bound.stage = "scontrol show node"
+    asking.join(bound.remaining())
+    state = state_box.get("state", slurm_node.NodeState(at.node, error="scontrol gave no answer in time")
+                          if at.under_slurm else None)
+    met = _met(meeting, bound)
+    findings = node_check.findings_that_drain(doc, cfg.drain_on) + met.get("findings", [])
+    decision = node_check.decide(findings, state, drain_on=cfg.drain_on)
+    done = _act(decision, at, cfg, env, bound, dry_run)
+    node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
+    doc["node_check"].update(budget_s=budget, environment=fp,
+                             kept_facts=None if facts_kept is None else facts_kept.get("created"),
+                             kept_facts_note=why_not or None)
+    if meeting is not None:
+        doc["node_check"]["cross_node"] = met.get("record") or {"skipped": "the meeting did not end in time"}
+    bound.stage = "keeping the record"
+    if at.context == HEALTH_CHECK:
+        _keep_facts(doc, plan, cfg, at, fp, notes)
+    written = _keep(doc, at, cfg, notes)
+    code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
+    return Outcome(doc, at, decision, done, code, cfg, written, notes)
+
+
+def _act(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound,
+         dry_run: bool) -> dict:
+    """scontrol's drain or resume; for a failing prolog also the job's comment and its requeue (in that order: the
+    requeued job carries the comment). What was done, for the record."""
+    bound.fails = decision.fails
+    bound.stage = f"scontrol ({decision.action})"
+    if dry_run and decision.action in ("drain", "resume"):
+        return {"dry_run": True}
+    done = node_check.act(decision, at, cfg, env, timeout=bound.remaining())
+    if at.context == PROLOG and decision.fails and at.job_id and not dry_run:
+        done["comment"] = _comment(decision, at, cfg, env, bound)
+        done["requeue"] = _requeue(at, cfg, env, bound)
+    return done
+
+
+def _checks(cfg: site.SiteConfig, at: Where, started: float, budget: float, facts_kept: dict | None) -> tuple:
+    """The local checks until the budget less its reserve; a prolog or epilog imports nothing heavy: the checks
+    that would import torch run on the kept facts ({} when none are kept: they are skipped with a note)."""
+    from ..preflight import make_plan, run_single_node
+
+    plan = make_plan(only=cfg.only, skip=cfg.skip, config_path=cfg.path,
+                     run_flags={"output_dir": cfg.results_dir, "nnodes": 1})
+    reserve = min(RESERVE_S, 0.4 * budget)
+    no_imports = at.context in (PROLOG, EPILOG)
+    return plan, run_single_node(plan, deadline=started + budget - reserve, budget_s=budget,
+                                 kept=(facts_kept or {}) if no_imports else None)
+
+
+def _meeting(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], deadline: float) -> tuple | None:
+    """The opt-in cross-node meeting of a prolog (unattended/meet.py), started beside the local checks."""
+    if at.context != PROLOG or not cfg.cross_node:
+        return None
+    from . import meet
+
+    box: dict = {}
+
+    def work() -> None:
+        box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+
+    t = threading.Thread(target=work, name="node-check-meeting", daemon=True)
+    t.start()
+    return t, box
+
+
+def _met(meeting: tuple | None, bound: HardBound) -> dict:
+    if meeting is None:
+        return {}
+    t, box = meeting
+    t.join(bound.remaining())
+    return box
+
+
+def _node_state(at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound):
+    if not at.under_slurm:
+        return None
+    return slurm_node.show(at.node, scontrol=slurm_node.scontrol_path(cfg.scontrol, env), env=cfg.scontrol_env(env),
+                           timeout=min(slurm_node.SCONTROL_TIMEOUT_S, bound.remaining()))
+
+
+def _comment(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound) -> dict:
+    """What the job's user reads in `squeue -o %k` and `scontrol show job` (SLURM keeps the comment across the
+    requeue): this node, the finding, that the job was requeued."""
+    first = decision.findings[0] if decision.findings else None
+    text = slurm_node.job_comment(at.node, first.check if first else "", first.summary if first else decision.why)
+    done = slurm_node.comment(at.job_id or "", text, scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
+                              env=cfg.scontrol_env(env), timeout=bound.remaining())
+    return {"command": done.command, "ok": done.ok, "error": done.message or None}
+
+
+def _requeue(at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound) -> dict:
+    """The job requeued by this prolog before it exits 1, so that no line of its script runs anywhere: SLURM 22.05
+    launches the batch script once the last prolog completed, a failed one too, and requeues only then (seen in 3
+    of 6 runs of a 3-node job with PrologFlags=Alloc,DeferBatch). A job submitted with --no-requeue refuses: the
+    exit code alone then ends it, as SLURM does."""
+    done = slurm_node.requeue(at.job_id or "", scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
+                              env=cfg.scontrol_env(env), timeout=bound.remaining())
+    return {"command": done.command, "ok": done.ok, "error": done.message or None}
+
+
+def _keep(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path | None:
+    from ..errors import UsageError
+
+    try:
+        return node_check.keep(doc, node_check.result_path(cfg, at, doc["created"]), cfg.keep)
+    except UsageError as exc:
+        notes.append(f"record not kept: {exc} (results_dir in the site config)")
+        return None
+
+
+def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes: list[str]) -> None:
+    """The health check's torch, CUDA and NCCL facts, for the prologs of this environment."""
+    imports_of = {lc.name: tuple(lc.check.imports) for lc in plan.checks}
+    try:
+        facts, skipped = kept.facts_to_keep(doc, imports_of)
+        path = kept.save(cfg.results_dir, at.node, fp, facts, doc["created"], skipped)
+    except (OSError, UsageError) as exc:
+        notes.append(f"facts not kept for the prolog: {getattr(exc, 'strerror', None) or exc}")
+        return
+    doc["node_check"]["kept_facts_written"] = None if path is None else str(path)

@@ -1,0 +1,130 @@
+"""The software environment's facts that no job changes (torch's build, its CUDA, NCCL: what only `import torch`
+tells), measured by the node's health check and kept per environment fingerprint, so that the prolog and the epilog
+read them and never import torch (seconds on a loaded node, paid by every job).
+
+``fingerprint`` says, without importing anything heavy, what would change those facts: the interpreter, every
+installed distribution (its dist-info name holds the version, its mtime a reinstall in place), the NVIDIA driver.
+A new fingerprint has no kept facts: the prolog skips those checks with a note until the next health check
+measures them again. Files: ``results_dir/<node>/.kept/<fingerprint>.json`` (a dot folder: the history and the
+record pruning skip it), written by root and read only when root owns it and no one else can write it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Iterable, Mapping
+
+KIND = "ddpdoctor-kept-facts"
+FOLDER = ".kept"
+KEEP_FINGERPRINTS = 4  # environments kept per node: a rollback finds its facts still there
+MAX_BYTES = 1 << 20
+DRIVER_VERSION = "/proc/driver/nvidia/version"
+INSTALLED = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+def fingerprint(paths: Iterable[str] | None = None, driver: str = DRIVER_VERSION) -> str:
+    """16 hex digits over what decides torch's facts here: the interpreter, each import path's installed
+    distributions (name-version and mtime), the driver's version line. Reads directories, imports nothing."""
+    h = hashlib.sha256()
+    h.update(os.path.realpath(sys.executable).encode())
+    h.update(sys.version.encode())
+    for folder in (sys.path if paths is None else paths):
+        try:
+            names = sorted(n for n in os.listdir(folder or ".") if n.endswith(INSTALLED))
+        except OSError:
+            continue
+        h.update(f"\0{folder}".encode())
+        for name in names:
+            try:
+                mtime = os.stat(os.path.join(folder or ".", name)).st_mtime_ns
+            except OSError:
+                mtime = 0
+            h.update(f"\0{name}:{mtime}".encode())
+    try:
+        with open(driver, "rb") as f:
+            h.update(f.read(4096))
+    except OSError:
+        pass  # no NVIDIA driver: a CPU node
+    return h.hexdigest()[:16]
+
+
+def path_of(results_dir: str, node: str, fp: str) -> Path:
+    from ..documents import results_dir_name
+
+    return Path(results_dir) / results_dir_name(node) / FOLDER / f"{fp}.json"
+
+
+def facts_to_keep(doc: dict, imports_of: Mapping[str, tuple]) -> tuple[dict[str, dict], dict[str, str]]:
+    """This run's facts of the checks that import something (``imports_of``: check -> its imports) where their
+    gather succeeded, and the notes of those that skipped themselves (no CUDA here): what a prolog will not
+    measure itself. A check skipped for the budget is not kept: it was not measured."""
+    node = next(iter(doc.get("nodes") or {}), None)
+    entry = (doc.get("nodes") or {}).get(node) or {}
+    facts, gather = entry.get("facts") or {}, entry.get("gather") or {}
+    ours = [name for name, imports in imports_of.items() if imports]
+    ok = {name: facts[name] for name in ours
+          if (gather.get(name) or {}).get("status") == "ok" and isinstance(facts.get(name), dict)}
+    skipped = {name: str(gather[name].get("message") or "") for name in ours
+               if (gather.get(name) or {}).get("status") == "skip" and not gather[name].get("for_time")}
+    return ok, skipped
+
+
+def save(results_dir: str, node: str, fp: str, facts: dict[str, dict], created: str,
+         skipped: dict[str, str] | None = None) -> Path | None:
+    """Write the kept facts atomically (a temp file renamed), the node's oldest fingerprints beyond
+    KEEP_FINGERPRINTS removed. None: nothing to keep."""
+    if not facts and not skipped:
+        return None
+    from .. import trust
+
+    trust.guard_dir(results_dir, "node-check.results_dir")  # as root: never into a folder another user can write
+    target = path_of(results_dir, node, fp)
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    body = json.dumps({"kind": KIND, "fingerprint": fp, "created": created, "facts": facts,
+                       "skipped": skipped or {}}, sort_keys=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(body)
+    os.replace(tmp, target)
+    _prune(target.parent)
+    return target
+
+
+def _prune(folder: Path) -> None:
+    try:
+        kept = sorted((p for p in folder.glob("*.json")), key=lambda p: p.stat().st_mtime)
+        for old in kept[: max(0, len(kept) - KEEP_FINGERPRINTS)]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass  # housekeeping: the facts written are what counts
+
+
+def load(results_dir: str, node: str, fp: str) -> tuple[dict | None, str]:
+    """(the kept facts for this fingerprint or None, why not). Refused: a link, a file another user owns or can
+    write (as root, only what root owns is trusted), one too large or not ours in shape."""
+    path = path_of(results_dir, node, fp)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, "no facts kept for this environment yet"
+    except OSError as exc:
+        return None, f"kept facts {path} not read: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None, f"kept facts {path} refused: not a regular file owned by this user and writable by it alone"
+        if st.st_size > MAX_BYTES:
+            return None, f"kept facts {path} refused: larger than {MAX_BYTES} bytes"
+        try:
+            data = json.loads(f.read(MAX_BYTES + 1))
+        except (ValueError, UnicodeDecodeError):
+            return None, f"kept facts {path} do not parse"
+    if not (isinstance(data, dict) and data.get("kind") == KIND and data.get("fingerprint") == fp
+            and isinstance(data.get("facts"), dict)):
+        return None, f"kept facts {path} are not ddpdoctor's for this environment"
+    return data, ""

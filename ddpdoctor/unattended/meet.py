@@ -1,0 +1,106 @@
+"""The opt-in cross-node step of a multi-node job's prolog: the job's nodes meet, as preflight's nodes do, for
+what no node sees alone (reachability on the job's port, names, clock skew, software parity), authenticated with a
+site key, within the site's budget; each node learns which node is wrong, and only a node a failing result names
+alone, or the one node every failing link names, fails its prolog (and so drains).
+
+Every prolog of the job runs `ddpdoctor preflight --hosts <the job's nodes> --master <first>:<port>` with the
+cluster checks only (no torch, no collective) and a per-job token, HMAC-SHA256(site key, job id): a node of another
+job, or anyone who reaches the port, cannot join, and a token seen once is worth nothing for the next job. The site
+key is read only from a regular file root owns and no one else can read or write (opened without following links).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from typing import Mapping
+
+from .node_check import Finding, Where
+from .site import CROSS_NODE_CHECKS, SiteConfig
+
+MAX_KEY_BYTES = 4096
+# The meeting's probes answer within its budget: a node whose links are down is judged, not waited for
+SHORT = ("--set", "mesh.connect_timeout_s=1", "--set", "clock-skew.reply_timeout_s=1", "--set", "clock-skew.samples=4")
+
+
+def site_key(path: str) -> bytes:
+    """The key's bytes; ValueError naming why it is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"cross_node_key {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+            raise ValueError(f"cross_node_key {path}: refused (a regular file root owns, mode 0600 or stricter)")
+        key = f.read(MAX_KEY_BYTES + 1).strip()
+    if not 16 <= len(key) <= MAX_KEY_BYTES:
+        raise ValueError(f"cross_node_key {path}: refused (16 to {MAX_KEY_BYTES} bytes of key expected)")
+    return key
+
+
+def job_token(key: bytes, job_id: str) -> str:
+    return hmac.new(key, f"ddpdoctor-prolog:{job_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def job_nodes(env: Mapping[str, str]) -> list[str]:
+    from ..launchers.hostlists import expand_slurm_nodelist
+
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    return expand_slurm_nodelist(nodelist) if nodelist else []
+
+
+def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) -> tuple[list[Finding], dict]:
+    """(the findings that fail this node, the record of the meeting). Nothing to do for a one-node job; a meeting
+    that could not happen (no key, a node that never came, the budget spent) is recorded, never a finding: the
+    per-node checks stand, and a missing peer is that peer's prolog's business."""
+    try:
+        nodes = job_nodes(env)
+    except Exception as exc:  # noqa: BLE001 - a nodelist we cannot read: no meeting, said
+        return [], {"skipped": f"SLURM_JOB_NODELIST not read: {exc}"}
+    if len(nodes) < 2 or at.node not in nodes or not at.job_id or not at.job_id.isdigit():
+        return [], {"skipped": "not a multi-node job with this node in it"}
+    try:
+        token = job_token(site_key(cfg.cross_node_key), at.job_id)
+    except ValueError as exc:
+        return [], {"skipped": str(exc)}
+    budget = max(1.0, deadline - time.monotonic())
+    port = cfg.cross_node_port + int(at.job_id) % 1000
+    argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--hosts", ",".join(nodes), "--master",
+            f"{nodes[0]}:{port}", "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{budget / 2:.1f}", "--json",
+            "--no-save", *SHORT]
+    child_env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}  # the job's SLURM_* is not its launch
+    child_env.update(DDPDOCTOR_TOKEN=token, PATH=env.get("PATH") or "/usr/bin:/bin")
+    record: dict = {"nodes": nodes, "port": port, "checks": list(CROSS_NODE_CHECKS)}
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 1, env=child_env,
+                           stdin=subprocess.DEVNULL)
+        doc = json.loads(p.stdout)
+    except subprocess.TimeoutExpired:
+        return [], dict(record, skipped=f"the nodes did not meet within {budget:.0f} s")
+    except ValueError:
+        return [], dict(record, skipped=f"no result (exit {p.returncode}): {(p.stderr or '').strip()[-300:]}")
+    return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
+                                    results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
+                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail")])
+
+
+def mine(doc: dict, node: str) -> list[Finding]:
+    """The failing results that make this node the wrong one: those that name it alone, and, where several failing
+    results name two nodes each (links), the one node they all name, when that is this node (node3 unreachable from
+    node1 and from node2). A single failing link between two nodes blames neither: a false drain costs as much
+    trust as a missed fault."""
+    fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)]
+    out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or "")) for r in fails if r["nodes"] == [node]]
+    shared = [r for r in fails if len(r["nodes"]) > 1]
+    common = set.intersection(*(set(r["nodes"]) for r in shared)) if len(shared) >= 2 else set()
+    if common == {node}:
+        first = shared[0]
+        out.append(Finding(str(first.get("check")), "fail", f"{node} is the node common to {len(shared)} failing "
+                           f"results of the job's nodes: {first.get('summary')}"))
+    return out

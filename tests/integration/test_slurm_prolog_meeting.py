@@ -1,0 +1,86 @@
+"""The opt-in cross-node meeting of a job's prologs (site config `cross_node = true`) on the suite's real SLURM:
+node3's firewall drops every connection to it but slurmd's (a firewall between nodes, which no per-node check can
+see): the three prologs of a 3-node job meet, every node learns that node3 is the one all failing links name, node3
+alone fails its prolog and drains, node1 and node2 pass and stay up; the job is requeued with node3 named in its
+comment. A healthy job's prologs meet and pass first.
+
+A cluster of its own (198.18.4.0/24, controller port 6857). The meeting's budget is 20 s here (three prologs start
+their interpreters at once on two loaded cores: about 7 s measured; the default is 10 s).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.integration.test_slurm_prolog import CONF, node3_drained, site, squeue, wait_for
+from tests.slurm_cluster import SlurmCluster, unavailable
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if unavailable():
+        pytest.skip(unavailable())
+    results = tmp_path_factory.mktemp("meeting-results")
+    os.chmod(results, 0o755)
+    key = tmp_path_factory.mktemp("key") / "cross-node.key"
+    key.write_text(os.urandom(24).hex() + "\n")
+    key.chmod(0o600)
+    text = site(results).replace("[node-check]\n", f'[node-check]\ncross_node = true\ncross_node_budget_s = 20\n'
+                                 f'cross_node_key = "{key}"\n', 1)
+    c = SlurmCluster(subnet="198.18.4", port=6857, extra_conf=CONF, node_etc={"ddpdoctor/ddpdoctor.toml": text})
+    c.results = results
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+        assert c.leftovers() == []
+
+
+def prolog_records(c: SlurmCluster, job: str) -> dict[str, dict]:
+    out = {}
+    for n in (1, 2, 3):
+        found = sorted((c.results / f"node{n}").glob(f"*-prolog-{job}.json"))
+        if found:
+            out[f"node{n}"] = json.loads(found[-1].read_text())["node_check"]
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_the_node_behind_a_firewall_is_found_by_the_jobs_prologs_and_only_it_drains(cluster, tmp_path):
+    c = cluster
+    for i in (1, 2, 3):
+        wait_for(f"node{i}'s first health check", lambda i=i: list((c.results / f"node{i}").glob("*-health_check.json")),
+                 c, limit=90)
+    out = tmp_path / "healthy.out"
+    job = c.run(["sbatch", "-N3", "-o", str(out), "--wrap", "hostname"], timeout=30).stdout.split()[-1]
+    wait_for("the healthy job's output", lambda: out.is_file() and out.read_text().strip(), c, limit=90)
+    met = prolog_records(c, job)
+    assert sorted(met) == ["node1", "node2", "node3"], met
+    assert all(m["cross_node"].get("verdict") == "pass" and m["action"] == "none" for m in met.values()), met
+    c.wait_idle(60)
+
+    for rule in (["-A", "INPUT", "-p", "tcp", "--dport", "6818", "-j", "ACCEPT"],
+                 ["-A", "INPUT", "-p", "tcp", "-m", "state", "--state", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                 ["-A", "INPUT", "-p", "tcp", "-j", "DROP"]):
+        c.in_node(3, "iptables", *rule)
+    marks = tmp_path / "ran"
+    marks.mkdir(mode=0o777)
+    job = c.run(["sbatch", "-N3", "-o", "/dev/null", "--wrap", f"touch {marks}/$(hostname)"], timeout=30).stdout.split()[-1]
+    drained = wait_for("node3 drained by its prolog", lambda: node3_drained(c), c, limit=90)
+    assert "ddpdoctor: mesh: node3 is the node common to 2 failing results" in drained, drained
+    wait_for("every prolog's record", lambda: len(prolog_records(c, job)) == 3, c, limit=60)
+    met = prolog_records(c, job)
+    assert met["node3"]["action"] == "drain" and met["node3"]["scontrol"]["requeue"]["ok"], met["node3"]
+    assert met["node1"]["action"] == met["node2"]["action"] == "none", met
+    for m in met.values():  # every node was told which node is wrong
+        assert {tuple(r["nodes"]) for r in m["cross_node"]["results"]} == {("node1", "node3"), ("node2", "node3")}
+    assert squeue(c, job, "%k").startswith("ddpdoctor: node3 failed its prolog (mesh: node3 is the node common")
+    states = dict(line.split() for line in c.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15).stdout.splitlines())
+    assert "drain" not in states["node1"] and "drain" not in states["node2"], states  # only the wrong node drains
+    assert list(marks.iterdir()) == []
+    c.run(["scancel", job], timeout=15)

@@ -1,0 +1,59 @@
+"""The opt-in cross-node meeting of a job's prologs (unattended/meet.py): which node the meeting's results blame,
+the per-job token, the site key's trust; on the real SLURM: tests/integration/test_slurm_prolog_meeting.py."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ddpdoctor.unattended import meet
+
+LINK = "link {} -> node3 timed out (TCP to 198.18.3.3:36985)"
+
+
+def doc(*results):
+    return {"results": [{"check": c, "level": lv, "summary": s, "nodes": n} for c, lv, s, n in results]}
+
+
+def test_the_node_every_failing_link_names_is_the_wrong_one_and_only_it():
+    found = doc(("mesh", "fail", LINK.format("node1"), ["node1", "node3"]),
+                ("mesh", "fail", LINK.format("node2"), ["node2", "node3"]))
+    (f,) = meet.mine(found, "node3")
+    assert f.check == "mesh" and f.summary.startswith("node3 is the node common to 2 failing results")
+    assert meet.mine(found, "node1") == [] and meet.mine(found, "node2") == []
+    one_link = doc(("mesh", "fail", LINK.format("node1"), ["node1", "node3"]))
+    assert meet.mine(one_link, "node3") == [] and meet.mine(one_link, "node1") == []  # whose fault: unknown
+    alone = doc(("clock-skew", "fail", "node2 is 3 s off", ["node2"]), ("names", "warn", "slow", ["node1"]))
+    assert [f.check for f in meet.mine(alone, "node2")] == ["clock-skew"] and meet.mine(alone, "node1") == []
+
+
+def test_the_token_is_per_job_and_the_key_must_be_roots_alone(tmp_path):
+    key = b"0123456789abcdef0123456789abcdef"
+    assert meet.job_token(key, "41") != meet.job_token(key, "42") != meet.job_token(key + b"x", "42")
+    path = tmp_path / "cross.key"
+    path.write_bytes(key + b"\n")
+    path.chmod(0o600)
+    if os.geteuid() == 0:
+        assert meet.site_key(str(path)) == key
+    path.chmod(0o640)
+    with pytest.raises(ValueError, match="refused"):
+        meet.site_key(str(path))
+    path.chmod(0o600)
+    link = tmp_path / "link.key"
+    link.symlink_to(path)
+    with pytest.raises(ValueError):
+        meet.site_key(str(link))
+    path.write_bytes(b"short")
+    with pytest.raises(ValueError, match="refused"):
+        meet.site_key(str(path))
+
+
+def test_a_one_node_job_or_a_missing_key_never_meets():
+    from ddpdoctor.unattended.node_check import Where
+    from ddpdoctor.unattended.site import SiteConfig
+
+    at = Where("prolog", "node1", "7")
+    cfg = SiteConfig(cross_node=True, cross_node_key="/nonexistent/key")
+    assert meet.meet(at, cfg, {"SLURM_JOB_NODELIST": "node1"}, 0.0)[1]["skipped"].startswith("not a multi-node")
+    found, record = meet.meet(at, cfg, {"SLURM_JOB_NODELIST": "node[1-3]"}, 0.0)
+    assert found == [] and "cross_node_key /nonexistent/key" in record["skipped"]
