@@ -71,12 +71,15 @@ def node_check(config_path, dry_run, as_json):
 
 def _prometheus(doc: dict, directory: str) -> None:
     """The node's series (report/prometheus.node_check_samples: no job label, one series across jobs)."""
+    from ..errors import UsageError
     from ..report import prometheus
 
     try:
         common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
-    except OSError as exc:
+    except OSError as exc:  # the lock held past its bounded wait (TimeoutError) included
         common.warn_line(f"prometheus_textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
+    except UsageError as exc:  # as root, a directory another user can write: refused
+        common.warn_line(f"prometheus_textfile {directory}: not written: {exc}; the verdict stands")
 
 
 def summary_line(doc: dict, at, decision, done: dict) -> str:
