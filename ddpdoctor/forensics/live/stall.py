@@ -154,10 +154,18 @@ def stack_waits(stacks: dict[int, str | None]) -> bool:
 
 
 def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
-    """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer."""
+    """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer; asked of
+    every rank at once (a rank whose server cannot take the GIL costs its 2 s once, not once per rank)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ..evidence import worker_client
 
-    return {r: worker_client.ask(sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0) for r in ranks}
+    if not ranks:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(ranks)), thread_name_prefix="ddpdoctor-stacks") as pool:
+        asked = {r: pool.submit(worker_client.ask, sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0)
+                 for r in ranks}
+        return {r: f.result() for r, f in asked.items()}
 
 
 def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
