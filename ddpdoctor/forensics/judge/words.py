@@ -56,20 +56,33 @@ def _call(c: Call | None) -> str:
     return f"{c.op}" + (f" (peer rank {c.peer})" if c.peer is not None else "")
 
 
-def library_phrase(ranks, evidence: JobEvidence) -> str | None:
+def library_phrase(ranks, evidence: JobEvidence, call: Call | None = None) -> str | None:
     """The library wait the waiting ranks stand in ("DDP's gradient all_reduce inside loss.backward()"), when
-    their stacks say: the first waiting rank's (evidence.library_waits decided it; this only words it)."""
+    their stacks say: the first waiting rank's (evidence.library_waits decided it; this only words it). Never one
+    whose collective is not the ``call`` the records show them in (a subgroup's all_gather inside backward is not
+    DDP's gradient all_reduce, which the autograd engine's frames alone would suggest)."""
     for r in ranks:
         s = evidence.ranks.get(r)
-        if s is not None and s.wait is not None and s.wait.library is not None:
+        if s is not None and s.wait is not None and s.wait.library is not None and _agrees(s.wait.library.op, call):
             return s.wait.library.said
     return None
+
+
+GENERIC_OPS = ("", "wait", "wait_tensor", "redistribute")  # library rows that name no collective of their own
+
+
+def _agrees(library_op: str, call: Call | None) -> bool:
+    if call is None or library_op in GENERIC_OPS or not call.op:
+        return True
+    def norm(op: str) -> str:
+        return "".join(ch for ch in op.lower() if ch.isalpha())
+    return norm(library_op) in norm(call.op)
 
 
 def _in(c: Call | None, v: Verdict, evidence: JobEvidence) -> str:
     """What the waiting ranks wait in: the library's wait with the call ("DDP's gradient all_reduce inside
     loss.backward() (all_reduce #7)"), else the call."""
-    phrase = library_phrase(v.waiting, evidence)
+    phrase = library_phrase(v.waiting, evidence, c)
     if phrase and c is not None and (c.numbered or c.peer is not None):
         return f"{phrase} ({_call(c)})"
     return phrase or _call(c)
@@ -118,7 +131,7 @@ def collective(v: Verdict, evidence: JobEvidence) -> dict | None:
            "ops": {str(r): x.op for r, x in sorted(v.calls.items())}}
     if c.peer is not None:
         out["peer"] = c.peer
-    phrase = library_phrase(v.waiting, evidence)
+    phrase = library_phrase(v.waiting, evidence, c)
     if phrase:
         out["library"] = phrase
     if v.last_seq and any(s < (c.seq or 0) for s in v.last_seq.values()):

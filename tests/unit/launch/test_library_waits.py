@@ -89,3 +89,20 @@ def test_one_table_every_row_names_its_library_op_and_phrase():
     assert waits and all(r.library and r.op and r.phrase and r.functions for r in waits)
     assert {r.library for r in waits} >= {"DDP", "FSDP2", "pipelining", "DTensor", "functional collectives"}
     assert {r.library for r in ROWS if r.kind is None} == {"Lightning", "Accelerate"}
+
+
+def test_a_library_phrase_never_names_another_collective_than_the_record_shows():
+    """Issue 45 "Also": rank 0 stood inside loss.backward() (the autograd engine's frames: "DDP's gradient
+    all_reduce", not certain) while its record showed a subgroup's all_gather: the verdict said the first."""
+    from ddpdoctor.forensics.evidence.model import Call, Group, JobEvidence, LibraryWait, RankState, Source, Wait
+    from ddpdoctor.forensics.judge.words import library_phrase
+
+    ddp = LibraryWait("DDP", "all_reduce", "DDP's gradient all_reduce inside loss.backward()", certain=False,
+                      unless="the backward's own compute")
+    ev = JobEvidence(live=True)
+    ev.add(RankState(0, Source.PY_SPY, wait=Wait(WaitKind.COLLECTIVE, library=ddp)))
+    subgroup = Group(name="1", ranks=(0, 2))
+    gather = Call(subgroup, "all_gather", seq=5)
+    assert library_phrase([0], ev, gather) is None
+    assert library_phrase([0], ev, Call(subgroup, "allreduce_coalesced", seq=5)).startswith("DDP's gradient")
+    assert library_phrase([0], ev).startswith("DDP's gradient")  # no record: the stack's word stands
