@@ -145,7 +145,9 @@ def _act(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[str, 
         return {"dry_run": True}
     done = node_check.act(decision, at, cfg, env, timeout=bound.remaining())
     if at.context == PROLOG and decision.fails and at.job_id and not dry_run:
+        bound.stage = "scontrol (the job's comment)"
         done["comment"] = _comment(decision, at, cfg, env, bound)
+        bound.stage = "scontrol (the job's requeue)"
         done["requeue"] = _requeue(at, cfg, env, bound)
     return done
 

@@ -1,5 +1,5 @@
-"""Stand-in processes for tests/integration/test_attach_trust.py: a launcher (its command line says torchrun, as
-torchrun's agent's does) and ranks that do what a job may do to ``ddpdoctor attach`` run by root beside it:
+"""Stand-in processes for tests/integration/test_attach_trust.py: a launcher (run through a link named torchrun, the
+program torchrun's agent runs) and ranks that do what a job may do to ``ddpdoctor attach`` run by root beside it:
 name another user's pipe, file or socket in their environment, swap a link in after a dump request, serve a
 socket from another process. Torch is not imported: the ranks sleep in their own code, or in a function
 ``all_reduce`` of a file whose path ends in torch/distributed/distributed_c10d.py (what py-spy shows of a rank
@@ -18,7 +18,7 @@ import time
 
 # under a folder named site-packages, as torch is installed: attach's one library-frame rule (evidence.model.LIBRARY)
 # then reads a rank inside it as a rank inside torch's collective, called from the stand-in's own code
-FAKE_C10D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_torch", "site-packages", "torch",
+FAKE_C10D = os.path.join(os.path.dirname(os.path.realpath(__file__)), "fake_torch", "site-packages", "torch",
                          "distributed", "distributed_c10d.py")
 
 
@@ -122,7 +122,7 @@ def rank_main() -> None:
 def launcher_main(specs: list[dict]) -> None:
     # /proc/self/exe: the interpreter that runs this launcher, even where the path to it (a venv in a folder
     # only root may search) is closed to the job's user
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "rank"], executable="/proc/self/exe",
+    procs = [subprocess.Popen([sys.executable, os.path.realpath(__file__), "rank"], executable="/proc/self/exe",
                               env={**os.environ, **spec}) for spec in specs]
     served = os.environ.get("LAUNCHER_SERVES")  # a socket a rank names that the launcher, not the rank, serves
     if served:

@@ -125,7 +125,12 @@ class SharedNode:
         specs = [{"RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(world), "TORCHELASTIC_RUN_ID": RUN_ID,
                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29977", "JOB_HOME": str(home), "ROOT_DIR": str(self.root),
                   **spec} for i, spec in enumerate(specs)]
-        return [sys.executable, str(STANDINS), "launcher", "torchrun-stand-in", json.dumps(specs)]
+        # run through a link named torchrun: the launcher table knows an agent by the program it runs
+        # (launchers/agents.py), never by a word elsewhere on its command line
+        agent = home / "torchrun"
+        if not agent.exists():
+            agent.symlink_to(STANDINS)
+        return [sys.executable, str(agent), "launcher", "torchrun-stand-in", json.dumps(specs)]
 
     def _start(self, argv: list[str], **env) -> subprocess.Popen:
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "DDPDOCTOR", "RANK", "WORLD"))}

@@ -89,5 +89,7 @@ def test_the_budget_bounds_the_whole_prolog_when_scontrol_never_answers(tmp_path
     took = time.monotonic() - start
     assert took < 2 + 1.0, f"the prolog took {took:.1f} s with a 2 s budget"
     assert p.returncode == 1, (p.returncode, p.stderr)  # the node fails: the job must not start, even so
-    assert "the 2 s budget ran out during scontrol (drain): ended there (exit 1; the node was found failing)" \
-        in p.stderr, p.stderr
+    # scontrol show never answered: the node's state is unread, so it is neither drained nor resumed (issue 47);
+    # the failing prolog still writes its job's comment and requeues it: the budget ran out in one of those
+    assert "the 2 s budget ran out during scontrol (the job's " in p.stderr, p.stderr
+    assert "ended there (exit 1; the node was found failing)" in p.stderr, p.stderr

@@ -116,7 +116,7 @@ class Watchdog:
                 started = now  # start-up silence does not count: the stall counts from its end
             failing = self.failing(now, launched)  # each poll: another node learns of it from its mark at once
             fired = started is not None and self.threshold.fired(now, started) and not self.exiting(launched, now)
-            if fired and (failing or self.moving_ranks()):  # moved (evidence.movement): silence counts from now
+            if fired and not self.still(failing, launched):
                 started, fired = (started if failing else time.time()), False
             if fired or self.peer_fired():
                 self.judged_at = now
@@ -313,6 +313,12 @@ class Watchdog:
         # Log growth only counts when no flight recorder answers: a chatty hung rank must not look alive.
         logs = self.logs if not any(v is not None for v in done.values()) and moving is None else Path("/nonexistent")
         return done, progress_mark(self.run_dir, logs), moving
+
+    def still(self, failing: bool, launched: float) -> bool:
+        """The fired threshold stands: no rank is failing (torchrun acts on it), no rank moved (evidence.movement:
+        the silence then counts from now), and the job did not reach its end while the movement was sampled (every
+        rank's record at exit written meanwhile)."""
+        return not (failing or self.moving_ranks() or self.exiting(launched, time.time()))
 
     def moving_ranks(self) -> list[int]:
         """The ranks that moved over a short window (stall.moving_ranks), kept until the next check."""
