@@ -2,7 +2,9 @@
 threshold ("every rank is stuck in its own code", the job killed): a cold torch.compile (rank 0 compiling, rank 1
 on the compile lock), an op build by a compiler child holding a lock the other rank waits on, a module whose
 import takes seconds of CPU. Their ranks move (evidence.movement: a helper's CPU, start-up work, a stack moving in
-a library), so the watchdog stops nothing; a real hang after such a start-up is still named."""
+a library), so the watchdog stops nothing; a real hang after such a start-up is still named. The cold torch.compile
+job (long_start.py compile) is run by hand, not here: on torch 2.13 its compile phases never outlasted the threshold
+between DDP's collectives, before the movement rule or after (45 s of the suite for no discrimination)."""
 from __future__ import annotations
 
 import shutil
@@ -44,17 +46,3 @@ def test_a_hang_after_a_long_start_up_is_still_named(tmp_path):
     assert p.returncode == 1 and doc and doc["verdict"] == "fail", p.stderr[-4000:]
     assert doc["culprit_ranks"] == [1], (doc["culprit_ranks"], doc["root_cause"])
     assert doc["root_cause"]["location"].startswith(str(JOB)), doc["root_cause"]
-
-
-@pytest.mark.timeout(420)
-def test_a_cold_torch_compile_is_no_hang(tmp_path):
-    """The real thing: inductor's first compile on the CPU runs the C++ compiler for several kernels (a cold cache:
-    ~30 s of CPU on two cores). Here torch 2.13 compiles the forward and the backward at separate moments, with
-    DDP's collectives between them, so no silence outlasted the threshold even before the movement rule (the
-    issue's 5-of-5 kill was not reproduced on this machine); it guards that the rule's samples leave a compiling
-    job alone."""
-    if shutil.which("g++") is None and shutil.which("c++") is None:
-        pytest.skip("no C++ compiler for inductor")
-    p, doc = run(tmp_path, "compile")
-    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
-    assert doc["hang"] is None, doc["hang"]
