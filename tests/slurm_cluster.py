@@ -15,6 +15,7 @@ behind, even when a test fails (``leftovers`` says what would be).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -375,3 +376,16 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def running(cluster: "SlurmCluster", results: Path | None = None):
+    """A module's cluster: up, yielded (``results``: the node check's results_dir, kept on it), then down with
+    nothing left behind, whatever the tests did."""
+    cluster.results = results
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+        assert cluster.leftovers() == []

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.readme_blocks import slurm_conf
-from tests.slurm_cluster import SlurmCluster, unavailable
+from tests.slurm_cluster import SlurmCluster, unavailable, running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -58,13 +58,8 @@ def cluster(tmp_path_factory):
     c = SlurmCluster(subnet="198.18.1", port=6827, extra_conf=UNATTENDED_CONF, nodes_conf=WEIGHTED,
                      auth_extra=",cred_expire=10",
                      node_etc={"ddpdoctor/ddpdoctor.toml": site_config(results, "{slurm_conf}")})
-    c.results = results
-    c.up()
-    try:
+    with running(c, results):
         yield c
-    finally:
-        c.down()
-        assert c.leftovers() == []
 
 
 def records(c: SlurmCluster, node: str) -> list[dict]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.readme_blocks import site_config, slurm_conf
-from tests.slurm_cluster import SlurmCluster, unavailable
+from tests.slurm_cluster import SlurmCluster, unavailable, running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -49,13 +49,8 @@ def cluster(tmp_path_factory):
     os.chmod(results, 0o755)
     c = SlurmCluster(subnet="198.18.3", port=6847, extra_conf=CONF,
                      node_etc={"ddpdoctor/ddpdoctor.toml": site(results)})
-    c.results = results
-    c.up()
-    try:
+    with running(c, results):
         yield c
-    finally:
-        c.down()
-        assert c.leftovers() == []
 
 
 def wait_for(what: str, ready, c: SlurmCluster, limit: float = 60):

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from tests.integration.test_slurm_prolog import CONF, node3_drained, site, squeue, wait_for
-from tests.slurm_cluster import SlurmCluster, unavailable
+from tests.slurm_cluster import SlurmCluster, unavailable, running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -32,13 +32,8 @@ def cluster(tmp_path_factory):
     text = site(results).replace("[node-check]\n", f'[node-check]\ncross_node = true\ncross_node_budget_s = 20\n'
                                  f'cross_node_key = "{key}"\n', 1)
     c = SlurmCluster(subnet="198.18.4", port=6857, extra_conf=CONF, node_etc={"ddpdoctor/ddpdoctor.toml": text})
-    c.results = results
-    c.up()
-    try:
+    with running(c, results):
         yield c
-    finally:
-        c.down()
-        assert c.leftovers() == []
 
 
 def prolog_records(c: SlurmCluster, job: str) -> dict[str, dict]:
