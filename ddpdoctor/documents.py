@@ -22,6 +22,7 @@ from . import __version__
 from .api import Level, Result
 from .errors import UsageError
 from .exitcodes import ExitCode
+from .human import human_bytes
 from .launchers import JOB_ID_VARS, RUN_ID_VAR
 from .text import no_surrogates
 
@@ -176,7 +177,7 @@ def write_error(path: Path, exc: OSError) -> UsageError:
     """'DIR/x.json: cannot write (No space left on device); 12 KiB free in DIR'."""
     where = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
     try:
-        free = f"{_human_bytes(shutil.disk_usage(where).free)} free in {where}"
+        free = f"{human_bytes(shutil.disk_usage(where).free)} free in {where}"
     except OSError:
         free = f"free space in {where} unknown"
     return UsageError(f"{path}: cannot write ({exc.strerror or exc}); {free}")
@@ -187,13 +188,6 @@ def _remove_quietly(path: Path) -> None:
         path.unlink()
     except OSError:  # never created, or the directory is gone: nothing left behind either way
         pass
-
-
-def _human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def load(path: str | os.PathLike, budget=None) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .human import human_bytes
 
 MAX_RESULT_BYTES = 64 << 20  # the largest result file seen (512 nodes + mesh probes) is ~4 MB
 MAX_CONFIG_BYTES = 1 << 20
@@ -101,7 +102,7 @@ def read_bounded(path: str | os.PathLike, cap: int) -> bytes:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if len(raw) > cap:
-        raise UsageError(f"{path}: larger than {_human(cap)}, the most ddpdoctor reads from one file")
+        raise UsageError(f"{path}: larger than {human_bytes(cap)}, the most ddpdoctor reads from one file")
     return raw
 
 
@@ -168,7 +169,7 @@ def load_json_file(path: str | os.PathLike, cap: int = MAX_RESULT_BYTES, max_dep
         return parse_json(decode_utf8(read_bounded(path, cap), name), name, max_depth)
     budget.take_file(name)
     if budget.nbytes <= 0:
-        raise UsageError(f"{name}: the inputs together exceed {_human(MAX_TOTAL_BYTES)}; merge fewer at a time")
+        raise UsageError(f"{name}: the inputs together exceed {human_bytes(MAX_TOTAL_BYTES)}; merge fewer at a time")
     raw = read_bounded(path, min(cap, budget.nbytes))
     budget.nbytes -= len(raw)
     text = decode_utf8(raw, name)
@@ -178,13 +179,6 @@ def load_json_file(path: str | os.PathLike, cap: int = MAX_RESULT_BYTES, max_dep
                          "at a time")
     budget.values -= values
     return parse_json(text, name, max_depth)
-
-
-def _human(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
 
 
 def check_run_id(value: str, flag: str = "--rdzv-id") -> str:

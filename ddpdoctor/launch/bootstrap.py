@@ -9,6 +9,8 @@ script as plain `python script.py` would (sys.argv, sys.path[0], `__main__`, exi
   DDPDOCTOR_STACKS_DIR/sigterm/rank<R>.txt, then the flight record, then the process ends of SIGTERM;
 - local rank 0: this node's node rank (torchrun's GROUP_RANK, decided at the rendezvous) into
   DDPDOCTOR_NODE_FILE, so run-trainer knows whether it is node rank 0, the node that prints the full result;
+- Python 3.12+: the sizes of the rank's send/recv and all-to-all calls into DDPDOCTOR_CALLS_DIR/rank<R>.calls
+  (size_watch: sys.monitoring, no function replaced), for who sent a message of the wrong size;
 - torch's worker server on DDPDOCTOR_WORKER_SOCKET ({rank} replaced): its C++ thread answers while the
   main thread is blocked inside a collective: stacks (`dump_traceback`), the flight recorder
   (`fr_trace_json`).
@@ -107,6 +109,19 @@ def start_worker_server() -> None:
 
         atexit.register(stop_worker_server, server, path, inode, os.getpid())
         atexit.register(dump_flight_record)  # runs first (atexit is last-in, first-out)
+    except Exception:  # noqa: BLE001 - forensics must never stop the job
+        pass
+
+
+def watch_call_sizes() -> None:
+    """Python 3.12+: who sent what size, kept where gloo's abort of the receiver leaves it (size_watch)."""
+    folder = os.environ.get("DDPDOCTOR_CALLS_DIR")
+    if not folder or sys.version_info < (3, 12):
+        return
+    try:
+        from .size_watch import start
+
+        start(folder, rank())
     except Exception:  # noqa: BLE001 - forensics must never stop the job
         pass
 
@@ -362,6 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     record_node_rank()
     install_stack_dump()
     start_worker_server()
+    watch_call_sizes()
     install_dump_on_sigterm()
     try:
         run(kind, target, args)

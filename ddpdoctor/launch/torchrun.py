@@ -52,6 +52,7 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     env.setdefault("TORCH_FR_BUFFER_SIZE", FR_ENTRIES)
     env["DDPDOCTOR_STACKS_DIR"] = str(cfg.records().resolve() / "stacks")
     env["DDPDOCTOR_FR_DIR"] = str(cfg.records().resolve() / "flight_recorder")  # each rank's at its exit
+    env["DDPDOCTOR_CALLS_DIR"] = str(cfg.records().resolve() / "call_sizes")  # send/recv sizes, Python 3.12+
     env["DDPDOCTOR_NODE_FILE"] = str(log_dir(cfg, label).resolve() / NODE_FILE)  # this node's node rank
     env["DDPDOCTOR_WORKER_SOCKET"] = str(socket_dir(cfg, label or node_label(cfg)) / "{rank}.sock")
     env["OMP_NUM_THREADS"] = str(cfg.omp_threads)

@@ -18,7 +18,7 @@ from ..judge import attribution
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
 from . import analysis
-from .trainer_run import stacks_on_file
+from .trainer_run import adopt_call_sizes, stacks_on_file
 
 
 def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
@@ -34,9 +34,11 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
     analysis.adopt_hang_verdict(verdict, hang)
+    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
+    with job_files.reading(run_dir):
+        adopt_call_sizes(verdict, run_dir)
     stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by,  # a hung job a scheduler ended
                          timeouts=pg_timeouts_s(dumps))
-    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):
         normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)

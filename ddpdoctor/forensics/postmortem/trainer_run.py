@@ -9,9 +9,8 @@ from pathlib import Path
 
 from ...grouping import rank_ranges
 from ..evidence import job_files
-from ..evidence.model import is_library
+from ..evidence.model import RankFailure, is_library
 from ..judge import attribution
-from ..evidence.model import RankFailure
 from ..judge.classify import FRAME, SIGNALS
 from ..judge.verdict import Findings
 from . import analysis
@@ -36,6 +35,7 @@ def decide(code: int, agent_stderr: str, logs: Path, run_dir: Path, hang_report:
         verdict = analysis.analyse(logs, agent_stderr, socket.gethostname())
         if not hang_report and code != 0 and not interrupted:  # after a stop the dumps show the stop, not a hang
             adopt_exit_dumps(verdict, run_dir)
+            adopt_call_sizes(verdict, run_dir)
         hung_at_stop = stopped_while_hung(verdict, run_dir, interrupted) if interrupted and not hang_report else None
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     consequences = [f.to_json() for f in verdict.consequences]
@@ -73,6 +73,16 @@ def adopt_exit_dumps(verdict: Findings, run_dir: Path) -> None:
     hang = judge_dumps(find_dumps([run_dir / "flight_recorder"]), verdict.failures, run_dir / "stacks" / "sigterm",
                        verdict.world)
     attribution.adopt(verdict, hang)
+
+
+def adopt_call_sizes(verdict: Findings, run_dir: Path) -> None:
+    """A mismatch gloo aborted the receiver on: the sizes the ranks kept (Python 3.12+) say who sent what;
+    judge.sizes decides whose size is the odd one and whether it outranks the first failure."""
+    from ..evidence.call_sizes import FOLDER, read_dir
+    from ..judge import sizes
+
+    if verdict.root_cause is not None and verdict.root_cause.category == "desync":
+        sizes.adopt(verdict, sizes.find(read_dir(run_dir / FOLDER)))
 
 
 def stacks_on_file(root: dict | None, folder: Path) -> None:

@@ -188,13 +188,15 @@ def _json(text: str) -> dict | None:
         return None
 
 
-def run_trainer(shape: Shape, work: Path, limit: float = 150) -> Run:
-    """`ddpdoctor run-trainer --nproc-per-node N [--hang-timeout 8] --json -- SCRIPT MODE`."""
+def run_trainer(shape: Shape, work: Path, limit: float = 150, python: str = sys.executable,
+                env: dict | None = None) -> Run:
+    """`ddpdoctor run-trainer --nproc-per-node N [--hang-timeout 8] --json -- SCRIPT MODE` (``python``: the
+    interpreter it and the job run under)."""
     work.mkdir(parents=True, exist_ok=True)
     flags = ["--hang-timeout", str(HANG_TIMEOUT_S)] if shape.hangs else []
-    argv = [sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", str(shape.nproc),
+    argv = [python, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node", str(shape.nproc),
             *flags, "--run-dir", str(work / "run"), "--json", "--", str(shape.path), shape.mode, *shape.args]
-    return _run(argv, shape, work, limit)
+    return _run(argv, shape, work, limit, env=env)
 
 
 def run_torchrun(shape: Shape, work: Path, limit: float = 150) -> tuple[Run, Path, Path]:

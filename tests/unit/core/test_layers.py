@@ -27,7 +27,7 @@ DOCUMENTS = {"ddpdoctor", "ddpdoctor.api", "ddpdoctor.errors", "ddpdoctor.exitco
              "ddpdoctor.secret_shapes", "ddpdoctor.secret_blocks", "ddpdoctor.job_secrets", "ddpdoctor.devices",
              "ddpdoctor.exports", "ddpdoctor.registry", "ddpdoctor.settings", "ddpdoctor.baseline",
              "ddpdoctor.lifetime", "ddpdoctor.text", "ddpdoctor.majority", "ddpdoctor.options",
-             "ddpdoctor.check_helpers", "ddpdoctor.numbers", "ddpdoctor.rank_lists", "ddpdoctor.trust"}
+             "ddpdoctor.check_helpers", "ddpdoctor.numbers", "ddpdoctor.human", "ddpdoctor.rank_lists", "ddpdoctor.trust"}
 # The launcher table (one module per launcher) sits with the documents: checks reach it through ddpdoctor.api.
 DOCUMENT_PACKAGES = ("ddpdoctor.launchers",)
 
