@@ -10,6 +10,7 @@ after. A failing observation is dropped silently: forensics never change the job
 from __future__ import annotations
 
 import itertools
+import json
 import mmap
 import os
 import sys
@@ -23,6 +24,7 @@ TOOL_IDS = (3, 4)
 WATCHED = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv", "all_to_all_single": "a2a_single",
            "all_to_all": "a2a_list"}
 WHERE_DEPTH = 40  # frames walked out of torch to the script's own line
+PLACES = 4096  # call sites remembered
 
 
 class Watch:
@@ -34,12 +36,15 @@ class Watch:
         self.torch_dir = torch_dir
         self.seq = itertools.count()
         self.channels: dict[tuple, int] = {}
+        self.places: dict[tuple, str] = {}
 
     def keep(self, record: dict) -> None:
         n = next(self.seq)
         record["n"] = n
-        raw = call_sizes.encode(record)
-        if raw is not None:
+        self.put(n, call_sizes.encode(record))
+
+    def put(self, n: int, raw: bytes | None) -> None:
+        if raw is not None and len(raw) <= call_sizes.SLOT:
             offset = (n % call_sizes.SLOTS) * call_sizes.SLOT
             self.mapped[offset:offset + len(raw)] = raw
 
@@ -53,15 +58,22 @@ class Watch:
             return None
         return list(self.c10d.get_process_group_ranks(group))
 
-    def where(self, frame) -> str | None:
+    def where(self, frame) -> str:
+        """The script's own line that led to the call, as JSON text (cached: a step calls from the same lines)."""
         for _ in range(WHERE_DEPTH):
             frame = frame.f_back
             if frame is None:
-                return None
-            name = frame.f_code.co_filename
-            if not name.startswith(self.torch_dir):
-                return f"{name}:{frame.f_lineno}"
-        return None
+                return "null"
+            code = frame.f_code
+            if not code.co_filename.startswith(self.torch_dir):
+                key = (code, frame.f_lineno)
+                text = self.places.get(key)
+                if text is None:
+                    text = json.dumps(f"{code.co_filename}:{frame.f_lineno}")
+                    if len(self.places) < PLACES:
+                        self.places[key] = text
+                return text
+        return "null"
 
     def p2p(self, op: str, frame) -> None:
         args = frame.f_locals
@@ -72,10 +84,12 @@ class Watch:
             peer = self.c10d.get_global_rank(group, local_peer)
         if peer is None or tensor is None:
             return  # a receive from any source: no peer to pair it with
-        ranks = self.group_ranks(group)
-        self.keep({"op": op, "group": ranks, "peer": int(peer), "k": self.number((op, int(peer), _key(ranks))),
-                   "bytes": [tensor.nbytes], "shape": [list(tensor.shape)], "dtype": _dtype(tensor), "where": self.where(frame),
-                   "t": time.time()})
+        ranks, peer = self.group_ranks(group), int(peer)
+        k, n = self.number((op, peer, _key(ranks))), next(self.seq)
+        # JSON written by hand on the path every pipeline step takes: a third of json.dumps' cost
+        self.put(n, (f'{{"n":{n},"op":"{op}","group":{_ints(ranks)},"peer":{peer},"k":{k},"bytes":[{tensor.nbytes}],'
+                     f'"shape":[{_ints(tensor.shape)}],"dtype":"{_dtype(tensor)}","where":{self.where(frame)},'
+                     f'"t":{time.time()!r}}}\0').encode())
 
     def a2a_single(self, frame) -> None:
         args = frame.f_locals
@@ -84,12 +98,13 @@ class Watch:
             return
         ranks = self.group_ranks(group)
         size = len(ranks) if ranks is not None else self.c10d.GroupMember.WORLD.size()
-        self.keep({"op": "all_to_all", "group": ranks, "k": self.number(("all_to_all", _key(ranks))),
-                   "bytes": _split_bytes(inp, args.get("input_split_sizes"), size),
-                   "expects": _split_bytes(out, args.get("output_split_sizes"), size),
-                   "shape": [list(inp.shape), list(out.shape)], "dtype": _dtype(inp),
-                   "splits": [_list(args.get("input_split_sizes")), _list(args.get("output_split_sizes"))],
-                   "where": self.where(frame), "t": time.time()})
+        ins, outs = args.get("input_split_sizes"), args.get("output_split_sizes")
+        k, n = self.number(("all_to_all", _key(ranks))), next(self.seq)
+        self.put(n, (f'{{"n":{n},"op":"all_to_all","group":{_ints(ranks)},"k":{k},'
+                     f'"bytes":{_ints(_split_bytes(inp, ins, size))},"expects":{_ints(_split_bytes(out, outs, size))},'
+                     f'"shape":[{_ints(inp.shape)},{_ints(out.shape)}],"dtype":"{_dtype(inp)}",'
+                     f'"splits":[{_ints(ins or None)},{_ints(outs or None)}],"where":{self.where(frame)},'
+                     f'"t":{time.time()!r}}}\0').encode())
 
     def a2a_list(self, frame) -> None:
         args = frame.f_locals
@@ -100,11 +115,15 @@ class Watch:
         self.keep({"op": "all_to_all", "group": ranks, "k": self.number(("all_to_all", _key(ranks))),
                    "bytes": [int(t.nbytes) for t in ins], "expects": [int(t.nbytes) for t in outs],
                    "shape": [[list(t.shape) for t in ins], [list(t.shape) for t in outs]], "dtype": _dtype(ins[0]),
-                   "where": self.where(frame), "t": time.time()})
+                   "where": json.loads(self.where(frame)), "t": time.time()})
 
 
 def _key(ranks: list[int] | None) -> tuple | None:
     return tuple(ranks) if ranks is not None else None
+
+
+def _ints(values) -> str:
+    return "null" if values is None else "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
 def _dtype(tensor) -> str:

@@ -171,3 +171,56 @@ def test_before_python_3_12_nothing_is_watched(tmp_path):
 
     assert size_watch.start(str(tmp_path / "calls"), "0") is False
     assert not (tmp_path / "calls").exists()
+
+
+class _FakeC10d:
+    """What the watch asks torch.distributed: the world's size, a group's ranks, a group rank's global rank."""
+
+    class GroupMember:
+        WORLD = type("World", (), {"size": staticmethod(lambda: 3)})()
+
+    @staticmethod
+    def get_process_group_ranks(group):
+        return [0, 2]
+
+    @staticmethod
+    def get_global_rank(group, group_rank):
+        return [0, 2][group_rank]
+
+
+def _frame(args: dict, caller):
+    """A watched function's frame as sys.monitoring hands it over: its arguments, called from the script."""
+    return type("Frame", (), {"f_locals": args, "f_back": caller})()
+
+
+def test_the_watch_writes_what_the_reader_reads(tmp_path):
+    """The writer that runs inside a rank (size_watch.Watch; only its trigger needs Python 3.12) and the reader:
+    a send to a group rank, a receive from any source (not kept: no peer to pair), an all_to_all_single with
+    splits and one without, in a file that wraps around."""
+    torch = pytest.importorskip("torch")
+    from ddpdoctor.launch import size_watch
+
+    folder = tmp_path / call_sizes.FOLDER
+    watch = size_watch.Watch(_FakeC10d(), size_watch._mapped(str(folder), "2"), "/nonexistent/torch/")
+    caller = sys._getframe(0)
+    line = caller.f_lineno
+    watch.p2p("send", _frame({"tensor": torch.ones(4, 32), "dst": None, "group_dst": 1, "group": object()}, caller))
+    watch.p2p("recv", _frame({"tensor": torch.ones(4, 16), "src": None, "group": None}, caller))
+    watch.a2a_single(_frame({"output": torch.ones(6), "input": torch.ones(7), "input_split_sizes": [3, 2, 2],
+                              "output_split_sizes": [2, 2, 2], "group": None}, caller))
+    for _ in range(call_sizes.SLOTS):  # wraps: the oldest slots are overwritten, the newest kept
+        watch.a2a_single(_frame({"output": torch.ones(6), "input": torch.ones(6), "group": None}, caller))
+    kept = call_sizes.read_dir(folder)[2]
+    assert len(kept) == call_sizes.SLOTS and kept[-1].n == call_sizes.SLOTS + 1
+    assert all(c.sizes == (8, 8, 8) and c.expects == (8, 8, 8) for c in kept)
+    # the script's line that called (the live caller frame's line at the call: the loop's)
+    assert kept[-1].where.startswith(f"{__file__}:") and int(kept[-1].where.rsplit(":", 1)[1]) > line
+    assert kept[-1].k == call_sizes.SLOTS
+    fresh = size_watch.Watch(_FakeC10d(), size_watch._mapped(str(folder), "2"), "/nonexistent/torch/")
+    fresh.p2p("send", _frame({"tensor": torch.ones(4, 32), "dst": None, "group_dst": 1, "group": object()}, caller))
+    fresh.a2a_single(_frame({"output": torch.ones(6), "input": torch.ones(7), "input_split_sizes": [3, 2, 2],
+                             "output_split_sizes": [2, 2, 2], "group": None}, caller))
+    send, a2a = call_sizes.read_dir(folder)[2]  # a new attempt's file starts empty
+    assert (send.op, send.peer, send.group, send.sizes, send.shape) == ("send", 2, (0, 2), (512,), "(4, 32) float32")
+    assert (a2a.sizes, a2a.expects, a2a.group) == ((12, 8, 8), (8, 8, 8), None)
+    assert a2a.shape == "in (7,) splits [3, 2, 2], out (6,) splits [2, 2, 2] float32"
