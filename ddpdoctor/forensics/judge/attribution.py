@@ -18,7 +18,8 @@ from ...grouping import rank_ranges
 from ...numbers import parse_int
 from ..evidence.model import RankFailure
 from .reraised import named_by_the_library
-from .verdict import Findings
+from .dumps import Judged
+from .verdict import Category, Findings
 from .vote import odd_ones
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
 from ..evidence.job_files import global_rank_of
@@ -275,44 +276,33 @@ def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], ho
     return out
 
 
-def adopt(verdict: Findings, hang: dict | None) -> None:
+def adopt(verdict: Findings, hang: Judged | None) -> None:
     """The dumps' verdict becomes the root cause when the job's first failure only says who gave up: a timeout,
     a peer's transport error, a SIGTERM from the launcher, a log-only "likely" guess, or the rank gloo aborted on
     a mismatch that the majority of the ranks' calls pins on another rank. A real error (an exception, a
-    SIGKILL) stays the root cause. The culprit is never listed as its own consequence."""
+    SIGKILL) stays the root cause. The culprit is never listed as its own consequence. Decided on the typed
+    verdict (category, culprits, likely, the tie); its words only go into the messages."""
     root = verdict.root_cause
-    if not hang or hang.get("class") in ("unknown", "outside_collectives") or root is None:
+    if hang is None or hang.category in (Category.UNKNOWN, Category.OUTSIDE_COLLECTIVES) or root is None:
         return  # no rank failed: a live snapshot's skew (one rank a collective ahead) is no failure
-    culprits = [c.get("rank") for c in hang.get("culprits") or []]
+    v = hang.verdict
+    culprits = v.culprit_ranks
     if not (root.victim or root.category in ADOPTABLE):
         return
-    if not culprits:
-        if hang.get("no_majority") and root.category == "desync":
-            root.reason = (f"{hang['summary']}; rank {root.rank} is the one gloo aborted, which says only that it "
-                           "received a message of another size")
+    if _aborted_rank_only_reworded(root, hang):
         return
-    if root.named is False and root.category == "desync" and hang.get("likely") and culprits == [root.rank]:
-        # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
-        if len(hang.get("files") or {}) >= 2:
-            root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
-                           "this rank, which gloo aborted, left none")
-            root.named = None
-        else:
-            root.reason = (NO_MAJORITY + f"rank {root.rank}, which gloo aborted on a message of another size, and the "
-                           "one other rank called differently; either call may be the wrong one")
-        return
-    collective = hang.get("collective") or {}
-    first = (hang.get("culprits") or [{}])[0]
-    call = (collective.get("calls") or {}).get(str(first.get("rank"))) or {}
-    likely = "likely: " if hang.get("likely") else ""
-    new = RankFailure(rank=first.get("rank"), local_rank=None, host=first.get("host"), exit_code=None,
-                      category="hang", error_type=hang["class"], message=likely + hang["summary"],
-                      location=call.get("where") or first.get("where"), fix=hang.get("fix", ""))
-    if first.get("last_seen") and first.get("last_seen_where"):  # its last collective, not where it stands
-        new.message += (f" (rank {first.get('rank')} last seen in {first['last_seen']}, called at "
-                        f"{first['last_seen_where']}; where it stood after it, no stack says)")
-    if first.get("ended") and hang["class"] == "missing_rank":
-        ended_early(new, first["ended"])
+    first = v.culprits[0]
+    place = hang.place(first)
+    new = RankFailure(rank=first.rank, local_rank=None, host=place.get("host"), exit_code=None,
+                      category="hang", error_type=hang.legacy_class,
+                      message=("likely: " if v.likely else "") + hang.summary(),
+                      location=(hang.call_site(first.rank) if v.category == Category.DESYNC else None)
+                      or place.get("where"), fix=hang.fix())
+    if place.get("last_seen") and place.get("last_seen_where"):  # its last collective, not where it stands
+        new.message += (f" (rank {first.rank} last seen in {place['last_seen']}, called at "
+                        f"{place['last_seen_where']}; where it stood after it, no stack says)")
+    if first.ended and hang.legacy_class == "missing_rank":
+        ended_early(new, first.ended)
     old = [root] + list(verdict.consequences)
     consequences = []
     for f in old:
@@ -328,13 +318,35 @@ def adopt(verdict: Findings, hang: dict | None) -> None:
                 new.message += f" (its own record: {f.error_type + ': ' if f.error_type else ''}{f.message or f.reason})"
             continue
         if f.rank in culprits:
-            f.victim, f.reason, f.named = False, f"culprit too ({hang['class']}): see the root cause", True
+            f.victim, f.reason, f.named = False, f"culprit too ({hang.legacy_class}): see the root cause", True
         else:
             f.victim = True
             if f is root or f.category in ("timeout", "desync", "peer_lost"):
                 f.reason = _why_waited(f, hang, culprits)
         consequences.append(f)
     verdict.root_cause, verdict.consequences = new, consequences
+
+
+def _aborted_rank_only_reworded(root: RankFailure, hang: Judged) -> bool:
+    """No culprit to adopt: a tie, or the rank gloo aborted is itself the likely odd call. Its reason says so;
+    True when nothing more is to be done."""
+    v, culprits = hang.verdict, hang.verdict.culprit_ranks
+    if not culprits:
+        if v.no_majority and root.category == "desync":
+            root.reason = (f"{hang.summary()}; rank {root.rank} is the one gloo aborted, which says only that it "
+                           "received a message of another size")
+        return True
+    if root.named is False and root.category == "desync" and v.likely and culprits == [root.rank]:
+        # The rank gloo aborted left no flight record: with two or more records agreeing, its call is the odd one.
+        if len(hang.files) >= 2:
+            root.reason = ("likely the odd call too: every rank that left a flight record agrees on the collective; "
+                           "this rank, which gloo aborted, left none")
+            root.named = None
+        else:
+            root.reason = (NO_MAJORITY + f"rank {root.rank}, which gloo aborted on a message of another size, and the "
+                           "one other rank called differently; either call may be the wrong one")
+        return True
+    return False
 
 
 def ended_early(f: RankFailure, ended: dict) -> None:
@@ -352,15 +364,14 @@ def ended_early(f: RankFailure, ended: dict) -> None:
         "torchrun stops every rank and records the error")
 
 
-def _why_waited(f: RankFailure, hang: dict, culprits: list) -> str:
-    coll = hang.get("collective") or {}
-    op = (coll.get("ops") or {}).get(str(f.rank)) or coll.get("op")
+def _why_waited(f: RankFailure, hang: Judged, culprits: list) -> str:
     names = rank_ranges(culprits)
     if f.category == "desync":
         return (f"gloo aborted it on a message of another size from rank(s) {names}, whose call differs from the "
                 "majority's: it detected the mismatch, it did not cause it")
-    head = f"waited in {op} #{coll['seq']}" if coll.get("seq") is not None and op else "waited"
-    return f"{head} for rank(s) {names} ({hang['class']})"
+    op, seq = hang.op_of(f.rank) if f.rank is not None else None, hang.seq()
+    head = f"waited in {op} #{seq}" if seq is not None and op else "waited"
+    return f"{head} for rank(s) {names} ({hang.legacy_class})"
 
 
 def culprit_ranks(root: dict | None, consequences: list[dict]) -> list[int]:

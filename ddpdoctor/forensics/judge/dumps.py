@@ -1,17 +1,70 @@
 """The judge's entry for flight-recorder dumps a finished job left (with the ranks' failure records): the same
-verdict as a live hang's, from the files."""
+verdict as a live hang's, from the files, typed (``Judged``); worded only by ``Judged.to_json`` and the words
+attribution and the stop rule put in a root cause."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..evidence import torchrun_files
 from ..evidence.fr_dumps import job_ranks
+from ..evidence.model import JobEvidence
+from . import words
 from .graph import judge
-from .words import to_json
+from .verdict import Category, Culprit, Verdict
+
+
+@dataclass
+class Judged:
+    """The dumps' verdict as data: the judge's Verdict, the evidence it was decided on, where it came from."""
+    verdict: Verdict
+    evidence: JobEvidence
+    source: str
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def category(self) -> Category:
+        return self.verdict.category
+
+    @property
+    def culprits(self) -> list[Culprit]:
+        return list(self.verdict.culprits)
+
+    @property
+    def legacy_class(self) -> str:
+        return words.LEGACY_CLASS.get(self.category, self.category.value)
+
+    def summary(self) -> str:
+        return words.summary(self.verdict, self.evidence)
+
+    def fix(self) -> str:
+        return words.FIX[self.category]
+
+    def place(self, culprit: Culprit) -> dict:
+        """Where a culprit stands as the document says it: host, where, last_seen(_where), ended."""
+        return words.culprit_json(culprit, self.evidence)
+
+    def call_site(self, rank: int) -> str | None:
+        """The file:line of a rank's own call in a mismatch (its call differs from the majority's)."""
+        return words.call_site(self.verdict, rank, self.evidence)
+
+    def op_of(self, rank: int) -> str | None:
+        call = self.verdict.calls.get(rank) or self.verdict.call
+        return call.op if call is not None else None
+
+    def seq(self) -> int | None:
+        call = self.verdict.call
+        return call.seq if call is not None and call.numbered else None
+
+    def to_json(self) -> dict:
+        out = words.to_json(self.verdict, self.evidence)
+        out["source"] = self.source
+        out["files"] = dict(self.files)
+        return out
 
 
 def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
-                world: list[int] | None = None) -> dict | None:
+                world: list[int] | None = None) -> Judged | None:
     """The hang verdict (the one judge) from what a finished job left: the dumps (which may
     have been written after a timeout: gloo then counts the timed-out collective as completed, so the ranks'
     last sequence ids and calls are compared), the ranks' failure records (``failures``: how each ended, where
@@ -23,10 +76,8 @@ def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = Non
     ranks = sorted(set(job_ranks(dumps) if dumps else []) | set(world or []))
     job = torchrun_files.job_after(failures or [], dumps, stacks_dir, ranks)
     found = judge(job)
-    verdict = to_json(found, job)
     if not dumps and (not found.culprits or not all(c.named for c in found.culprits)
                       or found.category.value in ("missing_rank", "outside_collectives", "unknown")):
         return None  # the logs alone place no rank: attribution's own reading of them stands
-    verdict["source"] = "flight-recorder dumps" if dumps else "the ranks' records"
-    verdict["files"] = {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())}
-    return verdict
+    return Judged(found, job, "flight-recorder dumps" if dumps else "the ranks' records",
+                  {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())})

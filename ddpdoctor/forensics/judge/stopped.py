@@ -9,7 +9,8 @@ what is known, and that the end is not verified."""
 from __future__ import annotations
 
 from ..evidence.model import RankFailure
-from .verdict import Findings
+from .dumps import Judged
+from .verdict import Category, Findings
 
 TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
               "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
@@ -37,7 +38,7 @@ def kept_timeout(timeouts: list[float], stalled: float | None) -> str:
             "(HF Trainer on the CPU drops ddp_timeout; DeepSpeed's own group keeps 30 minutes)")
 
 
-def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | None, signal: str | None,
+def stopped_from_outside(verdict: Findings, hang: Judged | None, stalled: float | None, signal: str | None,
                          fix: str = STOPPED_FIX, timeouts: list[float] | None = None) -> None:
     """No rank failed of its own, but the job was stopped from outside (``signal``: what torchrun received; a
     scheduler's time limit or scancel sends SIGTERM to the whole job) or its dumps hold a collective pending for
@@ -50,23 +51,23 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
           else "stopped")
     hung = stalled is not None and stalled >= STALLED_S
     behind = not hung and signal is not None and _behind(hang)
-    culprits = ([c for c in (hang or {}).get("culprits") or [] if c.get("rank") is not None]
-                if hung or behind else [])
-    if (hung or behind) and culprits and not (hang or {}).get("no_culprit"):
+    culprits = hang.culprits if hang is not None and (hung or behind) else []
+    if culprits and hang.verdict.no_culprit is None:
         first = culprits[0]
-        likely = "likely " if hang.get("likely") or behind else ""
+        place = hang.place(first)
+        likely = "likely " if hang.verdict.likely or behind else ""
         state = (f"while hung (a collective pending {stalled:.0f} s)" if hung else
                  "while the ranks' flight records put a rank behind the others (no collective pending long enough "
                  "to measure: the stop may have come mid-step)")
         verdict.root_cause = RankFailure(
-            rank=first["rank"], local_rank=None, host=first.get("host"), exit_code=None, signal=signal,
-            category="hang", error_type="stopped_while_hung", location=first.get("where"),
-            message=f"the job was {by} {state}: {likely}{hang['summary']}{kept_timeout(timeouts or [], stalled)}",
-            fix=hang.get("fix") or fix)
+            rank=first.rank, local_rank=None, host=place.get("host"), exit_code=None, signal=signal,
+            category="hang", error_type="stopped_while_hung", location=place.get("where"),
+            message=f"the job was {by} {state}: {likely}{hang.summary()}{kept_timeout(timeouts or [], stalled)}",
+            fix=hang.fix() or fix)
         for c in culprits[1:]:
-            verdict.consequences.append(RankFailure(rank=c["rank"], local_rank=None, host=c.get("host"),
+            verdict.consequences.append(RankFailure(rank=c.rank, local_rank=None, host=hang.place(c).get("host"),
                                                     exit_code=None, category="hang", named=True,
-                                                    reason=f"culprit too ({hang['class']}): see the root cause"))
+                                                    reason=f"culprit too ({hang.legacy_class}): see the root cause"))
         return
     what = (f"while hung (a collective pending {stalled:.0f} s), but no record says which rank the others waited "
             "for" if hung else "while no rank had failed; whether it was hung, no record says (no flight-recorder "
@@ -80,11 +81,12 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
 
 # The dumps' verdicts that place one rank behind the others by its records alone (sequence ids, the call it never
 # made): at a stop from outside, the likely rank the job waited for.
-BEHIND = ("missing_rank", "missing_peer", "never_initialized", "desync", "stuck_collective")
+BEHIND = (Category.MISSING_RANK, Category.MISSING_PEER, Category.NEVER_INITIALIZED, Category.DESYNC,
+          Category.STUCK_COLLECTIVE)
 
 
-def _behind(hang: dict | None) -> bool:
-    return bool(hang) and hang.get("category") in BEHIND and any(c.get("named") for c in hang.get("culprits") or [])
+def _behind(hang: Judged | None) -> bool:
+    return hang is not None and hang.category in BEHIND and any(c.named for c in hang.culprits)
 
 
 UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's own output with `--agent-log FILE` (`torchrun ... 2> FILE`; "

@@ -81,6 +81,11 @@ class Verdict:
     def culprit_ranks(self) -> list[int]:
         return [c.rank for c in self.culprits]
 
+    @property
+    def no_majority(self) -> bool:
+        """Two equal camps of calls: either may be the wrong one."""
+        return self.no_culprit == NoCulprit.TIE or "tie_new_call" in self.evidence
+
 
 @dataclass
 class Findings:

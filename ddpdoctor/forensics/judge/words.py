@@ -96,7 +96,7 @@ def _who(rank: int, evidence: JobEvidence, where=None) -> dict:
             "function": frame.function if frame else None}
 
 
-def _culprit(c: Culprit, evidence: JobEvidence) -> dict:
+def culprit_json(c: Culprit, evidence: JobEvidence) -> dict:
     out = _who(c.rank, evidence, c.where)
     if out["where"] is None and c.last_seen is not None and c.last_seen.site is not None:
         # where its record last saw it: its last collective, which it completed; not where it stands (no stack
@@ -141,6 +141,13 @@ def collective(v: Verdict, evidence: JobEvidence) -> dict | None:
                                  **((x.site or _site_of(r, evidence)).to_json() if (x.site or _site_of(r, evidence)) else {})}
                         for r, x in sorted(v.calls.items())}
     return out
+
+
+def call_site(v: Verdict, rank: int, evidence: JobEvidence) -> str | None:
+    """A mismatch: the file:line of the rank's own call (its record's, else its stack's)."""
+    call = v.calls.get(rank)
+    site = (call.site if call is not None else None) or _site_of(rank, evidence)
+    return site.where if site is not None else None
 
 
 def _site_of(rank: int, evidence: JobEvidence):
@@ -218,7 +225,7 @@ def to_json(v: Verdict, evidence: JobEvidence) -> dict:
     """run.json's hang.verdict: the documented fields, then the typed ones beside them."""
     out = {"class": LEGACY_CLASS.get(v.category, v.category.value), "category": v.category.value,
            "summary": summary(v, evidence), "fix": FIX[v.category], "collective": collective(v, evidence),
-           "culprits": [_culprit(c, evidence) for c in v.culprits],
+           "culprits": [culprit_json(c, evidence) for c in v.culprits],
            "consequences": [_consequence(c, v, evidence) for c in v.consequences],
            "call_sites": {str(r): user_frame(s.frames).to_json() for r, s in sorted(evidence.ranks.items())
                           if user_frame(s.frames)},
@@ -231,7 +238,7 @@ def to_json(v: Verdict, evidence: JobEvidence) -> dict:
         out["no_evidence"] = list(v.no_evidence)
     if v.likely:
         out["likely"] = True
-    if v.no_culprit == NoCulprit.TIE or "tie_new_call" in v.evidence:
+    if v.no_majority:
         out["no_majority"] = True
     if v.mismatch:
         out["mismatch"] = v.mismatch

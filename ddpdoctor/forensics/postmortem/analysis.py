@@ -212,14 +212,3 @@ def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:
         if rank is not None:
             ranks.add(rank)
     return sorted(ranks)
-
-
-# A timeout or a transport error says which rank gave up, not which rank the others waited for.
-HANG_SHAPED = ("timeout", "nccl", "unknown", "consequence")
-
-
-def adopt_hang_verdict(verdict: Findings, hang: dict | None) -> None:
-    """When flight-recorder dumps name the rank(s) a hung collective waited for (or the rank whose call differs
-    from the majority's), that rank is the root cause of a job whose first failure only says who gave up; the
-    judgement is attribution.adopt's."""
-    attribution.adopt(verdict, hang)

@@ -33,7 +33,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
-    analysis.adopt_hang_verdict(verdict, hang)
+    attribution.adopt(verdict, hang)
     run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
     with job_files.reading(run_dir):
         adopt_call_sizes(verdict, run_dir)
@@ -58,7 +58,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         root_cause=root,
         consequences=consequences,
         culprit_ranks=attribution.culprit_ranks(root, consequences) if failed else [],
-        hang={"verdict": hang} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
+        hang={"verdict": hang.to_json()} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
 
 

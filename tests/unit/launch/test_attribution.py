@@ -39,7 +39,7 @@ def dumps(records: dict[int, dict]) -> dict:
 def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
     """gloo: the timed-out ranks' pg_status says 14 completed of 14; the culprit's 13 of 13."""
     hist = [entry(i) for i in range(10, 14)]
-    v = dumps_judge.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])}))
+    v = dumps_judge.judge_dumps(dumps({0: fr(14, 14, hist + [entry(14)]), 1: fr(13, 13, hist), 2: fr(14, 14, hist + [entry(14)])})).to_json()
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1], v
     # issue 30: its last collective's call site is where it was last seen, not where it stands (no location)
     assert "rank 1: 13" in v["summary"] and v["culprits"][0]["where"] is None
@@ -49,18 +49,18 @@ def test_after_a_timeout_the_last_sequence_ids_say_who_was_behind():
 
 def test_a_rank_without_a_dump_is_named_from_pg_config():
     hist = [entry(i) for i in range(1, 5)]
-    v = dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 2: fr(4, 4, hist)}))
+    v = dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 2: fr(4, 4, hist)})).to_json()
     assert v["class"] == "missing_rank" and [c["rank"] for c in v["culprits"]] == [1] and v["likely"], v
-    assert dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 1: fr(4, 4, hist), 2: fr(4, 4, hist)}))["class"] == "unknown"
+    assert dumps_judge.judge_dumps(dumps({0: fr(4, 4, hist), 1: fr(4, 4, hist), 2: fr(4, 4, hist)})).legacy_class == "unknown"
 
 
 def test_mismatch_by_majority_and_no_majority_on_two_ranks():
     hist = [entry(i) for i in range(1, 4)]
     four = {r: fr(4, 4, hist + [entry(4, dtype="Double" if r == 2 else "Float")], ranks="[0, 1, 2, 3]") for r in range(4)}
-    v = dumps_judge.judge_dumps(dumps(four))
+    v = dumps_judge.judge_dumps(dumps(four)).to_json()
     assert v["class"] == "desync" and [c["rank"] for c in v["culprits"]] == [2] and "3 rank(s) that agree" in v["summary"]
     two = {r: fr(4, 4, hist + [entry(4, sizes=((8,),) if r == 1 else ((16,),))], ranks="[0, 1]") for r in range(2)}
-    v = dumps_judge.judge_dumps(dumps(two))
+    v = dumps_judge.judge_dumps(dumps(two)).to_json()
     assert v["class"] == "desync" and v["culprits"] == [] and v["no_majority"] and "no majority" in v["summary"]
 
 
@@ -103,7 +103,7 @@ def test_a_desync_from_dumps_without_frames_names_no_unknown_call_site():
 
     hist = [bare(entry(i)) for i in range(1, 4)]
     v = dumps_judge.judge_dumps(dumps({r: fr(4, 4, hist + [bare(entry(4, dtype="Double" if r == 2 else "Float"))],
-                                          ranks="[0, 1, 2, 3]") for r in range(4)}))
+                                          ranks="[0, 1, 2, 3]") for r in range(4)})).to_json()
     assert [c["rank"] for c in v["culprits"]] == [2] and "rank 2: all_reduce [[16]] ['Double']" in v["summary"]
     assert " at ?" not in v["summary"], v["summary"]
 

@@ -9,7 +9,7 @@ from ddpdoctor.forensics.evidence import fr_dumps
 from ddpdoctor.forensics.judge import dumps as dumps_judge
 from ddpdoctor.forensics.evidence.model import RankFailure
 from ddpdoctor.forensics.judge.verdict import Findings
-from ddpdoctor.forensics.postmortem.analysis import adopt_hang_verdict
+from ddpdoctor.forensics.judge.attribution import adopt
 
 
 def entry(seq, op="allreduce", sizes=((16,),), where=("train.py", 40, "step")):
@@ -52,19 +52,22 @@ def test_the_rank_that_never_entered_is_the_culprit_and_the_timed_out_rank_a_con
     (tmp_path / "rank0.json").write_text(json.dumps(record(10, 9, [entry(9), entry(10)])))
     (tmp_path / "rank1.json").write_text(json.dumps(record(9, 9, [entry(9)])))
     hang = dumps_judge.judge_dumps(fr_dumps.find_dumps([tmp_path]))
-    assert hang["class"] == "missing_rank" and [c["rank"] for c in hang["culprits"]] == [1]
+    assert hang.legacy_class == "missing_rank" and hang.verdict.culprit_ranks == [1]
     verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="timeout",
                                              message="Watchdog caught collective operation timeout"))
-    adopt_hang_verdict(verdict, hang)
+    adopt(verdict, hang)
     assert verdict.root_cause.rank == 1 and verdict.root_cause.category == "hang"
     assert verdict.consequences[0].rank == 0 and verdict.consequences[0].victim
 
 
-def test_a_real_error_stays_the_root_cause():
-    hang = {"class": "missing_rank", "summary": "s", "culprits": [{"rank": 1}], "collective": {}}
+def test_a_real_error_stays_the_root_cause(tmp_path):
+    (tmp_path / "rank0.json").write_text(json.dumps(record(10, 9, [entry(9), entry(10)])))
+    (tmp_path / "rank1.json").write_text(json.dumps(record(9, 9, [entry(9)])))
+    hang = dumps_judge.judge_dumps(fr_dumps.find_dumps([tmp_path]))  # names rank 1: missing from #10
+    assert hang.verdict.culprit_ranks == [1]
     verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=1, category="exception",
                                              error_type="ValueError"))
-    adopt_hang_verdict(verdict, hang)
+    adopt(verdict, hang)
     assert verdict.root_cause.error_type == "ValueError" and verdict.consequences == []
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 
 from ddpdoctor.forensics.evidence import ending
+from ddpdoctor.forensics.evidence.model import Frame, JobEvidence
+from ddpdoctor.forensics.judge.dumps import Judged
+from ddpdoctor.forensics.judge.verdict import Category, Culprit
 from ddpdoctor.forensics.judge.verdict import Findings as Verdict
+from ddpdoctor.forensics.judge.verdict import Verdict as JudgeVerdict
 from ddpdoctor.forensics.judge.stopped import not_verified, stopped_from_outside
 from tests.unit.helpers import run_cli
 
@@ -52,9 +56,10 @@ def test_no_failure_and_no_normal_end_is_not_verified_never_a_pass():
     assert not not_verified(v, normal_end=True, ranks=[0, 1]) and v.root_cause is None
 
 
-def _dumps_verdict(rank: int) -> dict:
-    return {"class": "missing_rank", "category": "missing_rank", "summary": f"rank {rank} never entered all_reduce #11",
-            "culprits": [{"rank": rank, "named": True, "where": "/job/train.py:40"}], "fix": "look at rank 1"}
+def _dumps_verdict(rank: int) -> Judged:
+    """The judge's typed verdict on dumps that put ``rank`` behind: missing from a collective, at its line."""
+    found = JudgeVerdict(Category.MISSING_RANK, [Culprit(rank, True, where=Frame("/job/train.py", 40, "train"))])
+    return Judged(found, JobEvidence(live=False, world=(0, rank)), "flight-recorder dumps", {})
 
 
 def test_a_stop_from_outside_names_the_rank_the_records_put_behind_without_a_pending_time():
@@ -64,7 +69,7 @@ def test_a_stop_from_outside_names_the_rank_the_records_put_behind_without_a_pen
     stopped_from_outside(v, _dumps_verdict(1), stalled=None, signal="SIGTERM")
     rc = v.root_cause
     assert rc.rank == 1 and rc.error_type == "stopped_while_hung" and rc.location == "/job/train.py:40"
-    assert "likely rank 1" in rc.message and "SIGTERM" in rc.message
+    assert "likely rank(s) 1" in rc.message and "SIGTERM" in rc.message
     v = Verdict(root_cause=None)  # no signal recorded and nothing pending: the records alone are no stop
     stopped_from_outside(v, _dumps_verdict(1), stalled=None, signal=None)
     assert v.root_cause is None
