@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Callable
 
-from .job_paths import MAX_FDS, Absent, RankLike, Refused, ask_socket
+from .job_paths import MAX_FDS, Absent, RankLike, Refused, ask_socket, held_head
 
 MAX_NOTES = 50
 WHY = "attach acts on what a job names only with the job's rights"
@@ -40,8 +40,9 @@ _notes: list[tuple[int, str]] = []  # one attach run's (its threads'), taken by 
 _notes_lock = threading.Lock()
 
 
-def note(rank: int, text: str) -> None:
-    line = f"rank {rank}: {text}; not used ({WHY})"
+def note(rank: int, text: str, who: str | None = None) -> None:
+    """``who``: the process as the note names it where its rank is not known yet (a Ray worker being read)."""
+    line = f"{who or f'rank {rank}'}: {text}; not used ({WHY})"
     with _notes_lock:
         if (rank, line) not in _notes and len(_notes) < MAX_NOTES:
             _notes.append((rank, line))
@@ -64,12 +65,13 @@ def as_job(rp: RankLike, work: Callable[[], bytes], timeout: float, cap: int = 1
     """``work()``'s bytes, run in a child process with the rank's uid and gid; None when it found nothing
     (Absent), refused what it found (Refused: noted), could not take the job's rights, or ran past ``timeout``
     seconds (then killed). At most ``cap`` bytes come back."""
+    who = getattr(rp, "who", None)
     if rp.uid is None or rp.gid is None:
-        note(rp.rank, "the user of its process is unknown")
+        note(rp.rank, "the user of its process is unknown", who)
         return None
     if os.geteuid() not in (0, rp.uid):
         note(rp.rank, f"attach runs as uid {os.geteuid()}, the job as uid {rp.uid}: only root or the job's "
-                      "user may act for it")
+                      "user may act for it", who)
         return None
     r, w = os.pipe()
     pid = os.fork()
@@ -91,7 +93,7 @@ def as_job(rp: RankLike, work: Callable[[], bytes], timeout: float, cap: int = 1
     if kind == _OK:
         return payload
     if kind == _REFUSED:
-        note(rp.rank, payload.decode("utf-8", "replace"))
+        note(rp.rank, payload.decode("utf-8", "replace"), who)
     return None
 
 
@@ -193,6 +195,25 @@ def listens_on(pid: int, path: str) -> bool:
     return False
 
 
+def held_paths(pid: int, wanted: Callable[[str], bool]) -> list[str]:
+    """The paths of the files process ``pid`` holds open that ``wanted`` names (a launcher's own record of the
+    rank: Ray Train's worker log), from its /proc/PID/fd links; nothing is opened here (the file is read with
+    the job's rights: ``held_file_head``)."""
+    out = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")[:MAX_FDS]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.endswith(" (deleted)") and wanted(target) and target not in out:
+            out.append(target)
+    return out
+
+
 # ---------------------------------------------------------------- attach's uses
 WORKER_ANSWER_BYTES = 64 << 20
 
@@ -222,3 +243,9 @@ def worker_record(rp, timeout: float = 5.0) -> dict | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def held_file_head(rp, path: str, cap: int, timeout: float = 5.0) -> bytes | None:
+    """At most the first ``cap`` bytes of the regular file at ``path`` that the rank's process holds open and
+    its user owns, read with the job's rights (job_paths.held_head); None when it is not that (noted)."""
+    return as_job(rp, lambda: held_head(rp, path, cap), timeout, cap)
