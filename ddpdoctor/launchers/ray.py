@@ -35,7 +35,9 @@ WORKER_TITLES = ("ray::RayTrainWorker",)  # ray.train.v2._internal.execution.wor
 TRAINING_THREAD = "TrainingThread("  # thread_runner.ThreadRunner: TrainingThread(<the train function's name>)
 # Ray's own programs (its daemons) and the scripts its Python daemons run: never a rank, whatever they inherit
 DAEMONS = frozenset({"raylet", "gcs_server", "plasma_store"})
-_DAEMON_SCRIPT = re.compile(r"/ray/(_private|dashboard|autoscaler)/(.+/)?[a-z_]+\.py$")  # inside Ray's own package
+DAEMON_SCRIPTS = ("/ray/dashboard/dashboard.py", "/ray/dashboard/agent.py", "/ray/autoscaler/_private/monitor.py",
+                  "/ray/_private/log_monitor.py", "/ray/_private/workers/default_worker.py",
+                  "/ray/_private/workers/setup_worker.py", "/ray/_private/runtime_env/agent/main.py")
 _SYS_LOG = re.compile(r"^ray-train-sys-worker-[0-9a-f]{8,}\.log$")
 _SETUP = re.compile(r"\[rank=(\d+), world_size=(\d+)\]")  # torch/config.py: "Setting up process group for: ..."
 HEAD_BYTES = 256 << 10  # the set-up records come first; a long job's log is read from its start only
@@ -76,7 +78,7 @@ def is_own_process(argv: list[str]) -> bool:
         return not is_worker(argv)
     if os.path.basename(title) in DAEMONS:
         return True
-    return any(_DAEMON_SCRIPT.search(a) for a in argv[1:3])
+    return any(a.endswith(DAEMON_SCRIPTS) for a in argv[1:3])
 
 
 def is_rank_log(path: str) -> bool:
