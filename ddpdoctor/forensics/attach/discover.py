@@ -269,33 +269,18 @@ def _first_of(pid: int, worker_env: dict, launcher, n: int):
 
 def ray_rank(proc: psutil.Process, env: dict, argv: list[str], user: str | None):
     """A Ray Train worker as a rank: its identity from Ray's system log of it (launchers/ray.py says why that
-    record), the file its own process holds open, read with the job's rights; None when it has none yet (Ray has
-    not set its process group up) or it cannot be read (noted)."""
+    record; job_access.ray_identity reads it with the job's rights); None when it has none yet (Ray has not set
+    its process group up) or it cannot be read (noted)."""
     try:
-        ids = (proc.uids().effective, proc.gids().effective)
+        got = job_access.ray_identity(proc.pid, proc.uids().effective, proc.gids().effective)
     except psutil.Error:
         return None
-    who = _Unranked(proc.pid, -1, *ids, f"Ray Train worker pid {proc.pid}")
-    for path in job_access.held_paths(proc.pid, ray.is_rank_log):
-        head = job_access.held_file_head(who, path, ray.HEAD_BYTES)
-        got = ray.rank_of_log(head.decode("utf-8", "replace"), proc.pid) if head else None
-        if got is None:
-            continue
-        title = [" ".join(argv).strip()]  # Ray's title, padded with spaces over the command line it replaced
-        rp = _rank_process(proc, env, env, got.rank, got.local_rank, got.world_size, got.node_rank, title, user)
-        rp.job, rp.thread = got.key, ray.TRAINING_THREAD
-        return proc, env, rp, ray.NAME
-    return None
-
-
-@dataclass
-class _Unranked:
-    """A process read before its rank is known (job_access's RankLike): its notes name it by ``who``."""
-    pid: int
-    rank: int
-    uid: int | None
-    gid: int | None
-    who: str
+    if got is None:
+        return None
+    title = [" ".join(argv).strip()]  # Ray's title, padded with spaces over the command line it replaced
+    rp = _rank_process(proc, env, env, got.rank, got.local_rank, got.world_size, got.node_rank, title, user)
+    rp.job, rp.thread = got.key, ray.TRAINING_THREAD
+    return proc, env, rp, ray.NAME
 
 
 def in_own_place(found: list, own_env) -> list:

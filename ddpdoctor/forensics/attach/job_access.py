@@ -1,5 +1,6 @@
-"""What a job names (its dump pipe, its dump file, its worker socket), touched only with that job's rights and
-only when it is what it claims: the one place attach acts on a path a job's environment gave.
+"""What a job names (its dump pipe, its dump file, its worker socket, the launcher's record of a rank it holds
+open), touched only with that job's rights and only when it is what it claims: the one place attach acts on a
+path a job gave.
 
 attach runs as root beside other users' jobs, and a job's environment is written by whoever started it. So
 every such path is used in a child process that has dropped to the rank's own uid and gid (no supplementary
@@ -27,8 +28,10 @@ import signal
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
+from ...launchers import ray
 from .job_paths import MAX_FDS, Absent, RankLike, Refused, ask_socket, held_head
 
 MAX_NOTES = 50
@@ -249,3 +252,26 @@ def held_file_head(rp, path: str, cap: int, timeout: float = 5.0) -> bytes | Non
     """At most the first ``cap`` bytes of the regular file at ``path`` that the rank's process holds open and
     its user owns, read with the job's rights (job_paths.held_head); None when it is not that (noted)."""
     return as_job(rp, lambda: held_head(rp, path, cap), timeout, cap)
+
+
+@dataclass
+class _Unranked:
+    """A process read before its rank is known (job_paths' RankLike): its notes name it by ``who``."""
+    pid: int
+    rank: int
+    uid: int | None
+    gid: int | None
+    who: str
+
+
+def ray_identity(pid: int, uid: int | None, gid: int | None):
+    """A Ray Train worker's rank, world and run (launchers.ray.RayRank) from Ray's system log of it: a file its
+    own process holds open (its /proc/PID/fd), read from its start with the job's rights; None when it holds no
+    such log yet or its records do not give the rank of ``pid``."""
+    who = _Unranked(pid, -1, uid, gid, f"Ray Train worker pid {pid}")
+    for path in held_paths(pid, ray.is_rank_log):
+        head = held_file_head(who, path, ray.HEAD_BYTES)
+        got = ray.rank_of_log(head.decode("utf-8", "replace"), pid) if head else None
+        if got is not None:
+            return got
+    return None
