@@ -173,6 +173,30 @@ def test_a_file_the_rank_holds_open_is_read_from_its_start_and_only_that(folder)
 
 
 @as_root
+def test_a_held_file_is_read_as_the_jobs_user_and_roots_file_a_worker_holds_is_refused(folder):
+    """A worker of nobody's that holds root's file open (a descriptor passed to it) gets no read of it through
+    attach; its own file is read, in a child with nobody's ids."""
+    own, roots = folder / "own.log", folder / "roots.log"
+    own.write_bytes(b"nobody's record")
+    os.chown(own, NOBODY, NOBODY)
+    roots.write_bytes(b"root's secret")
+    os.chmod(roots, 0o600)
+    fds = [os.open(own, os.O_RDONLY), os.open(roots, os.O_RDONLY)]
+    worker = subprocess.Popen(["sleep", "30"], user=NOBODY, group=NOBODY, pass_fds=fds)  # holds both from exec on
+    try:
+        rp = SimpleNamespace(pid=worker.pid, rank=-1, uid=NOBODY, gid=NOBODY, who=f"Ray Train worker pid {worker.pid}")
+        assert sorted(ja.held_paths(worker.pid, lambda p: p.startswith(str(folder)))) == [str(own), str(roots)]
+        assert run(rp, lambda: jp.held_head(rp, str(own), 64)) == (b"nobody's record", [])
+        got, notes = run(rp, lambda: jp.held_head(rp, str(roots), 64))
+        assert got is None and "owned by uid 0" in notes[0] and notes[0].startswith("Ray Train worker pid")
+    finally:
+        for fd in fds:
+            os.close(fd)
+        worker.kill()
+        worker.wait(10)
+
+
+@as_root
 def test_a_fifo_of_another_user_is_never_opened(folder):
     rp = me()
     rp.uid, rp.gid = NOBODY, NOBODY
