@@ -39,6 +39,7 @@ DAEMON_SCRIPTS = ("/ray/dashboard/dashboard.py", "/ray/dashboard/agent.py", "/ra
                   "/ray/_private/log_monitor.py", "/ray/_private/workers/default_worker.py",
                   "/ray/_private/workers/setup_worker.py", "/ray/_private/runtime_env/agent/main.py")
 _SYS_LOG = re.compile(r"^ray-train-sys-worker-[0-9a-f]{8,}\.log$")
+_DRIVER_LOG = re.compile(r"^python-core-driver-[0-9a-f]+_\d+\.log$")
 _SETUP = re.compile(r"\[rank=(\d+), world_size=(\d+)\]")  # torch/config.py: "Setting up process group for: ..."
 HEAD_BYTES = 256 << 10  # the set-up records come first; a long job's log is read from its start only
 _MAX_INT = 1 << 24
@@ -52,6 +53,7 @@ class RayRank:
     node_rank: int | None
     world_size: int | None
     run: str  # the run's name (RunConfig.name, else Ray's ray_train_run-<time>): the job's key
+    session: str = ""  # the Ray session folder its log lies in (session_of): its driver's too
 
     @property
     def key(self) -> str:
@@ -85,6 +87,27 @@ def is_rank_log(path: str) -> bool:
     """A path a worker holds open that is Ray Train's system log of a worker (logs/train/ray-train-sys-worker-*)."""
     parent = os.path.basename(os.path.dirname(path))
     return parent == "train" and bool(_SYS_LOG.match(os.path.basename(path)))
+
+
+def is_driver_log(path: str) -> bool:
+    """A path a process holds open that is Ray's core-driver log (<session>/logs/python-core-driver-*_<pid>.log)."""
+    return os.path.basename(os.path.dirname(path)) == "logs" and bool(_DRIVER_LOG.match(os.path.basename(path)))
+
+
+def session_of(path: str) -> str:
+    """The Ray session folder of a log Ray keeps (<session>/logs/..., <session>/logs/train/...), or ""."""
+    head, sep, _ = path.rpartition("/logs/")
+    return head if sep else ""
+
+
+def is_driver(pid: int, held: list[str], sessions: set[str]) -> bool:
+    """The driver of a Ray Train job found here (the user's `python train.py` that called ray.init and fit): it
+    holds Ray's core-driver log of its own pid (<session>/logs/python-core-driver-<job id>_<pid>.log) in the
+    session of a training worker found here. A launcher's process, never a rank, whatever rank variable a
+    scheduler gave it (an sbatch script's SLURM_PROCID). A torch rank that merely uses Ray (Ray Data inside a
+    torchrun job) drives a session with no training worker: it stays a rank."""
+    return any(is_driver_log(path) and path.endswith(f"_{pid}.log") and session_of(path) in sessions
+               for path in held)
 
 
 def rank_of_log(text: str, pid: int) -> RayRank | None:

@@ -17,7 +17,7 @@ from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, m
 from ...launchers.agents import is_agent, never_rank, starts_ranks
 from ...numbers import parse_int
 from ...redact import redact_argv
-from . import dump_pipe, job_access
+from . import dump_pipe, job_access, ray_jobs
 
 # torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
@@ -41,6 +41,7 @@ class RankProcess:
     unused: list[str] = field(default_factory=list)  # what it named that is not its own: noted when it is read
     job: str | None = None  # the job's key where its launcher says it outside the environment (Ray Train's run)
     thread: str | None = None  # the thread that runs its training, where not the main one (Ray Train's)
+    session: str | None = None  # Ray's session folder, for a Ray Train worker (its driver is no rank)
 
 
 @dataclass
@@ -153,7 +154,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
                                                user), launcher or ""))
         rank_pids.add(proc.pid)
     found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
-    found = without_agents(found)
+    found = ray_jobs.without_drivers(without_agents(found))
     rank_pids = {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
     groups: dict[tuple[str, int | None], list[tuple[RankProcess, str, dict]]] = {}
@@ -268,18 +269,14 @@ def _first_of(pid: int, worker_env: dict, launcher, n: int):
 
 
 def ray_rank(proc: psutil.Process, env: dict, argv: list[str], user: str | None):
-    """A Ray Train worker as a rank: its identity from Ray's system log of it (launchers/ray.py says why that
-    record; job_access.ray_identity reads it with the job's rights); None when it has none yet (Ray has not set
-    its process group up) or it cannot be read (noted)."""
-    try:
-        got = job_access.ray_identity(proc.pid, proc.uids().effective, proc.gids().effective)
-    except psutil.Error:
-        return None
+    """A Ray Train worker as a rank, its identity from Ray's own record of it (ray_jobs.identity); None when it
+    has none yet (Ray has not set its process group up) or it cannot be read (noted)."""
+    got = ray_jobs.identity(proc)
     if got is None:
         return None
     title = [" ".join(argv).strip()]  # Ray's title, padded with spaces over the command line it replaced
     rp = _rank_process(proc, env, env, got.rank, got.local_rank, got.world_size, got.node_rank, title, user)
-    rp.job, rp.thread = got.key, ray.TRAINING_THREAD
+    rp.job, rp.thread, rp.session = got.key, ray.TRAINING_THREAD, got.session
     return proc, env, rp, ray.NAME
 
 

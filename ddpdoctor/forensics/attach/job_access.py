@@ -28,7 +28,7 @@ import signal
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...launchers import ray
@@ -273,5 +273,5 @@ def ray_identity(pid: int, uid: int | None, gid: int | None):
         head = held_file_head(who, path, ray.HEAD_BYTES)
         got = ray.rank_of_log(head.decode("utf-8", "replace"), pid) if head else None
         if got is not None:
-            return got
+            return replace(got, session=ray.session_of(path))
     return None

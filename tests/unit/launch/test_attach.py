@@ -167,15 +167,18 @@ def test_a_job_lightnings_own_launcher_started_is_found_with_its_first_rank():
         parent.wait(10)
 
 
-RAY_WORKER_STANDIN = """
+RAY_STANDIN = """
 import json, os, sys, time
-folder, rank, pid_in_record = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+session, kind, rank, pid_in_record = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 pid = os.getpid() if pid_in_record == "own" else int(pid_in_record)
-log = open(os.path.join(folder, f"ray-train-sys-worker-{os.getpid():08x}.log"), "a")  # held, as Ray's handler holds it
-msg = f"Setting up process group for: env:// [rank={rank}, world_size=2]"
-log.write(json.dumps({"message": msg, "process": pid, "run_name": "run-7", "world_rank": rank, "local_rank": rank,
-                      "node_rank": 0}) + "\\n")
-log.flush()
+if kind == "driver":  # Ray's core worker holds its driver log, named by its job id and pid
+    log = open(os.path.join(session, "logs", f"python-core-driver-01000000ffff_{os.getpid()}.log"), "a")
+else:  # held, as Ray Train's file handler holds it
+    log = open(os.path.join(session, "logs", "train", f"ray-train-sys-worker-{os.getpid():08x}.log"), "a")
+    msg = f"Setting up process group for: env:// [rank={rank}, world_size=2]"
+    log.write(json.dumps({"message": msg, "process": pid, "run_name": "run-7", "world_rank": rank,
+                          "local_rank": rank, "node_rank": 0}) + "\\n")
+    log.flush()
 print("ready", flush=True)
 time.sleep(60)
 """
@@ -185,26 +188,33 @@ time.sleep(60)
 @pytest.mark.timeout(60)
 def test_ray_train_workers_are_found_by_their_title_and_rays_record_of_them(tmp_path):
     """Stand-ins of a Ray node as Ray 2.60 lays it out: workers titled ray::RayTrainWorker that hold their system
-    log open (records with their own pid), an idle pooled worker that inherited a scheduler's rank variable, and a
-    worker whose log is another process's. The two workers are the job's ranks; nothing else is."""
+    log open (records with their own pid), an idle pooled worker and the job's driver that inherited an sbatch
+    script's rank variable, and a worker whose log is another process's. The two workers are the job's ranks;
+    nothing else is. A torch rank that drives a Ray session of its own (Ray Data in a torchrun job) stays a rank."""
     import os
     import subprocess
     import sys
 
-    logs = tmp_path / "logs" / "train"
-    logs.mkdir(parents=True)
-    code = tmp_path / "worker.py"
-    code.write_text(RAY_WORKER_STANDIN)
+    session, other = tmp_path / "session_1", tmp_path / "session_2"
+    for folder in (session, other):
+        (folder / "logs" / "train").mkdir(parents=True)
+    code = tmp_path / "standin.py"
+    code.write_text(RAY_STANDIN)
+    sbatch = dict(os.environ, SLURM_PROCID="0", SLURM_JOB_ID="5")
 
-    def start(title: str, *args: str, env: dict | None = None) -> subprocess.Popen:
-        return subprocess.Popen(["bash", "-c", f'exec -a "{title}" "{sys.executable}" "$@"', "-", str(code), str(logs),
-                                 *args], stdout=subprocess.PIPE, text=True, env=env)
+    def start(title: str, *args: str, env: dict | None = None, where=session) -> subprocess.Popen:
+        return subprocess.Popen(["bash", "-c", f'exec -a "{title}" "{sys.executable}" "$@"', "-", str(code),
+                                 str(where), *args], stdout=subprocess.PIPE, text=True, env=env)
 
-    procs = [start("ray::RayTrainWorker", "0", "own"), start("ray::RayTrainWorker.run_train_fn", "1", "own"),
-             start("ray::IDLE", "0", "own", env=dict(os.environ, SLURM_PROCID="0", SLURM_JOB_ID="5")),
-             start("ray::RayTrainWorker", "1", "1")]
+    procs = [start("ray::RayTrainWorker", "worker", "0", "own"),
+             start("ray::RayTrainWorker.run_train_fn", "worker", "1", "own"),
+             start("ray::IDLE", "worker", "0", "own", env=sbatch),
+             start("ray::RayTrainWorker", "worker", "1", "1"),
+             start("python", "driver", "0", "own", env=sbatch)]
+    user_of_ray_data = start("python", "driver", "0", "own", env=dict(os.environ, RANK="0", WORLD_SIZE="1",
+                                                                    MASTER_ADDR="h", MASTER_PORT="1"), where=other)
     try:
-        for p in procs:
+        for p in [*procs, user_of_ray_data]:
             assert p.stdout.readline().strip() == "ready"
         found = disc.discover({p.pid for p in procs})
         assert len(found.jobs) == 1, found
@@ -214,8 +224,11 @@ def test_ray_train_workers_are_found_by_their_title_and_rays_record_of_them(tmp_
             (procs[0].pid, 0, 0, 0), (procs[1].pid, 1, 1, 0)]
         assert {r.thread for r in job.ranks} == {"TrainingThread("} and job.agents == []
         assert job.ranks[1].cmdline.startswith("ray::RayTrainWorker.run_train_fn ")
+        both = disc.discover({p.pid for p in [*procs, user_of_ray_data]})
+        assert sorted((j.key, [r.pid for r in j.ranks]) for j in both.jobs) == [
+            ("h:1", [user_of_ray_data.pid]), ("ray:run-7", [procs[0].pid, procs[1].pid])]
     finally:
-        for p in procs:
+        for p in [*procs, user_of_ray_data]:
             p.kill()
             p.wait(10)
 

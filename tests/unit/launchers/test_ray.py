@@ -91,3 +91,25 @@ def test_a_record_that_does_not_say_this_workers_rank_gives_none(text):
 def test_a_cut_last_line_and_other_lines_are_skipped():
     text = "\n".join(["Traceback (most recent call last):", setup(7, 0, 3), record(7, 0)[:40]])
     assert ray.rank_of_log(text, 7) == ray.RayRank(0, 0, 0, 3, "ray_train_run-2026-11-29_01-10-05")
+
+
+SESSION = "/tmp/ray/session_2026-11-29_01-25-44_740444_13386"
+
+
+def test_a_logs_session_is_the_folder_above_its_logs():
+    assert ray.session_of(f"{SESSION}/logs/train/ray-train-sys-worker-cdc80bce.log") == SESSION
+    assert ray.session_of(f"{SESSION}/logs/python-core-driver-01000000ffff_13386.log") == SESSION
+    assert ray.session_of("/home/u/train.log") == ""
+
+
+@pytest.mark.parametrize("pid,held,driver", [
+    (13386, [f"{SESSION}/logs/python-core-driver-01000000ffff_13386.log"], True),
+    # its log names another pid, lies in another session, or is not Ray's driver log: a rank as it was
+    (13386, [f"{SESSION}/logs/python-core-driver-01000000ffff_999.log"], False),
+    (13386, ["/tmp/ray/session_other/logs/python-core-driver-01000000ffff_13386.log"], False),
+    (13386, [f"{SESSION}/logs/python-core-worker-01000000ffff_13386.log"], False),
+    (13386, [f"{SESSION}/logs/train/python-core-driver-01000000ffff_13386.log"], False),
+    (13386, [], False),
+])
+def test_the_driver_of_a_ray_train_job_found_here_is_no_rank(pid, held, driver):
+    assert ray.is_driver(pid, held, {SESSION}) is driver
