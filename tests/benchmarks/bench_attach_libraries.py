@@ -6,8 +6,9 @@ Each job is one of tests/integration/library_jobs/ (the forensics suite's jobs: 
 asleep in its own code at step 3, `python <job>.py hang`), started as users start it: plain torchrun, Lightning's
 own launcher (`python lightning_job.py hang --devices 2`), `accelerate launch`, Ray Train (`python ray_job.py
 hang`). When the fault starts (STALL_FILE) attach runs once (`--json --interval 2 --wait 10`), before the jobs'
-20-second process-group timeout (Ray's job: 30 s) ends the hang. Printed per row: the verdict (category, the ranks named), what the others wait in (the library the table
-names, whether native frames were read), and attach's wall time. Expected: rank 1 named, no innocent rank.
+20-second process-group timeout (Ray's job: 30 s) ends the hang. Printed per row: the verdict (category, the
+ranks named), what the others wait in (the library the table names, whether native frames were read), and
+attach's wall time. Expected: rank 1 named, no innocent rank.
 """
 from __future__ import annotations
 

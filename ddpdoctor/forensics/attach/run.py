@@ -58,9 +58,9 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
     if not jobs:
         if found.unreadable:
             raise NothingReadable(permission_fix(found.unreadable, "read their environment"))
+        among = f" among --pid {request.pid} and its children" if request.pid else ""
         raise UsageError("no torch.distributed job runs on this machine (no process with RANK/WORLD_SIZE, a "
-                         "launcher's rank variables or Ray Train's record of its rank)" + (f" among --pid {request.pid} and its children"
-                                                         if request.pid else ""))
+                         "launcher's rank variables or Ray Train's record of its rank)" + among)
     return jobs[0]
 
 
