@@ -17,8 +17,9 @@ connections tell rank 0 (the store's host) but not the others (gloo pairs connec
 flight recorder answers only where the job set it up before starting; asking Ray's GCS means joining the job's
 cluster as a driver. The log is Ray's own word on this very process (its pid in every record), local, read
 without touching the job, and attach reads it only as a file the worker's own process holds open, with the job's
-rights (forensics/attach/job_access.py). Ray Train v1 (RAY_TRAIN_V2_ENABLED=0) keeps no such log: its workers are
-not found.
+rights (forensics/attach/job_access.py). Ray Train v1 (RAY_TRAIN_V2_ENABLED=0), and v2 with
+RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING=0, keep no such log: their workers are seen but not ranked (attach says
+so).
 
 Ray runs the training function in a thread of its own (``TrainingThread(...)``), not the worker's main thread:
 ``TRAINING_THREAD`` names the thread whose stack is the rank's.
@@ -31,7 +32,9 @@ import re
 from dataclasses import dataclass
 
 NAME = "ray"
-WORKER_TITLES = ("ray::RayTrainWorker",)  # ray.train.v2._internal.execution.worker_group.worker.RayTrainWorker
+# ray.train.v2._internal.execution.worker_group.worker.RayTrainWorker; Train v1's, while it runs its (name-mangled)
+# __execute: a worker too, though it keeps no record of its rank (attach says so rather than "no job")
+WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker__execute")
 TRAINING_THREAD = "TrainingThread("  # thread_runner.ThreadRunner: TrainingThread(<the train function's name>)
 # Ray's own programs (its daemons) and the scripts its Python daemons run: never a rank, whatever they inherit
 DAEMONS = frozenset({"raylet", "gcs_server", "plasma_store"})

@@ -81,6 +81,7 @@ class Job:
 class Discovery:
     jobs: list[Job]
     unreadable: list[int]  # python processes whose environment this user may not read
+    unranked: list[int] = field(default_factory=list)  # Ray Train workers no record of Ray's gives a rank
 
 
 def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
@@ -121,6 +122,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
     """Every rank process on this machine (or among ``only_pids`` and their descendants), grouped by job."""
     skip = {os.getpid(), *(p.pid for p in _ancestors())}
     unreadable: list[int] = []
+    unranked: list[int] = []
     candidates = _candidates(only_pids)
     rank_pids: set[int] = set()
     found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
@@ -140,7 +142,9 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             continue
         if ray.is_worker(argv):
             got = ray_rank(proc, env, argv, user)
-            if got is not None:
+            if got is None:
+                unranked.append(proc.pid)
+            else:
                 found.append(got)
             continue  # its environment has no rank (Ray sets it in-process): only Ray's record says it
         rank, launcher, local, world = rank_of(env)
@@ -164,7 +168,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         groups.setdefault((rp.job or job_key(env), rp.uid), []).append((rp, launcher, env))
     jobs = [job for (key, _), members in groups.items() for job in _jobs_of(key, members)]
     return Discovery(sorted(jobs, key=lambda j: (j.key, j.uid if j.uid is not None else -1, j.root_pid or 0)),
-                     unreadable)
+                     unreadable, unranked)
 
 
 def without_agents(found: list) -> list:

@@ -395,6 +395,9 @@ def test_several_jobs_are_a_usage_error_listing_them():
         attach_run.choose(disc.Discovery([], [77]), attach_run.AttachRequest())
     with pytest.raises(UsageError, match="no torch.distributed job"):
         attach_run.choose(disc.Discovery([], []), attach_run.AttachRequest())
+    with pytest.raises(UsageError, match=r"no torch.distributed job.*Ray Train worker\(s\) 11, 12 keep no record"
+                                          r".*RAY_TRAIN_V2_ENABLED=0"):
+        attach_run.choose(disc.Discovery([], [], [11, 12]), attach_run.AttachRequest())
 
 
 def fr_entry(seq):

@@ -24,6 +24,7 @@ def setup(pid: int, rank: int, world: int) -> str:
 @pytest.mark.parametrize("argv,worker,own", [
     (["ray::RayTrainWorker" + " " * 300], True, False),
     (["ray::RayTrainWorker.run_train_fn"], True, False),
+    (["ray::_RayTrainWorker__execute.get_next"], True, False),  # Train v1's
     (["ray::IDLE"], False, True),
     (["ray::TrainController.run"], False, True),
     (["ray::RayTrainWorkerX"], False, True),  # another actor whose name merely starts alike
