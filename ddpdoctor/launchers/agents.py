@@ -1,4 +1,5 @@
-"""Which process is a launcher's agent, never a rank: torchrun, `accelerate launch`, mpirun's daemons, srun.
+"""Which process is a launcher's agent, never a rank: torchrun, `accelerate launch`, mpirun's daemons, srun; and
+which is a launcher's own process, never a rank either (Ray's daemons and its workers but a training worker's).
 
 A rank is a process that runs the user's script with a rank identity and no rank children of its own. An agent
 is walked through to the ranks it starts, whatever rank variable it inherited: under `srun torchrun` each torchrun
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import os
 from typing import Iterable, Mapping
+
+from . import ray
 
 AGENT_PROGRAMS = frozenset({"torchrun", "accelerate-launch", "mpirun", "mpiexec", "orterun", "orted", "prted",
                             "prterun", "srun", "slurmstepd"})
@@ -51,6 +54,13 @@ def is_agent(argv: list[str]) -> bool:
     if name in AGENT_PROGRAMS or name in AGENT_MODULES:
         return True
     return AGENT_SUBCOMMANDS.get(name) is not None and first == AGENT_SUBCOMMANDS[name]
+
+
+def never_rank(argv: list[str]) -> bool:
+    """A launcher's agent, or a launcher's own process that runs no rank: Ray's raylet, GCS, dashboard, idle
+    pooled workers and actors other than a training worker (launchers/ray.py). Such a process may inherit a
+    scheduler's rank variable (Ray started under srun); it is walked through, never read as a rank."""
+    return is_agent(argv) or ray.is_own_process(argv)
 
 
 def starts_ranks(own: Mapping[str, str], children: Iterable[Mapping[str, str]], rank_vars: Iterable[str]) -> bool:

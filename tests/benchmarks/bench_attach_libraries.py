@@ -4,10 +4,11 @@
 
 Each job is one of tests/integration/library_jobs/ (the forensics suite's jobs: gloo on CPU, rank FAULT_RANK=1
 asleep in its own code at step 3, `python <job>.py hang`), started as users start it: plain torchrun, Lightning's
-own launcher (`python lightning_job.py hang --devices 2`), `accelerate launch`. When the fault starts (STALL_FILE)
-attach runs once (`--json --interval 2 --wait 10`), before the jobs' 20-second process-group timeout ends the
-hang. Printed per row: the verdict (category, the ranks named), what the others wait in (the library the table
-names, whether native frames were read), and attach's wall time. Expected: rank 1 named, no innocent rank.
+own launcher (`python lightning_job.py hang --devices 2`), `accelerate launch`, Ray Train (`python ray_job.py
+hang`). When the fault starts (STALL_FILE) attach runs once (`--json --interval 2 --wait 10`), before the jobs'
+20-second process-group timeout (Ray's job: 30 s) ends the hang. Printed per row: the verdict (category, the
+ranks named), what the others wait in (the library the table names, whether native frames were read), and
+attach's wall time. Expected: rank 1 named, no innocent rank.
 """
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def cases(jobs: Path) -> dict[str, list[str]]:
         "batch-p2p": torchrun(3, str(jobs / "pipelining_job.py"), "--schedule", "batch"),
         "lightning-torchrun": torchrun(2, str(jobs / "lightning_job.py")),
         "lightning-own-launcher": [sys.executable, str(jobs / "lightning_job.py"), "hang", "--devices", "2"],
+        # Ray Train: Ray starts its workers itself (`python ray_job.py hang`: a TorchTrainer over 2 CPU workers)
+        "ray-train": [sys.executable, str(jobs / "ray_job.py"), "hang"],
         "accelerate-launch": [*accelerate, "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                               str(free_port()), str(jobs / "accelerate_job.py"), "hang"],
@@ -55,7 +58,9 @@ def cases(jobs: Path) -> dict[str, list[str]]:
 
 def run_case(name: str, argv: list[str], tmp: Path) -> dict:
     stall = tmp / f"{name}.stall"
-    env = dict(os.environ, STALL_FILE=str(stall), FAULT_RANK="1", OMP_NUM_THREADS="1")
+    # RAY_TMPDIR, RESULTS_DIR: Ray's session and Ray Train's storage in the run's own folder (the other jobs: unread)
+    env = dict(os.environ, STALL_FILE=str(stall), FAULT_RANK="1", OMP_NUM_THREADS="1", RAY_TMPDIR=str(tmp),
+               RESULTS_DIR=str(tmp / "results"))
     job = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=open(tmp / f"{name}.log", "wb"))
     try:

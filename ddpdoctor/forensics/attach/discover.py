@@ -1,6 +1,7 @@
 """The torch.distributed jobs on this machine, from every process's environment and the process tree: torchrun's
 agent and its workers, or workers srun, mpirun or a pod started without torchrun (the launcher table says which
-variables carry a worker's rank). A process whose environment cannot be read is counted, not guessed.
+variables carry a worker's rank), or Ray Train's workers, whose rank is Ray's own record of them (launchers/ray.py).
+A process whose environment cannot be read is counted, not guessed.
 
 A job is a process tree of one user: a run id (or any key) a job's environment gives is the job's own word, so
 ranks of different uids are never one job, nor are launcher trees whose ranks collide (two rank 0s); they are
@@ -12,11 +13,11 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, slurm
-from ...launchers.agents import is_agent, starts_ranks
+from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, ray, slurm
+from ...launchers.agents import is_agent, never_rank, starts_ranks
 from ...numbers import parse_int
 from ...redact import redact_argv
-from . import dump_pipe, job_access
+from . import dump_pipe, job_access, ray_jobs
 
 # torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
@@ -38,6 +39,9 @@ class RankProcess:
     started: float | None = None  # its create time: the same process, not a reused pid, when --stop signals
     parent: int | None = None
     unused: list[str] = field(default_factory=list)  # what it named that is not its own: noted when it is read
+    job: str | None = None  # the job's key where its launcher says it outside the environment (Ray Train's run)
+    thread: str | None = None  # the thread that runs its training, where not the main one (Ray Train's)
+    session: str | None = None  # Ray's session folder, for a Ray Train worker (its driver is no rank)
 
 
 @dataclass
@@ -77,6 +81,7 @@ class Job:
 class Discovery:
     jobs: list[Job]
     unreadable: list[int]  # python processes whose environment this user may not read
+    unranked: list[int] = field(default_factory=list)  # Ray Train workers no record of Ray's gives a rank
 
 
 def rank_of(env: dict) -> tuple[int | None, str | None, int | None, int | None]:
@@ -117,6 +122,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
     """Every rank process on this machine (or among ``only_pids`` and their descendants), grouped by job."""
     skip = {os.getpid(), *(p.pid for p in _ancestors())}
     unreadable: list[int] = []
+    unranked: list[int] = []
     candidates = _candidates(only_pids)
     rank_pids: set[int] = set()
     found: list[tuple[psutil.Process, dict, RankProcess, str]] = []
@@ -129,13 +135,20 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             argv = proc.cmdline()
             user = proc.username()
         except psutil.AccessDenied:
-            if _is_python(proc):
+            if _is_python(proc) or _is_ray_worker(proc):
                 unreadable.append(proc.pid)
             continue
         except psutil.Error:
             continue
+        if ray.is_worker(argv):
+            got = ray_rank(proc, env, argv, user)
+            if got is None:
+                unranked.append(proc.pid)
+            else:
+                found.append(got)
+            continue  # its environment has no rank (Ray sets it in-process): only Ray's record says it
         rank, launcher, local, world = rank_of(env)
-        if is_agent(argv):
+        if never_rank(argv):
             continue  # torchrun under srun inherits SLURM_PROCID: an agent is walked through, never a rank
         if rank is None or not _is_python(proc) or is_ddpdoctor(argv):
             if rank is None and launcher and _is_python(proc):
@@ -145,17 +158,17 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
                                                user), launcher or ""))
         rank_pids.add(proc.pid)
     found += spawned_ranks(spawned, {p.pid for p in candidates} - skip)
-    found = without_agents(found)
+    found = ray_jobs.without_drivers(without_agents(found))
     rank_pids = {rp.pid for _, _, rp, _ in found}
     found = in_own_place(found, os.environ) if only_pids is None else found
     groups: dict[tuple[str, int | None], list[tuple[RankProcess, str, dict]]] = {}
     for proc, env, rp, launcher in found:
         if rp.parent in rank_pids and _same_rank(proc, rp, found):
             continue  # a rank's own child (a DataLoader worker) carries its RANK: the rank is its parent
-        groups.setdefault((job_key(env), rp.uid), []).append((rp, launcher, env))
+        groups.setdefault((rp.job or job_key(env), rp.uid), []).append((rp, launcher, env))
     jobs = [job for (key, _), members in groups.items() for job in _jobs_of(key, members)]
     return Discovery(sorted(jobs, key=lambda j: (j.key, j.uid if j.uid is not None else -1, j.root_pid or 0)),
-                     unreadable)
+                     unreadable, unranked)
 
 
 def without_agents(found: list) -> list:
@@ -259,6 +272,18 @@ def _first_of(pid: int, worker_env: dict, launcher, n: int):
             launcher.name)
 
 
+def ray_rank(proc: psutil.Process, env: dict, argv: list[str], user: str | None):
+    """A Ray Train worker as a rank, its identity from Ray's own record of it (ray_jobs.identity); None when it
+    has none yet (Ray has not set its process group up) or it cannot be read (noted)."""
+    got = ray_jobs.identity(proc)
+    if got is None:
+        return None
+    title = [" ".join(argv).strip()]  # Ray's title, padded with spaces over the command line it replaced
+    rp = _rank_process(proc, env, env, got.rank, got.local_rank, got.world_size, got.node_rank, title, user)
+    rp.job, rp.thread, rp.session = got.key, ray.TRAINING_THREAD, got.session
+    return proc, env, rp, ray.NAME
+
+
 def in_own_place(found: list, own_env) -> list:
     """Inside a launcher's job step (``srun --overlap --jobid J ddpdoctor attach``): when ranks of the same job
     are seen, only those on this node count (SLURM_JOB_ID, then SLURMD_NODENAME). One PID namespace can hold
@@ -324,6 +349,13 @@ def _ancestors() -> list[psutil.Process]:
 def _is_python(proc: psutil.Process) -> bool:
     try:
         return "python" in proc.name().lower() or "python" in (proc.cmdline() or [""])[0].lower()
+    except psutil.Error:
+        return False
+
+
+def _is_ray_worker(proc: psutil.Process) -> bool:
+    try:
+        return ray.is_worker(proc.cmdline())
     except psutil.Error:
         return False
 

@@ -1,5 +1,6 @@
-"""What a job names (its dump pipe, its dump file, its worker socket), touched only with that job's rights and
-only when it is what it claims: the one place attach acts on a path a job's environment gave.
+"""What a job names (its dump pipe, its dump file, its worker socket, the launcher's record of a rank it holds
+open), touched only with that job's rights and only when it is what it claims: the one place attach acts on a
+path a job gave.
 
 attach runs as root beside other users' jobs, and a job's environment is written by whoever started it. So
 every such path is used in a child process that has dropped to the rank's own uid and gid (no supplementary
@@ -27,9 +28,11 @@ import signal
 import struct
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from .job_paths import MAX_FDS, Absent, RankLike, Refused, ask_socket
+from ...launchers import ray
+from .job_paths import MAX_FDS, Absent, RankLike, Refused, ask_socket, held_head
 
 MAX_NOTES = 50
 WHY = "attach acts on what a job names only with the job's rights"
@@ -40,8 +43,9 @@ _notes: list[tuple[int, str]] = []  # one attach run's (its threads'), taken by 
 _notes_lock = threading.Lock()
 
 
-def note(rank: int, text: str) -> None:
-    line = f"rank {rank}: {text}; not used ({WHY})"
+def note(rank: int, text: str, who: str | None = None) -> None:
+    """``who``: the process as the note names it where its rank is not known yet (a Ray worker being read)."""
+    line = f"{who or f'rank {rank}'}: {text}; not used ({WHY})"
     with _notes_lock:
         if (rank, line) not in _notes and len(_notes) < MAX_NOTES:
             _notes.append((rank, line))
@@ -64,12 +68,13 @@ def as_job(rp: RankLike, work: Callable[[], bytes], timeout: float, cap: int = 1
     """``work()``'s bytes, run in a child process with the rank's uid and gid; None when it found nothing
     (Absent), refused what it found (Refused: noted), could not take the job's rights, or ran past ``timeout``
     seconds (then killed). At most ``cap`` bytes come back."""
+    who = getattr(rp, "who", None)
     if rp.uid is None or rp.gid is None:
-        note(rp.rank, "the user of its process is unknown")
+        note(rp.rank, "the user of its process is unknown", who)
         return None
     if os.geteuid() not in (0, rp.uid):
         note(rp.rank, f"attach runs as uid {os.geteuid()}, the job as uid {rp.uid}: only root or the job's "
-                      "user may act for it")
+                      "user may act for it", who)
         return None
     r, w = os.pipe()
     pid = os.fork()
@@ -91,7 +96,7 @@ def as_job(rp: RankLike, work: Callable[[], bytes], timeout: float, cap: int = 1
     if kind == _OK:
         return payload
     if kind == _REFUSED:
-        note(rp.rank, payload.decode("utf-8", "replace"))
+        note(rp.rank, payload.decode("utf-8", "replace"), who)
     return None
 
 
@@ -193,6 +198,25 @@ def listens_on(pid: int, path: str) -> bool:
     return False
 
 
+def held_paths(pid: int, wanted: Callable[[str], bool]) -> list[str]:
+    """The paths of the files process ``pid`` holds open that ``wanted`` names (a launcher's own record of the
+    rank: Ray Train's worker log), from its /proc/PID/fd links; nothing is opened here (the file is read with
+    the job's rights: ``held_file_head``)."""
+    out = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")[:MAX_FDS]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.endswith(" (deleted)") and wanted(target) and target not in out:
+            out.append(target)
+    return out
+
+
 # ---------------------------------------------------------------- attach's uses
 WORKER_ANSWER_BYTES = 64 << 20
 
@@ -222,3 +246,32 @@ def worker_record(rp, timeout: float = 5.0) -> dict | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def held_file_head(rp, path: str, cap: int, timeout: float = 5.0) -> bytes | None:
+    """At most the first ``cap`` bytes of the regular file at ``path`` that the rank's process holds open and
+    its user owns, read with the job's rights (job_paths.held_head); None when it is not that (noted)."""
+    return as_job(rp, lambda: held_head(rp, path, cap), timeout, cap)
+
+
+@dataclass
+class _Unranked:
+    """A process read before its rank is known (job_paths' RankLike): its notes name it by ``who``."""
+    pid: int
+    rank: int
+    uid: int | None
+    gid: int | None
+    who: str
+
+
+def ray_identity(pid: int, uid: int | None, gid: int | None):
+    """A Ray Train worker's rank, world and run (launchers.ray.RayRank) from Ray's system log of it: a file its
+    own process holds open (its /proc/PID/fd), read from its start with the job's rights; None when it holds no
+    such log yet or its records do not give the rank of ``pid``."""
+    who = _Unranked(pid, -1, uid, gid, f"Ray Train worker pid {pid}")
+    for path in held_paths(pid, ray.is_rank_log):
+        head = held_file_head(who, path, ray.HEAD_BYTES)
+        got = ray.rank_of_log(head.decode("utf-8", "replace"), pid) if head else None
+        if got is not None:
+            return replace(got, session=ray.session_of(path))
+    return None

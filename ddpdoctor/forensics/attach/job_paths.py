@@ -173,6 +173,26 @@ def regular_file(rp: RankLike, path: str, newer_than: float | None = None, cap: 
         os.close(fd)
 
 
+def held_head(rp: RankLike, path: str, cap: int) -> bytes:
+    """At most the first ``cap`` bytes of the regular file at ``path``: the rank's user's, and one its process
+    holds open (a launcher's record of that very process: Ray Train's worker log). A file that grows is read
+    from its start, never refused for its size."""
+    fd = walk(rp, path)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(path, f"{_kind(st.st_mode)}, not a regular file")
+        _owned(rp, path, st)
+        if not _held_by(rp.pid, fd):
+            raise Refused(path, f"a file the process, pid {rp.pid}, does not hold open")
+        with os.fdopen(_reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as fh:
+            if (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino) != (st.st_dev, st.st_ino):
+                raise Refused(path, "changed while it was opened")
+            return fh.read(cap)
+    finally:
+        os.close(fd)
+
+
 def ask_socket(rp: RankLike, path: str, request: bytes, timeout: float, cap: int) -> bytes:
     """The HTTP answer (status line, headers and body, at most ``cap`` bytes of body) of the rank's own unix
     socket at ``path`` to ``request``: a socket file of the rank's uid whose peer is the rank's process."""

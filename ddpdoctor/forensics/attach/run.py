@@ -58,10 +58,20 @@ def choose(found: disc.Discovery, request: AttachRequest) -> disc.Job:
     if not jobs:
         if found.unreadable:
             raise NothingReadable(permission_fix(found.unreadable, "read their environment"))
-        raise UsageError("no torch.distributed job runs on this machine (no process with RANK/WORLD_SIZE or a "
-                         "launcher's rank variables)" + (f" among --pid {request.pid} and its children"
-                                                         if request.pid else ""))
+        among = f" among --pid {request.pid} and its children" if request.pid else ""
+        raise UsageError("no torch.distributed job runs on this machine (no process with RANK/WORLD_SIZE, a "
+                         "launcher's rank variables or Ray Train's record of its rank)" + among + _unranked(found))
     return jobs[0]
+
+
+def _unranked(found: disc.Discovery) -> str:
+    """Ray Train workers seen with no record of their rank: say why rather than "no job" alone."""
+    if not found.unranked:
+        return ""
+    shown = ", ".join(map(str, found.unranked[:8])) + (" ..." if len(found.unranked) > 8 else "")
+    return (f"; Ray Train worker(s) {shown} keep no record of their rank yet: their process group is not set up, "
+            f"or the job runs Ray Train v1 (RAY_TRAIN_V2_ENABLED=0) or RAY_TRAIN_ENABLE_WORKER_STRUCTURED_LOGGING=0, "
+            f"which keep none (launchers/ray.py)")
 
 
 def _listing(jobs: list[disc.Job], by_pid: bool = False) -> str:

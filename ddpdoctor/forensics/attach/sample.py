@@ -158,10 +158,13 @@ class Sampler:
         # one py-spy at a time per rank: a process has one ptrace tracer, a second py-spy fails ("Failed to get
         # stack traces", seen when a round met a native read of the same rank)
         self._locks = {rp.pid: threading.Lock() for rp in job.ranks}
+        self._threads = {rp.pid: rp.thread for rp in job.ranks}  # a launcher that trains in a thread of its own
 
     def dump(self, pid: int, tool: str | None, timeout: float, native: bool = False) -> pyspy.Dump:
         with self._locks[pid]:
-            return pyspy.dump(pid, tool, timeout, native)
+            taken = pyspy.dump(pid, tool, timeout, native)
+        taken.thread = self._threads.get(pid)
+        return taken
 
     def close(self) -> None:
         if self._pool is not None:

@@ -68,9 +68,16 @@ class Dump:
     threads: list[Thread] = field(default_factory=list)
     failure: DumpFailure | None = None
     error: str = ""
+    thread: str | None = None  # the name (its start) of the thread that runs the rank's training, where a launcher
+    #                            runs it in a thread of its own (Ray Train's TrainingThread(...)): set by the reader
 
     def main_thread(self) -> Thread | None:
-        """The thread that runs the script: MainThread by name, else the one whose outermost frame is <module>."""
+        """The thread that runs the rank's training: ``thread``'s where it is set and alive, else the script's:
+        MainThread by name, else the one whose outermost frame is <module>."""
+        if self.thread:
+            training = [t for t in self.threads if t.name and t.name.startswith(self.thread)]
+            if training:
+                return training[0]
         named = [t for t in self.threads if t.name == "MainThread"]
         if named:
             return named[0]

@@ -6,6 +6,8 @@ inside loss.backward()), FSDP2 `fully_shard`, `torch.distributed.pipelining` sch
 
 `job(library, fault)` is a `shape_jobs.Shape`, so the runners of shape_jobs serve them: run-trainer, plain
 torchrun (with a scheduler's SIGTERM for the jobs that would hang 30 minutes), postmortem of the log dir.
+Ray Train's job (ray_job.py) is not among them: Ray starts its own workers (no torchrun), so only attach's tests
+run it (tests/integration/test_attach_ray.py, bench_attach_libraries.py).
 """
 from __future__ import annotations
 

@@ -57,6 +57,34 @@ def test_parse_threads_names_and_frames_without_line():
     assert d.threads[1].frames[0].line is None and d.main_thread().frames[0].arguments == {"dst": "3"}
 
 
+RAY_WORKER = ('Process 23176: ray::RayTrainWorker\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
+              'Thread 23176 (idle): "MainThread"\n    Worker.main_loop (/venv/ray/_private/worker.py:1069)\n'
+              '    <module> (/venv/ray/_private/workers/default_worker.py:323)\n'
+              'Thread 23286 (idle): "MonitoringThread(train_fn_with_final_checkpoint_flush)"\n'
+              '    ThreadRunner._monitor_target (/venv/ray/train/v2/_internal/execution/worker_group/'
+              'thread_runner.py:72)\n'
+              'Thread 23287 (idle): "TrainingThread(train_fn_with_final_checkpoint_flush)"\n'
+              '    inject (/src/faults.py:55)\n    train_loop (/src/ray_job.py:38)\n'
+              '    ThreadRunner.run.<locals>._run_target (/venv/ray/train/v2/_internal/execution/worker_group/'
+              'thread_runner.py:37)\n    Thread._bootstrap (/usr/lib/python3.11/threading.py:1002)\n')
+
+
+def test_a_launcher_that_trains_in_a_thread_of_its_own_has_that_threads_stack_read():
+    """Ray Train runs the training function in TrainingThread(...); the worker's main thread is Ray's task loop.
+    A rank discovered as Ray's names that thread (RankProcess.thread, set on its dumps); any other keeps
+    MainThread, and so does a Ray worker whose training thread is gone."""
+    from ddpdoctor.launchers import ray
+
+    d = pyspy.parse(RAY_WORKER)
+    assert d.main_thread().name == "MainThread"
+    d.thread = ray.TRAINING_THREAD
+    assert d.main_thread().frames[0].where == "/src/faults.py:55"
+    state = pyspy.to_state(d, 1)
+    assert state.raw["thread"].startswith("TrainingThread(") and state.frames[1].function == "train_loop"
+    d.threads = [t for t in d.threads if t.name == "MainThread"]
+    assert d.main_thread().name == "MainThread"
+
+
 def test_failures_are_classified():
     assert pyspy.classify_failure("Error: Permission denied (os error 13)", 1) is pyspy.DumpFailure.PERMISSION
     assert pyspy.classify_failure("Error: Operation not permitted (os error 1)", 1) is pyspy.DumpFailure.PERMISSION
@@ -138,6 +166,72 @@ def test_a_job_lightnings_own_launcher_started_is_found_with_its_first_rank():
             p.kill()
         parent.kill()
         parent.wait(10)
+
+
+RAY_STANDIN = """
+import json, os, sys, time
+session, kind, rank, pid_in_record = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+pid = os.getpid() if pid_in_record == "own" else int(pid_in_record)
+if kind == "driver":  # Ray's core worker holds its driver log, named by its job id and pid
+    log = open(os.path.join(session, "logs", f"python-core-driver-01000000ffff_{os.getpid()}.log"), "a")
+else:  # held, as Ray Train's file handler holds it
+    log = open(os.path.join(session, "logs", "train", f"ray-train-sys-worker-{os.getpid():08x}.log"), "a")
+    msg = f"Setting up process group for: env:// [rank={rank}, world_size=2]"
+    log.write(json.dumps({"message": msg, "process": pid, "run_name": "run-7", "world_rank": rank,
+                          "local_rank": rank, "node_rank": 0}) + "\\n")
+    log.flush()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_ray_train_workers_are_found_by_their_title_and_rays_record_of_them(tmp_path):
+    """Stand-ins of a Ray node as Ray 2.60 lays it out: workers titled ray::RayTrainWorker that hold their system
+    log open (records with their own pid), an idle pooled worker and the job's driver that inherited an sbatch
+    script's rank variable, and a worker whose log is another process's. The two workers are the job's ranks;
+    nothing else is. A torch rank that drives a Ray session of its own (Ray Data in a torchrun job) stays a rank."""
+    import os
+    import subprocess
+    import sys
+
+    session, other = tmp_path / "session_1", tmp_path / "session_2"
+    for folder in (session, other):
+        (folder / "logs" / "train").mkdir(parents=True)
+    code = tmp_path / "standin.py"
+    code.write_text(RAY_STANDIN)
+    sbatch = dict(os.environ, SLURM_PROCID="0", SLURM_JOB_ID="5")
+
+    def start(title: str, *args: str, env: dict | None = None, where=session) -> subprocess.Popen:
+        return subprocess.Popen(["bash", "-c", f'exec -a "{title}" "{sys.executable}" "$@"', "-", str(code),
+                                 str(where), *args], stdout=subprocess.PIPE, text=True, env=env)
+
+    procs = [start("ray::RayTrainWorker", "worker", "0", "own"),
+             start("ray::RayTrainWorker.run_train_fn", "worker", "1", "own"),
+             start("ray::IDLE", "worker", "0", "own", env=sbatch),
+             start("ray::RayTrainWorker", "worker", "1", "1"),
+             start("python", "driver", "0", "own", env=sbatch)]
+    user_of_ray_data = start("python", "driver", "0", "own", env=dict(os.environ, RANK="0", WORLD_SIZE="1",
+                                                                    MASTER_ADDR="h", MASTER_PORT="1"), where=other)
+    try:
+        for p in [*procs, user_of_ray_data]:
+            assert p.stdout.readline().strip() == "ready"
+        found = disc.discover({p.pid for p in procs})
+        assert len(found.jobs) == 1, found
+        job = found.jobs[0]
+        assert (job.key, job.launcher, job.world_size, job.master) == ("ray:run-7", "ray", 2, None)
+        assert [(r.pid, r.rank, r.local_rank, r.node_rank) for r in job.ranks] == [
+            (procs[0].pid, 0, 0, 0), (procs[1].pid, 1, 1, 0)]
+        assert {r.thread for r in job.ranks} == {"TrainingThread("} and job.agents == []
+        assert job.ranks[1].cmdline.startswith("ray::RayTrainWorker.run_train_fn ")
+        both = disc.discover({p.pid for p in [*procs, user_of_ray_data]})
+        assert sorted((j.key, [r.pid for r in j.ranks]) for j in both.jobs) == [
+            ("h:1", [user_of_ray_data.pid]), ("ray:run-7", [procs[0].pid, procs[1].pid])]
+    finally:
+        for p in [*procs, user_of_ray_data]:
+            p.kill()
+            p.wait(10)
 
 
 def test_job_keys():
@@ -301,6 +395,9 @@ def test_several_jobs_are_a_usage_error_listing_them():
         attach_run.choose(disc.Discovery([], [77]), attach_run.AttachRequest())
     with pytest.raises(UsageError, match="no torch.distributed job"):
         attach_run.choose(disc.Discovery([], []), attach_run.AttachRequest())
+    with pytest.raises(UsageError, match=r"no torch.distributed job.*Ray Train worker\(s\) 11, 12 keep no record"
+                                          r".*RAY_TRAIN_V2_ENABLED=0"):
+        attach_run.choose(disc.Discovery([], [], [11, 12]), attach_run.AttachRequest())
 
 
 def fr_entry(seq):

@@ -149,6 +149,53 @@ def test_only_a_fifo_the_rank_holds_open_is_written(folder):
         other.wait(10)
 
 
+def test_a_file_the_rank_holds_open_is_read_from_its_start_and_only_that(folder):
+    """A launcher's record of the rank (Ray Train's worker log): the file its own process holds open, read from its
+    start however long it grew; a file it does not hold, a link and a folder are refused."""
+    rp = me(who="Ray Train worker pid 1")
+    held, loose = folder / "held.log", folder / "loose.log"
+    held.write_bytes(b"first record\n" + b"x" * 4096)
+    loose.write_bytes(b"someone else's")
+    (folder / "link.log").symlink_to(held)
+    with open(held, "ab") as writer:  # held open for writing, as a logging.FileHandler holds its file
+        assert ja.held_paths(os.getpid(), lambda p: p.startswith(str(folder))) == [str(held)]
+        assert run(rp, lambda: jp.held_head(rp, str(held), 12)) == (b"first record", [])
+        got, notes = run(rp, lambda: jp.held_head(rp, str(loose), 12))
+        assert got is None and notes == [f"Ray Train worker pid 1: {loose} (a file the process, pid {os.getpid()}, "
+                                         f"does not hold open); not used ({ja.WHY})"]
+        got, notes = run(rp, lambda: jp.held_head(rp, str(folder / "link.log"), 12))
+        assert got is None and "never followed" in notes[0]
+        got, notes = run(rp, lambda: jp.held_head(rp, str(folder), 12))
+        assert got is None and "not a regular file" in notes[0]
+        ja.take_notes()
+        assert ja.held_file_head(rp, str(held), 5) == b"first" and ja.take_notes() == []
+        assert not writer.closed
+
+
+@as_root
+def test_a_held_file_is_read_as_the_jobs_user_and_roots_file_a_worker_holds_is_refused(folder):
+    """A worker of nobody's that holds root's file open (a descriptor passed to it) gets no read of it through
+    attach; its own file is read, in a child with nobody's ids."""
+    own, roots = folder / "own.log", folder / "roots.log"
+    own.write_bytes(b"nobody's record")
+    os.chown(own, NOBODY, NOBODY)
+    roots.write_bytes(b"root's secret")
+    os.chmod(roots, 0o600)
+    fds = [os.open(own, os.O_RDONLY), os.open(roots, os.O_RDONLY)]
+    worker = subprocess.Popen(["sleep", "30"], user=NOBODY, group=NOBODY, pass_fds=fds)  # holds both from exec on
+    try:
+        rp = SimpleNamespace(pid=worker.pid, rank=-1, uid=NOBODY, gid=NOBODY, who=f"Ray Train worker pid {worker.pid}")
+        assert sorted(ja.held_paths(worker.pid, lambda p: p.startswith(str(folder)))) == [str(own), str(roots)]
+        assert run(rp, lambda: jp.held_head(rp, str(own), 64)) == (b"nobody's record", [])
+        got, notes = run(rp, lambda: jp.held_head(rp, str(roots), 64))
+        assert got is None and "owned by uid 0" in notes[0] and notes[0].startswith("Ray Train worker pid")
+    finally:
+        for fd in fds:
+            os.close(fd)
+        worker.kill()
+        worker.wait(10)
+
+
 @as_root
 def test_a_fifo_of_another_user_is_never_opened(folder):
     rp = me()
