@@ -114,5 +114,6 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         logs=str(logs),
         node=records.node_of(logs),  # node rank 0 prints the full result; the others one line (trainer_cmd)
         input_notes=end.notes,
+        warnings=end.warnings,
         preflight=None,
     )

@@ -30,6 +30,7 @@ def render(doc: dict, console: Console) -> None:
             console.print(T(line, style="green"), soft_wrap=True)
         for line in attempt_lines(doc) + straggler_lines(doc):
             console.print(T(line), soft_wrap=True)
+        _warnings(doc, console)
         for line in where:
             console.print(T(line, style="dim"), soft_wrap=True)
         return
@@ -70,6 +71,18 @@ def render(doc: dict, console: Console) -> None:
                         border_style="red"))
     for line in where:  # below the box, one a line: a path is never broken by the panel's edge
         console.print(T(line, style="dim"), soft_wrap=True)
+
+
+def _warnings(doc: dict, console: Console) -> None:
+    """A normal end whose data was wrong (an all_to_all split its receiver did not expect), under the PASS."""
+    for w in [w for w in doc.get("warnings") or [] if isinstance(w, dict)][:16]:
+        console.print(T(warning_line(w), style="yellow"), soft_wrap=True)
+
+
+def warning_line(w: dict) -> str:
+    at = f" at {wording.location(w['location'])}" if w.get("location") else ""
+    who = f"rank {w['rank']}{at}: " if w.get("rank") is not None else ""
+    return f"warning: {who}{shown_message(wording.in_words(w.get('message') or ''))}; fix: {w.get('fix') or ''}"
 
 
 def _not_verified(doc: dict, root: dict, start: str, where: list[str], console: Console) -> None:

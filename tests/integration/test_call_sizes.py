@@ -97,3 +97,24 @@ def test_healthy_pipelining_schedules_pass_with_unchanged_losses(tmp_path):
     [folder] = (tmp_path / "watched" / "run").glob(f"*/{FOLDER}")
     kept = read_dir(folder)
     assert sorted(kept) == [0, 1] and all({c.op for c in calls} >= {"send", "recv"} for calls in kept.values())
+
+
+@needs_312
+@pytest.mark.timeout(240)
+def test_one_token_fewer_passes_with_a_warning_naming_the_sender(tmp_path):
+    """gloo accepts a shorter message: the MoE job whose rank 1 sends rank 0 one token fewer ends with exit 0.
+    The end is normal (a pass), and the warning says rank 1's split, at its line, left values it never wrote."""
+    fault = SHAPES["moe-splits"]
+    shape = Shape("moe-fewer", fault.script, "fewer", fault.nproc, (), None, what="one token fewer")
+    run = run_trainer(shape, tmp_path, python=PY312, env=ENV)
+    doc = run.doc
+    assert run.code == 0 and doc and doc["verdict"] == "pass", run.stderr[-3000:]
+    [w] = doc["warnings"]
+    assert w["rank"] == 1 and w["location"] == f"{shape.path}:{SHAPES['moe-splits'].line}", w
+    assert "rank 1 sent rank 0 4 B" in w["message"] and "expected 8 B" in w["message"], w
+    report = tmp_path / "report.html"
+    [run_json] = (tmp_path / "run").glob("*/run.json")
+    p = subprocess.run([PY312, "-m", "ddpdoctor", "report", str(run_json), "-o", str(report)], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, **ENV}, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "rank 1 sent rank 0 4 B" in report.read_text()

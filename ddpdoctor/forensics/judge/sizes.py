@@ -4,8 +4,10 @@ Every sent message is paired with its receive (the k-th send from a to b with b'
 same group; an all-to-all's k-th call on a group with each member's), and the bytes compared. Of a pair that
 disagrees, the side whose size changed from its own previous call on that channel is the odd one: the other
 kept what both agreed on the step before. Where both changed, or there is no step before, both are named as
-candidates and neither as the culprit. Decided on the kept calls only (evidence/call_sizes.py); used only for a
-job that failed (gloo accepts a message smaller than the buffer, so a healthy job may differ in size).
+candidates and neither as the culprit. Decided on the kept calls only (evidence/call_sizes.py). In a job that
+failed, any pair; in a job that ended normally, only an all_to_all's (``unnoticed``): gloo accepts a message
+shorter than the receiver's buffer, so a job ends with exit 0 and values the sender never wrote in the receiver's
+split (a send/recv into a larger buffer may be meant; an all_to_all split the receiver declared never is).
 """
 from __future__ import annotations
 
@@ -41,6 +43,22 @@ def find(calls: dict[int, list[Call]]) -> SizeMismatch | None:
     """The first pair (in time) whose sizes disagree, or None."""
     found = _p2p(calls) + _all_to_all(calls)
     return min(found, key=lambda m: max(m.sender_call.t, m.receiver_call.t)) if found else None
+
+
+def unnoticed(calls: dict[int, list[Call]]) -> SizeMismatch | None:
+    """In a job that ended normally: the first all_to_all whose splits disagree (the backend let it pass)."""
+    found = _all_to_all(calls)
+    return min(found, key=lambda m: max(m.sender_call.t, m.receiver_call.t)) if found else None
+
+
+def warning(m: SizeMismatch) -> dict:
+    """What a normally ended job is told of such a mismatch: the words, the rank, its call and the fix."""
+    culprit = m.culprits[0] if m.named else None
+    return {"rank": culprit, "location": m.culprit_call.where if culprit is not None else None,
+            "message": (f"the job ended normally, but its data is not what it sent: {describe(m)}; the receiver's "
+                        "buffer kept values the sender never wrote (gloo accepts a shorter message; NCCL may hang "
+                        "or corrupt memory on the same code)"),
+            "fix": FIX}
 
 
 def _p2p(calls: dict[int, list[Call]]) -> list[SizeMismatch]:

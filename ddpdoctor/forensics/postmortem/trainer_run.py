@@ -25,6 +25,7 @@ class End:
     consequences: list[dict] = field(default_factory=list)
     culprit_ranks: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[dict] = field(default_factory=list)  # a normal end whose data was wrong (judge.sizes.warning)
 
 
 def decide(code: int, agent_stderr: str, logs: Path, run_dir: Path, hang_report: dict | None,
@@ -60,7 +61,8 @@ def decide(code: int, agent_stderr: str, logs: Path, run_dir: Path, hang_report:
     culprits = (([c["rank"] for c in (hang_report.get("verdict") or {}).get("culprits", [])]
                  if hang_report and root and root.get("category") == "hang" else [])
                 or attribution.culprit_ranks(root, consequences)) if failed else []
-    return End(verdict, failed, root, consequences, culprits, notes)
+    warnings = [] if failed else size_warnings(run_dir)
+    return End(verdict, failed, root, consequences, culprits, notes, warnings)
 
 
 def adopt_exit_dumps(verdict: Findings, run_dir: Path) -> None:
@@ -83,6 +85,17 @@ def adopt_call_sizes(verdict: Findings, run_dir: Path) -> None:
 
     if verdict.root_cause is not None and verdict.root_cause.category == "desync":
         sizes.adopt(verdict, sizes.find(read_dir(run_dir / FOLDER)))
+
+
+def size_warnings(run_dir: Path) -> list[dict]:
+    """A job that ended normally: an all_to_all whose splits its receiver did not expect (the kept sizes, Python
+    3.12+) is said, the end still a pass (its evidence is a normal end)."""
+    from ..evidence.call_sizes import FOLDER, read_dir
+    from ..judge import sizes
+
+    with job_files.reading(run_dir):
+        found = sizes.unnoticed(read_dir(run_dir / FOLDER))
+    return [sizes.warning(found)] if found else []
 
 
 def stacks_on_file(root: dict | None, folder: Path) -> None:

@@ -60,6 +60,7 @@ def trainer_view(d: dict) -> dict:
                            for r, rows in sorted(metrics.items())},
             "ranks": rank_table(metrics), "run_id": d.get("run_id"),
             "attempts": d.get("attempts") or [], "hang": d.get("hang"), "preflight": d.get("preflight"),
+            "warnings": [w for w in d.get("warnings") or [] if isinstance(w, dict)][:16],
             **root_title(d), **root_words(d)}
 
 

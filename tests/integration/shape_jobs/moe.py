@@ -1,7 +1,7 @@
 """A mixture-of-experts dispatch as users write it: every rank routes its tokens to the experts of every rank
 with dist.all_to_all_single (uneven splits allowed, as the router decides), then a world all_reduce of the
-loss. `python moe.py healthy | splits | hang`: splits: rank 1's input splits disagree with what the others
-expect to receive from it; hang: rank 2 hangs in its router before the all_to_all."""
+loss. `python moe.py healthy | splits | fewer | hang`: splits: rank 1's input splits send rank 0 one token more
+than it expects (gloo aborts rank 0); fewer: one token fewer (gloo lets it pass: the job ends normally); hang: rank 2 hangs in its router before the all_to_all."""
 import os
 import sys
 import time
@@ -29,6 +29,9 @@ def route(rank, world, step):
     if FAULT == "splits" and rank == 1 and step == FAULT_STEP:
         mark_fault()
         splits[0] += 1  # rank 1 sends one token too many to rank 0's expert
+    if FAULT == "fewer" and rank == 1 and step == FAULT_STEP:
+        mark_fault()
+        splits[0] -= 1  # rank 1 sends rank 0's expert one token fewer than rank 0 expects (gloo lets it pass)
     return splits
 
 
@@ -39,7 +42,7 @@ def main():
         splits = route(rank, world, step)
         tokens = torch.randn(sum(splits))
         received = torch.empty(PER_EXPERT * world)
-        dist.all_to_all_single(received, tokens, [PER_EXPERT] * world, splits)  # FAULT splits: the dispatch
+        dist.all_to_all_single(received, tokens, [PER_EXPERT] * world, splits)  # FAULT splits: FAULT fewer: the dispatch
         loss = received.sum().reshape(1)
         dist.all_reduce(loss)
         time.sleep(0.05)

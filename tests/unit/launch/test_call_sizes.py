@@ -224,3 +224,36 @@ def test_the_watch_writes_what_the_reader_reads(tmp_path):
     assert (send.op, send.peer, send.group, send.sizes, send.shape) == ("send", 2, (0, 2), (512,), "(4, 32) float32")
     assert (a2a.sizes, a2a.expects, a2a.group) == ((12, 8, 8), (8, 8, 8), None)
     assert a2a.shape == "in (7,) splits [3, 2, 2], out (6,) splits [2, 2, 2] float32"
+
+
+def test_a_normal_end_is_warned_of_an_all_to_all_split_its_receiver_did_not_expect():
+    """gloo accepts a shorter message: rank 1 sends rank 0 one token fewer, the job ends with exit 0. Only an
+    all_to_all's split is warned of on a normal end (a send into a larger receive buffer may be meant)."""
+    even = [8, 8, 8]
+    calls = {r: [_a2a(r, k, even, even, t=k) for k in range(3)] for r in range(3)}
+    calls[1].append(_a2a(1, 3, [4, 8, 8], even, t=3, where="moe.py:42"))
+    calls[0].append(_a2a(0, 3, even, even, t=3))
+    calls[2].append(_a2a(2, 3, even, even, t=3))
+    m = sizes.unnoticed(calls)
+    assert m is not None and m.culprits == (1,)
+    w = sizes.warning(m)
+    assert w["rank"] == 1 and w["location"] == "moe.py:42" and w["fix"] == sizes.FIX
+    assert "ended normally" in w["message"] and "rank 1 sent rank 0 4 B" in w["message"]
+    assert sizes.unnoticed(_pipeline(128, 256)) is None  # a shorter send into a larger buffer: no warning
+
+
+def test_the_warning_is_shown_beside_the_pass(tmp_path):
+    from rich.console import Console
+
+    from ddpdoctor.report import console_trainer
+    from ddpdoctor.report.views.trainer import trainer_view
+
+    w = {"rank": 1, "location": "/job/moe.py:42", "message": "the job ended normally, but its data is not what it "
+         "sent: rank 1 sent rank 0 4 B", "fix": sizes.FIX}
+    line = console_trainer.warning_line(w)
+    assert line.startswith("warning: rank 1 at ") and "moe.py:42" in line and "fix: make the sizes agree" in line
+    assert trainer_view({"verdict": "pass", "warnings": [w, "not a dict"]})["warnings"] == [w]
+    console = Console(record=True, width=200)
+    console_trainer.render({"kind": "run-trainer", "verdict": "pass", "metrics_summary": {}, "warnings": [w]},
+                           console)
+    assert "warning: rank 1" in console.export_text()
