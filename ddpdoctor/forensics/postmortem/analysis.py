@@ -39,9 +39,11 @@ FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floati
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
 CLOSING_SIGNAL = re.compile(r"Sending process (\d{1,9}) closing signal SIG(?:TERM|INT)")
 # torchrun itself stopped from outside (a scheduler's time limit or scancel sends SIGTERM to every process of the
-# job): "SignalException: Process 16082 got signal: 15", or its "Received Signals.SIGTERM death signal" line.
-AGENT_SIGNALLED = re.compile(r"SignalException: Process \d{1,9} got signal: (\d{1,2})|Received Signals\.(SIG[A-Z]{2,6}) death "
-                             r"signal")
+# job): "SignalException: Process 16082 got signal: 15", or its "Received <signal> death signal" line, which is
+# what remains when the scheduler's SIGKILL (KillWait later) ends torchrun while it waits for its workers to stop.
+# The signal prints as "Signals.SIGTERM" under Python 3.10 and as "15" from 3.11 (an IntEnum's str is its number).
+AGENT_SIGNALLED = re.compile(r"SignalException: Process \d{1,9} got signal: (\d{1,2})|"
+                             r"Received (?:Signals\.(SIG[A-Z]{2,6})|(\d{1,2})) death signal")
 
 
 def agent_signal(text: str) -> str | None:
@@ -52,7 +54,7 @@ def agent_signal(text: str) -> str | None:
         if m.group(2):
             return m.group(2)
         try:
-            return signal.Signals(int(m.group(1))).name
+            return signal.Signals(int(m.group(1) or m.group(3))).name
         except ValueError:
             continue
     return None
@@ -131,15 +133,18 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost4", 
                             "localhost6", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback"})
 
 
-def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: list[dict] | None) -> list[RankFailure]:
+def failures_of_attempt(attempt_dir: Path, attempt: int, host: str | None, summary: list[dict] | None,
+                        siblings: list[Path] = ()) -> list[RankFailure]:
     """Failures of one attempt: from the agent's table when it has one, else from the error files left behind.
-    ``host``: the node these logs are from (its hostname), named instead of the table's loopback fqdn."""
+    ``host``: the node these logs are from (its hostname; None: not known), named instead of the table's loopback
+    fqdn. ``siblings``: the same attempt's folders of the job's other nodes in one shared --log-dir, where a
+    record's logs may be instead (same_job_runs)."""
     out = []
     if summary:
         for rec in summary:
             if str(rec.get("host", "")).lower() in LOOPBACK_NAMES:
                 rec = dict(rec, host=host)
-            out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
+            out.append(failure_from(rec, attempt, rank_dir_of(rec, attempt_dir, siblings)))
         return out
     for _, rank_dir in job_files.numbered(job_files.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
@@ -159,9 +164,60 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
     return out
 
 
-def other_nodes(logs: Path) -> list[tuple[str, Path]]:
-    """With a shared --run-dir every node's logs sit side by side: (host, latest attempt dir) of the others."""
+def rank_dir_of(rec: dict, attempt_dir: Path, siblings: list[Path]) -> Path | None:
+    """The folder holding the logs of the rank a table's record names. Nodes sharing one --log-dir each have a
+    local rank 0: it is the one whose lines carry torch's `[rank<R>]:` prefix for this rank, else the only one of
+    that local rank showing no rank (a rank killed before it printed); else none (the table alone speaks: another
+    rank's traceback read as this rank's made a rank killed by SIGKILL look like one that lost a peer)."""
+    own = attempt_dir / str(rec["local_rank"])
+    if not siblings:
+        return own
+    candidates = [d / str(rec["local_rank"]) for d in (attempt_dir, *siblings)]
+    shown = [(c, global_rank_of(c)) for c in candidates if c.is_dir()]
+    exact = [c for c, rank in shown if rank == rec["rank"]]
+    unknown = [c for c, rank in shown if rank is None]
+    return exact[0] if exact else unknown[0] if len(unknown) == 1 else None
+
+
+# `srun torchrun ... --log-dir DIR` with DIR shared: each node's torchrun makes its own `<rdzv id>_<random>` folder
+# in it. Their first attempt folders are made as the rendezvous they complete together ends, within seconds of each
+# other; another job's (a rerun into the same DIR) are a whole rendezvous and start-up apart.
+SAME_START_S = 30.0
+
+
+def same_job_runs(logs: Path) -> list[Path]:
+    """The last attempt folders of the other nodes of the newest job in a shared log dir: run folders beside the
+    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its."""
+    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
+    if len(runs) < 2:
+        return []
+    newest = runs[-1]
+    mine = attempts(logs)
+    if not mine:
+        return []
+    started = job_files.mtime(mine[0])
     out = []
+    for run in runs[:-1]:
+        if rdzv_id_of(run) != rdzv_id_of(newest):
+            continue
+        tries = [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
+                                                  "attempt_")]
+        if len(tries) == len(mine) and abs(job_files.mtime(tries[0]) - started) <= SAME_START_S:
+            out.append(tries[-1])
+    return out
+
+
+def rdzv_id_of(run: Path) -> str:
+    """The rendezvous id in a torchrun run folder's name: torch makes it mkdtemp(prefix=f"{rdzv_id}_"), the id, "_"
+    and 8 random characters, which may hold "_" too."""
+    return run.name[:-9] if len(run.name) > 9 else run.name
+
+
+def other_nodes(logs: Path) -> list[tuple[str | None, Path]]:
+    """The other nodes' (host, latest attempt dir): with a shared --run-dir every node's logs sit side by side
+    (run-trainer's <host>-<addr>-<pid> folders); with a shared torchrun --log-dir, every node's run folder
+    (same_job_runs; its host not known)."""
+    out: list[tuple[str | None, Path]] = [(None, d) for d in same_job_runs(logs)]
     for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
         tries = attempts(node_dir)
         if tries:
@@ -169,32 +225,66 @@ def other_nodes(logs: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def node_summary(attempt_dir: Path, logs: Path) -> list[dict] | None:
+    """Another node's torchrun failure table, from the agent.stderr.log run-trainer keeps in that node's log dir
+    (a rank SIGKILLed there leaves no trace in its own logs: only its torchrun's table says how it ended)."""
+    node_dir = attempt_dir.parent.parent
+    if node_dir == logs:  # a folder in the same shared torchrun --log-dir: that agent log is this node's own
+        return None
+    return parse_agent_summary(tail(node_dir / "agent.stderr.log", lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)) or None
 
-def analyse(logs: Path, agent_stderr: str, host: str) -> Findings:
+
+
+def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
     # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
     listed_pids = {rec.get("pid") for rec in summary}
     closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
     verdict = Findings(root_cause=None, stopped_by=agent_signal(agent_stderr))
+    siblings = same_job_runs(logs)
+    if siblings:
+        host = None  # several nodes' folders in one log dir: which is this machine's, none says
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
-        fails = failures_of_attempt(d, i, host, summary if last else None)
+        fails = failures_of_attempt(d, i, host, summary if last else None, siblings if last else [])
+        for sibling in siblings if last else []:  # the job's other nodes, in the same log dir: read as this one
+            fails += unlisted(failures_of_attempt(sibling, i, None, None), fails)
         if last and fails and all(f.victim for f in fails):
             # Every local rank is a consequence: the cause is on another node. Read its records when the
-            # run dir is shared (the post-mortem then names the same root cause on every node).
+            # run dir is shared (the post-mortem then names the same root cause on every node), with its
+            # torchrun's table where it kept one.
             for other_host, other in other_nodes(logs):
-                fails += failures_of_attempt(other, i, other_host, None)
+                if other not in siblings:
+                    fails += unlisted(failures_of_attempt(other, i, other_host, node_summary(other, logs)), fails)
         attribution.refine_timeouts(fails)
         if last:
-            verdict.failures, verdict.world = list(fails), attempt_ranks(d, fails)
+            verdict.failures = list(fails)
+            verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
-                                                  closing_signals=closing_signals)
+                                                  closing_signals=closing_signals,
+                                                  silent=silent_ranks([d, *siblings], fails) if last and siblings else None)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def silent_ranks(folders: list[Path], fails: list[RankFailure]) -> list[RankFailure]:
+    """The ranks of one attempt spread over several nodes' folders that left no failure record: the job's ranks are
+    0 .. (its local rank folders in all) - 1, so those no record names. Which folder is whose is not known (a rank
+    SIGKILLed before it printed shows no `[rank<R>]:` line): by number only, host unknown."""
+    count = sum(1 for folder in folders for d in job_files.subdirs(folder) if parse_int(d.name, hi=1 << 20) is not None)
+    named = {f.rank for f in fails}
+    return [RankFailure(rank=rank, local_rank=None, host=None, exit_code=None, category="signal",
+                        reason="left no error record") for rank in range(count) if rank not in named]
+
+
+def unlisted(found: list[RankFailure], fails: list[RankFailure]) -> list[RankFailure]:
+    """The failures found of ranks ``fails`` does not hold yet (a table's record outranks a rank's own logs)."""
+    listed = {f.rank for f in fails if f.rank is not None}
+    return [f for f in found if f.rank is None or f.rank not in listed]
 
 
 def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:

@@ -1,0 +1,119 @@
+"""Issue 45, found under a real SLURM: `srun -N3 torchrun --nproc-per-node 1 --log-dir DIR` with DIR shared, one rank
+killed with SIGKILL from outside. Each node's torchrun makes its own `<rdzv id>_<random>` folder in DIR; postmortem
+read only the newest and took every table record's logs from it, so srun's merged output (every node's failure
+table) named rank 0, which only lost its peer, with rank 0's logs read from the killed rank's folder. Now the job's
+folders are read together (rank_dir_of, same_job_runs), and with run-trainer each other node's own table is read
+too (node_summary). The layouts and texts below are the real run's (tests/integration/test_slurm.py)."""
+from __future__ import annotations
+
+import json
+import os
+
+from ddpdoctor.forensics.postmortem import analysis
+from tests.unit.helpers import run_cli
+
+PEER_LOST = """[W1129 01:21:52.323801498 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved.
+[rank{r}]: Traceback (most recent call last):
+[rank{r}]:   File "/job/attach_job.py", line 119, in main
+[rank{r}]:     dist.all_reduce(t)
+[rank{r}]:   File "/venv/torch/distributed/distributed_c10d.py", line 3252, in all_reduce
+[rank{r}]:     work.wait()
+[rank{r}]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by \
+peer [198.18.0.2]:37075. This is typically caused by a remote worker crashing.
+"""
+TABLE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=====================================================
+/job/attach_job.py FAILED
+-----------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_01:21:5{s}
+  host      : node{n}
+  rank      : {r} (local_rank: 0)
+  exitcode  : {code} (pid: 576{r})  {sig}
+  error_file: <N/A>
+  traceback : {tb}
+=====================================================
+"""
+
+
+def table(rank: int, code: int) -> str:
+    killed = code == -9
+    return TABLE.format(s=3 if killed else 4, n=rank + 1, r=rank, code=code, sig="(SIGKILL)" if killed else "",
+                        tb="Signal 9 (SIGKILL) received by PID 5761" if killed else "To enable traceback see: ...")
+
+
+def shared_log_dir(tmp_path, names=("none_1nw9aurb", "none__uubosbl", "none_29a41nqb")):
+    """Three nodes' folders, one rank each; rank 1 (node2) killed: an empty log. Its folder is the newest (mtime)
+    and its random suffix holds an "_", as torch's mkdtemp may make it."""
+    logs = tmp_path / "logs"
+    for i, (rank, name) in enumerate(zip((0, 1, 2), names)):
+        rank_dir = logs / name / "attempt_0" / "0"
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text("" if rank == 1 else PEER_LOST.format(r=rank))
+        (rank_dir / "stdout.log").write_text("")
+        for d in (rank_dir.parent, rank_dir.parent.parent):
+            os.utime(d, (1000 + i * 0.001 + (1 if rank == 1 else 0), 1000 + i * 0.001 + (1 if rank == 1 else 0)))
+    return logs
+
+
+def postmortem(logs, *args) -> tuple[int, dict]:
+    p = run_cli("postmortem", str(logs), *map(str, args), "--json", "--no-save")
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_srun_s_merged_output_names_the_killed_rank_and_its_signal_not_a_rank_that_lost_its_peer(tmp_path):
+    logs = shared_log_dir(tmp_path)
+    merged = tmp_path / "job.err"
+    merged.write_text(table(1, -9) + table(0, 1) + table(2, 1))
+    code, doc = postmortem(logs, "--agent-log", merged)
+    rc = doc["root_cause"]
+    assert code == 1 and (rc["rank"], rc["host"], rc["signal"]) == (1, "node2", "SIGKILL"), rc
+    assert doc["culprit_ranks"] == [1]
+    assert sorted((c["rank"], c["category"]) for c in doc["consequences"]) == [(0, "peer_lost"), (2, "peer_lost")]
+
+
+def test_the_log_dir_alone_names_the_rank_that_left_no_record_as_likely_never_one_that_waited(tmp_path):
+    code, doc = postmortem(shared_log_dir(tmp_path))
+    rc = doc["root_cause"]
+    assert code == 1 and rc["rank"] == 1 and rc["error_type"] == "likely_ended_early", rc
+    assert "--agent-log" in rc["message"] and doc["culprit_ranks"] == [1]
+
+
+def test_one_node_s_own_table_reads_the_others_folders_for_their_ranks(tmp_path):
+    """A node's srun --error file: its table alone; the ranks it does not list come from the other folders."""
+    logs = shared_log_dir(tmp_path)
+    agent = tmp_path / "task-1.err"
+    agent.write_text(table(1, -9))
+    code, doc = postmortem(logs, "--agent-log", agent)
+    rc = doc["root_cause"]
+    assert code == 1 and (rc["rank"], rc["signal"]) == (1, "SIGKILL") and doc["culprit_ranks"] == [1], rc
+
+
+def test_a_rerun_into_the_same_log_dir_is_not_read_as_the_job_s_other_nodes(tmp_path):
+    logs = shared_log_dir(tmp_path)
+    old = logs / "none_oldrun00" / "attempt_0" / "0"
+    old.mkdir(parents=True)
+    (old / "stderr.log").write_text(PEER_LOST.format(r=0))
+    for d in (old.parent, old.parent.parent):
+        os.utime(d, (1000 - 3600, 1000 - 3600))  # an hour before: another job's rendezvous
+    assert [p.parent.name for p in analysis.same_job_runs(logs)] == ["none_1nw9aurb", "none_29a41nqb"]
+    assert analysis.rdzv_id_of(logs / "none__uubosbl") == "none"
+
+
+def test_run_trainer_reads_the_other_node_s_own_table_for_a_rank_killed_there(tmp_path):
+    """run-trainer's layout (<run>/logs/<host>-<addr>-<pid>/, each with its agent.stderr.log): node1's rank lost its
+    peer; node2's rank was SIGKILLed, which only node2's torchrun table says. node1 named rank 1 "never entered the
+    all_reduce", without the signal; now rank 1 and SIGKILL."""
+    run = tmp_path / "run" / "logs"
+    for node, rank in (("node1-node-856", 0), ("node2-node-854", 1)):
+        rank_dir = run / node / "7_abcdefgh" / "attempt_0" / "0"
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text("" if rank == 1 else PEER_LOST.format(r=rank))
+    (run / "node2-node-854" / "agent.stderr.log").write_text(table(1, -9))
+    verdict = analysis.analyse(run / "node1-node-856", table(0, 1), "node1")
+    assert (verdict.root_cause.rank, verdict.root_cause.signal) == (1, "SIGKILL"), verdict.root_cause
+    assert [(f.rank, f.category) for f in verdict.consequences] == [(0, "peer_lost")]
