@@ -65,8 +65,11 @@ def last_attempt_ranks(logs: Path, verdict) -> list[int]:
     mine = analysis.attempts(logs)[-1:]
     others = [attempt for _, attempt in analysis.other_nodes(logs)]
     ranks = {r for attempt in mine + others for r in analysis.attempt_ranks(attempt, verdict.failures)}
-    if not ranks and mine:  # plain torchrun keeps no rank's env: its local rank folders, as one node's ranks
-        ranks = {n for n in (parse_int(d.name, hi=1 << 20) for d in job_files.subdirs(mine[0])) if n is not None}
+    if not ranks and mine:  # plain torchrun keeps no rank's env: its local rank folders (every node's, when they
+        # share the log dir: the job's ranks are 0 .. their number - 1)
+        count = sum(1 for attempt in mine + others for d in job_files.subdirs(attempt)
+                    if parse_int(d.name, hi=1 << 20) is not None)
+        ranks = set(range(count))
     return sorted(ranks)
 
 

@@ -117,3 +117,13 @@ def test_run_trainer_reads_the_other_node_s_own_table_for_a_rank_killed_there(tm
     verdict = analysis.analyse(run / "node1-node-856", table(0, 1), "node1")
     assert (verdict.root_cause.rank, verdict.root_cause.signal) == (1, "SIGKILL"), verdict.root_cause
     assert [(f.rank, f.category) for f in verdict.consequences] == [(0, "peer_lost")]
+
+
+def test_a_job_stopped_by_its_time_limit_is_not_verified_with_every_node_s_ranks_counted(tmp_path):
+    """The time limit's SIGTERM leaves every rank's log silent: not verified, and the ranks the logs hold are the
+    three nodes' (it said "1 rank(s)": the newest folder's)."""
+    logs = shared_log_dir(tmp_path)
+    for log in logs.glob("*/attempt_0/0/stderr.log"):
+        log.write_text("")
+    code, doc = postmortem(logs)
+    assert code == 5 and "3 rank(s) in the logs" in doc["root_cause"]["message"], doc["root_cause"]
