@@ -261,7 +261,8 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         if last:
             verdict.failures = list(fails)
             verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
+        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
+                                                  listed=last and tables_cover(summary, 1 + len(siblings)),
                                                   closing_signals=closing_signals,
                                                   silent=silent_ranks([d, *siblings], fails) if last and siblings else None)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
@@ -269,6 +270,12 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def tables_cover(summary: list[dict], nodes: int) -> bool:
+    """torchrun's failure tables were read for every node of the job: a rank they do not list did not fail (torchrun
+    lists every rank that did). One node's table says nothing of another node's silent rank (killed there)."""
+    return bool(summary) and (nodes == 1 or len({rec.get("host") for rec in summary}) >= nodes)
 
 
 def silent_ranks(folders: list[Path], fails: list[RankFailure]) -> list[RankFailure]:

@@ -93,6 +93,17 @@ def test_one_node_s_own_table_reads_the_others_folders_for_their_ranks(tmp_path)
     assert code == 1 and (rc["rank"], rc["signal"]) == (1, "SIGKILL") and doc["culprit_ranks"] == [1], rc
 
 
+def test_another_node_s_table_alone_says_nothing_of_the_silent_rank_s_end(tmp_path):
+    """node1's srun --error file lists rank 0 only; rank 1, silent, was on node2: no "torchrun lists only the ranks
+    that failed, so it ended of its own (exit code 0)" (that is true of the ranks of the node whose table it is)."""
+    agent = tmp_path / "task-0.err"
+    agent.write_text(table(0, 1))
+    code, doc = postmortem(shared_log_dir(tmp_path), "--agent-log", agent)
+    rc = doc["root_cause"]
+    assert code == 1 and rc["rank"] == 1 and doc["culprit_ranks"] == [1], rc
+    assert "exit code 0" not in rc["message"] and "killed without a trace" in rc["message"], rc["message"]
+
+
 def test_a_rerun_into_the_same_log_dir_is_not_read_as_the_job_s_other_nodes(tmp_path):
     logs = shared_log_dir(tmp_path)
     old = logs / "none_oldrun00" / "attempt_0" / "0"
