@@ -22,6 +22,7 @@ from ..evidence.model import RankFailure
 from ..judge.verdict import Findings
 from ..judge.classify import (ABORT, classify, exception_line, last_traceback,
                               user_frame)
+from .node_folders import attempts, other_nodes, rank_dir_of, same_job_runs, silent_ranks  # noqa: F401 (engine's too)
 
 TAIL_LINES = 40
 # Line breaks as [ \t]*\r?\n[ \t]*, never \s*\n\s* (both \s* can take the newlines: quadratic on a run of blank
@@ -117,16 +118,6 @@ def forced_kill(f: RankFailure) -> None:
              "state: `cat /proc/PID/stack`), or has a SIGTERM handler that does not exit: look at that host")
 
 
-def attempts(logs: Path) -> list[Path]:
-    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first (a folder
-    that is not attempt_<number>, such as attempt_final, is skipped with a note)."""
-    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
-    if not runs:
-        return []
-    tries = [d for d in job_files.subdirs(runs[-1]) if d.name.startswith("attempt_")]
-    return [d for _, d in job_files.numbered(tries, "attempt_")]
-
-
 # What socket.getfqdn() returns where the hostname maps to a loopback line of /etc/hosts (Debian's default,
 # many containers): torchrun's table then says "host: localhost" on every node, which names none of them.
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4",
@@ -164,75 +155,14 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str | None, summa
     return out
 
 
-def rank_dir_of(rec: dict, attempt_dir: Path, siblings: list[Path]) -> Path | None:
-    """The folder holding the logs of the rank a table's record names. Nodes sharing one --log-dir each have a
-    local rank 0: it is the one whose lines carry torch's `[rank<R>]:` prefix for this rank, else the only one of
-    that local rank showing no rank (a rank killed before it printed); else none (the table alone speaks: another
-    rank's traceback read as this rank's made a rank killed by SIGKILL look like one that lost a peer)."""
-    own = attempt_dir / str(rec["local_rank"])
-    if not siblings:
-        return own
-    candidates = [d / str(rec["local_rank"]) for d in (attempt_dir, *siblings)]
-    shown = [(c, global_rank_of(c)) for c in candidates if c.is_dir()]
-    exact = [c for c, rank in shown if rank == rec["rank"]]
-    unknown = [c for c, rank in shown if rank is None]
-    return exact[0] if exact else unknown[0] if len(unknown) == 1 else None
-
-
-# `srun torchrun ... --log-dir DIR` with DIR shared: each node's torchrun makes its own `<rdzv id>_<random>` folder
-# in it. Their first attempt folders are made as the rendezvous they complete together ends, within seconds of each
-# other; another job's (a rerun into the same DIR) are a whole rendezvous and start-up apart.
-SAME_START_S = 30.0
-
-
-def same_job_runs(logs: Path) -> list[Path]:
-    """The last attempt folders of the other nodes of the newest job in a shared log dir: run folders beside the
-    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its."""
-    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
-    if len(runs) < 2:
-        return []
-    newest = runs[-1]
-    mine = attempts(logs)
-    if not mine:
-        return []
-    started = job_files.mtime(mine[0])
-    out = []
-    for run in runs[:-1]:
-        if rdzv_id_of(run) != rdzv_id_of(newest):
-            continue
-        tries = [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
-                                                  "attempt_")]
-        if len(tries) == len(mine) and abs(job_files.mtime(tries[0]) - started) <= SAME_START_S:
-            out.append(tries[-1])
-    return out
-
-
-def rdzv_id_of(run: Path) -> str:
-    """The rendezvous id in a torchrun run folder's name: torch makes it mkdtemp(prefix=f"{rdzv_id}_"), the id, "_"
-    and 8 random characters, which may hold "_" too."""
-    return run.name[:-9] if len(run.name) > 9 else run.name
-
-
-def other_nodes(logs: Path) -> list[tuple[str | None, Path]]:
-    """The other nodes' (host, latest attempt dir): with a shared --run-dir every node's logs sit side by side
-    (run-trainer's <host>-<addr>-<pid> folders); with a shared torchrun --log-dir, every node's run folder
-    (same_job_runs; its host not known)."""
-    out: list[tuple[str | None, Path]] = [(None, d) for d in same_job_runs(logs)]
-    for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
-        tries = attempts(node_dir)
-        if tries:
-            out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
-    return out
-
-
 def node_summary(attempt_dir: Path, logs: Path) -> list[dict] | None:
     """Another node's torchrun failure table, from the agent.stderr.log run-trainer keeps in that node's log dir
     (a rank SIGKILLed there leaves no trace in its own logs: only its torchrun's table says how it ended)."""
     node_dir = attempt_dir.parent.parent
     if node_dir == logs:  # a folder in the same shared torchrun --log-dir: that agent log is this node's own
         return None
-    return parse_agent_summary(tail(node_dir / "agent.stderr.log", lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)) or None
-
+    text = tail(node_dir / "agent.stderr.log", lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)
+    return parse_agent_summary(text) or None
 
 
 def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
@@ -261,10 +191,12 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         if last:
             verdict.failures = list(fails)
             verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
+        silent = silent_ranks([d, *siblings], fails) if last and siblings else None  # over the job's folders
+        if verdict.stopped_by:  # torchrun was stopped from outside: the stop explains every silent rank, none left
+            silent = []
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
                                                   listed=last and tables_cover(summary, 1 + len(siblings)),
-                                                  closing_signals=closing_signals,
-                                                  silent=silent_ranks([d, *siblings], fails) if last and siblings else None)
+                                                  closing_signals=closing_signals, silent=silent)
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:
@@ -276,16 +208,6 @@ def tables_cover(summary: list[dict], nodes: int) -> bool:
     """torchrun's failure tables were read for every node of the job: a rank they do not list did not fail (torchrun
     lists every rank that did). One node's table says nothing of another node's silent rank (killed there)."""
     return bool(summary) and (nodes == 1 or len({rec.get("host") for rec in summary}) >= nodes)
-
-
-def silent_ranks(folders: list[Path], fails: list[RankFailure]) -> list[RankFailure]:
-    """The ranks of one attempt spread over several nodes' folders that left no failure record: the job's ranks are
-    0 .. (its local rank folders in all) - 1, so those no record names. Which folder is whose is not known (a rank
-    SIGKILLed before it printed shows no `[rank<R>]:` line): by number only, host unknown."""
-    count = sum(1 for folder in folders for d in job_files.subdirs(folder) if parse_int(d.name, hi=1 << 20) is not None)
-    named = {f.rank for f in fails}
-    return [RankFailure(rank=rank, local_rank=None, host=None, exit_code=None, category="signal",
-                        reason="left no error record") for rank in range(count) if rank not in named]
 
 
 def unlisted(found: list[RankFailure], fails: list[RankFailure]) -> list[RankFailure]:

@@ -18,6 +18,7 @@ from ..judge import attribution
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
 from . import analysis
+from .node_folders import rdzv_id_of
 from .trainer_run import stacks_on_file
 
 
@@ -81,9 +82,7 @@ def job_run_id(logs: Path) -> str:
 
     if any(os.environ.get(v, "").strip() for v in documents.RUN_ID_VARS):  # --run-id, a scheduler's job id
         return documents.new_run_id()
-    # torch names each run's folder mkdtemp(prefix=f"{rdzv_id}_"): the id, "_", 8 random characters
-    ids = sorted({p.parent.name[:-9] for p in logs.glob("*/attempt_*") if len(p.parent.name) > 9
-                  and p.parent.name[-9] == "_"})
+    ids = sorted({rdzv_id_of(p.parent) for p in logs.glob("*/attempt_*")} - {None})
     if len(ids) == 1 and ids[0] != "none":
         try:
             check_run_id(ids[0], "the log dir")

@@ -2,14 +2,14 @@
 killed with SIGKILL from outside. Each node's torchrun makes its own `<rdzv id>_<random>` folder in DIR; postmortem
 read only the newest and took every table record's logs from it, so srun's merged output (every node's failure
 table) named rank 0, which only lost its peer, with rank 0's logs read from the killed rank's folder. Now the job's
-folders are read together (rank_dir_of, same_job_runs), and with run-trainer each other node's own table is read
+folders are read together (postmortem/node_folders.py), and with run-trainer each other node's own table is read
 too (node_summary). The layouts and texts below are the real run's (tests/integration/test_slurm.py)."""
 from __future__ import annotations
 
 import json
 import os
 
-from ddpdoctor.forensics.postmortem import analysis
+from ddpdoctor.forensics.postmortem import analysis, node_folders
 from tests.unit.helpers import run_cli
 
 PEER_LOST = """[W1129 01:21:52.323801498 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved.
@@ -111,8 +111,8 @@ def test_a_rerun_into_the_same_log_dir_is_not_read_as_the_job_s_other_nodes(tmp_
     (old / "stderr.log").write_text(PEER_LOST.format(r=0))
     for d in (old.parent, old.parent.parent):
         os.utime(d, (1000 - 3600, 1000 - 3600))  # an hour before: another job's rendezvous
-    assert [p.parent.name for p in analysis.same_job_runs(logs)] == ["none_1nw9aurb", "none_29a41nqb"]
-    assert analysis.rdzv_id_of(logs / "none__uubosbl") == "none"
+    assert [p.parent.name for p in node_folders.same_job_runs(logs)] == ["none_1nw9aurb", "none_29a41nqb"]
+    assert node_folders.rdzv_id_of(logs / "none__uubosbl") == "none" and node_folders.rdzv_id_of(logs / "x") is None
 
 
 def test_run_trainer_reads_the_other_node_s_own_table_for_a_rank_killed_there(tmp_path):
@@ -138,3 +138,25 @@ def test_a_job_stopped_by_its_time_limit_is_not_verified_with_every_node_s_ranks
         log.write_text("")
     code, doc = postmortem(logs)
     assert code == 5 and "3 rank(s) in the logs" in doc["root_cause"]["message"], doc["root_cause"]
+
+
+STOPPED = ("W1129 01:14:25.777000 25986 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
+           "shutting down workers\n")
+
+
+def test_a_rank_whose_peer_died_first_as_the_scheduler_stopped_them_all_is_a_consequence_of_the_stop(tmp_path):
+    """scancel under a real SLURM: SIGTERM reaches every rank at once, and rank 2's all_reduce broke as a peer died
+    first ("Connection closed by peer"), the others silent. With torchrun's word of the stop: stopped from outside,
+    rank 2 a consequence (it said "one of rank 0, rank 1 ended or was killed without a trace"); from the log dir
+    alone the stop cannot be told from a kill -9: no rank named, never a pass."""
+    logs = shared_log_dir(tmp_path)
+    (next(logs.glob("none_1nw9aurb/attempt_0/0")) / "stderr.log").write_text("")  # rank 0 silent too
+    agent = tmp_path / "task-0.err"
+    agent.write_text(STOPPED)
+    code, doc = postmortem(logs, "--agent-log", agent)
+    rc = doc["root_cause"]
+    assert code == 1 and rc["error_type"] == "stopped_from_outside" and rc["signal"] == "SIGTERM", rc
+    assert doc["culprit_ranks"] == [] and [(c["rank"], c["category"]) for c in doc["consequences"]] == [
+        (2, "peer_lost")]
+    code, doc = postmortem(logs)
+    assert code == 1 and doc["culprit_ranks"] == [] and doc["root_cause"]["error_type"] == "no_culprit_candidates"
