@@ -43,15 +43,9 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
     scheduler's time limit or scancel sends SIGTERM to the whole job) or its dumps hold a collective pending for
     ``stalled`` seconds: not a pass. A hung job (a collective pending STALLED_S or more) gets the rank the dumps'
     verdict (``hang``) names as its root cause, else no rank; a stop with no sign of a hang is said as such.
-    ``fix``: what would have told (run-trainer's own runs: a threshold below the scheduler's limit). A rank whose
-    collective broke because a peer died first, as the stop reached every process at once, failed of no fault of
-    its own: a consequence of the stop."""
-    if (verdict.root_cause is not None and not _only_consequences(verdict)) or (
-            signal is None and (stalled is None or stalled < STALLED_S)):
+    ``fix``: what would have told (run-trainer's own runs: a threshold below the scheduler's limit)."""
+    if verdict.root_cause is not None or (signal is None and (stalled is None or stalled < STALLED_S)):
         return
-    if verdict.root_cause is not None:
-        verdict.consequences.insert(0, verdict.root_cause)
-        verdict.root_cause = None
     by = (f"stopped from outside ({signal}: a scheduler's time limit, scancel or an operator)" if signal
           else "stopped")
     hung = stalled is not None and stalled >= STALLED_S
@@ -84,9 +78,12 @@ def stopped_from_outside(verdict: Findings, hang: dict | None, stalled: float | 
         fix=fix)
 
 
-def _only_consequences(verdict: Findings) -> bool:
-    """Every failure recorded is a consequence (a lost peer, the launcher's stop): none failed of its own."""
-    return all(f.victim for f in (verdict.root_cause, *verdict.consequences))
+def stop_explains(failures: list[RankFailure]) -> bool:
+    """torchrun was stopped from outside and every failure recorded is one the stop itself makes: a rank whose
+    collective broke as the stop (SIGTERM to every process at once) reached a peer first ("Connection closed by
+    peer"), or one the launcher stopped. None failed of its own: the stop is judged (stopped_from_outside), not a
+    guess at which silent rank left first."""
+    return bool(failures) and all(f.victim and f.category in ("peer_lost", "stopped", "signal") for f in failures)
 
 
 # The dumps' verdicts that place one rank behind the others by its records alone (sequence ids, the call it never

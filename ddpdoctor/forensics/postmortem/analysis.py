@@ -19,6 +19,7 @@ from ..evidence import job_files
 from ..evidence.job_files import global_rank_of
 from ..judge import attribution
 from ..evidence.model import RankFailure
+from ..judge.stopped import stop_explains
 from ..judge.verdict import Findings
 from ..judge.classify import (ABORT, classify, exception_line, last_traceback,
                               user_frame)
@@ -197,6 +198,8 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
                                                   listed=last and tables_cover(summary, 1 + len(siblings)),
                                                   closing_signals=closing_signals, silent=silent)
+        if last and verdict.stopped_by and root is not None and stop_explains([root, *rest]):
+            root, rest = None, [root, *rest]  # consequences of the stop from outside, which engine then judges
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:

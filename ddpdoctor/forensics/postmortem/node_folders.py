@@ -41,31 +41,39 @@ def rank_dir_of(rec: dict, attempt_dir: Path, siblings: list[Path]) -> Path | No
 
 
 # `srun torchrun ... --log-dir DIR` with DIR shared: each node's torchrun makes its own `<rdzv id>_<random>` folder
-# in it. Their first attempt folders are made as the rendezvous they complete together ends, within seconds of each
-# other; another job's (a rerun into the same DIR) are a whole rendezvous and start-up apart.
-SAME_START_S = 30.0
+# in it. Their first attempt folders are made as the rendezvous they complete together ends, within a second or two
+# of each other here (loaded machines: a few); a rerun into the same DIR is a start-up and a rendezvous later, and
+# holds the same ranks again.
+SAME_START_S = 10.0
 
 
 def same_job_runs(logs: Path) -> list[Path]:
     """The last attempt folders of the other nodes of the newest job in a shared log dir: run folders beside the
-    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its."""
+    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its
+    and whose ranks (torch's `[rank<R>]:` lines) are none of the ranks already taken."""
     runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
-    if len(runs) < 2:
-        return []
-    newest = runs[-1]
     mine = attempts(logs)
-    if not mine:
+    if len(runs) < 2 or not mine:
         return []
-    started = job_files.mtime(mine[0])
+    started, taken = job_files.mtime(mine[0]), shown_ranks(mine[-1])
     out = []
-    for run in runs[:-1]:
-        if rdzv_id_of(run) is None or rdzv_id_of(run) != rdzv_id_of(newest):
+    for run in reversed(runs[:-1]):
+        if rdzv_id_of(run) is None or rdzv_id_of(run) != rdzv_id_of(runs[-1]):
             continue
         tries = [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
                                                   "attempt_")]
-        if len(tries) == len(mine) and abs(job_files.mtime(tries[0]) - started) <= SAME_START_S:
+        if len(tries) != len(mine) or abs(job_files.mtime(tries[0]) - started) > SAME_START_S:
+            continue
+        ranks = shown_ranks(tries[-1])
+        if not ranks & taken:
             out.append(tries[-1])
+            taken |= ranks
     return out
+
+
+def shown_ranks(attempt_dir: Path) -> set[int]:
+    """The global ranks an attempt folder's logs show (torch's `[rank<R>]:` lines; a rank that printed none: not)."""
+    return {r for r in (global_rank_of(d) for d in job_files.subdirs(attempt_dir)) if r is not None}
 
 
 def rdzv_id_of(run: Path) -> str | None:

@@ -111,7 +111,7 @@ def test_a_rerun_into_the_same_log_dir_is_not_read_as_the_job_s_other_nodes(tmp_
     (old / "stderr.log").write_text(PEER_LOST.format(r=0))
     for d in (old.parent, old.parent.parent):
         os.utime(d, (1000 - 3600, 1000 - 3600))  # an hour before: another job's rendezvous
-    assert [p.parent.name for p in node_folders.same_job_runs(logs)] == ["none_1nw9aurb", "none_29a41nqb"]
+    assert sorted(p.parent.name for p in node_folders.same_job_runs(logs)) == ["none_1nw9aurb", "none_29a41nqb"]
     assert node_folders.rdzv_id_of(logs / "none__uubosbl") == "none" and node_folders.rdzv_id_of(logs / "x") is None
 
 
@@ -160,3 +160,16 @@ def test_a_rank_whose_peer_died_first_as_the_scheduler_stopped_them_all_is_a_con
         (2, "peer_lost")]
     code, doc = postmortem(logs)
     assert code == 1 and doc["culprit_ranks"] == [] and doc["root_cause"]["error_type"] == "no_culprit_candidates"
+
+
+def test_a_quick_rerun_on_one_node_is_told_from_another_node_by_its_ranks(tmp_path):
+    """A job started within seconds of another into the same log dir (a crash at start-up, a retry wrapper) holds
+    the same ranks again: rank 2's traceback in two folders is two jobs, never one job's two nodes; the folder
+    nearer the newest is this job's."""
+    logs = shared_log_dir(tmp_path)
+    before = logs / "none_before00" / "attempt_0" / "0"
+    before.mkdir(parents=True)
+    (before / "stderr.log").write_text(PEER_LOST.format(r=2))
+    for d in (before.parent, before.parent.parent):
+        os.utime(d, (995, 995))  # 5 s before: inside SAME_START_S, only its ranks tell it apart
+    assert sorted(p.parent.name for p in node_folders.same_job_runs(logs)) == ["none_1nw9aurb", "none_29a41nqb"]
