@@ -178,22 +178,13 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         host = None  # several nodes' folders in one log dir: which is this machine's, none says
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
-        fails = failures_of_attempt(d, i, host, summary if last else None, siblings if last else [])
-        for sibling in siblings if last else []:  # the job's other nodes, in the same log dir: read as this one
-            fails += unlisted(failures_of_attempt(sibling, i, None, None), fails)
-        if last and fails and all(f.victim for f in fails):
-            # Every local rank is a consequence: the cause is on another node. Read its records when the
-            # run dir is shared (the post-mortem then names the same root cause on every node), with its
-            # torchrun's table where it kept one.
-            for other_host, other in other_nodes(logs):
-                if other not in siblings:
-                    fails += unlisted(failures_of_attempt(other, i, other_host, node_summary(other, logs)), fails)
+        fails = last_failures(logs, d, i, host, summary, siblings) if last else failures_of_attempt(d, i, host, None)
         attribution.refine_timeouts(fails)
         if last:
             verdict.failures = list(fails)
             verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
         silent = silent_ranks([d, *siblings], fails) if last and siblings else None  # over the job's folders
-        if verdict.stopped_by:  # torchrun was stopped from outside: the stop explains every silent rank, none left
+        if last and verdict.stopped_by:  # torchrun was stopped from outside: the stop explains every silent rank
             silent = []
         root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
                                                   listed=last and tables_cover(summary, 1 + len(siblings)),
@@ -205,6 +196,21 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def last_failures(logs: Path, d: Path, i: int, host: str | None, summary: list[dict],
+                  siblings: list[Path]) -> list[RankFailure]:
+    """The last attempt's failures: this node's (a table's records read from their own node's folder), those of the
+    job's other nodes in the same log dir, and, when every one is only a consequence, the other nodes' of a shared
+    run dir (the post-mortem then names the same root cause on every node), with their torchrun's table."""
+    fails = failures_of_attempt(d, i, host, summary, siblings)
+    for sibling in siblings:
+        fails += unlisted(failures_of_attempt(sibling, i, None, None), fails)
+    if fails and all(f.victim for f in fails):  # the cause is on another node
+        for other_host, other in other_nodes(logs):
+            if other not in siblings:
+                fails += unlisted(failures_of_attempt(other, i, other_host, node_summary(other, logs)), fails)
+    return fails
 
 
 def tables_cover(summary: list[dict], nodes: int) -> bool:
