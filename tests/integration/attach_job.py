@@ -5,18 +5,54 @@ ATTACH_DIR when it reaches the place the test reads it at.
 `ddp`: DistributedDataParallel (its gradient all_reduce inside loss.backward(), from C++): rank 1 first takes
 one long step (ATTACH_LONG_S seconds of CPU in its own code, before its backward: rank 0 waits in DDP's
 Reducer meanwhile; long<rank> marks its start), then hangs before the backward of a later step (sleeping, as a
-stuck data loader or a deadlock would), where every other rank waits in DDP's Reducer (ready<rank>)."""
-import datetime
-import os
-import time
-from pathlib import Path
+stuck data loader or a deadlock would), where every other rank waits in DDP's Reducer (ready<rank>).
 
-import torch
-import torch.distributed as dist
+ready<rank> holds the rank's pid (a test kills it from outside, as the OOM killer would). With
+ATTACH_DUMP_ON_SIGTERM=1 each rank writes its flight record to $TORCH_FR_DUMP_TEMP_FILE<rank> (torch's naming) when
+a scheduler's SIGTERM reaches it, as a user arranges for `ddpdoctor postmortem --fr-dir`, then dies of the signal."""
+import os
+import signal
+import threading
+
+
+def dump_on_sigterm():
+    """A thread waits for SIGTERM (blocked in every thread, so none dies of it first): a rank blocked inside a
+    gloo collective never returns to Python, where a signal handler would run. Called before torch starts any
+    thread, which inherits the mask."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait():
+        signal.sigwait({signal.SIGTERM})
+        path = os.environ["TORCH_FR_DUMP_TEMP_FILE"] + os.environ["RANK"]
+        with open(path + ".part", "wb") as fh:
+            fh.write(dump_fr())
+        os.replace(path + ".part", path)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action, here: the rank dies of the signal
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+if os.environ.get("ATTACH_DUMP_ON_SIGTERM"):
+    dump_on_sigterm()
+
+import datetime  # noqa: E402  (after the signal mask: torch's threads inherit it)
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def dump_fr() -> bytes:
+    """torch's flight record, pickled, as its TORCH_FR_DUMP_TEMP_FILE dump holds it."""
+    import torch._C._distributed_c10d as c10d
+
+    return c10d._dump_fr_trace()
 
 
 def ready(rank):
-    Path(os.environ["ATTACH_DIR"], f"ready{rank}").write_text("1")
+    Path(os.environ["ATTACH_DIR"], f"ready{rank}").write_text(str(os.getpid()))
 
 
 def own_compute(seconds):
@@ -63,6 +99,10 @@ def main():
         return ddp(rank)
     t = torch.ones(8)
     dist.all_reduce(t)
+    if os.environ.get("ATTACH_DUMP_ON_SIGTERM"):
+        # torch 2.13's first dump of a record with entries imports sympy (4 s here, more on a loaded machine: past a
+        # scheduler's KillWait, its SIGKILL came first): once now, so the dump at the stop is instant
+        dump_fr()
     ready(rank)
     if shape == "stuck":
         if rank == 1:

@@ -1,7 +1,9 @@
 """ddpdoctor under a real SLURM (tests/slurm_cluster.py: slurmctld + three slurmd in network namespaces), run as
 users type it: `srun ... ddpdoctor preflight`, the sbatch script that forgets srun, `srun ... ddpdoctor
 run-trainer` with the reference trainer and with a script whose rank on node 3 hangs, and one node whose
-firewall drops the master port. One cluster for the module (bring-up under a second); nothing is left behind."""
+firewall drops the master port; `srun torchrun` jobs hung (attach), then stopped by scancel or their time limit,
+or one rank killed with SIGKILL (postmortem, run-trainer). One cluster for the module (bring-up under a second);
+nothing is left behind."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, unavailable
+from tests.slurm_cluster import SlurmCluster, running, unavailable
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -53,12 +55,8 @@ def test_teardown_leaves_nothing_behind_even_when_the_test_fails():
 
 @pytest.fixture(scope="module")
 def slurm():
-    cluster = SlurmCluster().up()
-    try:
+    with running(SlurmCluster()) as cluster:
         yield cluster
-    finally:
-        cluster.down()
-        assert cluster.leftovers() == []
 
 
 def srun(cluster: SlurmCluster, *argv: str, timeout: float, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -206,8 +204,8 @@ def test_srun_run_trainer_user_script_hanging_on_node3_is_named_by_every_node(sl
     assert len(docs) == 3, p.stdout[-3000:]
     for doc in docs:
         rc = doc["root_cause"]
-        assert rc["category"] == "hang" and rc["rank"] == 2, rc
-        assert "train_hangs.py" in (rc.get("location") or ""), rc
+        assert rc["category"] == "hang" and rc["rank"] == 2 and rc["host"] == "node3", rc
+        assert (rc.get("location") or "").endswith("train_hangs.py:11"), rc  # its line: the sleep it never leaves
 
 
 ATTACH_JOB = Path(__file__).with_name("attach_job.py")
@@ -298,24 +296,34 @@ def _task_documents(where) -> list[dict]:
     return [json.loads(f.read_text()) for f in files]
 
 
+def srun_torchrun(slurm, where: Path, name: str, nproc: int, port: int, shape: str = "stuck",
+                  srun_opts: tuple = (), merged: bool = False, **job_env: str) -> subprocess.Popen:
+    """`srun -N3 --ntasks-per-node=1 [srun_opts] torchrun --nnodes 3 --nproc-per-node NPROC ...` as torchtitan's and
+    most SLURM templates start a job: one torchrun agent per node (with srun's SLURM_PROCID), its workers the ranks
+    (attach_job.py in ``shape``), their logs in a shared --log-dir (``where``/logs), each agent's own output in its
+    srun --error file (``where``/agents/task-<node>.err), or with ``merged`` every task's output in srun's own
+    stderr, ``where``/job.err, as `srun ... 2> FILE` or sbatch's slurm-<job>.out has it. The srun client; one job
+    per node count and shape, the same code (no job changes its shape)."""
+    env = user_env(slurm)
+    env.update(ATTACH_DIR=str(where), ATTACH_SHAPE=shape, OMP_NUM_THREADS="1", **job_env)
+    (where / "agents").mkdir()
+    slurm.wait_idle()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc-per-node", str(nproc),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node1:{port}", "--redirects", "3", "--log-dir",
+                str(where / "logs"), str(ATTACH_JOB)]
+    return subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", name, *srun_opts,
+                             *(() if merged else per_task(where / "agents")), *torchrun],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=open(where / "job.err", "wb"))
+
+
 @pytest.fixture
 def srun_torchrun_job_stuck(slurm, tmp_path):
-    """`srun -N3 --ntasks-per-node=1 torchrun --nnodes 3 --nproc-per-node 2 ...` as torchtitan's and most SLURM
-    templates start a job: one torchrun agent per node (with srun's SLURM_PROCID), its workers the ranks, their
-    logs in a shared --log-dir, each agent's own output in its srun --error file. Rank 1 (node1's second worker)
-    is stuck in its own code. Yields (job id, the srun client, the log dir, the folder of the agents' outputs)."""
-    env = user_env(slurm)
-    env.update(ATTACH_DIR=str(tmp_path), ATTACH_SHAPE="stuck", OMP_NUM_THREADS="1")
-    logs, agents = tmp_path / "logs", tmp_path / "agents"
-    agents.mkdir()
-    slurm.wait_idle()
-    job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "stuck-tr", *per_task(agents),
-                            sys.executable, "-m", "torch.distributed.run", "--nnodes", "3", "--nproc-per-node", "2",
-                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29564", "--redirects", "3",
-                            "--log-dir", str(logs), str(ATTACH_JOB)], env=env, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.err", "wb"))
+    """srun_torchrun with two ranks per node; rank 1 (node1's second worker) is stuck in its own code. Yields (job
+    id, the srun client, the log dir, the folder of the agents' outputs)."""
+    job = srun_torchrun(slurm, tmp_path, "stuck-tr", nproc=2, port=29564)
     with _running(slurm, job, "stuck-tr", tmp_path, ranks=6, limit=180) as jobid:
-        yield jobid, job, logs, agents
+        yield jobid, job, tmp_path / "logs", tmp_path / "agents"
 
 
 @pytest.mark.timeout(420)
@@ -325,7 +333,8 @@ def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_sa
     rank and the master said "the job progresses ... exit 0" on a job hung for minutes: now every node's attach
     walks through the agent to its two workers, and the master names rank 1 at its line. Then scancel (SIGTERM to
     every process of the step at once): postmortem of the log dir said "pass", exit 0; now, from the log dir alone,
-    "not verified" (exit 5), and with an agent's own output, the stop from outside (exit 1)."""
+    "not verified" (exit 5, or no rank named: assert_never_an_innocent), and with an agent's own output, the stop
+    from outside (exit 1)."""
     jobid, job, logs, agents = srun_torchrun_job_stuck
     out = tmp_path / "attach"
     out.mkdir()
@@ -340,15 +349,130 @@ def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_sa
     scancel = subprocess.run(["scancel", jobid], env=slurm.env(), timeout=30, capture_output=True, text=True)
     assert scancel.returncode == 0, scancel.stderr
     job.wait(timeout=90)
-    pm = subprocess.run([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), "--json", "--no-save"],
-                        capture_output=True, text=True, timeout=120)
-    doc = json.loads(pm.stdout)
-    assert pm.returncode == 5 and doc["verdict"] == "warn", (pm.returncode, doc.get("root_cause"), pm.stderr[-2000:])
+    code, doc = postmortem(logs)
+    assert_never_an_innocent(code, doc)
     agent_log = next(f for f in sorted(agents.glob("task-*.err")) if "SIGTERM" in f.read_text(errors="replace"))
-    pm = subprocess.run([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), "--agent-log", str(agent_log),
-                         "--json", "--no-save"], capture_output=True, text=True, timeout=120)
-    doc = json.loads(pm.stdout)
+    code, doc = postmortem(logs, "--agent-log", agent_log)
     rc = doc["root_cause"]
-    assert pm.returncode == 1 and doc["verdict"] == "fail", (pm.returncode, rc, pm.stderr[-2000:])
+    assert code == 1 and doc["verdict"] == "fail", (code, rc)
     assert rc["error_type"] in ("stopped_from_outside", "stopped_while_hung") and "SIGTERM" in rc["message"], rc
     assert rc["rank"] in (None, 1), rc  # never an innocent rank
+
+
+def postmortem(logs: Path, *args) -> tuple[int, dict]:
+    """`ddpdoctor postmortem LOGS ARGS --json --no-save`: its exit code and document."""
+    p = subprocess.run([sys.executable, "-m", "ddpdoctor", "postmortem", str(logs), *map(str, args), "--json",
+                        "--no-save"], capture_output=True, text=True, timeout=120)
+    assert p.stdout.startswith("{"), p.stderr[-3000:]
+    return p.returncode, json.loads(p.stdout)
+
+
+def assert_never_an_innocent(code: int, doc: dict) -> None:
+    """A hung job stopped from outside, from its log dir alone: "not verified" (exit 5). Or, where a rank's collective
+    broke as the stop reached a peer first ("Connection closed by peer"), the others silent: exit 1 and no rank
+    named, or rank 1 when it alone is silent (the log dir cannot tell that stop from a kill -9). Never a pass, never
+    a rank that waited."""
+    assert code in (1, 5) and doc["verdict"] != "pass" and doc["culprit_ranks"] in ([], [1]), (code, doc["root_cause"])
+    if code == 1:
+        assert any(c["category"] == "peer_lost" for c in doc["consequences"]), doc["consequences"]
+
+
+@pytest.mark.timeout(300)
+def test_srun_torchrun_one_rank_per_node_hung_attach_names_it_then_the_time_limit_and_postmortem_say_the_stop(
+        slurm, tmp_path):
+    """Issue 45 on the real scheduler, one rank per node (`srun -N3 torchrun --nproc-per-node 1`), rank 1 on node2
+    stuck in its own code: attach on every node names rank 1 on node2 at its line. Then the job's time limit stops it:
+    slurmctld checks limits every 30 s and a limit is whole minutes, so the job runs under `--time=10` and its limit
+    is cut to 1 minute once attach is done (`scontrol update TimeLimit=1`: an attach slowed by a loaded machine is
+    never cut short by the stop it precedes); SIGTERM reaches every process of the step at once, SIGKILL after
+    KillWait. Each rank dumps its flight record on the SIGTERM (TORCH_FR_DUMP_TEMP_FILE). postmortem: never "pass";
+    from the log dir alone "not verified" (exit 5; assert_never_an_innocent); with torchrun's output (a node's srun --error file) the stop from
+    outside (each node's); with the dumps, rank 1, the rank the others waited for."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    started = time.monotonic()
+    job = srun_torchrun(slurm, tmp_path, "timed", nproc=1, port=29566, srun_opts=("--time=10",),
+                        ATTACH_DUMP_ON_SIGTERM="1", TORCH_FR_BUFFER_SIZE="200",
+                        TORCH_FR_DUMP_TEMP_FILE=f"{dumps}/rank_")
+    with _running(slurm, job, "timed", tmp_path, ranks=3, limit=150) as jobid:
+        out = tmp_path / "attach"
+        out.mkdir()
+        master = _attach_on_every_node(slurm, jobid, out, "node1:29567")
+        diag = master["diagnosis"]
+        assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
+        culprit = diag["culprits"][0]
+        assert culprit["host"] == "node2" and culprit["where"].startswith(str(ATTACH_JOB)), culprit
+        assert culprit["function"] == "own_compute", culprit
+        assert sorted((r["rank"], r["host"]) for r in master["ranks"]) == [(0, "node1"), (1, "node2"), (2, "node3")]
+        assert job.poll() is None, "attach must leave the job running"
+        update = subprocess.run(["scontrol", "update", f"JobId={jobid}", "TimeLimit=1"], env=slurm.env(), timeout=30,
+                                capture_output=True, text=True)
+        assert update.returncode == 0, update.stderr
+        job.wait(timeout=150)  # at slurmctld's first limit check past a minute from the start
+        lasted = time.monotonic() - started
+    agents = sorted((tmp_path / "agents").glob("task-*.err"))
+    said = "".join(f.read_text(errors="replace") for f in agents)
+    assert "DUE TO TIME LIMIT" in said, said[-3000:]  # slurmstepd's word: the limit, not the test's scancel
+    assert sorted(p.name for p in dumps.iterdir()) == ["rank_0", "rank_1", "rank_2"], said[-3000:]
+    logs = tmp_path / "logs"
+
+    code, doc = postmortem(logs)
+    assert_never_an_innocent(code, doc)
+    if code == 5:
+        assert "3 rank(s) in the logs" in doc["root_cause"]["message"], doc["root_cause"]  # every node's folder read
+    for agent in agents:  # each node's torchrun output
+        code, doc = postmortem(logs, "--agent-log", agent)
+        rc = doc["root_cause"]
+        assert code == 1 and rc["error_type"] == "stopped_from_outside", (agent.name, code, rc)
+        assert "SIGTERM" in rc["message"] and rc["rank"] is None, rc
+    # with the dumps, rank 1: "stopped while hung" (from the dumps alone, "missing_rank" where a rank's collective
+    # broke as the stop reached a peer first: that failure, not a stop, is then what the log dir records)
+    for args, said in ((("--fr-dir", dumps), ("stopped_while_hung", "missing_rank")),
+                       (("--agent-log", agents[1], "--fr-dir", dumps), ("stopped_while_hung",))):
+        code, doc = postmortem(logs, *args)
+        rc = doc["root_cause"]
+        assert code == 1 and rc["error_type"] in said and rc["rank"] == 1, (args, code, rc)
+        assert doc["culprit_ranks"] == [1], (args, doc["culprit_ranks"])
+    print(f"job lasted {lasted:.0f} s")
+
+
+@pytest.mark.timeout(240)
+def test_srun_torchrun_rank_killed_9_from_outside_is_named_with_its_signal(slurm, tmp_path):
+    """Issue 45: one rank of `srun -N3 torchrun --nproc-per-node 1` killed with SIGKILL from outside mid-training, as
+    the OOM killer does; the others' collectives break ("Connection closed by peer") and each torchrun ends. No
+    error file, no traceback for the killed rank. postmortem of the log dir: never exit 0 and never a rank that
+    only waited; with torchrun's output (srun's merged stderr: every node's torchrun), rank 1 and SIGKILL."""
+    job = srun_torchrun(slurm, tmp_path, "killed", nproc=1, port=29568, shape="healthy", merged=True)
+    with _running(slurm, job, "killed", tmp_path, ranks=3, limit=150):
+        os.kill(int((tmp_path / "ready1").read_text()), signal.SIGKILL)  # one PID namespace: the node's process
+        assert job.wait(timeout=120) != 0
+    logs, merged = tmp_path / "logs", tmp_path / "job.err"
+    code, doc = postmortem(logs)
+    assert code in (1, 5) and doc["verdict"] != "pass", (code, doc["root_cause"])
+    assert doc["culprit_ranks"] in ([], [1]), doc["root_cause"]
+    code, doc = postmortem(logs, "--agent-log", merged)
+    rc = doc["root_cause"]
+    assert code == 1 and rc["rank"] == 1 and rc["signal"] == "SIGKILL", (code, rc)
+    assert doc["culprit_ranks"] == [1], doc["culprit_ranks"]
+
+
+@pytest.mark.timeout(240)
+def test_srun_run_trainer_rank_killed_9_from_outside_is_named_by_every_node(slurm, tmp_path):
+    """The same kill -9 under `srun -N3 ddpdoctor run-trainer --nproc-per-node 1`: every node names rank 1 and
+    SIGKILL, never a rank that only waited, never exit 0."""
+    env = user_env(slurm)
+    env.update(ATTACH_DIR=str(tmp_path), ATTACH_SHAPE="healthy", OMP_NUM_THREADS="1")
+    slurm.wait_idle()
+    job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "killed-rt", *per_task(tmp_path),
+                            *TRAINER, "--master", "node1:29569", "--run-dir", str(tmp_path / "runs"), "--json",
+                            "--no-preflight", "--", str(ATTACH_JOB)], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.err", "wb"))
+    with _running(slurm, job, "killed-rt", tmp_path, ranks=3, limit=150):
+        os.kill(int((tmp_path / "ready1").read_text()), signal.SIGKILL)
+        assert job.wait(timeout=150) != 0
+    docs = _task_documents(tmp_path)
+    assert len(docs) == 3, (tmp_path / "job.err").read_text()[-3000:]
+    for doc in docs:
+        rc = doc["root_cause"]
+        assert doc["exit_code"] != 0 and rc["rank"] == 1 and rc["signal"] == "SIGKILL", rc
+        assert doc["culprit_ranks"] == [1], doc["culprit_ranks"]

@@ -92,10 +92,12 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
 
 
 def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str, listed: bool = True, closing_signals: int = 0) -> tuple[RankFailure | None, list[RankFailure]]:
+                     host: str | None, listed: bool = True, closing_signals: int = 0,
+                     silent: list[RankFailure] | None = None) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
     out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right). ``closing_signals``:
-    how many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left)."""
+    how many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left).
+    ``silent``: the ranks with no record, when the caller read several nodes' folders (else this attempt's)."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason, root.named = DETECTOR, False  # gloo aborts the rank that receives a message of another size
@@ -103,7 +105,7 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     if fails and any(f.category == "peer_lost" for f in fails) and all(
             f.category == "peer_lost" or (f.category == "signal" and f.victim and f.signal in ("SIGTERM", "SIGINT"))
             for f in fails):
-        departed = _ranks_without_record(attempt_dir, fails, host)
+        departed = silent if silent is not None else _ranks_without_record(attempt_dir, fails, host)
         # torchrun stops the ranks still running after the first failure and lists none of them: as many
         # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed
         if departed and closing_signals < len(departed):
@@ -117,7 +119,7 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     stopped = [f for f in fails if f.rank not in waited and ((f.category in ("signal", "unknown")
                and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
                     or (f.signal == "SIGKILL" and f.victim))) or stopped_in_own_code(f))]
-    silent = _ranks_without_record(attempt_dir, fails, host)
+    silent = silent if silent is not None else _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
     # broke (their traceback runs through the collective).

@@ -79,6 +79,14 @@ def stopped_from_outside(verdict: Findings, hang: Judged | None, stalled: float 
         fix=fix)
 
 
+def stop_explains(failures: list[RankFailure]) -> bool:
+    """torchrun was stopped from outside and every failure recorded is one the stop itself makes: a rank whose
+    collective broke as the stop (SIGTERM to every process at once) reached a peer first ("Connection closed by
+    peer"), or one the launcher stopped. None failed of its own: the stop is judged (stopped_from_outside), not a
+    guess at which silent rank left first."""
+    return bool(failures) and all(f.victim and f.category in ("peer_lost", "stopped", "signal") for f in failures)
+
+
 # The dumps' verdicts that place one rank behind the others by its records alone (sequence ids, the call it never
 # made): at a stop from outside, the likely rank the job waited for.
 BEHIND = (Category.MISSING_RANK, Category.MISSING_PEER, Category.NEVER_INITIALIZED, Category.DESYNC,

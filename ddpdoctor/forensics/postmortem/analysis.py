@@ -19,9 +19,11 @@ from ..evidence import job_files
 from ..evidence.job_files import global_rank_of
 from ..judge import attribution
 from ..evidence.model import RankFailure
+from ..judge.stopped import stop_explains
 from ..judge.verdict import Findings
 from ..judge.classify import (ABORT, classify, exception_line, last_traceback,
                               user_frame)
+from .node_folders import attempts, other_nodes, rank_dir_of, same_job_runs, silent_ranks  # noqa: F401 (engine's too)
 
 TAIL_LINES = 40
 # Line breaks as [ \t]*\r?\n[ \t]*, never \s*\n\s* (both \s* can take the newlines: quadratic on a run of blank
@@ -39,9 +41,11 @@ FATAL_SIGNALS = {"Aborted": 6, "Segmentation fault": 11, "Bus error": 7, "Floati
 # torchrun's agent, stopping the ranks still running after a failure: "Sending process 31723 closing signal SIGTERM"
 CLOSING_SIGNAL = re.compile(r"Sending process (\d{1,9}) closing signal SIG(?:TERM|INT)")
 # torchrun itself stopped from outside (a scheduler's time limit or scancel sends SIGTERM to every process of the
-# job): "SignalException: Process 16082 got signal: 15", or its "Received Signals.SIGTERM death signal" line.
-AGENT_SIGNALLED = re.compile(r"SignalException: Process \d{1,9} got signal: (\d{1,2})|Received Signals\.(SIG[A-Z]{2,6}) death "
-                             r"signal")
+# job): "SignalException: Process 16082 got signal: 15", or its "Received <signal> death signal" line, which is
+# what remains when the scheduler's SIGKILL (KillWait later) ends torchrun while it waits for its workers to stop.
+# The signal prints as "Signals.SIGTERM" under Python 3.10 and as "15" from 3.11 (an IntEnum's str is its number).
+AGENT_SIGNALLED = re.compile(r"SignalException: Process \d{1,9} got signal: (\d{1,2})|"
+                             r"Received (?:Signals\.(SIG[A-Z]{2,6})|(\d{1,2})) death signal")
 
 
 def agent_signal(text: str) -> str | None:
@@ -52,7 +56,7 @@ def agent_signal(text: str) -> str | None:
         if m.group(2):
             return m.group(2)
         try:
-            return signal.Signals(int(m.group(1))).name
+            return signal.Signals(int(m.group(1) or m.group(3))).name
         except ValueError:
             continue
     return None
@@ -115,31 +119,24 @@ def forced_kill(f: RankFailure) -> None:
              "state: `cat /proc/PID/stack`), or has a SIGTERM handler that does not exit: look at that host")
 
 
-def attempts(logs: Path) -> list[Path]:
-    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first (a folder
-    that is not attempt_<number>, such as attempt_final, is skipped with a note)."""
-    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
-    if not runs:
-        return []
-    tries = [d for d in job_files.subdirs(runs[-1]) if d.name.startswith("attempt_")]
-    return [d for _, d in job_files.numbered(tries, "attempt_")]
-
-
 # What socket.getfqdn() returns where the hostname maps to a loopback line of /etc/hosts (Debian's default,
 # many containers): torchrun's table then says "host: localhost" on every node, which names none of them.
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost4", "localhost4.localdomain4",
                             "localhost6", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback"})
 
 
-def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: list[dict] | None) -> list[RankFailure]:
+def failures_of_attempt(attempt_dir: Path, attempt: int, host: str | None, summary: list[dict] | None,
+                        siblings: list[Path] = ()) -> list[RankFailure]:
     """Failures of one attempt: from the agent's table when it has one, else from the error files left behind.
-    ``host``: the node these logs are from (its hostname), named instead of the table's loopback fqdn."""
+    ``host``: the node these logs are from (its hostname; None: not known), named instead of the table's loopback
+    fqdn. ``siblings``: the same attempt's folders of the job's other nodes in one shared --log-dir, where a
+    record's logs may be instead (same_job_runs)."""
     out = []
     if summary:
         for rec in summary:
             if str(rec.get("host", "")).lower() in LOOPBACK_NAMES:
                 rec = dict(rec, host=host)
-            out.append(failure_from(rec, attempt, attempt_dir / str(rec["local_rank"])))
+            out.append(failure_from(rec, attempt, rank_dir_of(rec, attempt_dir, siblings)))
         return out
     for _, rank_dir in job_files.numbered(job_files.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
@@ -159,42 +156,73 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str, summary: lis
     return out
 
 
-def other_nodes(logs: Path) -> list[tuple[str, Path]]:
-    """With a shared --run-dir every node's logs sit side by side: (host, latest attempt dir) of the others."""
-    out = []
-    for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
-        tries = attempts(node_dir)
-        if tries:
-            out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
-    return out
+def node_summary(attempt_dir: Path, logs: Path) -> list[dict] | None:
+    """Another node's torchrun failure table, from the agent.stderr.log run-trainer keeps in that node's log dir
+    (a rank SIGKILLed there leaves no trace in its own logs: only its torchrun's table says how it ended)."""
+    node_dir = attempt_dir.parent.parent
+    if node_dir == logs:  # a folder in the same shared torchrun --log-dir: that agent log is this node's own
+        return None
+    text = tail(node_dir / "agent.stderr.log", lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)
+    return parse_agent_summary(text) or None
 
 
-
-def analyse(logs: Path, agent_stderr: str, host: str) -> Findings:
+def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
     # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
     listed_pids = {rec.get("pid") for rec in summary}
     closing_signals = len({pid for pid in CLOSING_SIGNAL.findall(agent_stderr or "") if int(pid) not in listed_pids})
     verdict = Findings(root_cause=None, stopped_by=agent_signal(agent_stderr))
+    siblings = same_job_runs(logs)
+    if siblings:
+        host = None  # several nodes' folders in one log dir: which is this machine's, none says
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
-        fails = failures_of_attempt(d, i, host, summary if last else None)
-        if last and fails and all(f.victim for f in fails):
-            # Every local rank is a consequence: the cause is on another node. Read its records when the
-            # run dir is shared (the post-mortem then names the same root cause on every node).
-            for other_host, other in other_nodes(logs):
-                fails += failures_of_attempt(other, i, other_host, None)
+        fails = last_failures(logs, d, i, host, summary, siblings) if last else failures_of_attempt(d, i, host, None)
         attribution.refine_timeouts(fails)
         if last:
-            verdict.failures, verdict.world = list(fails), attempt_ranks(d, fails)
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host, listed=bool(summary) and last,
-                                                  closing_signals=closing_signals)
+            verdict.failures = list(fails)
+            verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
+        silent = silent_ranks([d, *siblings], fails) if last and siblings else None  # over the job's folders
+        if last and verdict.stopped_by:  # torchrun was stopped from outside: the stop explains every silent rank
+            silent = []
+        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
+                                                  listed=last and tables_cover(summary, 1 + len(siblings)),
+                                                  closing_signals=closing_signals, silent=silent)
+        if last and verdict.stopped_by and root is not None and stop_explains([root, *rest]):
+            root, rest = None, [root, *rest]  # consequences of the stop from outside, which engine then judges
         verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
                                  "consequences": [f.to_json() for f in rest]})
         if last:
             verdict.root_cause, verdict.consequences = root, rest
     return verdict
+
+
+def last_failures(logs: Path, d: Path, i: int, host: str | None, summary: list[dict],
+                  siblings: list[Path]) -> list[RankFailure]:
+    """The last attempt's failures: this node's (a table's records read from their own node's folder), those of the
+    job's other nodes in the same log dir, and, when every one is only a consequence, the other nodes' of a shared
+    run dir (the post-mortem then names the same root cause on every node), with their torchrun's table."""
+    fails = failures_of_attempt(d, i, host, summary, siblings)
+    for sibling in siblings:
+        fails += unlisted(failures_of_attempt(sibling, i, None, None), fails)
+    if fails and all(f.victim for f in fails):  # the cause is on another node
+        for other_host, other in other_nodes(logs):
+            if other not in siblings:
+                fails += unlisted(failures_of_attempt(other, i, other_host, node_summary(other, logs)), fails)
+    return fails
+
+
+def tables_cover(summary: list[dict], nodes: int) -> bool:
+    """torchrun's failure tables were read for every node of the job: a rank they do not list did not fail (torchrun
+    lists every rank that did). One node's table says nothing of another node's silent rank (killed there)."""
+    return bool(summary) and (nodes == 1 or len({rec.get("host") for rec in summary}) >= nodes)
+
+
+def unlisted(found: list[RankFailure], fails: list[RankFailure]) -> list[RankFailure]:
+    """The failures found of ranks ``fails`` does not hold yet (a table's record outranks a rank's own logs)."""
+    listed = {f.rank for f in fails if f.rank is not None}
+    return [f for f in found if f.rank is None or f.rank not in listed]
 
 
 def attempt_ranks(attempt_dir: Path, fails: list[RankFailure]) -> list[int]:

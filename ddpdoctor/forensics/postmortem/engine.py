@@ -18,6 +18,7 @@ from ..judge import attribution
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
 from . import analysis
+from .node_folders import rdzv_id_of
 from .trainer_run import adopt_call_sizes, stacks_on_file
 
 
@@ -67,8 +68,11 @@ def last_attempt_ranks(logs: Path, verdict) -> list[int]:
     mine = analysis.attempts(logs)[-1:]
     others = [attempt for _, attempt in analysis.other_nodes(logs)]
     ranks = {r for attempt in mine + others for r in analysis.attempt_ranks(attempt, verdict.failures)}
-    if not ranks and mine:  # plain torchrun keeps no rank's env: its local rank folders, as one node's ranks
-        ranks = {n for n in (parse_int(d.name, hi=1 << 20) for d in job_files.subdirs(mine[0])) if n is not None}
+    if not ranks and mine:  # plain torchrun keeps no rank's env: its local rank folders (every node's, when they
+        # share the log dir: the job's ranks are 0 .. their number - 1)
+        count = sum(1 for attempt in mine + others for d in job_files.subdirs(attempt)
+                    if parse_int(d.name, hi=1 << 20) is not None)
+        ranks = set(range(count))
     return sorted(ranks)
 
 
@@ -80,9 +84,7 @@ def job_run_id(logs: Path) -> str:
 
     if any(os.environ.get(v, "").strip() for v in documents.RUN_ID_VARS):  # --run-id, a scheduler's job id
         return documents.new_run_id()
-    # torch names each run's folder mkdtemp(prefix=f"{rdzv_id}_"): the id, "_", 8 random characters
-    ids = sorted({p.parent.name[:-9] for p in logs.glob("*/attempt_*") if len(p.parent.name) > 9
-                  and p.parent.name[-9] == "_"})
+    ids = sorted({rdzv_id_of(p.parent) for p in logs.glob("*/attempt_*")} - {None})
     if len(ids) == 1 and ids[0] != "none":
         try:
             check_run_id(ids[0], "the log dir")

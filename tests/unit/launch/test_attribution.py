@@ -442,6 +442,10 @@ def test_torchrun_s_own_words_say_it_was_stopped_from_outside():
     assert agent_signal("torch.distributed.elastic.multiprocessing.api.SignalException: Process 16082 got signal: 15"
                         ) == "SIGTERM"
     assert agent_signal("Received Signals.SIGINT death signal, shutting down workers") == "SIGINT"
+    # Python 3.11's torchrun (an IntEnum prints as its number): the only line left when the scheduler's SIGKILL ends
+    # it while its workers are still stopping (seen under a real SLURM time limit)
+    assert agent_signal("W1129 01:14:25.777000 25986 torch/distributed/elastic/agent/server/api.py:753] Received 15 "
+                        "death signal, shutting down workers") == "SIGTERM"
     assert agent_signal("ChildFailedError: ...") is None
 
 

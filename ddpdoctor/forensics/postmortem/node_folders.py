@@ -1,0 +1,105 @@
+"""Which folders of a torchrun log dir hold one job's nodes, and which folder holds a rank's logs.
+
+torchrun writes `<log dir>/<rdzv id>_<random>/attempt_<k>/<local rank>/`. A job's nodes sit side by side two ways:
+run-trainer gives each node its log dir in a shared run dir (`<run>/logs/<host>-<addr>-<pid>/`, other_nodes), and
+`srun torchrun ... --log-dir DIR` with DIR shared has every node's torchrun make its own run folder in DIR
+(same_job_runs), which says neither its host nor, for a rank that printed nothing, its rank.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...numbers import parse_int
+from ..evidence import job_files
+from ..evidence.job_files import global_rank_of
+from ..evidence.model import RankFailure
+
+
+def attempts(logs: Path) -> list[Path]:
+    """torchrun writes <log_dir>/<run id>_<random>/attempt_<k>/<local_rank>/; newest run first (a folder
+    that is not attempt_<number>, such as attempt_final, is skipped with a note)."""
+    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
+    if not runs:
+        return []
+    tries = [d for d in job_files.subdirs(runs[-1]) if d.name.startswith("attempt_")]
+    return [d for _, d in job_files.numbered(tries, "attempt_")]
+
+
+def rank_dir_of(rec: dict, attempt_dir: Path, siblings: list[Path]) -> Path | None:
+    """The folder holding the logs of the rank a table's record names. Nodes sharing one --log-dir each have a
+    local rank 0: it is the one whose lines carry torch's `[rank<R>]:` prefix for this rank, else the only one of
+    that local rank showing no rank (a rank killed before it printed); else none (the table alone speaks: another
+    rank's traceback read as this rank's made a rank killed by SIGKILL look like one that lost a peer)."""
+    own = attempt_dir / str(rec["local_rank"])
+    if not siblings:
+        return own
+    candidates = [d / str(rec["local_rank"]) for d in (attempt_dir, *siblings)]
+    shown = [(c, global_rank_of(c)) for c in candidates if c.is_dir()]
+    exact = [c for c, rank in shown if rank == rec["rank"]]
+    unknown = [c for c, rank in shown if rank is None]
+    return exact[0] if exact else unknown[0] if len(unknown) == 1 else None
+
+
+# `srun torchrun ... --log-dir DIR` with DIR shared: each node's torchrun makes its own `<rdzv id>_<random>` folder
+# in it. Their first attempt folders are made as the rendezvous they complete together ends, within a second or two
+# of each other here (loaded machines: a few); a rerun into the same DIR is a start-up and a rendezvous later, and
+# holds the same ranks again.
+SAME_START_S = 10.0
+
+
+def same_job_runs(logs: Path) -> list[Path]:
+    """The last attempt folders of the other nodes of the newest job in a shared log dir: run folders beside the
+    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its
+    and whose ranks (torch's `[rank<R>]:` lines) are none of the ranks already taken."""
+    runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
+    mine = attempts(logs)
+    if len(runs) < 2 or not mine:
+        return []
+    started, taken = job_files.mtime(mine[0]), shown_ranks(mine[-1])
+    out = []
+    for run in reversed(runs[:-1]):
+        if rdzv_id_of(run) is None or rdzv_id_of(run) != rdzv_id_of(runs[-1]):
+            continue
+        tries = [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
+                                                  "attempt_")]
+        if len(tries) != len(mine) or abs(job_files.mtime(tries[0]) - started) > SAME_START_S:
+            continue
+        ranks = shown_ranks(tries[-1])
+        if not ranks & taken:
+            out.append(tries[-1])
+            taken |= ranks
+    return out
+
+
+def shown_ranks(attempt_dir: Path) -> set[int]:
+    """The global ranks an attempt folder's logs show (torch's `[rank<R>]:` lines; a rank that printed none: not)."""
+    return {r for r in (global_rank_of(d) for d in job_files.subdirs(attempt_dir)) if r is not None}
+
+
+def rdzv_id_of(run: Path) -> str | None:
+    """The rendezvous id in a torchrun run folder's name: torch makes it mkdtemp(prefix=f"{rdzv_id}_"), the id, "_"
+    and 8 random characters, which may hold "_" too. None: not a name of that shape."""
+    name = run.name
+    return name[:-9] if len(name) > 9 and name[-9] == "_" else None
+
+
+def other_nodes(logs: Path) -> list[tuple[str | None, Path]]:
+    """The other nodes' (host, latest attempt dir): with a shared --run-dir every node's logs sit side by side
+    (run-trainer's <host>-<addr>-<pid> folders); with a shared torchrun --log-dir, every node's run folder
+    (same_job_runs; its host not known)."""
+    out: list[tuple[str | None, Path]] = [(None, d) for d in same_job_runs(logs)]
+    for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
+        tries = attempts(node_dir)
+        if tries:
+            out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
+    return out
+
+
+def silent_ranks(folders: list[Path], fails: list[RankFailure]) -> list[RankFailure]:
+    """The ranks of one attempt spread over several nodes' folders that left no failure record: the job's ranks are
+    0 .. (its local rank folders in all) - 1, so those no record names. Which folder is whose is not known (a rank
+    SIGKILLed before it printed shows no `[rank<R>]:` line): by number only, host unknown."""
+    count = sum(1 for folder in folders for d in job_files.subdirs(folder) if parse_int(d.name, hi=1 << 20) is not None)
+    named = {f.rank for f in fails}
+    return [RankFailure(rank=rank, local_rank=None, host=None, exit_code=None, category="signal",
+                        reason="left no error record") for rank in range(count) if rank not in named]
