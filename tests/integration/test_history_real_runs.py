@@ -16,7 +16,7 @@ import pytest
 from ddpdoctor.history import collect
 
 pytestmark = pytest.mark.slow
-BENCH = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "-b", "1M", "-e", "8M", "-w", "2", "-n", "5", "--op",
+BENCH = [sys.executable, "-m", "ddpdoctor", "nccl-bench", "-b", "1M", "-e", "4M", "-w", "2", "-n", "5", "--op",
          "all_reduce", "-q"]
 
 

@@ -30,9 +30,10 @@ from tests.integration.shape_jobs import Run, culprits_named, locations_named, p
 pytestmark = pytest.mark.slow
 
 HEALTHY = ["pipelining-all", "tp-dp", "lightning"]
-HANGS = ["pipelining-1f1b", "tp-dp", "lightning"]
+HANGS = ["pipelining-1f1b", "tp-dp", "lightning", "hf-trainer"]
 # what the waiting ranks stand in, as the live verdict says it (the library-waits table's phrase)
-WAITS_IN = {"pipelining-1f1b": "pipelining's send/recv", "tp-dp": "", "lightning": "DDP's gradient all_reduce"}
+WAITS_IN = {"pipelining-1f1b": "pipelining's send/recv", "tp-dp": "", "lightning": "DDP's gradient all_reduce",
+            "hf-trainer": "DDP's gradient all_reduce"}
 
 _RUNS: dict[str, tuple[Future, Future]] = {}
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="library-run")
