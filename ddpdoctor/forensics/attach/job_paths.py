@@ -154,18 +154,12 @@ def regular_file(rp: RankLike, path: str, newer_than: float | None = None, cap: 
     than ``cap``."""
     fd = walk(rp, path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(path, f"{_kind(st.st_mode)}, not a regular file")
-        _owned(rp, path, st)
+        st = _own_regular(rp, path, fd)
         if newer_than is not None and st.st_mtime <= newer_than:
             raise Absent()
         if cap <= 0:
             return st.st_mtime, b""
-        with os.fdopen(_reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as fh:
-            if (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino) != (st.st_dev, st.st_ino):
-                raise Refused(path, "changed while it was opened")
-            data = fh.read(cap + 1)
+        data = _read_same(fd, path, st, cap + 1)
         if len(data) > cap:
             raise Refused(path, f"larger than {cap >> 10} KiB, the most read from it")
         return st.st_mtime, data
@@ -179,18 +173,29 @@ def held_head(rp: RankLike, path: str, cap: int) -> bytes:
     from its start, never refused for its size."""
     fd = walk(rp, path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(path, f"{_kind(st.st_mode)}, not a regular file")
-        _owned(rp, path, st)
+        st = _own_regular(rp, path, fd)
         if not _held_by(rp.pid, fd):
             raise Refused(path, f"a file the process, pid {rp.pid}, does not hold open")
-        with os.fdopen(_reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as fh:
-            if (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino) != (st.st_dev, st.st_ino):
-                raise Refused(path, "changed while it was opened")
-            return fh.read(cap)
+        return _read_same(fd, path, st, cap)
     finally:
         os.close(fd)
+
+
+def _own_regular(rp: RankLike, path: str, fd: int) -> os.stat_result:
+    """The stat of the file ``fd`` (opened without following links) names: a regular file of the rank's user."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(path, f"{_kind(st.st_mode)}, not a regular file")
+    _owned(rp, path, st)
+    return st
+
+
+def _read_same(fd: int, path: str, st: os.stat_result, n: int) -> bytes:
+    """At most ``n`` bytes of that same file, reopened for reading; Refused when it changed meanwhile."""
+    with os.fdopen(_reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as fh:
+        if (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino) != (st.st_dev, st.st_ino):
+            raise Refused(path, "changed while it was opened")
+        return fh.read(n)
 
 
 def ask_socket(rp: RankLike, path: str, request: bytes, timeout: float, cap: int) -> bytes:
