@@ -3,6 +3,7 @@
     python tests/benchmarks/bench_fr_compare.py                     # every scenario (about 10-15 minutes)
     python tests/benchmarks/bench_fr_compare.py --only sleep-r1-3,healthy-3 --json out.json
     python tests/benchmarks/bench_fr_compare.py --only shapes       # issue 30's job shapes only
+    python tests/benchmarks/bench_fr_compare.py --nvrx-src ~/nvidia-resiliency-ext   # + NVRx's attribution
 
 Each scenario is a plain gloo DDP job (tests/integration/fr_job.py) with the user's own process-group timeout
 (15 s) and one fault on 2-4 ranks. It runs twice:
@@ -18,6 +19,10 @@ Each scenario is a plain gloo DDP job (tests/integration/fr_job.py) with the use
 The job shapes of issue 30 (tests/integration/shape_jobs/: pipelines, MoE all_to_all, TP x DP, FSDP-like, two
 process groups, a rank that never starts, is SIGKILLed or leaves early; the scripts' own 20 s timeout) run the
 same way, the script unchanged under `shape_jobs/with_fr_dumps.py`, which arranges the same dumps around it.
+
+With `--nvrx-src DIR` (or $NVRX_SRC), a GitHub checkout of NVIDIA/nvidia-resiliency-ext, every dump set (as
+written and repaired) also goes through NVRx's flight-recorder attribution (`CollectiveAnalyzer`, no LLM; see
+nvrx_compare.py beside this file): the "hanging ranks" it returns.
 
 A cell is the rank(s) the tool names (fr_trace: "missing ranks: {...}" and "Culprit rank N" in its log; it exits
 0 whatever it finds) and the time from the fault to that answer; a healthy run is right when nothing is named.
@@ -44,6 +49,9 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration import shape_jobs  # noqa: E402
 from tests.integration.fr_job import JOB  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nvrx_compare  # noqa: E402
 
 PG_TIMEOUT = 15
 LIVE_AFTER_S = 5.0  # the live dumps are taken this long after the fault: the hang is on, the timeout not yet
@@ -182,7 +190,7 @@ def _note(doc: dict) -> str:
 
 
 # ---------------------------------------------------------------- one scenario
-def run_scenario(sc: Scenario, work: Path) -> Result:
+def run_scenario(sc: Scenario, work: Path, nvrx_src: Path | None = None) -> Result:
     res = Result(sc.name, sc.nproc, sc.what, sc.culprits)
     if sc.shape is None:
         script = work / "job.py"
@@ -229,6 +237,9 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
             if kind == "live" and not live_taken and sc.aborts:
                 note = NO_LIVE
             res.answers[f"{name} {kind}"] = Answer(ranks, round(ready - t0 + time.time() - start, 1), note)
+        if nvrx_src is not None:
+            no_live = kind == "live" and not live_taken and sc.aborts
+            nvrx_columns(res, nvrx_src, folder, kind, ready - t0, no_live)
         start = time.time()
         ranks, note = postmortem(logs, agent_log, folder)
         if kind == "live" and not live_taken and sc.aborts:
@@ -259,6 +270,15 @@ def run_scenario(sc: Scenario, work: Path) -> Result:
     return res
 
 
+def nvrx_columns(res: Result, src: Path, folder: Path, kind: str, waited: float, no_live: bool) -> None:
+    """NVRx on the dumps as written and on fr_trace's repaired copy (written beside them just before)."""
+    for name, target in (("NVRx", folder), ("NVRx repaired", folder.parent / f"{folder.name}-repaired")):
+        start = time.time()
+        ranks, note = nvrx_compare.attribute(target, src)
+        note = NO_LIVE if no_live else note
+        res.answers[f"{name} {kind}"] = Answer(ranks, round(waited + time.time() - start, 1), note)
+
+
 def kill_from_outside(sc: Scenario, work: Path) -> None:
     """The kill shape: SIGKILL the rank that wrote its pid file, once the others are inside the all_reduce."""
     if sc.shape is None or shape_jobs.SHAPES[sc.shape].kill_rank is None:
@@ -273,7 +293,8 @@ def kill_from_outside(sc: Scenario, work: Path) -> None:
             done.write_text("")
 
 
-COLUMNS = ["fr_trace live", "fr_trace after", "fr_trace repaired live", "fr_trace repaired after",
+NVRX_COLUMNS = ["NVRx live", "NVRx after", "NVRx repaired live", "NVRx repaired after"]
+COLUMNS = ["fr_trace live", "fr_trace after", "fr_trace repaired live", "fr_trace repaired after", *NVRX_COLUMNS,
            "postmortem live", "postmortem after", "postmortem no dump", "run-trainer"]
 
 
@@ -301,14 +322,16 @@ def cell(a: Answer | None, culprits: list[int]) -> str:
 
 
 def table(results: list[Result]) -> str:
-    head = ["scenario", "ranks", "true culprit", *COLUMNS]
+    # NVRx's columns only where it ran (--nvrx-src), so the tables of runs without it keep their shape
+    columns = [c for c in COLUMNS if c not in NVRX_COLUMNS or any(c in r.answers for r in results)]
+    head = ["scenario", "ranks", "true culprit", *columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         lines.append("| " + " | ".join([r.scenario, str(r.nproc), ",".join(map(str, r.culprits)) or "none",
-                                         *(cell(r.answers.get(c), r.culprits) for c in COLUMNS)]) + " |")
-    scored = {c: [r for r in results if applies(r.answers.get(c))] for c in COLUMNS}
+                                         *(cell(r.answers.get(c), r.culprits) for c in columns)]) + " |")
+    scored = {c: [r for r in results if applies(r.answers.get(c))] for c in columns}
     lines.append("| right | | | " + " | ".join(
-        f"{sum(right(r.answers[c], r.culprits) for r in scored[c])}/{len(scored[c])}" for c in COLUMNS) + " |")
+        f"{sum(right(r.answers[c], r.culprits) for r in scored[c])}/{len(scored[c])}" for c in columns) + " |")
     return "\n".join(lines)
 
 
@@ -317,6 +340,9 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated scenario names")
     ap.add_argument("--json", help="write the results as JSON too")
     ap.add_argument("--keep", action="store_true", help="keep the work dirs (printed)")
+    ap.add_argument("--nvrx-src", metavar="DIR", default=None,
+                    help="a checkout of github.com/NVIDIA/nvidia-resiliency-ext (or $NVRX_SRC): "
+                         "add NVRx's flight-recorder attribution as columns")
     ap.add_argument("--table-from", metavar="JSON", help="print the table of an earlier run's --json, run nothing")
     args = ap.parse_args()
     if args.table_from:
@@ -327,11 +353,13 @@ def main() -> int:
                 a = r.answers.get(c)
                 if a is not None and a.note == "no dump" and r.scenario.startswith(("dtype", "shape")):
                     a.note = NO_LIVE
-        print(f"torch {doc['torch']}")
+        print(f"torch {doc['torch']}" + (f", NVRx {doc['nvrx']}" if doc.get("nvrx") else ""))
         print(table(results))
         return 0
     import torch
 
+    nvrx_src = nvrx_compare.find_src(args.nvrx_src)
+    nvrx = nvrx_compare.nvrx_revision(nvrx_src) if nvrx_src else None
     want = set((args.only or "").split(","))
     chosen = [s for s in SCENARIOS if not args.only or s.name in want or ("shapes" in want and s.shape)]
     results = []
@@ -339,7 +367,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"frcmp-{sc.name}-"))
         try:
             t = time.time()
-            results.append(run_scenario(sc, work))
+            results.append(run_scenario(sc, work, nvrx_src))
             print(f"{sc.name}: {time.time() - t:.0f} s " + "; ".join(
                 f"{k}: {cell(v, sc.culprits)}" for k, v in results[-1].answers.items()), file=sys.stderr, flush=True)
         finally:
@@ -349,11 +377,11 @@ def main() -> int:
                 shutil.rmtree(work, ignore_errors=True)
     print(f"torch {torch.__version__}, gloo, CPU; process-group timeout {PG_TIMEOUT} s (fr_job), "
           f"{shape_jobs.PG_TIMEOUT_S} s (shape jobs); live dumps {LIVE_AFTER_S:g} s after the fault; "
-          "time = from the fault to the answer")
+          "time = from the fault to the answer" + (f"; NVRx {nvrx} from {nvrx_src}" if nvrx else ""))
     print(table(results))
     if args.json:
-        Path(args.json).write_text(json.dumps({"torch": torch.__version__, "results": [asdict(r) for r in results]},
-                                              indent=1))
+        doc = {"torch": torch.__version__, "nvrx": nvrx, "results": [asdict(r) for r in results]}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
 
 
