@@ -81,10 +81,12 @@ def slower(runs: list[Run], rules: Rules) -> list[dict]:
         if len(seen) < rules.min_past + 1:
             continue
         values = [r.bandwidth[(op, size)] for r in seen]
-        dropped, median, spread = _dropped(values, rules)
+        again = len(values) >= rules.min_past + 2 and _dropped(values[:-1], rules)[0]
+        # A run that fell already is no part of the past the next is judged by: it would widen the very spread the
+        # next is measured against (a node that stays slow was found in no run after its first, issue 45's bench)
+        dropped, median, spread = _dropped(values[:-2] + values[-1:] if again else values, rules)
         if not dropped:
             continue
-        again = len(values) >= rules.min_past + 2 and _dropped(values[:-1], rules)[0]
         found.setdefault(op, []).append(
             {"op": op, "size": size, "busbw_gbs": values[-1], "median_gbs": median, "spread_gbs": spread,
              "ratio": values[-1] / median, "consecutive": again, "latest": _stamp(seen[-1]),

@@ -98,6 +98,13 @@ def test_slower_than_its_past_needs_a_drop_beyond_the_nodes_own_spread_seen_twic
     across = {1 << 20: [0.6, 0.6, 0.61, 0.59, 0.3], 1 << 23: [1.2, 1.21, 1.19, 1.2, 0.5]}
     (f,) = slower(_runs(across), rules)
     assert (f["sizes"], f["size"]) == (2, 1 << 23)
+    # the bench's real runs (issue 45): a node pinned to a busy core stays slow; its first slow run must not widen
+    # the spread the second is judged by (before: no finding in any run after the first)
+    stays_slow = {1 << 23: [1.0427, 0.8646, 0.8999, 1.3659, 0.2885, 0.3954]}
+    (f,) = slower(_runs(stays_slow), rules)
+    assert (f["consecutive"], round(f["ratio"], 2)) == (True, 0.41)
+    recovered = {1 << 23: [1.0427, 0.8646, 0.8999, 1.3659, 0.2885, 0.95]}  # one slow run, then its usual speed
+    assert slower(_runs(recovered), rules) == []
     # a node whose runs spread widely: a drop within its spread is not a finding
     noisy = {1 << 20: [1.0, 0.5, 1.5, 0.6, 1.4, 0.55], 1 << 23: [2.0, 1.0, 3.0, 1.2, 2.8, 1.1]}
     assert slower(_runs(noisy), rules) == []
