@@ -130,10 +130,6 @@ def _dtype(tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _list(splits) -> list[int] | None:
-    return [int(s) for s in splits] if splits else None
-
-
 def _split_bytes(tensor, splits, size: int) -> list[int]:
     """Bytes to (or from) each member: the splits count rows of dim 0; none given: the tensor cut evenly."""
     total = int(tensor.nbytes)
