@@ -116,7 +116,10 @@ def test_adopt_leaves_other_verdicts_alone():
     before = verdict.root_cause
     sizes.adopt(verdict, sizes.find(_pipeline(512, 256)))
     assert verdict.root_cause is before
-    sizes.adopt(_aborted_receiver(), None)
+    untouched = _aborted_receiver()
+    root = untouched.root_cause
+    sizes.adopt(untouched, None)  # no kept sizes (Python < 3.12, plain torchrun): the first failure stays, unnamed
+    assert untouched.root_cause is root and root.named is False and root.reason == DETECTOR
 
 
 def _write(path, records):
