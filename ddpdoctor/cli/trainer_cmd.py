@@ -33,13 +33,17 @@ from . import common
               help="Start from an earlier run's snapshot (reference trainer; alone: the latest run's).")
 @click.option("--hang-timeout", type=float, envvar="DDPDOCTOR_HANG_TIMEOUT",
               help="No rank progressing for this many seconds: dump stacks, name the rank behind, stop the job.")
+@click.option("--busy-timeout", type=float, envvar="DDPDOCTOR_BUSY_TIMEOUT",
+              help="Ranks waiting this many seconds for a rank busy in its own code (its CPU or stack moving): "
+                   "stop the job (default: only the process group's own timeout does).")
 @click.option("--steps", type=click.IntRange(min=1, max=10**9), help="Reference trainer: optimizer steps (same as -- --steps N).")
 @click.option("--no-preflight", is_flag=True, help="Launch without running the preflight first.")
 @click.option("--force", is_flag=True, help="Launch even when the preflight fails.")
 @click.option("--preflight-args", default="", help="Extra arguments for the preflight, e.g. \"--skip gpu-perf\".")
 @common.output_options
 @click.argument("script_and_args", nargs=-1, type=click.UNPROCESSED)
-def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout, steps,
+def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_dir, rdzv_id, resume, hang_timeout,
+                busy_timeout, steps,
                 no_preflight, force, preflight_args, as_json, output_dir, report_path, script_and_args):
     """Run the reference DDP trainer (or `-- your_script.py args`, `-- -m package.module args`) under torchrun,
     then explain any failure. To see a diagnosis, make the reference trainer fail (its options go after `--`): `--fail-at-step K` `--fail-rank R`
@@ -67,7 +71,7 @@ def run_trainer(nnodes, nproc_per_node, master, local_addr, max_restarts, run_di
     request = request_from_args(extra_preflight)  # a wrong flag is a usage error now, not after a launch
     cfg = validate(TrainerConfig(nnodes=nnodes, nproc_per_node=nproc_per_node, master=master, local_addr=local_addr,
                                  max_restarts=max_restarts, run_dir=run_dir, run_id=rdzv_id, resume=resume,
-                                 hang_timeout=hang_timeout,
+                                 hang_timeout=hang_timeout, busy_timeout=busy_timeout,
                                  preflight="skipped" if no_preflight else "ran", preflight_args=extra_preflight,
                                  script=script, module=module, script_args=args))
     pre = pre_doc = None

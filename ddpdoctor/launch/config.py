@@ -38,6 +38,8 @@ class TrainerConfig:
     resume: str | None = None  # --resume RUN_ID | latest
     resume_from: str | None = None  # the earlier run's snapshot --resume picked
     hang_timeout: float | None = None
+    # Ranks waiting on a busy one (judge.policy) are stopped past this bound (None: the process group's timeout)
+    busy_timeout: float | None = None
     preflight: str = "ran"  # ran | skipped | forced
     preflight_args: list[str] = field(default_factory=list)
     script: str | None = None  # None (and no module): the reference trainer (python -m ddpdoctor_trainer.train)
@@ -98,6 +100,10 @@ def validate(cfg: TrainerConfig) -> TrainerConfig:
     if cfg.hang_timeout is not None and not (math.isfinite(cfg.hang_timeout) and 0 < cfg.hang_timeout
                                              <= HANG_TIMEOUT_MAX):
         raise UsageError(f"--hang-timeout {cfg.hang_timeout}: must be positive (seconds), finite and at most "
+                         f"{HANG_TIMEOUT_MAX:.0f}")
+    if cfg.busy_timeout is not None and not (math.isfinite(cfg.busy_timeout) and 0 < cfg.busy_timeout
+                                             <= HANG_TIMEOUT_MAX):
+        raise UsageError(f"--busy-timeout {cfg.busy_timeout}: must be positive (seconds), finite and at most "
                          f"{HANG_TIMEOUT_MAX:.0f}")
     run_dir = Path(cfg.run_dir)
     try:

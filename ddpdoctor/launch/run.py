@@ -133,14 +133,15 @@ class _Watchdog(hang.Watchdog):
 
     pace: Pace | None = None
 
+    def say(self, line: str) -> None:
+        """A live line (the culprit, or ranks waiting on a busy one) on the terminal, before the job's own output."""
+        (self.terminal.write if self.terminal is not None else _write)(sys.stderr, redact_text(line) + "\n")
+
     def announce(self, evidence, left_s):
         """Say the culprit at once, on the terminal (not muted yet): the ranks' timeout tracebacks come after."""
         super().announce(evidence, left_s)
         if self.live_line:
-            if self.terminal is not None:
-                self.terminal.write(sys.stderr, redact_text(self.live_line) + "\n")
-            else:
-                _write(sys.stderr, redact_text(self.live_line) + "\n")
+            self.say(self.live_line)
 
     def progress(self):
         """Each poll's progress mark, also shown as the job's pace (steps, or collectives done)."""
@@ -332,7 +333,8 @@ def _watchdog(cfg, proc, logs, env, terminal: Terminal, echo: bool, stdout_to_st
     # Each poll makes every rank serialise its flight record: every 2 s, unless a short fixed threshold.
     poll = 1.0 if cfg.hang_timeout is not None and cfg.hang_timeout < 20 else 2.0
     dog = _Watchdog(proc, cfg.records(), logs, cfg.hang_timeout, poll=poll,
-                    sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes)
+                    sockets=env.get("DDPDOCTOR_WORKER_SOCKET"), node=logs.name, nnodes=cfg.nnodes,
+                    busy_timeout=cfg.busy_timeout)
     dog.terminal = terminal
     if echo:  # a straggler named while the job runs: one line on the terminal (stragglers.py)
         dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")

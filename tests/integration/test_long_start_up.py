@@ -46,3 +46,23 @@ def test_a_hang_after_a_long_start_up_is_still_named(tmp_path):
     assert p.returncode == 1 and doc and doc["verdict"] == "fail", p.stderr[-4000:]
     assert doc["culprit_ranks"] == [1], (doc["culprit_ranks"], doc["root_cause"])
     assert doc["root_cause"]["location"].startswith(str(JOB)), doc["root_cause"]
+
+
+@pytest.mark.timeout(300)
+def test_every_rank_computing_in_its_own_code_is_no_hang(tmp_path):
+    """Issue 53: a healthy job whose ranks compute in their own code after DDP's constructor, twice the threshold:
+    no rank waits, so the job computes (judge.policy): never stopped, exit 0, no culprit."""
+    p, doc = run(tmp_path, "compute", seconds=14)
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_ranks_waiting_on_a_busy_rank_are_said_live_and_not_stopped(tmp_path):
+    """Issue 53: rank 0 computes in its own code while rank 1 waits in a barrier: waiting on busy rank 0, said live
+    (who waits for whom, where rank 0 stands), the job not stopped; it trains to the end."""
+    p, doc = run(tmp_path, "compute0", seconds=14)
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
+    assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
+    assert "in own_compute" in said[0] and "not a hang" in said[0], said

@@ -1,8 +1,7 @@
-"""attach's decision: first whether the job moved (motion: a rank went through a wait between the rounds, or,
-when none waits on another, a rank's stack moved), whether nothing moved and nothing computes (a hang: the one
-judge, forensics/judge, the wait-for graph run-trainer and postmortem use, over the ranks' py-spy records), or
-whether nothing moved while a rank that the others wait for uses the CPU (a long step or a hang: watched longer,
-then said as it is). Worded by forensics/judge/words like run.json's hang.verdict."""
+"""attach's decision: the job's motion over the rounds by the one policy (judge.policy: computing, waiting on a
+busy rank, moved, or some rank waiting while nothing moves), then the one judge (forensics/judge, the wait-for graph
+run-trainer and postmortem use) over the ranks' py-spy records where it hangs. Worded by forensics/judge/words
+like run.json's hang.verdict."""
 from __future__ import annotations
 
 import time
@@ -12,20 +11,15 @@ from enum import Enum
 from ...grouping import rank_ranges
 from ..evidence import lagging
 from ..evidence.model import JobEvidence, RankState, WaitKind
-from ..evidence.movement import start_up_work
-from ..judge import judge, words
+from ..judge import judge, policy, words
 from .sample import RankRead, is_wait
 
-# A share of one core. A rank blocked in a wait or a sleep uses none (measured: 0.00 over 3 s for a gloo rank in
-# DDP's Reducer wait, and for one in time.sleep); one computing uses a core, a quarter of one when eight ranks
-# share two cores. Above this, a rank that stands still is taken to compute (a long step), not to hang.
-BUSY_CPU = 0.1
 
 
 class Motion(str, Enum):
     MOVED = "moved"            # the job progresses
-    STILL = "still"            # nothing moved, nothing computes: judge the hang now
-    UNDECIDED = "undecided"    # nothing moved, but a rank computes (a long step or a hang): watch, then say so
+    STILL = "still"            # some rank waits and nothing moved: judge the hang now
+    UNDECIDED = "undecided"    # not a hang (a rank the others wait for works, or none waits): watch, then say so
     ONE_SAMPLE = "one_sample"  # --interval 0: movement not measured
 
 
@@ -37,70 +31,82 @@ class Reading:
 
 
 def busy(r: RankRead) -> bool:
-    return r.cpu is not None and r.cpu >= BUSY_CPU
+    return r.cpu is not None and r.cpu >= policy.BUSY_SHARE
 
 
 def _waiting(r: RankRead) -> bool:
-    """It stands in a wait: its stack (or its flight record) says so. A library's wait the frames do not prove
-    (inside loss.backward(): DDP's Reducer, or the backward's own compute) is one only while the rank uses no
-    CPU: using a core there, it computes."""
+    """It stands in a wait: its flight record or its stack says so (policy.waits: a library's wait the frames do
+    not prove is one only while the rank uses no CPU)."""
     if r.recorded is not None and is_wait(r.recorded):
         return True
-    if not r.waits:
-        return False
-    library = r.state.wait.library if r.state is not None and r.state.wait is not None else None
-    return library is None or library.certain or not busy(r)
+    return r.waits and policy.waits(r.state.wait, busy(r))
+
+
+def activity(r: RankRead) -> policy.Activity:
+    """What one rank did over attach's rounds, in the policy's terms: its CPU share and whether its stack moved
+    between the rounds stand for the two samples."""
+    if not r.readable:
+        return policy.Activity.UNKNOWN
+    if _waiting(r):
+        return policy.Activity.WAITING
+    if busy(r) and policy.start_up_work(r.state.frames):
+        return policy.Activity.STARTING
+    if busy(r) or r.moved:
+        return policy.Activity.WORKING
+    return policy.Activity.IDLE
 
 
 def motion(reads: list[RankRead]) -> Reading:
-    """Whether the job moved between the rounds. Never "moved" when no rank moved: a rank that waits and stands
-    still, beside a rank that computes, may be a long step or a hang (``UNDECIDED``); beside ranks that use no CPU
-    (blocked, asleep) it is a hang (``STILL``), and so it is when a flight record shows the wait far longer than
-    any step before it (``overdue_wait``)."""
+    """Whether the job moved between the rounds, by the one policy (judge.policy). Never "moved" when no rank
+    moved. A rank that works in its own code while the others wait is busy, not stuck: ``UNDECIDED`` (waiting on a
+    busy rank); a job where no rank waits computes: never a hang (``UNDECIDED`` when none moves either); some
+    rank waits and none moves: ``STILL``. Every rank inside its wait and spinning there (a large collective) is
+    watched, unless a flight record shows the wait far longer than any step before it (``overdue_wait``)."""
     readable = [r for r in reads if r.readable]
     if readable and all(r.moved is None for r in readable):
         return Reading(Motion.ONE_SAMPLE, "one sample: movement not measured", [])
-    computing = sorted(r.rank for r in readable if busy(r) and not _waiting(r))
-    if not any(_waiting(r) or r.waited for r in reads):
+    progressed = any(r.progressed for r in reads)
+    reading = policy.job_motion({r.rank: activity(r) for r in reads}, progressed)
+    computing = list(reading.busy)
+    if reading.motion is policy.JobMotion.MOVED:
+        if progressed:
+            moved = sorted(r.rank for r in reads if r.progressed)
+            return Reading(Motion.MOVED, f"rank(s) {rank_ranges(moved)} moved between the samples", [])
+        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(reading.starting)} do start-up work (an import, a "
+                                     "compile, a build) and use the CPU", [])
+    if reading.motion is policy.JobMotion.COMPUTING:  # never a hang; "moved" only where a stack moved
         moved = sorted(r.rank for r in readable if r.moved)
         if moved:
             return Reading(Motion.MOVED, f"no rank waits on another; rank(s) {rank_ranges(moved)} moved", [])
-        what = (f"rank(s) {rank_ranges(computing)} use the CPU" if computing else "none uses the CPU")
+        what = f"rank(s) {rank_ranges(computing)} use the CPU" if computing else "none uses the CPU"
         return Reading(Motion.UNDECIDED, f"no rank moved and none waits on another ({what})", computing)
-    moved = sorted(r.rank for r in reads if r.progressed)
-    if moved:
-        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(moved)} moved between the samples", [])
+    if reading.motion is policy.JobMotion.WAITING_ON_BUSY:
+        return Reading(Motion.UNDECIDED, f"no rank moved through a wait, and {_working(reads, computing)} in "
+                                         "their own code: the others wait on a busy rank (a long step, or a hang)",
+                       computing)
     overdue = overdue_wait(reads)
     if overdue is not None:
         return Reading(Motion.STILL, overdue, [])
-    starting = sorted(r.rank for r in readable if r.rank in computing and start_up_work(r.state.frames))
-    if starting:  # the one movement rule's (evidence.movement): an import, a compile or a build under way
-        return Reading(Motion.MOVED, f"rank(s) {rank_ranges(starting)} do start-up work (an import, a compile, a "
-                                     "build) and use the CPU", [])
-    if computing:
-        return Reading(Motion.UNDECIDED, f"no rank moved, and rank(s) {rank_ranges(computing)} use the CPU in "
-                                         "their own code (a long step, or a hang)", computing)
-    if readable and all(_waiting(r) for r in readable):
-        spinning = sorted(r.rank for r in readable if busy(r))
-        if len(spinning) == len(readable):  # every rank inside its wait and working in it (a large collective)
-            return Reading(Motion.UNDECIDED, "no rank moved; every rank waits and uses the CPU", spinning)
+    spinning = sorted(r.rank for r in readable if busy(r))
+    if readable and len(spinning) == len(readable):  # every rank inside its wait and working in it
+        return Reading(Motion.UNDECIDED, "no rank moved; every rank waits and uses the CPU", spinning)
     return Reading(Motion.STILL, "no rank moved, and none uses the CPU", [])
 
 
-# The job's own rhythm, where a flight record gives it (run-trainer's worker server, torch's dump pipe): a wait far
-# longer than any step the record shows is a hang, whatever a rank computes meanwhile (a rank spinning forever).
-# As NVIDIA's resiliency extension times its watchdog: a safety factor over the longest interval observed, after
-# a few; never below a floor (a job's first steps, a record of a few entries).
-OVERDUE_FACTOR = 5.0
-OVERDUE_MIN_GAPS = 5
-OVERDUE_FLOOR_S = 30.0
+def _working(reads: list[RankRead], ranks: list[int]) -> str:
+    """How the busy ranks work: using the CPU, or their stack moving between the rounds."""
+    cpu = [r.rank for r in reads if r.rank in ranks and busy(r)]
+    stack = [r for r in ranks if r not in cpu]
+    parts = ([f"rank(s) {rank_ranges(cpu)} use the CPU"] if cpu else []) + \
+        ([f"rank(s) {rank_ranges(stack)} move"] if stack else [])
+    return " and ".join(parts)
 
 
 def overdue_wait(reads: list[RankRead], now: float | None = None) -> str | None:
     """Why a waiting rank's collective is overdue by its own flight record's step times, or None: its pending
-    collective was created more than OVERDUE_FACTOR times the longest gap between the collectives it recorded
-    before (at least OVERDUE_MIN_GAPS of them), and more than OVERDUE_FLOOR_S, ago. Times are the record's
-    (wall clock, time_created_ns)."""
+    collective was created more than policy.OVERDUE_FACTOR times the longest gap between the collectives it
+    recorded before (at least policy.OVERDUE_MIN_GAPS of them), and more than policy.OVERDUE_FLOOR_S, ago. Times
+    are the record's (wall clock, time_created_ns)."""
     now = time.time() if now is None else now
     for r in reads:
         rec = r.recorded
@@ -108,13 +114,13 @@ def overdue_wait(reads: list[RankRead], now: float | None = None) -> str | None:
             continue
         times = sorted(c.created_ns for c in rec.calls if c.created_ns and c.created_ns < rec.wait.call.created_ns)
         gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:] + [rec.wait.call.created_ns])]
-        if len(gaps) < OVERDUE_MIN_GAPS:
+        if len(gaps) < policy.OVERDUE_MIN_GAPS:
             continue
         waited = now - rec.wait.call.created_ns / 1e9
-        limit = max(OVERDUE_FLOOR_S, OVERDUE_FACTOR * max(gaps))
+        limit = max(policy.OVERDUE_FLOOR_S, policy.OVERDUE_FACTOR * max(gaps))
         if waited > limit:
-            return (f"rank {r.rank} has waited {waited:.0f} s in {rec.wait.call.op}, over {OVERDUE_FACTOR:g} times "
-                    f"the longest step its flight record shows ({max(gaps):.1f} s)")
+            return (f"rank {r.rank} has waited {waited:.0f} s in {rec.wait.call.op}, over "
+                    f"{policy.OVERDUE_FACTOR:g} times the longest step its flight record shows ({max(gaps):.1f} s)")
     return None
 
 
@@ -129,8 +135,8 @@ def undecided_here(reads: list[RankRead]) -> str | None:
     through a wait (the master decides on every node's ranks; a node of waiters alone stops after the interval)."""
     if any(r.progressed for r in reads):
         return None
-    computing = sorted(r.rank for r in reads if r.readable and busy(r) and not _waiting(r))
-    return f"rank(s) {rank_ranges(computing)} use the CPU in their own code" if computing else None
+    computing = sorted(r.rank for r in reads if activity(r) is policy.Activity.WORKING)
+    return f"rank(s) {rank_ranges(computing)} work in their own code" if computing else None
 
 
 # Not a verdict on the job: it moved ("pass"), or nothing moved and the rounds could not tell a long step from a

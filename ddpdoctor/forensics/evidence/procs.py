@@ -164,3 +164,9 @@ def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
     except (OSError, ValueError, psutil.Error):
         return None
     return record if isinstance(record, dict) else None
+
+
+def python_like(name: str, argv0: str) -> bool:
+    """A descendant that runs Python (a DataLoader's worker, a multiprocessing child): its work is the rank's
+    own kind, not a helper's (a compiler, ninja, a linker)."""
+    return "python" in (name or "").lower() or "python" in (argv0 or "").lower()

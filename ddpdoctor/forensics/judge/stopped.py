@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from ..evidence.model import RankFailure
 from .dumps import Judged
+from .policy import STALLED_S
 from .verdict import Category, Findings
 
 TELL_APART = ("torchrun's own output (`ddpdoctor postmortem LOGDIR --agent-log FILE` with what torchrun printed: its "
               "failure table gives each rank's exit code and signal) or the ranks' flight-recorder dumps (`--fr-dir`, "
               "or a rerun under `ddpdoctor run-trainer`) tell them apart")
-# A collective pending this long when the job was stopped: its ranks had stopped moving (a healthy one completes
-# in milliseconds; a slow link's largest all_reduce in seconds).
-STALLED_S = 10.0
 STOPPED_FIX = ("rerun under `ddpdoctor run-trainer` (it names the rank the others wait for while the job runs, "
                "before your process group's or the scheduler's limit), or give `ddpdoctor postmortem` the ranks' "
                "flight-recorder dumps (--fr-dir)")

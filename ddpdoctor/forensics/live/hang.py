@@ -12,9 +12,11 @@ import psutil
 
 from ..evidence.procs import (askable, exit_record, failed_at, rank_per_process, ranks_of,
                               record_at_exit, stop_agent, workers)
-from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, moving_ranks, own_code, past_start_up,
+from ..judge import policy
+from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement, own_code, past_start_up,
                     progress_mark, stack_waits, stacks_of)
-from . import exchange
+from . import early, exchange
+from .busy import BusyWait
 from .collect import evidence_of
 from .stragglers import Live
 
@@ -25,7 +27,8 @@ class Watchdog:
     ``self.report`` and stops the agent."""
 
     def __init__(self, agent, run_dir: Path, logs: Path, timeout: float | None, poll: float = 1.0,
-                 sockets: str | None = None, host: str | None = None, node: str = "node", nnodes: int = 1):
+                 sockets: str | None = None, host: str | None = None, node: str = "node", nnodes: int = 1,
+                 busy_timeout: float | None = None):
         self.agent, self.run_dir, self.logs, self.poll = agent, run_dir, logs, poll
         self.threshold = Threshold(timeout)
         self.sockets, self.host = sockets, host or socket.gethostname()
@@ -43,7 +46,9 @@ class Watchdog:
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
         self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
-        self.moved_ranks: list[int] = []  # the ranks the last movement check saw move (moving_ranks)
+        self.moved_ranks: list[int] = []  # the ranks the last movement check saw move or work (movement)
+        self.busy = BusyWait(busy_timeout)  # ranks waiting on a busy one (judge.policy): said, not stopped
+        self.last_reading: policy.Reading | None = None
         self._stop, self._standing_down = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
 
@@ -90,7 +95,7 @@ class Watchdog:
             if started is None:
                 started = self.armed_at(mark[0], launched, now)
             if mark != seen:
-                moved = moved or was_armed
+                moved, _ = moved or was_armed, self.busy.reset()  # progress: a wait on a busy rank is over
                 if seen is not None or any(mark[0].values()) or mark[1] or mark[2]:
                     self.threshold.progressed(now)
                     if self.early is not None:
@@ -128,11 +133,6 @@ class Watchdog:
             self.judged_at = time.time()
             self.report = self.from_early(stop=False)  # the job ended by its own timeout: the evidence before it
 
-    def margin(self, timeout: float) -> float:
-        """How long before the process group's timeout the evidence is taken: one polling period (a poll's own
-        flight-recorder round may be that late) and 3 s for the collection itself, at most half the timeout."""
-        return min(self.poll + 3.0, timeout / 2)
-
     def next_wait(self) -> float:
         """The polling period, shortened to wake up when the pending collective nears its process group's
         timeout (to take the evidence) and right after it expires (to stop the job)."""
@@ -140,7 +140,7 @@ class Watchdog:
         if not pending:
             return self.poll
         deadline, timeout = min(pending)
-        at = deadline - self.margin(timeout) if self.early is None else self.early["deadline"] + 0.5
+        at = deadline - early.margin(self.poll, timeout) if self.early is None else self.early["deadline"] + 0.5
         return min(self.poll, max(0.2, at - time.time()))
 
     def pending(self) -> list[tuple[float, float]]:
@@ -159,7 +159,7 @@ class Watchdog:
         if not pending:
             return None
         deadline, timeout = min(pending)
-        if now < deadline - self.margin(timeout):
+        if now < deadline - early.margin(self.poll, timeout):
             return None
         evidence = self.collect(workers(self.agent.pid))
         if not evidence:
@@ -180,18 +180,9 @@ class Watchdog:
 
     def from_early(self, stop: bool) -> dict:
         """The report from the evidence taken before the user's process-group timeout expired."""
-        early = self.early
-        lead = early["deadline"] - early["at"]
-        hang_s = early.get("threshold_s", self.threshold.describe()["seconds"])
-        taken = (f"every rank's evidence was taken {lead:.1f} s before it expired" if lead >= 0.05 else
-                 "every rank's evidence was taken as it expired (collecting it outlasted the margin)")
-        threshold = {"seconds": early["timeout"], "source": "process-group timeout",
-                     "why": (f"your process group's own {early['timeout']:g} s timeout (init_process_group's "
-                             f"timeout=) came before ddpdoctor's own hang limit ({hang_s} s), so {taken}, after the "
-                             f"ranks had waited "
-                             f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
-                                                                "the job then ended by that timeout"))}
-        return self.build_report(early["evidence"], early["waited_s"], threshold, stop=stop)
+        threshold = early.threshold(self.early, self.early.get("threshold_s", self.threshold.describe()["seconds"]),
+                                    stop)
+        return self.build_report(self.early["evidence"], self.early["waited_s"], threshold, stop=stop)
 
     def armed_at(self, done: dict, launched: float, now: float) -> float | None:
         """When silence starts to count: once every rank reports collectives (start-up, `import torch` on a
@@ -238,7 +229,7 @@ class Watchdog:
 
     def grace(self) -> float:
         """How long start-up or an exit keeps silence from counting (then a rank stuck there is named)."""
-        return max(60.0, 2 * (self.threshold.fixed or 0.0))
+        return policy.grace_s(self.threshold.fixed)
 
     def failing(self, now: float, since: float) -> bool:
         """A rank here (or on another node: its mark) raised, its error file written, and is still ending: exit
@@ -315,16 +306,33 @@ class Watchdog:
         return done, progress_mark(self.run_dir, logs), moving
 
     def still(self, failing: bool, launched: float) -> bool:
-        """The fired threshold stands: no rank is failing (torchrun acts on it), no rank moved (evidence.movement:
-        the silence then counts from now), and the job did not reach its end while the movement was sampled (every
-        rank's record at exit written meanwhile)."""
-        return not (failing or self.moving_ranks() or self.exiting(launched, time.time()))
+        """The fired threshold stands: no rank is failing (torchrun acts on it), the job's motion is a hang
+        (judge.policy: some rank waits and no rank moved; a job whose ranks compute, or that waits on a busy rank,
+        is not stopped here: the silence counts from now), and the job did not reach its end while the movement
+        was sampled (every rank's record at exit written meanwhile)."""
+        if failing:
+            return False
+        reading = self.read_motion()
+        if reading.motion is policy.JobMotion.WAITING_ON_BUSY:
+            stop = self.busy.past_bound()
+        else:  # nothing read at all (no worker server answered): the silence alone, as before any stack
+            stop = reading.stoppable or reading.motion is policy.JobMotion.UNKNOWN
+        return stop and not self.exiting(launched, time.time())
 
-    def moving_ranks(self) -> list[int]:
-        """The ranks that moved over a short window (stall.moving_ranks), kept until the next check."""
+    def read_motion(self) -> policy.Reading:
+        """The job's motion over a short window (stall.movement), kept until the next check; a job waiting on a
+        busy rank is said once per episode (busy.BusyWait)."""
         procs = workers(self.agent.pid)
-        self.moved_ranks = moving_ranks(self.sockets, self.run_dir, procs, self._stop.wait)
-        return self.moved_ranks
+        reading, samples = movement(self.sockets, self.run_dir, procs, self._stop.wait)
+        self.last_reading = reading
+        self.moved_ranks = sorted(set(reading.busy) | set(reading.starting))
+        line = self.busy.observe(reading, samples)
+        if line:
+            self.say(line)
+        return reading
+
+    def say(self, line: str) -> None:
+        """Where a live line goes: run-trainer's terminal (launch.run overrides it)."""
 
     def stack_motion(self, procs: list[psutil.Process], running: list[int | None]) -> tuple:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""

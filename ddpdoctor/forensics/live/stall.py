@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..evidence import job_files
+from ..judge import policy
 
 
 COLLECTIVE_FRAMES = ("all_reduce", "allreduce", "barrier", "backward", "wait", "broadcast", "all_gather",
@@ -50,17 +51,18 @@ def behind(steps: dict[int, int], stacks: dict[int, str]) -> list[int]:
 
 class Threshold:
     """When silence becomes a hang. Fixed (--hang-timeout), or calibrated from what the job has shown: a
-    multiple of the longest gap between progress events after a warm-up, never under a floor, so a slow first
-    step or an evaluation pause is no alarm. Calibrated, it is armed only once the job has made progress."""
+    multiple of the longest gap between progress events after a warm-up, never under a floor (judge.policy), so
+    a slow first step or an evaluation pause is no alarm. Calibrated, it is armed only once the job has made
+    progress."""
 
-    def __init__(self, fixed: float | None, floor: float = 30.0, factor: float = 5.0, warmup: int = 5):
-        self.fixed, self.floor, self.factor, self.warmup = fixed, floor, factor, warmup
+    def __init__(self, fixed: float | None):
+        self.fixed = fixed
         self.events = 0
         self.last: float | None = None
         self.longest_gap = 0.0
 
     def progressed(self, now: float) -> None:
-        if self.last is not None and self.events > self.warmup:
+        if self.last is not None and self.events > policy.HANG_WARMUP:
             self.longest_gap = max(self.longest_gap, now - self.last)
         self.events += 1
         self.last = now
@@ -70,7 +72,7 @@ class Threshold:
             return self.fixed
         if self.last is None:
             return None
-        return max(self.floor, self.factor * self.longest_gap)
+        return policy.calibrated_s(self.longest_gap)
 
     def stalled(self, now: float, started: float) -> float:
         return now - max(self.last if self.last is not None else started, started)
@@ -79,15 +81,16 @@ class Threshold:
         limit = self.value()
         return limit is not None and self.stalled(now, started) > limit
 
+    def source(self) -> policy.ThresholdSource:
+        return policy.ThresholdSource.FIXED if self.fixed is not None else policy.ThresholdSource.CALIBRATED
+
     def describe(self) -> dict:
         if self.fixed is not None:
-            return {"seconds": self.fixed, "source": "--hang-timeout", "why": "set by --hang-timeout"}
-        why = (f"{self.factor:g} x its longest pause between two collectives or steps after a warm-up of "
-               f"{self.warmup} ({self.longest_gap:.1f} s), and at least {self.floor:g} s")
-        return {"seconds": round(self.value() or self.floor, 1), "source": "calibrated", "why": why}
-
-
-IMPORTING = ("<frozen importlib._bootstrap", "importlib/__init__.py")
+            return {"seconds": self.fixed, "source": self.source().value, "why": "set by --hang-timeout"}
+        why = (f"{policy.HANG_FACTOR:g} x its longest pause between two collectives or steps after a warm-up of "
+               f"{policy.HANG_WARMUP} ({self.longest_gap:.1f} s), and at least {policy.HANG_FLOOR_S:g} s")
+        return {"seconds": round(self.value() or policy.HANG_FLOOR_S, 1), "source": self.source().value,
+                "why": why}
 
 
 def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
@@ -102,7 +105,7 @@ def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
     if not ranks or any(not stacks.get(r) for r in ranks):
         return False
     frames = {r: main_thread(stacks[r]) for r in ranks}
-    if any(not fs or any(any(p in f.file for p in IMPORTING) for f in fs) for fs in frames.values()):
+    if any(not fs or policy.importing(fs) for fs in frames.values()):
         return False
     return any(wait_of(fs).kind in (WaitKind.INIT, WaitKind.STORE)
                and any(f.function == "init_process_group" for f in fs) for fs in frames.values())
@@ -110,13 +113,10 @@ def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
 
 # A job whose ranks only send and receive (a pipeline: gloo's flight recorder records no send/recv, so its
 # record shows no progress at all): its motion is read from the ranks' stacks and CPU time instead.
-CPU_MOVES_S = 0.05  # CPU seconds per rank between two polls that count as work (a rank blocked in recv uses ~0)
-
-
 def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
     """What changes while a send/recv-only job moves: where each waiting rank waits (its frames, lines included)
     and which ranks wait; a rank in its own code counts as "own" whatever its line (a rank spinning or sleeping
-    there is no progress of the job); and the waiting ranks' CPU time in steps of CPU_MOVES_S per rank (a healthy
+    there is no progress of the job); and the waiting ranks' CPU time in steps of policy.CPU_MOVES_S per rank (a healthy
     pipeline's ranks compute between their waits, and a sampled stack may land on the same line twice; a rank
     blocked in recv uses none, and a stuck rank's own CPU is not counted)."""
     from ..evidence.model import WaitKind
@@ -130,7 +130,7 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
         where.append((rank, "own" if own else tuple((f.file, f.line, f.function) for f in frames)))
         if not own:
             waiting.append(rank)
-    step = CPU_MOVES_S * max(1, len(waiting))
+    step = policy.CPU_MOVES_S * max(1, len(waiting))
     return tuple(where), int(sum(cpu_s.get(r, 0.0) for r in waiting) / step)
 
 
@@ -184,11 +184,12 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
 
 
 def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None]) -> dict:
-    """Each rank's movement sample now (evidence.movement.Sample): its stack from its worker server (the ranks
-    that may be asked), its own CPU seconds, its helpers' (descendants that are not Python) by pid."""
+    """Each rank's movement sample now (judge.policy.Sample): its stack from its worker server (the ranks that may
+    be asked) and what it waits in, its own CPU seconds, its helpers' (descendants that are not Python) by pid."""
     import psutil
 
-    from ..evidence.movement import python_like, sample_of
+    from ..evidence.procs import python_like
+    from ..evidence.stacks import main_thread, wait_of
 
     stacks = stacks_of(sockets, askable_ranks) if sockets else {}
     own = cpu_seconds(procs, running)
@@ -207,26 +208,20 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
                     continue
         except psutil.Error:
             pass
-        out[rank] = sample_of(stacks.get(rank), own.get(rank), helpers)
+        frames = main_thread(stacks.get(rank))
+        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None)
     return out
 
 
-# The window over which a fired threshold looks for movement before it stops anything (two stack samples, CPU
-# times between them): long enough for a compiler's CPU to show, short beside any hang threshold.
-MOVEMENT_WINDOW_S = 1.5
-
-
-def moving_ranks(sockets: str | None, run_dir: Path, procs: list, wait) -> list[int]:
-    """The ranks that moved over MOVEMENT_WINDOW_S (evidence.movement's rule: a helper such as a compiler used the
-    CPU, start-up work used it, or the stack moved in a library's code): the job is doing something, so its
-    silence is no hang, however long a cold compile, an op build or an import takes. Asked only when the
-    threshold fires. ``wait``: how to sleep (the watchdog's stop event: a stop ends the wait)."""
-    from ..evidence.movement import moved
+def movement(sockets: str | None, run_dir: Path, procs: list, wait) -> tuple[policy.Reading, dict]:
+    """The job's motion over policy.MOVEMENT_WINDOW_S (judge.policy: computing, waiting on a busy rank, moved,
+    or hung), asked only when the threshold fires, with the samples it was read from (rank -> the later one).
+    ``wait``: how to sleep (the watchdog's stop event: a stop ends the wait)."""
     from ..evidence.procs import askable, rank_per_process
 
     running = rank_per_process(procs)
     ask = askable(run_dir, procs, running)
     before = movement_samples(sockets, ask, procs, running)
-    wait(MOVEMENT_WINDOW_S)
+    wait(policy.MOVEMENT_WINDOW_S)
     after = movement_samples(sockets, ask, procs, running)
-    return sorted(r for r, b in before.items() if r in after and moved(b, after[r]))
+    return policy.reading_of(before, after), after

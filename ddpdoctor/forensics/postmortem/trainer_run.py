@@ -200,7 +200,8 @@ def stopped_while_hung(verdict: Findings, run_dir: Path, signum: int) -> dict | 
     rank their verdict names (with the SIGTERM stacks) is the root cause, else none. None: no sign of a hang."""
     from ..evidence.fr_dumps import find_dumps, stalled_s
     from ..judge.dumps import judge_dumps
-    from ..judge.stopped import STALLED_S, STOPPED_FIX_TRAINER, stopped_from_outside
+    from ..judge.policy import STALLED_S
+    from ..judge.stopped import STOPPED_FIX_TRAINER, stopped_from_outside
 
     dumps = find_dumps([run_dir / "flight_recorder"])
     stalled = stalled_s(dumps)

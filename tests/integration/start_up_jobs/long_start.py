@@ -6,7 +6,10 @@ MODE: "compile": torch.compile with a cold cache (TORCHINDUCTOR_CACHE_DIR fresh)
 compiler is its child) while rank 1 waits on the compile lock rank 0 holds, as inductor's own lock does;
 "import": rank 0 imports a module that takes IMPORT_S seconds of CPU while rank 1 waits in a barrier;
 "build": rank 0 builds an op with a compiler child (cc, IMPORT_S seconds) holding a file lock rank 1 waits on,
-as cpp_extension's build lock does."""
+as cpp_extension's build lock does;
+"compute": every rank computes IMPORT_S seconds of CPU in its own code (a dataset index, a tokenizer, a checkpoint
+transform done in the user's code: no rank waits, issue 53);
+"compute0": rank 0 computes so while rank 1 waits in a barrier (a job waiting on a busy rank, issue 53)."""
 import datetime
 import fcntl
 import os
@@ -29,6 +32,14 @@ def slow_import():
                  "while time.process_time() < end:\n    x += 1\n")
     sys.path.insert(0, WORK)
     import slow_module_r0  # noqa: F401
+
+
+def own_compute():
+    end = time.process_time() + SECONDS  # CPU in the job's own code, its line changing as it goes
+    x = 0
+    while time.process_time() < end:
+        x += 1
+    return x
 
 
 def build_with_lock(rank):
@@ -87,6 +98,12 @@ def main():
         build_with_lock(rank)
     elif kind == "compile":
         model = torch.compile(model)
+    elif kind == "compute":
+        own_compute()
+    elif kind == "compute0":
+        if rank == 0:
+            own_compute()
+        dist.barrier()
     steps(5)
     if MODE.endswith("+hang"):
         if rank == 1:

@@ -331,9 +331,12 @@ def test_a_clear_hang_is_judged_at_once_and_a_long_step_is_watched_then_said_as_
     assert doc["category"] == "no_movement" and doc["named"] == [] and doc["culprits"] == [] and doc["busy"] == [1]
     assert doc["summary"] == ("no rank moved in 30 s; rank(s) 0, 2 wait in all_reduce for rank(s) 1; rank 1 "
                               "computes at /tmp/u31rec/job.py:8 in compute (97 % of a core): a long step, or a hang")
-    # its stack moving in its own code (a loop) is not the job moving: only a rank that went through a wait is
+    # its stack moving in its own code (a loop) is not the job moving, but it is a busy rank, not a stuck one
+    # (judge.policy, issue 53): the others wait on it, watched and said, no rank named
     looping = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.0)]
-    assert decide(looping, 2, watched_s=3)["named"] == [1]
+    doc = decide(looping, 2, watched_s=3)
+    assert doc["category"] == "no_movement" and doc["named"] == [] and doc["busy"] == [1]
+    assert "rank(s) 1 move in their own code" in doc["movement"]
     assert decide([read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.9)], 2,
                   watched_s=30)["category"] == "no_movement"
 
@@ -712,10 +715,11 @@ def timed_fr(enqueued: int, completed: int, created_s: list[float]) -> dict:
     return doc
 
 
-def test_a_wait_far_longer_than_any_step_the_flight_record_shows_is_a_hang_whatever_computes():
+def test_a_wait_far_longer_than_any_step_is_a_hang_while_every_rank_waits_and_a_busy_rank_is_not_stuck():
     """The job's own step times, where a flight record gives them: rank 0's record shows a collective every
-    second for ten, and the eleventh pending for 120 s; rank 1 spins in its own code (a core). Five times the
-    longest step and more than 30 s: a hang, named now, not watched. Pending for 8 s: still undecided."""
+    second for ten, and the eleventh pending for 120 s. Rank 1 spinning in its own code (a core) is busy, not
+    stuck (judge.policy, issue 53): the job waits on a busy rank, said without a culprit. Rank 1 asleep there
+    instead: a hang, named now. Pending for 8 s: still undecided."""
     from ddpdoctor.forensics.attach.decide import overdue_wait
     from ddpdoctor.forensics.attach.sample import add_record
 
@@ -727,6 +731,10 @@ def test_a_wait_far_longer_than_any_step_the_flight_record_shows_is_a_hang_whate
     why = overdue_wait([waiter, spinner], now)
     assert why is not None and "rank 0 has waited 120 s in all_reduce" in why and "(1.0 s)" in why
     doc = decide([waiter, spinner], 2, watched_s=3)
+    assert doc["category"] == "no_movement" and doc["named"] == [] and doc["busy"] == [1]
+    sleeper = read(1, "own_code", cpu=0.0)
+    add_record(sleeper, timed_fr(10, 10, steps[:10]), timed_fr(10, 10, steps[:10]))
+    doc = decide([waiter, sleeper], 2, watched_s=3)
     assert doc["named"] == [1] and doc["movement"] == why
     recent = [now - 18 + i for i in range(10)] + [now - 8]
     add_record(waiter, timed_fr(11, 10, recent), timed_fr(11, 10, recent))

@@ -206,7 +206,8 @@ def test_pending_deadline_and_the_margin_before_it():
     assert worker_client.pending_deadline(fr(6, 6, [entry(6)])) is None
     dog = Watchdog.__new__(Watchdog)
     dog.poll = 2.0
-    assert dog.margin(15.0) == 5.0 and dog.margin(4.0) == 2.0  # a poll + 3 s, at most half the timeout
+    from ddpdoctor.forensics.live.early import margin
+    assert margin(dog.poll, 15.0) == 5.0 and margin(dog.poll, 4.0) == 2.0  # a poll + 3 s, at most half the timeout
 
 
 def test_consequences_name_their_own_op():

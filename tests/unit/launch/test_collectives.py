@@ -105,7 +105,7 @@ def test_a_silent_rank_is_missing_evidence_not_innocent():
 
 
 def test_threshold_calibrates_after_warmup_with_a_floor():
-    t = Threshold(None, floor=30.0, factor=5.0, warmup=5)
+    t = Threshold(None)  # judge.policy: a 30 s floor, 5 x the longest gap after 5 warm-up events
     assert t.value() is None and not t.fired(1000.0, 0.0)  # not armed before any progress
     now = 0.0
     for gap in (20.0, 20.0, 20.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0):  # slow first steps, then one per second
