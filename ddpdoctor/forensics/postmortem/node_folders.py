@@ -49,26 +49,39 @@ SAME_START_S = 10.0
 
 def same_job_runs(logs: Path) -> list[Path]:
     """The last attempt folders of the other nodes of the newest job in a shared log dir: run folders beside the
-    newest with its rendezvous id and number of attempts, whose first attempt started within SAME_START_S of its
-    and whose ranks (torch's `[rank<R>]:` lines) are none of the ranks already taken."""
+    newest that say they are of its job (``of_one_job``)."""
     runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
     mine = attempts(logs)
     if len(runs) < 2 or not mine:
         return []
-    started, taken = job_files.mtime(mine[0]), shown_ranks(mine[-1])
-    out = []
+    taken, out = shown_ranks(mine[-1]), []
     for run in reversed(runs[:-1]):
-        if rdzv_id_of(run) is None or rdzv_id_of(run) != rdzv_id_of(runs[-1]):
-            continue
-        tries = [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
-                                                  "attempt_")]
-        if len(tries) != len(mine) or abs(job_files.mtime(tries[0]) - started) > SAME_START_S:
-            continue
-        ranks = shown_ranks(tries[-1])
-        if not ranks & taken:
+        tries = run_attempts(run)
+        if of_one_job(runs[-1], mine, run, tries, taken, default_id=True):
             out.append(tries[-1])
-            taken |= ranks
+            taken |= shown_ranks(tries[-1])
     return out
+
+
+def run_attempts(run: Path) -> list[Path]:
+    """A torchrun run folder's attempt folders, in order."""
+    return [d for _, d in job_files.numbered([d for d in job_files.subdirs(run) if d.name.startswith("attempt_")],
+                                             "attempt_")]
+
+
+def of_one_job(my_run: Path, mine: list[Path], run: Path, tries: list[Path], taken: set[int],
+               default_id: bool) -> bool:
+    """A run folder holds another node of this job only when it says so: the same rendezvous id (torchrun's
+    default id "none" only inside one log dir the user named, ``default_id``: side by side in a parent folder,
+    every plain torchrun job's folder says "none"), as many attempts, its first attempt started within
+    SAME_START_S of this one's (the nodes leave the rendezvous together), and none of the ranks already taken (a
+    rerun into the same folder holds the same ranks again). Never because it is a sibling."""
+    rdzv = rdzv_id_of(run)
+    if rdzv is None or rdzv != rdzv_id_of(my_run) or (rdzv == "none" and not default_id):
+        return False
+    if not tries or len(tries) != len(mine) or abs(job_files.mtime(tries[0]) - job_files.mtime(mine[0])) > SAME_START_S:
+        return False
+    return not shown_ranks(tries[-1]) & taken
 
 
 def shown_ranks(attempt_dir: Path) -> set[int]:
@@ -84,14 +97,22 @@ def rdzv_id_of(run: Path) -> str | None:
 
 
 def other_nodes(logs: Path) -> list[tuple[str | None, Path]]:
-    """The other nodes' (host, latest attempt dir): with a shared --run-dir every node's logs sit side by side
-    (run-trainer's <host>-<addr>-<pid> folders); with a shared torchrun --log-dir, every node's run folder
-    (same_job_runs; its host not known)."""
+    """The other nodes' (host, latest attempt dir): with a shared torchrun --log-dir, every node's run folder
+    (same_job_runs; its host not known); with a shared --run-dir, run-trainer's <host>-<addr>-<pid> folders side
+    by side, each only where its newest run folder says it is of this job (of_one_job: DIR's siblings are other
+    jobs' folders with `--log-dir logs/$SLURM_JOB_ID` or torchelastic's default folders in the temporary folder)."""
     out: list[tuple[str | None, Path]] = [(None, d) for d in same_job_runs(logs)]
+    my_runs = sorted(job_files.subdirs(logs), key=job_files.mtime)
+    mine = attempts(logs)
+    if not my_runs or not mine:
+        return out
+    taken = shown_ranks(mine[-1]).union(*(shown_ranks(d) for _, d in out))
     for node_dir in sorted(p for p in job_files.subdirs(logs.parent) if p != logs):
-        tries = attempts(node_dir)
-        if tries:
+        runs = sorted(job_files.subdirs(node_dir), key=job_files.mtime)
+        tries = run_attempts(runs[-1]) if runs else []
+        if of_one_job(my_runs[-1], mine, runs[-1] if runs else node_dir, tries, taken, default_id=False):
             out.append((node_dir.name.rsplit("-", 2)[0], tries[-1]))  # <host>-<addr>-<pid>
+            taken |= shown_ranks(tries[-1])
     return out
 
 
