@@ -76,8 +76,10 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
     if not failures:
         return None, []
     real = [f for f in failures if not f.victim]
-    # A collective timeout is a consequence when anything else went wrong first.
+    # A collective timeout is a consequence when anything else went wrong first; a rank whose records hold no
+    # cause (an exit code, nothing else) is never the root cause over one whose records hold its error.
     primary = [f for f in real if f.category != "timeout"] or real or failures
+    primary = [f for f in primary if f.category != "unknown"] or primary
     root = min(primary, key=lambda f: (f.timestamp if f.timestamp is not None else float("inf"), f.rank or 0))
     root = named_by_the_library(root, failures)
     rest = []

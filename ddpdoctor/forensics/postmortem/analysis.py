@@ -80,20 +80,40 @@ def read_error_file(path: Path) -> dict | None:
     return job_files.read_error_file(path)
 
 
-def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = job_files.STDERR_TAIL_BYTES) -> str:
+def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = job_files.STDERR_TAIL_BYTES,
+         keep_prefix: bool = False) -> str:
     """The last lines of a log, reading at most its last ``max_bytes`` (a rank's log can be gigabytes). torch's
     `[rankN]:` prefix is cut from the lines kept only (over a whole 512 KiB tail, 10,000 ranks' logs spent most
-    of a postmortem's time in that one substitution)."""
+    of a postmortem's time in that one substitution), unless ``keep_prefix`` (torchrun's own output: the prefix
+    says whose line it relays)."""
     kept = job_files.read_tail(path, max_bytes).splitlines()[-lines:]
-    return "\n".join(RANK_PREFIX.sub("", line, count=1) for line in kept)
+    return "\n".join(kept if keep_prefix else (RANK_PREFIX.sub("", line, count=1) for line in kept))
 
 
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]: ?", re.M)  # torch prefixes every worker line with its rank
 
 
-def failure_from(record: dict, attempt: int, rank_dir: Path | None) -> RankFailure:
+# A worker's line as torchrun relays it on its own stderr when the ranks' output is not redirected (torchelastic's
+# default log dir then holds no stderr.log): "[rank1]: RuntimeError: ...", what srun's output file holds.
+RANK_LINE = re.compile(r"^\[rank(\d{1,9})\]: ?(.*)$", re.M)
+
+
+def rank_lines(agent_text: str) -> dict[int, str]:
+    """Each rank's own lines in torchrun's output (its stderr relayed with torch's `[rank<R>]:` prefix), by rank."""
+    out: dict[int, list[str]] = {}
+    for m in RANK_LINE.finditer(agent_text or ""):
+        out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return {rank: "\n".join(lines[-400:]) for rank, lines in out.items()}
+
+
+def failure_from(record: dict, attempt: int, rank_dir: Path | None, relayed: dict[int, str] | None = None
+                 ) -> RankFailure:
+    """One rank's failure from a table's record: its error file, else its own stderr.log, else its lines in
+    torchrun's output (``relayed``: rank_lines; a job without --redirects leaves no log of its own)."""
     err = read_error_file(Path(record["error_file"])) if record.get("error_file") not in (None, "", "<N/A>") else None
     long = tail(rank_dir / "stderr.log", 400) if rank_dir else ""  # a torch traceback is often 40+ lines
+    if not long.strip() and relayed:
+        long = relayed.get(record.get("rank"), "")
     log = "\n".join(long.splitlines()[-TAIL_LINES:])
     tb = (err or {}).get("traceback") or last_traceback(long)
     message = (err or {}).get("message") or (tb.strip().splitlines()[-1] if tb.strip() else None)
@@ -126,7 +146,7 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "localhost4", 
 
 
 def failures_of_attempt(attempt_dir: Path, attempt: int, host: str | None, summary: list[dict] | None,
-                        siblings: list[Path] = ()) -> list[RankFailure]:
+                        siblings: list[Path] = (), relayed: dict[int, str] | None = None) -> list[RankFailure]:
     """Failures of one attempt: from the agent's table when it has one, else from the error files left behind.
     ``host``: the node these logs are from (its hostname; None: not known), named instead of the table's loopback
     fqdn. ``siblings``: the same attempt's folders of the job's other nodes in one shared --log-dir, where a
@@ -136,7 +156,7 @@ def failures_of_attempt(attempt_dir: Path, attempt: int, host: str | None, summa
         for rec in summary:
             if str(rec.get("host", "")).lower() in LOOPBACK_NAMES:
                 rec = dict(rec, host=host)
-            out.append(failure_from(rec, attempt, rank_dir_of(rec, attempt_dir, siblings)))
+            out.append(failure_from(rec, attempt, rank_dir_of(rec, attempt_dir, siblings), relayed))
         return out
     for _, rank_dir in job_files.numbered(job_files.subdirs(attempt_dir)):  # `x`: skipped with a note
         err = rank_dir / "error.json"
@@ -178,7 +198,8 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         host = None  # several nodes' folders in one log dir: which is this machine's, none says
     for i, d in enumerate(dirs):
         last = i == len(dirs) - 1
-        fails = last_failures(logs, d, i, host, summary, siblings) if last else failures_of_attempt(d, i, host, None)
+        fails = (last_failures(logs, d, i, host, summary, siblings, rank_lines(agent_stderr)) if last
+                 else failures_of_attempt(d, i, host, None))
         attribution.refine_timeouts(fails)
         if last:
             verdict.failures = list(fails)
@@ -199,11 +220,11 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
 
 
 def last_failures(logs: Path, d: Path, i: int, host: str | None, summary: list[dict],
-                  siblings: list[Path]) -> list[RankFailure]:
+                  siblings: list[Path], relayed: dict[int, str]) -> list[RankFailure]:
     """The last attempt's failures: this node's (a table's records read from their own node's folder), those of the
     job's other nodes in the same log dir, and, when every one is only a consequence, the other nodes' of a shared
     run dir (the post-mortem then names the same root cause on every node), with their torchrun's table."""
-    fails = failures_of_attempt(d, i, host, summary, siblings)
+    fails = failures_of_attempt(d, i, host, summary, siblings, relayed)
     for sibling in siblings:
         fails += unlisted(failures_of_attempt(sibling, i, None, None), fails)
     if fails and all(f.victim for f in fails):  # the cause is on another node

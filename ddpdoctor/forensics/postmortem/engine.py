@@ -133,4 +133,4 @@ def read_agent_log(path: Path, required: bool) -> str:
         if required:
             raise UsageError(f"--agent-log {path}: not a regular file (a FIFO, a device or a directory)")
         return ""
-    return analysis.tail(path, lines=2000, max_bytes=job_files.AGENT_LOG_BYTES)
+    return analysis.tail(path, lines=2000, max_bytes=job_files.AGENT_LOG_BYTES, keep_prefix=True)
