@@ -18,12 +18,12 @@ from .. import documents
 from ..errors import UsageError
 from ..redact import Lines, know_job, redact_text
 from ..text import safe_text
-from ..forensics.evidence import job_files, procs
+from ..forensics.evidence import job_files, procs, user_code
 from ..forensics.live import hang, stall
 from . import records, torchrun
 from ..devices import nvidia_driver_present
 from ..lifetime import die_with_parent
-from .config import TrainerConfig, node_label, socket_dir
+from .config import REFERENCE_MODULE, TrainerConfig, node_label, socket_dir
 from .fold import Folder, entry_point_named
 from ..forensics.live.pace import Pace
 from .outcome import blame_the_disk, build_document, collectives_summary
@@ -294,6 +294,8 @@ def launch(cfg: TrainerConfig, *, echo: bool = True, stdout_to_stderr: bool = Fa
     """Run the job to its end (or to a signal), then write and return its run.json document. ``fold``: the
     ranks' tracebacks relayed folded to their last frames (False: everything, as -v)."""
     records.clean_temps(Path(cfg.run_dir))  # debris of earlier runs that crashed mid-write
+    # the job's own package is the user's code wherever installed (the reference trainer's after `pip install .`)
+    user_code.declare(cfg.script, cfg.module or (REFERENCE_MODULE if cfg.is_reference else None))
     label = node_label(cfg)
     logs = torchrun.log_dir(cfg, label)
     logs.mkdir(parents=True, exist_ok=True)

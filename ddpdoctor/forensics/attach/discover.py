@@ -17,6 +17,7 @@ from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, m
 from ...launchers.agents import is_agent, never_rank, starts_ranks
 from ...numbers import parse_int
 from ...redact import redact_argv
+from ..evidence import user_code
 from . import dump_pipe, job_access, ray_jobs
 
 # torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
@@ -39,6 +40,7 @@ class RankProcess:
     started: float | None = None  # its create time: the same process, not a reused pid, when --stop signals
     parent: int | None = None
     unused: list[str] = field(default_factory=list)  # what it named that is not its own: noted when it is read
+    entry: tuple[str | None, str | None] = (None, None)  # (script, module) its command line runs: the user's code
     job: str | None = None  # the job's key where its launcher says it outside the environment (Ray Train's run)
     thread: str | None = None  # the thread that runs its training, where not the main one (Ray Train's)
     session: str | None = None  # Ray's session folder, for a Ray Train worker (its driver is no rank)
@@ -215,6 +217,7 @@ def _rank_process(proc: psutil.Process, env: dict, own_env: dict, rank: int, loc
     listens = bool(socket_path) and job_access.listens_on(proc.pid, socket_path)
     rp = RankProcess(proc.pid, rank, local, world, node, command_line(argv), user,
                      socket_path if listens else None, dump_pipe.paths(own_env, rank), *ids)
+    rp.entry = user_code.entry_of(argv)
     if socket_path and not listens:
         rp.unused.append(f"{socket_path} (no socket its process, pid {proc.pid}, listens on)")
     return rp

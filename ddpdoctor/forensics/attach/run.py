@@ -13,7 +13,7 @@ import psutil
 
 from ...errors import NothingReadable, UsageError
 from ...exitcodes import ExitCode
-from ..evidence import pyspy
+from ..evidence import pyspy, user_code
 from . import discover as disc
 from . import job_access
 from .decide import decide, undecided, undecided_here, verdict_of
@@ -111,6 +111,8 @@ def run(request: AttachRequest) -> dict:
         raise UsageError("py-spy is not installed: `pip install py-spy` (attach reads the ranks' stacks with it)")
     say = request.progress or (lambda text: None)
     say(f"job {job.key} ({job.launcher or 'no launcher'}): {len(job.ranks)} rank(s) here")
+    if job.ranks:
+        user_code.declare(*job.ranks[0].entry)  # its own package is the user's code, wherever installed
     started = time.monotonic()
     reads = read(job, request, tool)
     watched = time.monotonic() - started

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
+from . import user_code
+
 # ONE library-frame rule: a frame whose file is under one of these is not the user's code. The interpreter's
 # own modules, installed packages (torch included), torch's elastic agent and ddpdoctor's bootstrap.
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "torch/distributed/elastic", "<frozen ",
@@ -37,9 +39,12 @@ NATIVE = (".so", ".dylib", ".dll", ".pyd")
 
 def is_library(file: str) -> bool:
     """The one rule: is this frame's file a library's (not the user's code)? Native frames (py-spy --native: a
-    shared object such as libc.so.6 or libtorch_cpu.so) are the libraries' too."""
+    shared object such as libc.so.6 or libtorch_cpu.so) are the libraries' too; the job's own package is the
+    user's code wherever it is installed (user_code: site-packages too)."""
     file = file or ""
-    return any(part in file for part in LIBRARY) or is_native(file)
+    if is_native(file):
+        return True
+    return any(part in file for part in LIBRARY) and not user_code.is_users(file)
 
 
 def is_native(file: str) -> bool:

@@ -62,6 +62,19 @@ def agent_signal(text: str) -> str | None:
     return None
 
 
+# torchrun's failure table names the job's entry point: "crash.py FAILED", "mypkg.train FAILED" (its script or module)
+ENTRY_FAILED = re.compile(r"^(\S{1,4096}) FAILED[ \t]*$", re.M)
+
+
+def entry_point(text: str) -> tuple[str | None, str | None]:
+    """(script, module) of the job, as torchrun's failure table names it; (None, None) where none does."""
+    m = ENTRY_FAILED.search(text or "")
+    if not m:
+        return None, None
+    name = m.group(1)
+    return (name, None) if name.endswith(".py") or "/" in name else (None, name)
+
+
 def parse_agent_summary(text: str) -> list[dict]:
     """torchrun's ChildFailedError table: one dict per failed rank."""
     out = []

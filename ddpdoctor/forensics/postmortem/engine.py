@@ -12,7 +12,7 @@ from ... import documents
 from ...errors import UsageError
 from ...exitcodes import ExitCode
 from ...numbers import parse_int
-from ..evidence import ending, job_files
+from ..evidence import ending, job_files, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge import attribution
 from ..judge.dumps import judge_dumps
@@ -26,6 +26,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root)."""
     logs = log_root(log_dir)
     agent_text = read_agent_log(agent_log or logs / "agent.stderr.log", required=agent_log is not None)
+    user_code.declare(*analysis.entry_point(agent_text))  # its package is the user's code, wherever installed
     # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
     # --fr-dir given; every read is bounded and a file that is not a regular one is a note (job_files).
     with job_files.reading(logs.parent) as notes:
