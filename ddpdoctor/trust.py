@@ -267,13 +267,32 @@ def open_dir(path: str | os.PathLike, what: str, *, follow: bool = True, create:
     return _checked_dir(fd, what, path)
 
 
-def open_subdir(dir_fd: int, name: str, what: str, *, create: bool = False) -> int:
-    """The folder ``name`` in ``dir_fd`` (made DIR_MODE when missing and ``create``), never through a link; as
-    root root's alone like ``open_dir`` (a node folder chowned to a user could hold a link to root's files)."""
+def open_subdir(dir_fd: int, name: str, what: str, shown: str | os.PathLike, *, create: bool = False) -> int:
+    """The folder ``name`` in ``dir_fd`` (``shown``: its path, for messages; made DIR_MODE when missing and
+    ``create``), never through a link (OSError: ELOOP, ENOTDIR); as root root's alone like ``open_dir`` (a node
+    folder chowned to a user could hold a link to root's files)."""
     if create:
         _mkdir_at(dir_fd, name)
     fd = os.open(name, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dir_fd)
-    return _checked_dir(fd, what, name)
+    return _checked_dir(fd, what, shown)
+
+
+def open_dirs(top: str | os.PathLike, names: list[str], what: str, *, create: bool = False) -> int:
+    """``top`` opened once (``open_dir``), then each of ``names`` below it by descriptor, never through a link,
+    each root's alone as root: the descriptor of the last (the caller closes it). UsageError when root must not
+    use one; OSError when one is missing or a link."""
+    fd = open_dir(top, what, create=create)
+    shown = Path(top)
+    try:
+        for name in names:
+            shown = shown / name
+            inner = open_subdir(fd, name, what, shown, create=create)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _checked_dir(fd: int, what: str, path: str | os.PathLike) -> int:

@@ -170,36 +170,42 @@ def result_path(site: SiteConfig, at: Where, created: str) -> Path:
 
 def keep(doc: dict, path: Path, keep_n: int) -> Path:
     """Write the record atomically, then remove the node's oldest beyond ``keep_n`` (pruned in batches of a tenth,
-    so a run lists its folder rarely). As root, results_dir must be root's alone (UsageError): another user who can
-    write there could swap the node's folder for a link to root's files."""
+    so a run lists its folder rarely). results_dir is opened once (made, each level 0755 whatever the umask), the
+    node's folder by its descriptor, never through a link; as root both must be root's alone (UsageError): a user
+    who can write results_dir, its parent or the node's folder could swap the node's folder for a link to root's
+    files."""
+    import json
+
     from .. import trust
-    from ..documents import dump
-
-    trust.guard_dir(path.parent.parent, "node-check.results_dir")
-    written = dump(doc, path)
-    try:
-        _prune(path.parent, keep_n)
-    except OSError:
-        pass  # pruning is housekeeping: a record written is what counts
-    return written
-
-
-def _prune(folder: Path, keep_n: int) -> None:
-    """The oldest records beyond ``keep_n`` removed through the folder's descriptor: never through a link."""
-    from .. import trust
+    from ..documents import write_error
     from ..errors import UsageError
+    from ..text import no_surrogates
 
     try:
-        fd = trust.open_dir(folder, "the node's results folder", follow=False)
-    except (UsageError, OSError):  # a link (ENOTDIR), another user's folder: nothing is removed through it
-        return
+        fd = trust.open_dirs(path.parent.parent, [path.parent.name], "node-check.results_dir", create=True)
+    except OSError as exc:
+        raise UsageError(f"node-check.results_dir {path.parent}: cannot be opened ({exc.strerror or exc}); a "
+                         "link is never followed there") from None
     try:
-        names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
-        if len(names) > keep_n + max(1, keep_n // 10):
-            for old in sorted(names)[: len(names) - keep_n]:
-                try:
-                    os.unlink(old, dir_fd=fd)  # a link named *.json goes, never what it points to
-                except (FileNotFoundError, IsADirectoryError, PermissionError):
-                    continue
+        text = json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n"
+        trust.write_at(fd, path.name, no_surrogates(text).encode("utf-8"))
+        try:
+            _prune(fd, keep_n)
+        except OSError:
+            pass  # pruning is housekeeping: a record written is what counts
+    except OSError as exc:
+        raise write_error(path, exc) from None
     finally:
         os.close(fd)
+    return path
+
+
+def _prune(fd: int, keep_n: int) -> None:
+    """The oldest records beyond ``keep_n`` removed through the node folder's descriptor: never through a link."""
+    names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
+    if len(names) > keep_n + max(1, keep_n // 10):
+        for old in sorted(names)[: len(names) - keep_n]:
+            try:
+                os.unlink(old, dir_fd=fd)  # a link named *.json goes, never what it points to
+            except (FileNotFoundError, IsADirectoryError, PermissionError):
+                continue

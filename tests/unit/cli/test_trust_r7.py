@@ -192,3 +192,67 @@ def test_5_a_config_read_once_through_a_link_root_owns(tmp_path):
     (real / "c.toml").write_text('[node-check]\ndrain_on = "never"\n')
     (tmp_path / "c.toml").symlink_to(real / "c.toml")
     assert site.load(str(tmp_path / "c.toml")).drain_on == "never"
+
+
+# --- 4. links on the way to the results ----------------------------------------------------------------------------
+
+def _precious(folder: Path, n: int) -> Path:
+    folder.mkdir(mode=0o700, parents=True)
+    for i in range(n):
+        (folder / f"2020010{i:02d}-x.json").write_text("{}")
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_4_a_users_parent_of_results_dir_never_leads_root_to_its_files(shared_dir):
+    """results_dir is root's, its parent nobody's: nobody swaps results_dir for a link to a root-only folder.
+    Before: root wrote its record there and pruned root's files; now the link is refused, one warning."""
+    _need_nobody()
+    precious = _precious(shared_dir / "root-only" / "n1", 20)
+    users = shared_dir / "users"
+    users.mkdir()
+    os.chown(users, NOBODY_UID, NOBODY_UID)
+    (users / "results").mkdir(mode=0o755)
+    done = _nobody_sh(f"mv {users}/results {users}/old && ln -s {precious.parent} {users}/results")
+    assert done.returncode == 0, done.stderr
+    cfg = shared_dir / "site.toml"
+    cfg.write_text(f'[node-check]\nresults_dir = "{users / "results"}"\nkeep = 2\nonly = ["env-vars"]\n')
+    p = run_cli("node-check", env={"DDPDOCTOR_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(x.name for x in precious.iterdir()) == [f"2020010{i:02d}-x.json" for i in range(20)]
+    assert "record not kept" in p.stderr and "a link owned by nobody" in p.stderr, p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_4_a_node_folder_nobody_owns_keeps_no_record_nor_facts(shared_dir):
+    """results/n1 chowned to nobody, who makes n1/.kept a link to a root-only folder: before, the kept facts were
+    written there and their pruning removed root's files; now neither the facts nor the record are kept."""
+    _need_nobody()
+    from ddpdoctor.unattended import kept
+    from ddpdoctor.unattended import node_check as nc
+
+    precious = _precious(shared_dir / "root-only", 8)
+    results = shared_dir / "results"
+    (results / "n1").mkdir(parents=True)
+    os.chown(results / "n1", NOBODY_UID, NOBODY_UID)
+    done = _nobody_sh(f"ln -s {precious} {results}/n1/.kept")
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(UsageError, match="owned by nobody"):
+        kept.save(str(results), "n1", "fp", {"torch-build": {"torch": "2.13"}}, "t")
+    with pytest.raises(UsageError, match="owned by nobody"):
+        nc.keep({"schema": "ddpdoctor"}, results / "n1" / "20990101-x.json", keep_n=2)
+    assert sorted(x.name for x in precious.iterdir()) == [f"2020010{i:02d}-x.json" for i in range(8)]
+    assert kept.load(str(results), "n1", "fp")[0] is None
+
+
+def test_4_a_kept_folder_that_is_roots_own_link_is_not_followed(tmp_path):
+    from ddpdoctor.unattended import kept
+
+    precious = _precious(tmp_path / "precious", 8)
+    (tmp_path / "results" / "n1").mkdir(parents=True)
+    (tmp_path / "results" / "n1" / ".kept").symlink_to(precious)
+    with pytest.raises(OSError):
+        kept.save(str(tmp_path / "results"), "n1", "fp", {"c": {}}, "t")
+    assert len(list(precious.iterdir())) == 8
