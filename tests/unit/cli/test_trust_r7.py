@@ -256,3 +256,51 @@ def test_4_a_kept_folder_that_is_roots_own_link_is_not_followed(tmp_path):
     with pytest.raises(OSError):
         kept.save(str(tmp_path / "results"), "n1", "fp", {"c": {}}, "t")
     assert len(list(precious.iterdir())) == 8
+
+
+# --- 3. a service user's link in place of the textfile directory ---------------------------------------------------
+
+@pytest.fixture
+def debian_layout(shared_dir):
+    """Debian's: /var/lib/prometheus belongs to the service user (here nobody), node-exporter/ in it to root."""
+    service = shared_dir / "prometheus"
+    service.mkdir()
+    os.chown(service, NOBODY_UID, NOBODY_UID)
+    (service / "node-exporter").mkdir(mode=0o755)
+    return service / "node-exporter"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_3_the_debian_layout_itself_is_written(debian_layout):
+    _need_nobody()
+    samples = prometheus.samples(PRE, command="preflight", hostname="h")
+    prometheus.write(debian_layout, samples, "preflight")
+    assert "ddpdoctor_run_status" in (debian_layout / prometheus.FILE).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", ["etc-ddpdoctor", "root-only"])
+def test_3_a_link_the_service_user_puts_in_its_place_is_never_followed(shared_dir, debian_layout, target):
+    """nobody swaps node-exporter/ for a link to /etc/ddpdoctor (before: root created ddpdoctor.prom and its lock
+    there) or to a root-only folder (before: root's 0600 ddpdoctor.prom became a 0644 one)."""
+    _need_nobody()
+    elsewhere = shared_dir / target
+    elsewhere.mkdir(mode=0o755 if target == "etc-ddpdoctor" else 0o700)
+    if target == "root-only":
+        (elsewhere / prometheus.FILE).write_text("secret 1\n")
+        (elsewhere / prometheus.FILE).chmod(0o600)
+    done = _nobody_sh(f"cd {debian_layout.parent} && mv node-exporter old && ln -s {elsewhere} node-exporter")
+    assert done.returncode == 0, done.stderr
+    samples = prometheus.samples(PRE, command="preflight", hostname="h")
+    with pytest.raises(UsageError, match="a link owned by nobody"):
+        prometheus.write(debian_layout, samples, "preflight")
+    p = run_cli("preflight", "--only", "env-vars", "--no-save", "-q", "--prometheus-textfile", str(debian_layout))
+    assert p.returncode == 2 and "a link owned by nobody" in p.stderr, p.stdout + p.stderr
+    if target == "root-only":
+        st = os.stat(elsewhere / prometheus.FILE)
+        assert stat.S_IMODE(st.st_mode) == 0o600 and (elsewhere / prometheus.FILE).read_text() == "secret 1\n"
+        assert sorted(os.listdir(elsewhere)) == [prometheus.FILE]
+    else:
+        assert os.listdir(elsewhere) == []
