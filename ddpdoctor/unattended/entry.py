@@ -174,7 +174,11 @@ def _meeting(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], deadline: 
     box: dict = {}
 
     def work() -> None:
-        box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+        try:
+            box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+        except OSError as exc:  # cross_node_key a folder, say: the meeting says why, never "did not end in time"
+            box["findings"], box["record"] = [], {"skipped": f"the meeting could not start: {exc.strerror or exc} "
+                                                             f"(cross_node_key {cfg.cross_node_key}?)"}
 
     t = threading.Thread(target=work, name="node-check-meeting", daemon=True)
     t.start()

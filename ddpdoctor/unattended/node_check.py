@@ -22,6 +22,7 @@ from .site import SiteConfig
 PROLOG, EPILOG, HEALTH_CHECK, MANUAL = "prolog", "epilog", "health_check", "manual"
 SCRIPT_CONTEXTS = {"prolog_slurmd": PROLOG, "epilog_slurmd": EPILOG}  # SLURM_SCRIPT_CONTEXT (slurmd's scripts)
 DRAINS = {"fail": ("fail",), "warn": ("fail", "warn"), "never": ()}
+JOB_ID = re.compile(r"[0-9]{1,20}", re.ASCII)  # SLURM's job ids: a number (an array task's too)
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one host's name: no hostlist, space or control
 
 
@@ -54,13 +55,17 @@ def where(env: Mapping[str, str], hostname: str | None = None) -> Where:
 
 def refuse_odd_name(at: Where) -> None:
     """A node name SLURM never gives (a hostlist ``n[1-3]`` or ``n1,n2``, a space, a newline): UsageError, never an
-    ``scontrol update NodeName=`` that would drain every node it expands to."""
+    ``scontrol update NodeName=`` that would drain every node it expands to; a job id that is not ASCII digits
+    (``4242,5000`` would comment and requeue job 5000 too, ``²³`` passes str.isdigit)."""
     from ..errors import UsageError
     from ..text import safe_text
 
     if at.under_slurm and not NODE_NAME.fullmatch(at.node):
         raise UsageError(f"SLURMD_NODENAME {safe_text(at.node)[:100]!r} is not one node's name (letters, digits, "
                          "'.', '_', '-'): nothing drained or resumed")
+    if at.under_slurm and at.job_id is not None and not JOB_ID.fullmatch(at.job_id):
+        raise UsageError(f"SLURM_JOB_ID {safe_text(at.job_id)[:100]!r} is not one job's id (ASCII digits): no job "
+                         "commented or requeued, nothing drained or resumed")
 
 
 @dataclass(frozen=True)
