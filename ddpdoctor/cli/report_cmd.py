@@ -219,4 +219,6 @@ def result_files(run: Path) -> list[Path]:
     files += [p for p in others[:64] if kind_of(p) not in ("unknown", "preflight", "nccl-bench", "run-trainer")]
     if any(p.name == "cluster.json" for p in files):
         files = [p for p in files if not p.name.startswith("node-")]
+    if any(p.name == "attach.json" for p in files):  # the whole job's verdict stands for the nodes' parts
+        files = [p for p in files if not p.name.startswith("attach-")]
     return files
