@@ -30,10 +30,12 @@ def make_plan(
     sets: Iterable[str] = (),
     run_flags: Mapping[str, Any] | None = None,
     opt_in: Iterable[str] = (),
+    config_data: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Everything decided before any work: which checks, with which options, for which run. ``opt_in``:
-    the groups of opt-in checks turned on (``Check.opt_in``: "perf" for --perf)."""
-    file_cfg = read_toml(config_path)
+    the groups of opt-in checks turned on (``Check.opt_in``: "perf" for --perf); ``config_data``: the config
+    already read and parsed (``config_path`` then only names it), never read a second time."""
+    file_cfg = dict(config_data) if config_data is not None else read_toml(config_path)
     loaded = registry.discover()
     chosen = registry.select(loaded, split_names(only), split_names(skip))
     sets = (*sets, *registry.opt_in_sets(loaded, opt_in))

@@ -15,6 +15,7 @@ A malformed file, an unknown check, an unknown key or a bad value is a UsageErro
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -49,8 +50,13 @@ TABLES = ("run", "checks", "node-check")
 def read_toml(path: str | None) -> dict:
     if not path:
         return {}
+    return parse_toml(read_bounded(Path(path), MAX_CONFIG_BYTES), path)
+
+
+def parse_toml(raw: bytes, path: str | os.PathLike) -> dict:
+    """A config's bytes (read once, by the caller: the unattended check reads through the descriptor it checked)
+    parsed and its tables checked; ``path`` names it in errors."""
     p = Path(path)
-    raw = read_bounded(p, MAX_CONFIG_BYTES)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

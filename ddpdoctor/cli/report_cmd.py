@@ -1,5 +1,6 @@
 """`ddpdoctor report [FILES...] -o report.html`: merge result files (by default the last run's, every command
-saved under its run id; --run picks others) into one self-contained HTML page."""
+saved under its run id, with the newest run of each workflow step before it; --run picks others) into one
+self-contained HTML page."""
 from __future__ import annotations
 
 import re
@@ -22,20 +23,21 @@ from . import common
               envvar="DDPDOCTOR_RESULTS_DIR",
               help="Where the saved runs are looked for when no FILES are given (or $DDPDOCTOR_RESULTS_DIR).")
 @click.option("--run", "run_ids", multiple=True, metavar="RUN_ID",
-              help="Without FILES: the runs to report on (repeat it), instead of the last one; the line printed "
-                   "after a report names the others.")
+              help="Without FILES: the runs to report on (repeat it), instead of the last one and the workflow "
+                   "before it; the line printed after a report names the others.")
 @click.option("--history", is_flag=True,
               help="Each node's history over every result under --results-dir (the node check's records too): bus "
                    "bandwidth over runs, checks that flap, a node slower than its own past (default -o: "
                    "DIR/history.html).")
 def report(files, output, results_dir, run_ids, history):
     """Merge preflight, nccl-bench, run-trainer, postmortem and attach results into one HTML report; without
-    FILES, the last run under ./ddpdoctor-results (every command saved under its run id), and one line naming
-    the other runs there and how to add them.
+    FILES, the last run under ./ddpdoctor-results (every command saved under its run id) with the newest run
+    of each workflow step before it (preflight, nccl-bench, run-trainer each under its own id: all three), and
+    one line naming the other runs there and how to add them.
 
     \b
     Examples:
-      ddpdoctor report                                   # the last run (a job's every command)
+      ddpdoctor report                                   # the last run and the workflow before it
       ddpdoctor report --run 9650508d4e46 --run 20261127-184111-583e6f    # these runs together
       ddpdoctor report out/*.json -o cluster.html
       ddpdoctor report cluster.json bench.json ddpdoctor-results/RUN_ID/run.json
@@ -115,14 +117,15 @@ def saved_runs(root: Path) -> list[SavedRun]:
 
 
 def pick_runs(root: Path, run_ids: tuple[str, ...]) -> tuple[list[SavedRun], list[SavedRun]]:
-    """(the runs to report on, the others): the last run (every command saved under its id: a job's preflight,
-    nccl-bench and run-trainer together), or the runs --run names, the newest first."""
+    """(the runs to report on, the others): the last run with the workflow that led to it (``workflow_runs``),
+    or the runs --run names, the newest first."""
     runs = saved_runs(root)
     if not runs:
         raise UsageError(f"no results in {root}/ to report on: run `ddpdoctor preflight` (or nccl-bench, run-trainer) "
                          "here first, or name the files: ddpdoctor report FILE...")
     if not run_ids:
-        return runs[:1], runs[1:]
+        chosen = workflow_runs(runs)
+        return chosen, [r for r in runs if r not in chosen]
     by_name = {r.path.name: r for r in runs}
     unknown = [i for i in run_ids if i not in by_name]
     if unknown:
@@ -131,6 +134,31 @@ def pick_runs(root: Path, run_ids: tuple[str, ...]) -> tuple[list[SavedRun], lis
                          f"first: {known}")
     chosen = [r for r in runs if r.path.name in set(run_ids)]
     return chosen, [r for r in runs if r not in chosen]
+
+
+WORKFLOW_GAP_S = 24 * 3600  # a run older than this before the last one is another day's work, not its workflow
+
+
+def workflow_runs(runs: list[SavedRun]) -> list[SavedRun]:
+    """The last run (every command saved under its id: a job's preflight, nccl-bench and run-trainer together),
+    then, going back, the newest run of each step of the workflow before the last run's step (a run's step: its
+    latest kind in WORKFLOW, run-trainer's own preflight beside run.json does not make it a preflight): a plain
+    preflight, nccl-bench and run-trainer, each under its own run id, are one report. A second run of a step
+    already taken (an earlier run-trainer, a preflight before the one taken), and a run more than WORKFLOW_GAP_S
+    before the last, are left out (named, with the --run line that adds them)."""
+    last = runs[0]
+    chosen, step = [last], _step(last)
+    for older in runs[1:]:
+        if last.newest - older.newest > WORKFLOW_GAP_S:
+            break
+        if _step(older) < step:
+            chosen.append(older)
+            step = _step(older)
+    return chosen
+
+
+def _step(run: SavedRun) -> int:
+    return max(_workflow_order(k)[0] for k in run.kinds)
 
 
 COMMAND_OF_KIND = {"run": "run-trainer"}  # how `report` names a kind: as the command the user typed
@@ -145,7 +173,8 @@ def selection_lines(root: Path, chosen: list[SavedRun], others: list[SavedRun], 
     """What the report holds (each run: its commands and files) and what it left out, with the line that adds it."""
     import time
 
-    which = "the runs asked for" if picked else "the last run"
+    which = "the runs asked for" if picked else "the last run" if len(chosen) == 1 else \
+        "the last run and the workflow before it"
     lines = [f"{which} in {root}: " + "; ".join(
         f"{r.path.name}: {_commands(r)} (read {', '.join(f.name for f in r.files)})" for r in chosen)]
     if others:
@@ -219,4 +248,6 @@ def result_files(run: Path) -> list[Path]:
     files += [p for p in others[:64] if kind_of(p) not in ("unknown", "preflight", "nccl-bench", "run-trainer")]
     if any(p.name == "cluster.json" for p in files):
         files = [p for p in files if not p.name.startswith("node-")]
+    if any(p.name == "attach.json" for p in files):  # the whole job's verdict stands for the nodes' parts
+        files = [p for p in files if not p.name.startswith("attach-")]
     return files

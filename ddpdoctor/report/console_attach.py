@@ -13,12 +13,20 @@ from .console import auth_line
 _STYLE = {"progressing": "green", "unreadable": "yellow", "no_movement": "yellow"}
 
 
+def worker_line(doc: dict) -> str:
+    """A node other than the master: how many ranks it read and sent to the master (its own document keeps none
+    of their stacks: the master's holds them all), and that the master prints the verdict."""
+    sent = doc.get("ranks_sent")
+    count = len(doc.get("ranks") or []) if not isinstance(sent, int) else sent
+    master = f" at {safe_text(doc['master'])}" if doc.get("master") else ""
+    return safe_text(f"ddpdoctor attach [{doc.get('host')}]: {count} rank(s) read here and sent to the master"
+                     f"{master}, which prints the verdict and keeps every node's ranks (exit {doc.get('exit_code')})")
+
+
 def render(doc: dict, console: Console) -> None:
     diag = doc.get("diagnosis") or {}
     if doc.get("role") == "worker":
-        console.print(Text(f"ddpdoctor attach [{safe_text(doc.get('host'))}]: {len(doc.get('ranks') or [])} "
-                           f"rank(s) read here; the master prints the verdict (exit {safe_text(doc.get('exit_code'))})"),
-                      soft_wrap=True)
+        console.print(Text(worker_line(doc)), soft_wrap=True)
         auth_line(doc, console)
         return
     category = str(diag.get("category", "?"))
@@ -29,16 +37,20 @@ def render(doc: dict, console: Console) -> None:
     head.append(safe_text(diag.get("summary", "")), style=_STYLE.get(category, "red"))
     console.print(head, soft_wrap=True)
     culprits = diag.get("culprits") or []
+    unread = set(job.get("ranks_elsewhere") or []) if doc.get("role") != "master" else set()
     for c in culprits[:MAX_CULPRIT_ROWS]:
         line = f"  rank {c.get('rank')}" + (f" on {c['host']}" if c.get("host") else "") + \
             (f" at {c['where']}" + (f" in {c['function']}" if c.get("function") else "") if c.get("where") else "")
+        if c.get("rank") in unread:
+            line += " (not read: no process of it on this node)"
         console.print(safe_text(line), soft_wrap=True)
     if total(diag, "culprits") > MAX_CULPRIT_ROWS:  # a world the job claims: the rest as ranges, one line
         console.print(safe_text(f"  culprits: {total(diag, 'culprits')} in all, rank(s) {ranks_text(diag, 'culprits')}"),
                       soft_wrap=True)
     if job.get("ranks_elsewhere"):
-        console.print(f"ranks with no process here (other nodes, or ended): {ranks_text(job, 'ranks_elsewhere')}; "
-                      "on a multi-node job run attach on every node", soft_wrap=True)
+        console.print(f"rank(s) {ranks_text(job, 'ranks_elsewhere')} not read: no process of theirs here (other "
+                      "nodes, or ended), so nothing is known of where they are; on a multi-node job run attach on "
+                      "every node with --master", soft_wrap=True)
     if diag.get("nodes_without_ranks"):
         console.print(Text(f"no rank of the job runs on: {_ranks(safe_text(n) for n in diag['nodes_without_ranks'])}"),
                       soft_wrap=True)

@@ -193,6 +193,8 @@ def _render(series: list[Sample]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+    from ..text import no_surrogates
+
     by_name: dict[str, list[tuple[dict, float]]] = {}
     for name, labels, value in series:
         by_name.setdefault(name, []).append((labels, value))
@@ -204,7 +206,8 @@ def _render(series: list[Sample]) -> bytes:
                 kind = CounterMetricFamily if name in COUNTERS else GaugeMetricFamily
                 family = kind(name, HELP[name], labels=names)
                 for labels, value in by_name[name]:
-                    family.add_metric([str(labels.get(k, "")) for k in names], value)
+                    # a check or node name with a lone surrogate (from a file, from os.environ) cannot be UTF-8
+                    family.add_metric([no_surrogates(str(labels.get(k, ""))) for k in names], value)
                 yield family
 
     registry = CollectorRegistry(auto_describe=False)

@@ -22,7 +22,9 @@ MAX_MERGE_BYTES = 4 << 20  # an existing file larger than this is replaced, not 
 
 
 class Folder:
-    """``with Folder(DIR) as f``: DIR's descriptor (as root: DIR owned by root and writable by no one else)."""
+    """``with Folder(DIR) as f``: DIR's descriptor (as root: DIR owned by root and writable by no one else, reached
+    without following a link another uid owns: Debian's /var/lib/prometheus is the service user's, which could put a
+    link to /etc/ddpdoctor in place of node-exporter/; trust.walk)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)

@@ -21,7 +21,7 @@ from .views.common import (  # noqa: F401 - the views' names, as the report and 
     single_group, worst)
 from .views.mesh import MATRIX_FULL, reachability, rtt_text  # noqa: F401
 from .views.preflight import (  # noqa: F401
-    FULL_DETAIL_NODES, VERSION_COLUMNS, check_matrix, details, facts_diff, merge_nodes, node_versions,
+    FULL_DETAIL_NODES, VERSION_COLUMNS, check_matrix, detail_candidates, details, facts_diff, merge_nodes, node_versions,
     one_per_cluster_run, run_baseline, versions_row, versions_table)
 from .views.trainer import rank_table, trainer_finding, trainer_line, trainer_view  # noqa: F401
 
@@ -68,7 +68,8 @@ def build(docs: list[dict]) -> dict:
         "bench": [bench_view(d) for d in bench],
         "trainer": [trainer_view(d) for d in train],
         "attach": [attach_view(d) for d in attached],
-        "details": details(nodes, findings),
+        "details": (shown := details(nodes, findings)),
+        "details_more": len(detail_candidates(nodes, findings)) - len(shown),
         "node_count": len(nodes),
         # One count for the header only when every preflight saw the same nodes; merged runs of different
         # sizes (a 1-node and a 3-node run) say their own size on their own line instead.

@@ -157,7 +157,7 @@ def _checks(cfg: site.SiteConfig, at: Where, started: float, budget: float, fact
     that would import torch run on the kept facts ({} when none are kept: they are skipped with a note)."""
     from ..preflight import make_plan, run_single_node
 
-    plan = make_plan(only=cfg.only, skip=cfg.skip, config_path=cfg.path,
+    plan = make_plan(only=cfg.only, skip=cfg.skip, config_path=cfg.path, config_data=cfg.data if cfg.path else None,
                      run_flags={"output_dir": cfg.results_dir, "nnodes": 1})
     reserve = min(RESERVE_S, 0.4 * budget)
     no_imports = at.context in (PROLOG, EPILOG)
@@ -174,7 +174,11 @@ def _meeting(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], deadline: 
     box: dict = {}
 
     def work() -> None:
-        box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+        try:
+            box["findings"], box["record"] = meet.meet(at, cfg, env, deadline)
+        except OSError as exc:  # cross_node_key a folder, say: the meeting says why, never "did not end in time"
+            box["findings"], box["record"] = [], {"skipped": f"the meeting could not start: {exc.strerror or exc} "
+                                                             f"(cross_node_key {cfg.cross_node_key}?)"}
 
     t = threading.Thread(target=work, name="node-check-meeting", daemon=True)
     t.start()

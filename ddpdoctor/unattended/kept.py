@@ -76,55 +76,80 @@ def facts_to_keep(doc: dict, imports_of: Mapping[str, tuple]) -> tuple[dict[str,
 def save(results_dir: str, node: str, fp: str, facts: dict[str, dict], created: str,
          skipped: dict[str, str] | None = None) -> Path | None:
     """Write the kept facts atomically (a temp file renamed), the node's oldest fingerprints beyond
-    KEEP_FINGERPRINTS removed. None: nothing to keep."""
+    KEEP_FINGERPRINTS removed; results_dir, the node's folder and .kept opened by descriptor, never through a
+    link (as root each root's alone: UsageError). None: nothing to keep."""
     if not facts and not skipped:
         return None
     from .. import trust
 
-    trust.guard_dir(results_dir, "node-check.results_dir")  # as root: never into a folder another user can write
     target = path_of(results_dir, node, fp)
-    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     body = json.dumps({"kind": KIND, "fingerprint": fp, "created": created, "facts": facts,
                        "skipped": skipped or {}}, sort_keys=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(body)
-    os.replace(tmp, target)
-    _prune(target.parent)
+    fd = trust.open_dirs(results_dir, [target.parent.parent.name, FOLDER], "node-check.results_dir", create=True)
+    try:
+        trust.write_at(fd, target.name, body.encode("utf-8"))
+        _prune(fd)
+    finally:
+        os.close(fd)
     return target
 
 
-def _prune(folder: Path) -> None:
+def _prune(fd: int) -> None:
+    """The oldest fingerprints' files beyond KEEP_FINGERPRINTS removed through .kept's descriptor."""
     try:
-        kept = sorted((p for p in folder.glob("*.json")), key=lambda p: p.stat().st_mtime)
-        for old in kept[: max(0, len(kept) - KEEP_FINGERPRINTS)]:
-            old.unlink(missing_ok=True)
+        times = {}
+        for name in os.listdir(fd):
+            if name.endswith(".json") and not name.startswith("."):
+                times[name] = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
+        for old in sorted(times, key=times.get)[: max(0, len(times) - KEEP_FINGERPRINTS)]:
+            os.unlink(old, dir_fd=fd)
     except OSError:
         pass  # housekeeping: the facts written are what counts
 
 
 def load(results_dir: str, node: str, fp: str) -> tuple[dict | None, str]:
-    """(the kept facts for this fingerprint or None, why not). Refused: a link, a file another user owns or can
-    write (as root, only what root owns is trusted), one too large or not ours in shape."""
+    """(the kept facts for this fingerprint or None, why not). Refused: a link on the way below results_dir, a
+    file another user owns or can write (as root, only what root owns is trusted), a folder, one too large, too
+    deep or not ours in shape: a bad file is no facts, never an error that ends the prolog's checks."""
+    from .. import trust
+    from ..errors import UsageError
+
     path = path_of(results_dir, node, fp)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        folder = trust.open_dirs(results_dir, [path.parent.parent.name, FOLDER], "node-check.results_dir")
+    except FileNotFoundError:
+        return None, "no facts kept for this environment yet"
+    except (OSError, UsageError) as exc:
+        return None, f"kept facts {path} not read: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        fd = trust.open_nofollow(path.name, os.O_RDONLY, folder)
     except FileNotFoundError:
         return None, "no facts kept for this environment yet"
     except OSError as exc:
         return None, f"kept facts {path} not read: {exc.strerror or exc}"
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 \
+                or trust.acl_refusal(fd):
             return None, f"kept facts {path} refused: not a regular file owned by this user and writable by it alone"
         if st.st_size > MAX_BYTES:
             return None, f"kept facts {path} refused: larger than {MAX_BYTES} bytes"
-        try:
-            data = json.loads(f.read(MAX_BYTES + 1))
-        except (ValueError, UnicodeDecodeError):
-            return None, f"kept facts {path} do not parse"
+        data = _parse(os.read(fd, MAX_BYTES + 1))
+    finally:
+        os.close(fd)
+    if data is None:
+        return None, f"kept facts {path} do not parse"
     if not (isinstance(data, dict) and data.get("kind") == KIND and data.get("fingerprint") == fp
             and isinstance(data.get("facts"), dict)):
         return None, f"kept facts {path} are not ddpdoctor's for this environment"
     return data, ""
+
+
+def _parse(raw: bytes):
+    """The JSON, or None: not UTF-8, not JSON, nested too deep for the parser (50,000 brackets)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None

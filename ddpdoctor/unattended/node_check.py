@@ -22,6 +22,7 @@ from .site import SiteConfig
 PROLOG, EPILOG, HEALTH_CHECK, MANUAL = "prolog", "epilog", "health_check", "manual"
 SCRIPT_CONTEXTS = {"prolog_slurmd": PROLOG, "epilog_slurmd": EPILOG}  # SLURM_SCRIPT_CONTEXT (slurmd's scripts)
 DRAINS = {"fail": ("fail",), "warn": ("fail", "warn"), "never": ()}
+JOB_ID = re.compile(r"[0-9]{1,20}", re.ASCII)  # SLURM's job ids: a number (an array task's too)
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one host's name: no hostlist, space or control
 
 
@@ -54,13 +55,17 @@ def where(env: Mapping[str, str], hostname: str | None = None) -> Where:
 
 def refuse_odd_name(at: Where) -> None:
     """A node name SLURM never gives (a hostlist ``n[1-3]`` or ``n1,n2``, a space, a newline): UsageError, never an
-    ``scontrol update NodeName=`` that would drain every node it expands to."""
+    ``scontrol update NodeName=`` that would drain every node it expands to; a job id that is not ASCII digits
+    (``4242,5000`` would comment and requeue job 5000 too, ``²³`` passes str.isdigit)."""
     from ..errors import UsageError
     from ..text import safe_text
 
     if at.under_slurm and not NODE_NAME.fullmatch(at.node):
         raise UsageError(f"SLURMD_NODENAME {safe_text(at.node)[:100]!r} is not one node's name (letters, digits, "
                          "'.', '_', '-'): nothing drained or resumed")
+    if at.under_slurm and at.job_id is not None and not JOB_ID.fullmatch(at.job_id):
+        raise UsageError(f"SLURM_JOB_ID {safe_text(at.job_id)[:100]!r} is not one job's id (ASCII digits): no job "
+                         "commented or requeued, nothing drained or resumed")
 
 
 @dataclass(frozen=True)
@@ -170,36 +175,42 @@ def result_path(site: SiteConfig, at: Where, created: str) -> Path:
 
 def keep(doc: dict, path: Path, keep_n: int) -> Path:
     """Write the record atomically, then remove the node's oldest beyond ``keep_n`` (pruned in batches of a tenth,
-    so a run lists its folder rarely). As root, results_dir must be root's alone (UsageError): another user who can
-    write there could swap the node's folder for a link to root's files."""
+    so a run lists its folder rarely). results_dir is opened once (made, each level 0755 whatever the umask), the
+    node's folder by its descriptor, never through a link; as root both must be root's alone (UsageError): a user
+    who can write results_dir, its parent or the node's folder could swap the node's folder for a link to root's
+    files."""
+    import json
+
     from .. import trust
-    from ..documents import dump
-
-    trust.guard_dir(path.parent.parent, "node-check.results_dir")
-    written = dump(doc, path)
-    try:
-        _prune(path.parent, keep_n)
-    except OSError:
-        pass  # pruning is housekeeping: a record written is what counts
-    return written
-
-
-def _prune(folder: Path, keep_n: int) -> None:
-    """The oldest records beyond ``keep_n`` removed through the folder's descriptor: never through a link."""
-    from .. import trust
+    from ..documents import write_error
     from ..errors import UsageError
+    from ..text import no_surrogates
 
     try:
-        fd = trust.open_dir(folder, "the node's results folder", follow=False)
-    except (UsageError, OSError):  # a link (ENOTDIR), another user's folder: nothing is removed through it
-        return
+        fd = trust.open_dirs(path.parent.parent, [path.parent.name], "node-check.results_dir", create=True)
+    except OSError as exc:
+        raise UsageError(f"node-check.results_dir {path.parent}: cannot be opened ({exc.strerror or exc}); a "
+                         "link is never followed there") from None
     try:
-        names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
-        if len(names) > keep_n + max(1, keep_n // 10):
-            for old in sorted(names)[: len(names) - keep_n]:
-                try:
-                    os.unlink(old, dir_fd=fd)  # a link named *.json goes, never what it points to
-                except (FileNotFoundError, IsADirectoryError, PermissionError):
-                    continue
+        text = json.dumps(doc, indent=1, sort_keys=False, default=str) + "\n"
+        trust.write_at(fd, path.name, no_surrogates(text).encode("utf-8"))
+        try:
+            _prune(fd, keep_n)
+        except OSError:
+            pass  # pruning is housekeeping: a record written is what counts
+    except OSError as exc:
+        raise write_error(path, exc) from None
     finally:
         os.close(fd)
+    return path
+
+
+def _prune(fd: int, keep_n: int) -> None:
+    """The oldest records beyond ``keep_n`` removed through the node folder's descriptor: never through a link."""
+    names = [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
+    if len(names) > keep_n + max(1, keep_n // 10):
+        for old in sorted(names)[: len(names) - keep_n]:
+            try:
+                os.unlink(old, dir_fd=fd)  # a link named *.json goes, never what it points to
+            except (FileNotFoundError, IsADirectoryError, PermissionError):
+                continue

@@ -183,19 +183,26 @@ def run_nodes(request: AttachRequest) -> dict | None:
     preq = PreflightRequest(master=request.master, nnodes=request.nnodes, node_rank=request.node_rank,
                             local_addr=request.local_addr, token=request.token, timeout=request.meet_timeout,
                             node_command="ddpdoctor attach --master HOST:PORT")
-    check = nodes.RanksCheck(lambda: read_here(request))
+    here: dict = {}  # this node's part, kept: a worker's document counts the ranks it sent to the master
+
+    def read_and_keep():
+        here["part"] = read_here(request)
+        return here["part"]
+
+    check = nodes.RanksCheck(read_and_keep)
     check.timeout_s = max(request.interval, request.wait) + 2 * request.timeout + 30
     plan = Plan([LoadedCheck(check, "ddpdoctor", "ddpdoctor.forensics.attach.nodes:RanksCheck")], {nodes.CHECK: {}},
                 resolve_run({}, {"timeout": request.meet_timeout, "nnodes": request.nnodes}))
     doc = join.run_cluster(plan, preq, preq.launcher())
     if doc is None:
         return None
-    return cluster_doc(doc, request)
+    return cluster_doc(doc, request, sent=len((here.get("part") or (None, []))[1]))
 
 
-def cluster_doc(doc: dict, request: AttachRequest) -> dict:
+def cluster_doc(doc: dict, request: AttachRequest, sent: int | None = None) -> dict:
     """The attach document of a cluster run: the master's with every node's ranks and the one verdict; a
-    worker's with its own ranks and where the master's verdict is."""
+    worker's with its own ranks (``sent``: how many it read and sent to the master, which keeps them) and where
+    the master's verdict is."""
     from ... import documents
     from . import nodes
 
@@ -207,7 +214,8 @@ def cluster_doc(doc: dict, request: AttachRequest) -> dict:
         return _with_auth(documents.envelope(
             "attach", run_id=doc.get("run_id"), verdict=doc.get("verdict", "pass"),
             exit_code=int(doc.get("exit_code", 0)), role="worker", host=socket.gethostname(), job=job or None,
-            interval_s=request.interval, ranks=[r.to_json() for r in mine],
+            interval_s=request.interval, ranks=[r.to_json() for r in mine], master=request.master,
+            ranks_sent=len(mine) if sent is None else max(sent, len(mine)),
             diagnosis={"category": "worker", "summary": "the master prints the verdict", "fix": ""}, stopped=None,
             notes=notes), doc)
     world = nodes.parse_world(job, reads)

@@ -18,6 +18,7 @@ from .common import SEVERITY, _finite, _label, _natural, worst
 
 
 FULL_DETAIL_NODES = 16  # beyond this, details are kept for the odd and failing nodes only
+DETAILS_BUDGET_BYTES = 1 << 20  # the nodes' facts shown in the page, escaped; the rest are in the result file
 
 
 def one_per_cluster_run(docs: list[dict]) -> list[dict]:
@@ -200,9 +201,21 @@ def versions_table(nodes: dict[str, dict], limit: int = 64) -> dict:
             "majority": [common[k] for k, _ in cols]}
 
 
-def details(nodes: dict[str, dict], findings: list[dict]) -> list[dict]:
-    """Each node's facts as indented JSON, secrets scrubbed again; every node up to 16, else the notable ones."""
+def detail_candidates(nodes: dict[str, dict], findings: list[dict]) -> list[str]:
+    """The nodes whose facts the report would show: every node up to 16, else the notable ones (64 at most)."""
     notable = {n for f in findings for n in f.get("nodes") or []}
-    names = sorted(nodes) if len(nodes) <= FULL_DETAIL_NODES else sorted(n for n in nodes if n in notable)[:64]
-    return [{"node": n, "json": json.dumps(scrub(nodes[n].get("facts") or {}), indent=1, default=str, sort_keys=True)}
-            for n in names]
+    return sorted(nodes) if len(nodes) <= FULL_DETAIL_NODES else sorted(n for n in nodes if n in notable)[:64]
+
+
+def details(nodes: dict[str, dict], findings: list[dict], budget: int = DETAILS_BUDGET_BYTES) -> list[dict]:
+    """Each node's facts as indented JSON, secrets scrubbed again (``detail_candidates``), until their text in
+    the page (quotes escaped) reaches ``budget``: a 64-node full mesh's facts grow with the square of the nodes
+    (every peer's probe and lookup) and made a 3.9 MB page; the result file keeps them all."""
+    out, used = [], 0
+    for n in detail_candidates(nodes, findings):
+        text = json.dumps(scrub(nodes[n].get("facts") or {}), indent=1, default=str, sort_keys=True)
+        used += len(text) + 4 * text.count('"')  # each quote is &#34; in the page
+        if out and used > budget:
+            break
+        out.append({"node": n, "json": text})
+    return out

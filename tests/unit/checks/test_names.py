@@ -86,3 +86,27 @@ def test_names_no_split_route_warning_without_the_masters_interface():
                               routes_to_peers={"lo": 1})}
     res = NamesCheck().compare(facts, NamesCheck().with_defaults({}))
     assert not any("None" in r.summary for r in res), [r.summary for r in res]
+
+
+def test_slow_lookups_of_every_pair_are_one_finding_with_the_pairs_it_covers():
+    """Issue 55 U6: a loaded 32-node run kept 883 results "reverse lookup ... took 6.00 s", one per pair."""
+    names = [f"n{i:02d}" for i in range(32)]
+    facts = {n: names_facts(hostname=n, advertised=f"10.0.0.{i}", hostname_lookup={"answer": [f"10.0.0.{i}"]},
+                            lookups=[{"kind": "reverse", "query": f"10.0.0.{j}", "answer": p, "seconds": 6.0,
+                                      "node": p} for j, p in enumerate(names) if p != n])
+             for i, n in enumerate(names)}
+    res = NamesCheck().compare(facts, NamesCheck().with_defaults({"slow_lookup_s": 1.0}))
+    (slow,) = levels(res, Level.WARN)
+    assert slow.summary == "992 of 992 reverse lookups from 32 nodes took over 1 s (up to 6.00 s)"
+    assert slow.nodes == names and len(slow.details["pairs"]) == 992
+    assert slow.details["pairs"][0] == ["n00", "10.0.0.1", 6.0]
+
+
+def test_a_forward_answer_is_held_against_the_peers_own_address():
+    """The facts no longer copy every peer's address into each node's: the peer's own "advertised" is used."""
+    facts = {"n1": names_facts(lookups=[{"kind": "forward", "query": "n2", "answer": ["10.9.9.9"], "seconds": 0.01,
+                                         "node": "n2"}]),
+             "n2": names_facts(hostname="n2", advertised="10.0.0.2", hostname_lookup={"answer": ["10.0.0.2"]})}
+    del facts["n1"]["peer_addrs"], facts["n2"]["peer_addrs"]
+    (wrong,) = levels(NamesCheck().compare(facts, NamesCheck().with_defaults({})), Level.WARN)
+    assert "n1 resolves n2 to 10.9.9.9, but that node is at 10.0.0.2" == wrong.summary

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,36 +166,42 @@ def test_torchruns_default_rendezvous_id_is_no_run_id(cwd, monkeypatch):
     assert documents.new_run_id() == "4242"
 
 
-def test_report_alone_shows_the_last_run_and_names_the_others_with_the_line_that_adds_them(cwd, capsys):
-    """Issue 41 item 4 (this replaces "the latest of each kind, each from its own run", issue 30's answer to "it
-    showed only the last"): the latest of each kind took run-trainer's one-node preflight over the user's 3-node
-    one, and one run-trainer run over another, unasked. Alone, `report` now shows the last run whole (every
-    command saved under its run id: a job's preflight, nccl-bench and run-trainer together) and names every other
-    run with its commands, and `--run` adds them."""
+def test_report_alone_shows_the_last_run_with_its_workflow_and_names_the_others(cwd, capsys):
+    """Issue 55 U4 (this replaces issue 41's "the last run whole", which showed a newcomer's plain preflight,
+    nccl-bench and run-trainer, each under its own run id, as the last run alone): the last run, then the newest
+    run of each earlier workflow step. Issue 41's complaints stay answered: run-trainer's own preflight beside
+    run.json does not stand for the user's preflight (pre-1 is read too), an earlier run of a step taken (pre-0,
+    an older run-trainer run) is not added unasked, and `--run` picks any."""
     from ddpdoctor.cli.report_cmd import kind_of, result_files
 
     root = cwd / "ddpdoctor-results"
-    for i, rid in enumerate(("pre-1", "bench-2", "run-3", "pre-0")):
+    for i, rid in enumerate(("pre-1", "bench-2", "run-3", "pre-0", "run-0")):
         (root / rid).mkdir(parents=True)
     node = documents.preflight_doc(scope="node", nodes={"n1": {"rank": 0, "host": "n1", "facts": {}}}, checks=[],
                                    results=[], run={}, run_id="pre-1")
     documents.dump(node, root / "pre-1" / "node-n1.json")
     documents.dump(dict(node, run_id="pre-0"), root / "pre-0" / "node-n1.json")
-    os.utime(root / "pre-0" / "node-n1.json", (1, 1))  # the oldest
+    now = time.time()
+    os.utime(root / "pre-0" / "node-n1.json", (now - 400, now - 400))  # the oldest
+    documents.dump(documents.envelope("run-trainer", verdict="pass", run_id="run-0"), root / "run-0" / "run.json")
+    os.utime(root / "run-0" / "run.json", (now - 300, now - 300))  # a run-trainer run before this workflow's
     documents.dump(documents.envelope("nccl-bench", run_id="bench-2", run={}, rows=[], summary={}, verdict="pass"),
                    root / "bench-2" / "nccl-bench.json")
-    os.utime(root / "bench-2" / "nccl-bench.json", (100, 100))
+    os.utime(root / "bench-2" / "nccl-bench.json", (now - 100, now - 100))
     documents.dump(documents.envelope("run-trainer", verdict="pass", run_id="run-3"), root / "run-3" / "run.json")
     documents.dump(dict(node, run_id="run-3"), root / "run-3" / "node-n1.json")  # run-trainer's own preflight
-    os.utime(root / "pre-1" / "node-n1.json", (50, 50))
+    os.utime(root / "pre-1" / "node-n1.json", (now - 200, now - 200))
     assert run(["report"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     first, others = out.splitlines()[:2]
-    assert first == "the last run in ddpdoctor-results: run-3: preflight, run-trainer (read node-n1.json, run.json)"
-    assert others.startswith("not in this report, 3 other runs in ddpdoctor-results, newest first: bench-2 "
-                             "(nccl-bench, "), others
-    assert "; pre-1 (preflight, " in others and "; pre-0 (preflight, " in others
-    assert others.endswith("To add one: ddpdoctor report --run run-3 --run bench-2"), others
+    assert first == ("the last run and the workflow before it in ddpdoctor-results: run-3: preflight, run-trainer "
+                     "(read node-n1.json, run.json); bench-2: nccl-bench (read nccl-bench.json); pre-1: preflight "
+                     "(read node-n1.json)"), first
+    assert others.startswith("not in this report, 2 other runs in ddpdoctor-results, newest first: run-0 "
+                             "(run-trainer, "), others
+    assert "; pre-0 (preflight, " in others
+    assert others.endswith("To add one: ddpdoctor report --run run-3 --run bench-2 --run pre-1 --run run-0"), others
+    assert "4 files)" in out
     assert (root / "run-3" / "report.html").exists()
     # the line it gives works: both runs in one report, in the newest one's directory
     assert run(["report", "--run", "run-3", "--run", "bench-2"]) == 0
@@ -204,10 +211,26 @@ def test_report_alone_shows_the_last_run_and_names_the_others_with_the_line_that
     assert "3 files)" in out
     assert run(["report", "--run", "nope"]) == 2
     assert "--run nope: no saved results under ddpdoctor-results/nope; the runs there, newest first: run-3, " \
-           "bench-2, pre-1, pre-0" in capsys.readouterr().err
+           "bench-2, pre-1, run-0, pre-0" in capsys.readouterr().err
     # a kind added later (attach) is found by its envelope, not by a list of file names
     doc = dict(documents.envelope("run-trainer", run_id="att-4"), kind="attach")
     (root / "att-4").mkdir()
     documents.dump(doc, root / "att-4" / "attach.json")
     assert kind_of(root / "att-4" / "attach.json") == "attach"
     assert [p.name for p in result_files(root / "att-4")] == ["attach.json"]
+
+
+def test_the_workflow_before_the_last_run_ends_a_day_before_it_and_at_a_later_step():
+    from ddpdoctor.cli.report_cmd import WORKFLOW_GAP_S, SavedRun, workflow_runs
+
+    def saved(name, kinds, at):
+        return SavedRun(Path(name), [], kinds, at)
+
+    now = 10 * WORKFLOW_GAP_S
+    bench, pre = saved("bench", ["nccl-bench"], now - 60), saved("pre", ["preflight"], now - 120)
+    assert workflow_runs([saved("run", ["run"], now), bench, pre]) == [workflow_runs([saved("run", ["run"], now)])[0],
+                                                                        bench, pre]
+    stale = saved("pre", ["preflight"], now - 60 - WORKFLOW_GAP_S - 1)
+    assert [r.path.name for r in workflow_runs([saved("run", ["run"], now), bench, stale])] == ["run", "bench"]
+    # the last run a preflight: nothing comes before that step
+    assert [r.path.name for r in workflow_runs([saved("p2", ["preflight"], now), bench, pre])] == ["p2"]

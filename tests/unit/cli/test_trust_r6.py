@@ -291,7 +291,9 @@ def test_4_a_linked_node_folder_is_not_pruned_through(tmp_path):
         (precious / f"2020010{i:02d}-x.json").write_text("{}")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "n1").symlink_to(precious)
-    nc.keep({"schema": "ddpdoctor"}, tmp_path / "results" / "n1" / "20990101-x.json", keep_n=2)
+    with pytest.raises(UsageError, match="a link is never followed"):  # round 7: not written through it either
+        nc.keep({"schema": "ddpdoctor"}, tmp_path / "results" / "n1" / "20990101-x.json", keep_n=2)
+    assert not (precious / "20990101-x.json").exists()
     assert all((precious / f"2020010{i:02d}-x.json").exists() for i in range(20))
 
 
