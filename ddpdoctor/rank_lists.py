@@ -130,6 +130,8 @@ def bound_verdict(verdict: Any, limit: int = LISTED) -> None:
 
 def bound_document(kind: str, body: dict, limit: int = LISTED) -> dict:
     """A run-trainer or attach document's body with its rank lists bounded (a copy where it changes)."""
+    if isinstance(body.get("outcome"), dict):  # judge/outcome.py's Outcome, in every forensics document
+        body = dict(body, outcome=_bounded_copy(body["outcome"], ("culprits", "consequences"), limit))
     if kind == "run-trainer":
         body = dict(body)
         for key in ("consequences", "culprit_ranks"):
@@ -140,6 +142,8 @@ def bound_document(kind: str, body: dict, limit: int = LISTED) -> dict:
         hang = body.get("hang")
         if isinstance(hang, dict) and isinstance(hang.get("verdict"), dict):
             body["hang"] = dict(hang, verdict=_verdict_copy(hang["verdict"], limit))
+            if isinstance(hang.get("outcome"), dict):
+                body["hang"]["outcome"] = _bounded_copy(hang["outcome"], ("culprits", "consequences"), limit)
     elif kind == "attach":
         body = dict(body)
         if isinstance(body.get("diagnosis"), dict):

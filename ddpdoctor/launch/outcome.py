@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import documents
 from ..exitcodes import ExitCode
 from ..forensics.evidence import job_files
+from ..forensics.judge.decide import Context, Failures, decide
 from ..forensics.postmortem import trainer_run
 from . import records
 from .config import TrainerConfig, resumed_run
@@ -92,6 +93,10 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
     metrics = read_metrics(run_dir)
     failed = end.failed
     exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
+    outcome = decide((hang_report or {}).get("verdict"),
+                     Failures.of(end.root, end.consequences, end.culprit_ranks) if failed else Failures(),
+                     Context("run-trainer", failed=failed, normal_end=code == 0 and not failed,
+                             interrupted=interrupted, threshold=(hang_report or {}).get("threshold")))
     return documents.envelope(
         "run-trainer",
         run_id=cfg.rendezvous_id(),
@@ -111,6 +116,7 @@ def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path,
         consequences=end.consequences if failed else [],
         culprit_ranks=end.culprit_ranks if failed else [],
         hang=hang_report,
+        outcome=outcome.to_json(),
         logs=str(logs),
         node=records.node_of(logs),  # node rank 0 prints the full result; the others one line (trainer_cmd)
         input_notes=end.notes,

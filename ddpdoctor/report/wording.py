@@ -29,6 +29,13 @@ KIND = {
     "process_stopped": "its process is stopped", "process_gone": "its process ended unnoticed",
     "outside_collectives": "every rank is stuck in its own code", "unknown": "no rank's records answered",
     "Hang": "no rank made progress", "usage": "its command-line arguments were refused",
+    "missing_peer": "the peer of a send or recv the others wait in never came",
+    "never_initialized": "never reached init_process_group, where the others wait for it",
+    "killed": "killed by a signal nobody in the job sent", "size_mismatch": "sent a message of another size",
+    # the job's motion (judge/policy.py, judge/outcome.py)
+    "progressing": "the job progresses", "computing": "no rank waits: the job computes",
+    "waiting_on_busy": "ranks wait on a rank busy in its own code", "no_movement": "no rank moved",
+    "no_job": "no job here", "normal_end": "ended normally",
 }
 LABELS = tuple(CATEGORY) + tuple(KIND)
 

@@ -55,6 +55,7 @@ def test_every_rank_computing_in_its_own_code_is_no_hang(tmp_path):
     p, doc = run(tmp_path, "compute", seconds=14)
     assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
     assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+    assert (doc["outcome"]["state"], doc["outcome"]["culprits"]) == ("pass", [])
 
 
 @pytest.mark.timeout(300)

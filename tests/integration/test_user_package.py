@@ -45,3 +45,8 @@ def test_a_hang_in_an_installed_package_is_named_at_its_line(tmp_path):
     assert p.returncode == 1 and doc and doc["culprit_ranks"] == [1], p.stderr[-3000:]
     line = 1 + TRAIN.splitlines().index("        time.sleep(3600)  # HANG: asleep in the package's own code")
     assert doc["root_cause"]["location"] == f"{site}/mypkg/train.py:{line}", doc["root_cause"]
+    outcome = doc["outcome"]  # the one Outcome (judge/outcome.py): the same rank and place
+    assert (outcome["state"], outcome["entry"]) == ("hang", "run-trainer"), outcome
+    assert [(c["rank"], c["where"], c["function"]) for c in outcome["culprits"]] == [
+        (1, f"{site}/mypkg/train.py:{line}", "load_batch")], outcome["culprits"]
+    assert doc["hang"]["outcome"]["culprits"][0]["where"] == outcome["culprits"][0]["where"]  # the live report's

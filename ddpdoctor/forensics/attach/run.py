@@ -123,11 +123,23 @@ def run(request: AttachRequest) -> dict:
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
     diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
     verdict = verdict_of(diagnosis)
+    outcome = outcome_of(diagnosis, verdict)
     stopped = stop_job(job) if request.stop and verdict == "fail" else None
     return documents.envelope(
         "attach", verdict=verdict, exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK),
         host=socket.gethostname(), job=job.to_json(), interval_s=request.interval, watched_s=round(watched, 1),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=stopped, notes=job_access.take_notes())
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, outcome=outcome, stopped=stopped,
+        notes=job_access.take_notes())
+
+
+def outcome_of(diagnosis: dict, verdict: str) -> dict:
+    """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict."""
+    from ..judge.decide import Context, Failures, decide as decide_outcome
+
+    category = str(diagnosis.get("category"))
+    motion = category if category in ("progressing", "no_movement", "no_job") else None
+    return decide_outcome(diagnosis, Failures(), Context("attach", failed=verdict == "fail", motion=motion,
+                                                         busy=tuple(diagnosis.get("busy") or ()))).to_json()
 
 
 def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:

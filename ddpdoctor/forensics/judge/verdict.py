@@ -7,22 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..evidence.model import Call, Frame, RankFailure, WaitKind
-
-
-class Category(str, Enum):
-    MISSING_RANK = "missing_rank"              # the others wait in a collective this rank never entered
-    MISSING_PEER = "missing_peer"              # a send/recv waits for a peer that is elsewhere
-    NEVER_INITIALIZED = "never_initialized"    # the others wait in init_process_group / the store for this rank
-    DESYNC = "desync"                          # ranks called different collectives, shapes, dtypes or splits
-    STUCK_COLLECTIVE = "stuck_collective"      # every member inside the same call, none completes
-    STUCK_INIT = "stuck_init"                  # every rank inside init_process_group / the store, none missing
-    PROCESS_STOPPED = "process_stopped"        # SIGSTOP, D state
-    PROCESS_GONE = "process_gone"              # vanished
-    ENDED_EARLY = "ended_early"                # exited 0 (or sys.exit) while the others went on
-    KILLED = "killed"                          # ended by a signal nobody in the job sent
-    EXCEPTION = "exception"                    # ended by its own exception
-    OUTSIDE_COLLECTIVES = "outside_collectives"  # nobody waits in anything: every rank in its own code
-    UNKNOWN = "unknown"                        # no evidence
+from .outcome import Category  # noqa: F401 - the one vocabulary (judge/outcome.py)
 
 
 class NoCulprit(str, Enum):

@@ -15,6 +15,7 @@ from ...numbers import parse_int
 from ..evidence import ending, job_files, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge import attribution
+from ..judge.decide import Context, Failures, decide
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
 from . import analysis
@@ -49,17 +50,20 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     stacks_on_file(root, run_dir / "stacks" / "sigterm")
     consequences = [f.to_json() for f in verdict.consequences] if root else []
+    culprits = attribution.culprit_ranks(root, consequences) if failed else []
+    outcome = decide(hang.to_json() if hang and failed else None,
+                     Failures.of(root, consequences, culprits) if failed else Failures(),
+                     Context("postmortem", failed=failed, normal_end=not unverified))
     return documents.envelope(
         "run-trainer", run_id=job_run_id(logs),
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
-        verdict="fail" if failed else "warn" if unverified else "pass",
-        exit_code=ExitCode.FAIL if failed else ExitCode.NOT_VERIFIED if unverified else ExitCode.OK,
+        verdict=outcome.verdict, exit_code=outcome.exit_code(), outcome=outcome.to_json(),
         start=None, interrupted=None, torchrun_exit_code=None,
         restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
         metrics_summary={}, checksums_equal=None,
         root_cause=root,
         consequences=consequences,
-        culprit_ranks=attribution.culprit_ranks(root, consequences) if failed else [],
+        culprit_ranks=culprits,
         hang={"verdict": hang.to_json()} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
 
