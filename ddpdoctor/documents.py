@@ -23,7 +23,7 @@ from .api import Level, Result
 from .errors import UsageError
 from .exitcodes import ExitCode
 from .human import human_bytes
-from .launchers import JOB_ID_VARS, RUN_ID_VAR
+from .launchers import RUN_ID_VAR, RUN_JOB_ID_VARS
 from .text import no_surrogates
 
 SCHEMA = "ddpdoctor"
@@ -33,7 +33,7 @@ KINDS = ("preflight", "nccl-bench", "run-trainer", "attach")
 # Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
 # processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of
 # one job then carry the same id, and `report` merges them as one run.
-RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", *JOB_ID_VARS[:-1], RUN_ID_VAR)  # LSF starts no node here: not a run id
+RUN_ID_VARS = ("DDPDOCTOR_RUN_ID", *RUN_JOB_ID_VARS, RUN_ID_VAR)
 
 
 def new_run_id() -> str:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..inputs import check_run_id
-from ..launchers import JOB_ID_VARS
+from ..launchers import RUN_JOB_ID_VARS
 from ..numbers import parse_int
 
 REFERENCE_MODULE = "ddpdoctor_trainer.train"
 MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-SCHEDULER_IDS = ("DDPDOCTOR_RUN_ID", *JOB_ID_VARS[:-1])
+SCHEDULER_IDS = ("DDPDOCTOR_RUN_ID", *RUN_JOB_ID_VARS)
 # Files that only the workers or the end of a run write: an earlier invocation left them, never this one.
 RECORDS = ("run.json", "metrics", "snapshots", "checksums.jsonl", "DONE", "stacks", "flight_recorder", "hang")
 HANG_TIMEOUT_MAX = 7 * 86400.0

@@ -24,12 +24,14 @@ VARIABLES: tuple[VarFamily, ...] = tuple(f for launcher in ALL for f in launcher
 # The schedulers' job ids, the order a run id takes them in (SLURM, then PBS); LSF's, which starts no node here
 # but names a job a metric may carry, last.
 SCHEDULERS: tuple[Launcher, ...] = (slurm.LAUNCHER, pbs.LAUNCHER)
-JOB_ID_VARS: tuple[str, ...] = tuple(v for launcher in SCHEDULERS for v in launcher.job_id_vars) + ("LSB_JOBID",)
+# The job ids of the schedulers that start nodes here: a run id takes them (documents.RUN_ID_VARS, run-trainer)
+RUN_JOB_ID_VARS: tuple[str, ...] = tuple(v for launcher in SCHEDULERS for v in launcher.job_id_vars)
+JOB_ID_VARS: tuple[str, ...] = RUN_JOB_ID_VARS + ("LSB_JOBID",)
 # torchrun's id of a run (its --rdzv-id; "none" when none was given): a job's id where no scheduler names one
 RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
 
 __all__ = ["ALL", "LAUNCHERS", "VARIABLES", "Context", "Launcher", "LauncherInfo", "VarFamily", "by_name", "detect",
-           "env_int", "expand_slurm_nodelist", "job_id", "job_id_var", "JOB_ID_VARS", "RUN_ID_VAR", "from_env", "from_hosts", "hosts_of_node_file", "missing_hosts",
+           "env_int", "expand_slurm_nodelist", "job_id", "job_id_var", "JOB_ID_VARS", "RUN_JOB_ID_VARS", "RUN_ID_VAR", "from_env", "from_hosts", "hosts_of_node_file", "missing_hosts",
            "nnodes_from_world", "per_node", "rank_in_hosts", "read_node_file", "start_everywhere_fix",
            "MAX_LIST_CHARS", "MAX_NODE_FILE_BYTES"]
 
