@@ -16,14 +16,15 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import time
 from typing import Mapping
 
+from ..cluster.local import child_python
 from .node_check import Finding, Where
 from .site import CROSS_NODE_CHECKS, SiteConfig
 
 MAX_KEY_BYTES = 4096
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The meeting's probes answer within its budget: a node whose links are down is judged, not waited for
 SHORT = ("--set", "mesh.connect_timeout_s=1", "--set", "clock-skew.reply_timeout_s=1", "--set", "clock-skew.samples=4")
 
@@ -71,15 +72,13 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         return [], {"skipped": str(exc)}
     budget = max(1.0, deadline - time.monotonic())
     port = cfg.cross_node_port + int(at.job_id) % 1000
-    argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--hosts", ",".join(nodes), "--master",
+    argv = [*child_python(isolated=True), "preflight", "--hosts", ",".join(nodes), "--master",
             f"{nodes[0]}:{port}", "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{budget / 2:.1f}", "--json",
             "--no-save", *SHORT]
-    child_env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}  # the job's SLURM_* is not its launch
-    child_env.update(DDPDOCTOR_TOKEN=token, PATH=env.get("PATH") or "/usr/bin:/bin")
     record: dict = {"nodes": nodes, "port": port, "checks": list(CROSS_NODE_CHECKS)}
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 1, env=child_env,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 1,
+                           env=child_env(token), cwd="/", stdin=subprocess.DEVNULL)
         doc = json.loads(p.stdout)
     except subprocess.TimeoutExpired:
         return [], dict(record, skipped=f"the nodes did not meet within {budget:.0f} s")
@@ -88,6 +87,18 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
     return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
                                              for r in doc.get("results") or [] if r.get("level") in ("warn", "fail")])
+
+
+def child_env(token: str) -> dict[str, str]:
+    """The meeting child's whole environment: nothing of the job's (its PATH, PYTHON*, LD_*, SLURM_* are the job's
+    user's, and the child runs as root), only a fixed PATH, a locale, root's home and the job's token."""
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        home = "/"
+    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "DDPDOCTOR_TOKEN": token}
 
 
 def mine(doc: dict, node: str) -> list[Finding]:

@@ -2,6 +2,7 @@
 the per-job token, the site key's trust; on the real SLURM: tests/integration/test_slurm_prolog_meeting.py."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -57,3 +58,41 @@ def test_a_one_node_job_or_a_missing_key_never_meets():
     assert meet.meet(at, cfg, {"SLURM_JOB_NODELIST": "node1"}, 0.0)[1]["skipped"].startswith("not a multi-node")
     found, record = meet.meet(at, cfg, {"SLURM_JOB_NODELIST": "node[1-3]"}, 0.0)
     assert found == [] and "cross_node_key /nonexistent/key" in record["skipped"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root starts: needs root")
+def test_the_meetings_child_never_imports_a_package_planted_where_root_runs_it(tmp_path, monkeypatch):
+    """A ``ddpdoctor/`` (or ``torch/``) folder in the prolog's cwd, in a folder another user owns, or on the job's
+    PYTHONPATH is never what root runs: the child is isolated, in a root-owned cwd, with a clean environment."""
+    import pwd
+    import time
+
+    from ddpdoctor.unattended.node_check import Where
+    from ddpdoctor.unattended.site import SiteConfig
+
+    nobody = pwd.getpwnam("nobody")
+    planted = tmp_path / "users"
+    marker = tmp_path / "ran-as-root"
+    for pkg in ("ddpdoctor", "torch"):
+        (planted / pkg).mkdir(parents=True)
+        for name in ("__init__.py", "__main__.py"):
+            (planted / pkg / name).write_text(f"open({str(marker)!r}, 'a').write('{pkg} ')\n")
+    for p in (planted, *planted.rglob("*")):
+        os.chown(p, nobody.pw_uid, nobody.pw_gid)
+    key = tmp_path / "cross.key"
+    key.write_bytes(os.urandom(24).hex().encode())
+    key.chmod(0o600)
+    monkeypatch.chdir(planted)
+    env = {"SLURM_JOB_NODELIST": "nosuchnode-a,nosuchnode-b", "PYTHONPATH": str(planted),
+           "PYTHONSTARTUP": str(planted / "ddpdoctor" / "__init__.py"), "PATH": f"{planted}:/usr/bin:/bin"}
+    found, record = meet.meet(Where("prolog", "nosuchnode-a", "7"), SiteConfig(cross_node=True,
+                              cross_node_key=str(key)), env, time.monotonic() + 20)
+    assert not marker.exists(), marker.read_text()
+    assert found == [] and record["nodes"] == ["nosuchnode-a", "nosuchnode-b"], record
+    assert "does not resolve" in json.dumps(record), record  # the real ddpdoctor ran, and said why it could not meet
+
+
+def test_the_meetings_child_environment_holds_nothing_of_the_jobs():
+    env = meet.child_env("tok")
+    assert env["DDPDOCTOR_TOKEN"] == "tok" and set(env) == {"PATH", "LANG", "HOME", "DDPDOCTOR_TOKEN"}
+    assert env["PATH"] == meet.SAFE_PATH
