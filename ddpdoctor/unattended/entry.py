@@ -80,6 +80,12 @@ def budget_of(cfg: site.SiteConfig, at: Where) -> float:
     return cfg.prolog_budget_s if at.context in (PROLOG, EPILOG) else cfg.budget_s
 
 
+def meeting_deadline(cfg: site.SiteConfig, started: float) -> float:
+    """The meeting's end: its whole cross_node_budget_s from the prolog's start (it runs beside the local checks);
+    the prolog's own prolog_budget_s comes after it, for the decision, scontrol and the record."""
+    return started + cfg.cross_node_budget_s
+
+
 def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
         started: float | None = None, hard_exit: bool = False) -> Outcome:
     """One node check. ``started``: the process's start on the monotonic clock (the budget counts from it);
@@ -109,7 +115,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     asking = threading.Thread(target=lambda: state_box.update(state=_node_state(at, cfg, env, bound)), daemon=True,
                               name="node-check-scontrol-show")
     asking.start()  # the controller's round trip beside the checks, not after them
-    meeting = _meeting(cfg, at, env, started + budget - min(RESERVE_S, 0.4 * budget))
+    meeting = _meeting(cfg, at, env, meeting_deadline(cfg, started))
     fp = kept.fingerprint()
     facts_kept, why_not = kept.load(cfg.results_dir, at.node, fp) if at.context in (PROLOG, EPILOG) else (None, "")
     plan, doc = _checks(cfg, at, started, budget, facts_kept)

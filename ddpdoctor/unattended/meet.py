@@ -24,6 +24,8 @@ from .node_check import Finding, Where
 from .site import CROSS_NODE_CHECKS, SiteConfig
 
 MAX_KEY_BYTES = 4096
+MEETING = "cross-node"  # the check a finding of the meeting itself (not of one of its checks) is recorded under
+AFTER_JOIN_S = 3.5  # the meeting's work after the join: mesh (1 s connects), names, clock-skew (4 samples), verdict
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The meeting's probes answer within its budget: a node whose links are down is judged, not waited for
 SHORT = ("--set", "mesh.connect_timeout_s=1", "--set", "clock-skew.reply_timeout_s=1", "--set", "clock-skew.samples=4")
@@ -72,21 +74,36 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         return [], {"skipped": str(exc)}
     budget = max(1.0, deadline - time.monotonic())
     port = cfg.cross_node_port + int(at.job_id) % 1000
-    argv = [*child_python(isolated=True), "preflight", "--hosts", ",".join(nodes), "--master",
-            f"{nodes[0]}:{port}", "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{budget / 2:.1f}", "--json",
-            "--no-save", *SHORT]
+    argv = [*child_python(isolated=True), "preflight", "--hosts", ",".join(nodes), "--master", f"{nodes[0]}:{port}",
+            "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{join_window(budget):.1f}", "--json", "--no-save",
+            *SHORT]
     record: dict = {"nodes": nodes, "port": port, "checks": list(CROSS_NODE_CHECKS)}
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 1,
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget,
                            env=child_env(token), cwd="/", stdin=subprocess.DEVNULL)
         doc = json.loads(p.stdout)
     except subprocess.TimeoutExpired:
         return [], dict(record, skipped=f"the nodes did not meet within {budget:.0f} s")
     except ValueError:
-        return [], dict(record, skipped=f"no result (exit {p.returncode}): {(p.stderr or '').strip()[-300:]}")
+        said = " ".join((p.stderr or "").split())
+        record = dict(record, skipped=f"no result (exit {p.returncode}): {said[-300:]}")
+        from ..cluster.join import NO_TORCH
+
+        if NO_TORCH in said:  # this node's own fault, whatever its peers do: its jobs would die on the same import
+            return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400])], record
+        return [], record
     return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
                                              for r in doc.get("results") or [] if r.get("level") in ("warn", "fail")])
+
+
+def join_window(budget: float) -> float:
+    """The child's --timeout: how long from its own start its nodes may take to join (the master waits for them,
+    a worker retries its connection until then), out of the meeting's ``budget``. Most of it: a node's interpreter
+    and its `import torch` (for the TCPStore) come first, 1.2-1.6 s of CPU, several seconds of a busy node's (and
+    the three children of a job start at once), so a window of half the budget left a loaded worker no attempt
+    before it passed; what follows the join (mesh's 1 s connects, clock-skew's samples, the verdict) gets the rest."""
+    return max(1.0, budget - min(AFTER_JOIN_S, 0.4 * budget))
 
 
 def child_env(token: str) -> dict[str, str]:

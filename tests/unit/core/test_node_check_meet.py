@@ -96,3 +96,59 @@ def test_the_meetings_child_environment_holds_nothing_of_the_jobs():
     env = meet.child_env("tok")
     assert env["DDPDOCTOR_TOKEN"] == "tok" and set(env) == {"PATH", "LANG", "HOME", "DDPDOCTOR_TOKEN"}
     assert env["PATH"] == meet.SAFE_PATH
+
+
+def _run_meet_capturing(monkeypatch, tmp_path, result):
+    """meet() on a 3-node job with subprocess.run replaced: (the argv and timeout it ran the child with, its
+    findings and record)."""
+    import subprocess
+    import time
+
+    from ddpdoctor.unattended.node_check import Where
+    from ddpdoctor.unattended.site import SiteConfig
+
+    key = tmp_path / "cross.key"
+    key.write_bytes(os.urandom(24).hex().encode())
+    key.chmod(0o600)
+    seen = {}
+
+    def run(argv, **kw):
+        seen.update(argv=argv, **kw)
+        return subprocess.CompletedProcess(argv, *result)
+
+    monkeypatch.setattr(meet, "site_key", lambda path: b"k" * 32)  # as any user: the key's trust is tested above
+    monkeypatch.setattr(subprocess, "run", run)
+    found, record = meet.meet(Where("prolog", "node2", "7"), SiteConfig(cross_node=True, cross_node_key=str(key)),
+                              {"SLURM_JOB_NODELIST": "node[1-3]"}, time.monotonic() + 10)
+    return seen, found, record
+
+
+def test_a_meetings_nodes_may_join_until_near_its_end_and_the_child_ends_within_it(monkeypatch, tmp_path):
+    """A worker's connection is retried until the child's --timeout from its own start: after the interpreter and
+    torch's import (seconds on a loaded node), so the window is most of the budget, not half of it."""
+    seen, _, _ = _run_meet_capturing(monkeypatch, tmp_path, (3, "", "Error: x"))
+    window = float(seen["argv"][seen["argv"].index("--timeout") + 1])
+    assert 6.0 <= window <= 10 - 2.5, seen["argv"]
+    assert seen["timeout"] <= 10.0 and seen["cwd"] == "/"
+
+
+def test_a_node_whose_torch_does_not_import_fails_its_own_prolog_with_that_reason(monkeypatch, tmp_path):
+    said = ("Error: this node cannot join: torch does not import here (ImportError: libtorch_cpu.so: file too "
+            "short); the nodes meet on torch's TCPStore, so the master reports it missing. Fix: `python -m pip "
+            "install torch` in the environment the job runs in")
+    _, found, record = _run_meet_capturing(monkeypatch, tmp_path, (3, "", said))
+    (f,) = found
+    assert f.check == "cross-node" and f.level == "fail" and "libtorch_cpu.so: file too short" in f.summary
+    assert "pip install torch" in f.summary and "skipped" in record
+    _, found, _ = _run_meet_capturing(monkeypatch, tmp_path, (3, "", "Error: master node1:29657 does not resolve"))
+    assert found == []  # a peer's or the network's business: the meeting is skipped, this node not blamed
+
+
+def test_the_prolog_gives_the_meeting_its_whole_budget_and_keeps_its_own_after_it():
+    from ddpdoctor.unattended import entry
+    from ddpdoctor.unattended.node_check import Where
+    from ddpdoctor.unattended.site import SiteConfig
+
+    cfg = SiteConfig(cross_node=True, cross_node_budget_s=10, prolog_budget_s=3)
+    assert entry.meeting_deadline(cfg, 100.0) == 110.0  # was 108: the reserve came out of the meeting's share
+    assert entry.budget_of(cfg, Where("prolog", "node1", "7")) == 13.0
