@@ -125,7 +125,8 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
                           if at.under_slurm else None)
     met = _met(meeting, bound)
     findings = node_check.findings_that_drain(doc, cfg.drain_on) + met.get("findings", [])
-    decision = node_check.decide(findings, state, drain_on=cfg.drain_on)
+    rechecked = node_check.rechecked_by(doc, met.get("record"), at.node, cfg.drain_on)
+    decision = node_check.decide(findings, state, drain_on=cfg.drain_on, rechecked=rechecked)
     done = _act(decision, at, cfg, env, bound, dry_run)
     node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     doc["node_check"].update(budget_s=budget, environment=fp,

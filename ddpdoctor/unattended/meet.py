@@ -20,6 +20,7 @@ import time
 from typing import Mapping
 
 from ..cluster.local import child_python
+from .node_check import MEETING as FROM_MEETING
 from .node_check import Finding, Where
 from .site import CROSS_NODE_CHECKS, SiteConfig
 
@@ -90,11 +91,11 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         from ..cluster.join import NO_TORCH
 
         if NO_TORCH in said:  # this node's own fault, whatever its peers do: its jobs would die on the same import
-            return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400])], record
+            return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400], FROM_MEETING)], record
         return [], record
     return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
-                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail")])
+                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")])
 
 
 def join_window(budget: float) -> float:
@@ -124,11 +125,12 @@ def mine(doc: dict, node: str) -> list[Finding]:
     node1 and from node2). A single failing link between two nodes blames neither: a false drain costs as much
     trust as a missed fault."""
     fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)]
-    out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or "")) for r in fails if r["nodes"] == [node]]
+    out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or ""), FROM_MEETING) for r in fails
+           if r["nodes"] == [node]]
     shared = [r for r in fails if len(r["nodes"]) > 1]
     common = set.intersection(*(set(r["nodes"]) for r in shared)) if len(shared) >= 2 else set()
     if common == {node}:
         first = shared[0]
         out.append(Finding(str(first.get("check")), "fail", f"{node} is the node common to {len(shared)} failing "
-                           f"results of the job's nodes: {first.get('summary')}"))
+                           f"results of the job's nodes: {first.get('summary')}", FROM_MEETING))
     return out
