@@ -237,7 +237,7 @@ def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes
     """The health check's torch, CUDA and NCCL facts, for the prologs of this environment."""
     imports_of = {lc.name: tuple(lc.check.imports) for lc in plan.checks}
     try:
-        facts, skipped = kept.facts_to_keep(doc, imports_of)
+        facts, skipped = kept.facts_to_keep(doc, imports_of, node_check.DRAINS[cfg.drain_on] or ("fail",))
         path = kept.save(cfg.results_dir, at.node, fp, facts, doc["created"], skipped)
     except (OSError, UsageError) as exc:
         notes.append(f"facts not kept for the prolog: {getattr(exc, 'strerror', None) or exc}")

@@ -117,8 +117,9 @@ def main() -> int:
                     time.sleep(2 if args.busy else 0)
                     load = os.getloadavg()[0]
                     rows = jobs(c, args.jobs, tmp, args.drop_caches)
+                    load_end = os.getloadavg()[0]
             summary["meeting" if cross else "baseline"] = {
-                "met": sum(r["met"] for r in rows), "of": len(rows), "load_at_start": round(load, 1),
+                "met": sum(r["met"] for r in rows), "of": len(rows), "load_at_start": round(load, 1), "load_at_end": round(load_end, 1),
                 "job_s_median": statistics.median(r["s"] for r in rows),
                 "prolog_s_median": statistics.median(r["prolog_s"] for r in rows if r["prolog_s"] is not None)}
     if "baseline" in summary:
