@@ -22,7 +22,7 @@ from typing import Mapping
 from ..cluster.local import child_python
 from .node_check import MEETING as FROM_MEETING
 from .node_check import Finding, Where
-from .site import CROSS_NODE_CHECKS, SiteConfig
+from .site import SiteConfig
 
 MAX_KEY_BYTES = 4096
 MEETING = "cross-node"  # the check a finding of the meeting itself (not of one of its checks) is recorded under
@@ -73,12 +73,15 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         token = job_token(site_key(cfg.cross_node_key), at.job_id)
     except ValueError as exc:
         return [], {"skipped": str(exc)}
+    checks, judges = meeting_checks()
+    if not judges:
+        return [], {"skipped": "no installed check is a cross-node one (Check.cross_node with phase cluster)"}
     budget = max(1.0, deadline - time.monotonic())
     port = cfg.cross_node_port + int(at.job_id) % 1000
     argv = [*child_python(isolated=True), "preflight", "--hosts", ",".join(nodes), "--master", f"{nodes[0]}:{port}",
-            "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{join_window(budget):.1f}", "--json", "--no-save",
+            "--only", ",".join(checks), "--timeout", f"{join_window(budget):.1f}", "--json", "--no-save",
             *SHORT]
-    record: dict = {"nodes": nodes, "port": port, "checks": list(CROSS_NODE_CHECKS)}
+    record: dict = {"nodes": nodes, "port": port, "checks": checks}
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=budget,
                            env=child_env(token), cwd="/", stdin=subprocess.DEVNULL)
@@ -93,9 +96,21 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         if NO_TORCH in said:  # this node's own fault, whatever its peers do: its jobs would die on the same import
             return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400], FROM_MEETING)], record
         return [], record
-    return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
+    return mine(doc, at.node, judges), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
                                              for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")])
+
+
+def meeting_checks(installed: Mapping | None = None) -> tuple[list[str], frozenset[str]]:
+    """(the checks the meeting runs, those of them whose failing results may blame a node there): every installed
+    check that says it belongs in the meeting (``Check.cross_node``, plugins included), and of them the cluster
+    ones. The engine names none: a plugin's check joins the meeting by setting the attribute."""
+    if installed is None:
+        from ..registry import installed as discovered
+
+        installed = discovered()
+    ours = {name: check for name, check in installed.items() if getattr(check, "cross_node", False)}
+    return sorted(ours), frozenset(n for n, c in ours.items() if getattr(c, "phase", "local") == "cluster")
 
 
 def join_window(budget: float) -> float:
@@ -119,12 +134,13 @@ def child_env(token: str) -> dict[str, str]:
     return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "DDPDOCTOR_TOKEN": token}
 
 
-def mine(doc: dict, node: str) -> list[Finding]:
+def mine(doc: dict, node: str, judges: frozenset[str] | None = None) -> list[Finding]:
     """The failing results that make this node the wrong one: those that name it alone, and, where several failing
     results name two nodes each (links), the one node they all name, when that is this node (node3 unreachable from
     node1 and from node2). A single failing link between two nodes blames neither: a false drain costs as much
     trust as a missed fault."""
-    fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)]
+    fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)
+             and (judges is None or r.get("check") in judges)]
     out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or ""), FROM_MEETING) for r in fails
            if r["nodes"] == [node]]
     shared = [r for r in fails if len(r["nodes"]) > 1]

@@ -152,3 +152,65 @@ def test_the_prolog_gives_the_meeting_its_whole_budget_and_keeps_its_own_after_i
     cfg = SiteConfig(cross_node=True, cross_node_budget_s=10, prolog_budget_s=3)
     assert entry.meeting_deadline(cfg, 100.0) == 110.0  # was 108: the reserve came out of the meeting's share
     assert entry.budget_of(cfg, Where("prolog", "node1", "7")) == 13.0
+
+
+def test_the_meeting_runs_the_checks_that_say_they_belong_there_plugins_included():
+    from ddpdoctor.api import Check
+    from ddpdoctor.registry import installed
+
+    class LinkMtu(Check):  # a site's plugin: a cluster check for the meeting
+        name, phase, cross_node = "site-mtu", "cluster", True
+
+    class Local(Check):
+        name = "site-local"
+
+    checks, judges = meet.meeting_checks({**installed(), "site-mtu": LinkMtu(), "site-local": Local()})
+    assert "site-mtu" in checks and "site-mtu" in judges and "site-local" not in checks
+    # the built-in four meet, and torch-build and packages come so that parity compares what breaks jobs
+    assert {"mesh", "names", "clock-skew", "parity"} <= judges and {"torch-build", "packages"} <= set(checks)
+    assert "torch-build" not in judges  # a local check's failure is its node's own prolog's business
+
+
+def test_no_check_is_named_in_the_unattended_engine():
+    from pathlib import Path
+
+    from ddpdoctor.registry import installed
+
+    import ast
+
+    engine = Path(meet.__file__).parent
+    for source in engine.glob("*.py"):
+        tree = ast.parse(source.read_text())
+        docs = {id(b[0].value) for b in [getattr(n, "body", None) for n in ast.walk(tree)]
+                if isinstance(b, list) and b and isinstance(b[0], ast.Expr)}  # docstrings: examples, not code
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and id(n) not in docs}
+        named = sorted(set(installed()) & strings)
+        assert named == [], f"{source.name} names {named}: a check says it belongs in the meeting (Check.cross_node)"
+
+
+def test_only_the_meetings_cluster_checks_blame_a_node():
+    found = doc(("torch-build", "fail", "CUDA 12.1 but the driver supports 11.8", ["node3"]),
+                ("parity", "fail", "torch-build torch_version on node3 differs: '2.12.0' vs '2.13.0' on the others",
+                 ["node3"]))
+    (f,) = meet.mine(found, "node3", frozenset({"parity", "mesh"}))
+    assert f.check == "parity" and f.source == "meeting" and "2.12.0" in f.summary
+
+
+def test_parity_in_the_meeting_names_the_node_with_another_torch_and_blames_no_side_of_a_tie():
+    from ddpdoctor_checks.parity import ParityCheck
+
+    p = ParityCheck()
+
+    def node(torch, nccl="2.21.5"):
+        return {"comparable": {"torch-build": {"torch_version": torch, "nccl_version": nccl},
+                               "packages": {"torch": torch}}}
+
+    out = p.compare({"node1": node("2.13.0"), "node2": node("2.13.0"), "node3": node("2.12.0")}, p.with_defaults({}))
+    fails = [r for r in out if r.level == "fail"]
+    assert fails and all(r.nodes == ["node3"] for r in fails), [(r.summary, r.nodes) for r in out]
+    tie = p.compare({"node1": node("2.13.0"), "node2": node("2.12.0")}, p.with_defaults({}))
+    (t, *_) = [r for r in tie if r.level == "fail"]
+    assert "no majority" in t.summary and sorted(t.nodes) == ["node1", "node2"]
+    assert meet.mine({"results": [{"check": "parity", "level": "fail", "summary": t.summary, "nodes": t.nodes}]},
+                     "node2", frozenset({"parity"})) == []  # a tie blames no side
