@@ -17,6 +17,7 @@ class ClockSkewCheck(Check):
     facts_shape = {"offset_ms": "number", "bound_ms": "number", "warn_ms": "number"}
     description = "Wall-clock offset of every node from the master (NTP-style, error bound = RTT/2)"
     phase = "cluster"
+    cross_node = True  # a job's prologs meet for it (unattended/meet.py)
     options = {
         "warn_ms": Option(100.0, "offset above this many ms is a warning"),
         "fail_ms": Option(1000.0, "offset above this many ms is a failure"),

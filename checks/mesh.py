@@ -19,6 +19,7 @@ class MeshCheck(Check):
     facts_shape = {"probes": [{"peer": "text", "error_class": "scalar"}]}
     description = "TCP reachability between every pair of nodes (directed), with round-trip times"
     phase = "cluster"
+    cross_node = True  # a job's prologs meet for it (unattended/meet.py)
     options = {
         "connect_timeout_s": Option(3.0, "seconds one TCP connect may take before it counts as timed out"),
         "warn_rtt_ms": Option(50.0, "a link round trip above this many ms is a warning"),

@@ -18,6 +18,7 @@ class NamesCheck(Check):
     name = "names"
     description = "Interface to master/peers, *_SOCKET_IFNAME agreement, MTU parity, hostname resolution and lookup latency"
     phase = "cluster"
+    cross_node = True  # a job's prologs meet for it (unattended/meet.py)
     options = {"slow_lookup_s": Option(1.0, "a forward or reverse lookup slower than this is a warning")}
     timeout_s = 40.0
 

@@ -50,6 +50,7 @@ def fingerprint(pins: list[str]) -> str:
 
 class PackagesCheck(Check):
     name = "packages"
+    cross_node = True  # in the prologs' meeting: its comparables (each distribution's version) are parity's there
     facts_shape = {"packages": ["scalar"]}
     description = "Installed distributions and versions, with a fingerprint; duplicates and required packages"
     options = {"required": Option("", "comma-separated distributions that must be installed (e.g. 'torch,numpy')")}

@@ -122,6 +122,7 @@ class ParityCheck(Check):
     name = "parity"
     description = "Same Python, torch/CUDA/NCCL, driver, packages, env vars, GPUs, checks and code on every node"
     phase = "cluster"
+    cross_node = True  # a job's prologs meet for it (unattended/meet.py)
     reads_comparables = True  # every check's comparables arrive in compare as facts["comparable"]
     per_run_keys = ("ddpdoctor", "checks", "code")  # the tool, the checks selected and the code change between runs
 

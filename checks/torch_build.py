@@ -60,6 +60,7 @@ def _torch_facts() -> dict:
 class TorchBuildCheck(Check):
     name = "torch-build"
     imports = ("torch",)
+    cross_node = True  # in the prologs' meeting: its comparables (torch, CUDA, NCCL) are what parity compares there
     description = "Python, torch version and build (CUDA/ROCm/CPU), CUDA runtime, cuDNN, NCCL, gloo/NCCL backends"
     timeout_s = 90.0  # a cold `import torch` on network storage can take a minute
     options = {

@@ -246,6 +246,12 @@ class Check:
     # True: compare also receives facts_by_node[node]["comparable"] = {check: {key: value}}, every check's
     # comparables on that node (the parity check).
     reads_comparables: bool = False
+    # True: the check runs in the cross-node meeting of a multi-node job's prologs (unattended/meet.py, site config
+    # `cross_node = true`): a cluster check that sees what only the nodes together see (links, names, clocks), or a
+    # local one whose comparables parity must compare across the job's nodes there (what breaks jobs: torch's
+    # build, the packages). Only a cluster check's failing result in the meeting blames a node there; a local
+    # one's is its node's own prolog's and health check's business.
+    cross_node: bool = False
     # Heavy modules gather imports (e.g. "torch"): the runner imports them first on its own thread, because
     # two gather threads importing torch at once can see a half-initialised module or abort the process.
     imports: tuple[str, ...] = ()

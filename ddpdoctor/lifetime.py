@@ -3,6 +3,7 @@ tied to its parent's (the one place that asks Linux for PR_SET_PDEATHSIG), torch
 held back (the one place that does), and a stop never lost to a place that ignores exceptions."""
 from __future__ import annotations
 
+import os
 import signal
 
 PR_SET_PDEATHSIG = 1
@@ -33,13 +34,30 @@ def mark_command_start() -> None:
     ends within 2 T + 15 s of its start" counts them (a master ended 8 s past it on a loaded machine)."""
     import time
 
+    since = _process_age()
+    _STARTED[:] = [time.monotonic() - min(since, MAX_STARTUP_S)]
+
+
+def _process_age() -> float:
+    """Seconds since this process started, from the kernel's own counters (/proc/uptime and the process's start
+    tick), never the wall clock: a node whose clock is off (faketime +5 s, an NTP step) read its start 5 s early
+    and began its meeting with its join window spent ("refused after 0.0 s, 1 attempt(s)")."""
+    try:
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
 
-        since = max(0.0, time.time() - psutil.Process().create_time())
+        import time
+
+        return max(0.0, time.time() - psutil.Process().create_time())
     except Exception:  # noqa: BLE001 - no psutil or no /proc: from here
-        since = 0.0
-    _STARTED[:] = [time.monotonic() - min(since, MAX_STARTUP_S)]
+        return 0.0
 
 
 def command_start() -> float | None:

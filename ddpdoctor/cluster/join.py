@@ -58,7 +58,7 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     except Exception as exc:  # noqa: BLE001 - a broken torch: ImportError, a missing shared library, ...
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         seen = "the other nodes report the master unreachable" if is_master else "the master reports it missing"
-        raise ClusterNotAssembled(f"this node cannot join: torch does not import here ({reason}); the nodes meet "
+        raise ClusterNotAssembled(f"{NO_TORCH} ({reason}); the nodes meet "
                                   f"on torch's TCPStore, so {seen}. Fix: `{sys.executable} -m pip install torch` in "
                                   "the environment the job runs in (`ddpdoctor preflight` alone lists this node's "
                                   "other findings)") from exc
@@ -67,6 +67,7 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     return role(cfg, plan, budget).run()
 
 
+NO_TORCH = "this node cannot join: torch does not import here"  # the prolog's meeting fails its node on these words
 STARTUP_S = 20.0  # the most of a process's start-up (interpreter, imports) the budget counts
 
 

@@ -67,14 +67,18 @@ def kill_sessions(procs: list[subprocess.Popen], wait_s: float = 10.0, grace_s: 
             return
 
 
-def child_python() -> list[str]:
+def child_python(isolated: bool = False) -> list[str]:
     """The interpreter and code a child node runs: this very ddpdoctor, whatever the working directory
-    (``python -m ddpdoctor`` would import a ``ddpdoctor/`` folder that happens to sit in the cwd)."""
+    (``python -m ddpdoctor`` would import a ``ddpdoctor/`` folder that happens to sit in the cwd). ``isolated``
+    (what root starts): Python's isolated mode too, so PYTHONPATH, PYTHONSTARTUP, PYTHONHOME and the user's site
+    folder are not read (a local cluster keeps them: a test's or a user's environment is its own)."""
     import ddpdoctor
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(ddpdoctor.__file__)))
-    code = f"import sys; sys.path[0] = {root!r}; from ddpdoctor.cli import main; main()"
-    return [sys.executable, "-c", code]
+    # the cwd ('' for -c) never on the path; this ddpdoctor's folder first
+    code = (f"import sys; sys.path[:] = [{root!r}, *(p for p in sys.path if p not in ('', '.'))]; "
+            "from ddpdoctor.cli import main; main()")
+    return [sys.executable, *(["-I"] if isolated else []), "-c", code]
 
 
 def _die_with_parent() -> None:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Mapping
 
 OWNER = "ddpdoctor:"  # the prefix of every drain reason this tool writes (NHC writes "NHC:")
-MAX_REASON = 120  # a reason sinfo and squeue show in full
+MAX_REASON = 250  # sinfo %E and scontrol show node print it whole; long enough for the path that names what broke
 MAX_COMMENT = 250  # a job comment: squeue's %k shows it whole
 SCONTROL_TIMEOUT_S = 10.0
 # Where scontrol lives when the caller's PATH is SLURM's minimal one (a prolog runs with no PATH at all).
 SCONTROL_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
+_CAUSE = re.compile(re.escape(OWNER) + r" (?P<check>[A-Za-z0-9_.-]+)(?: \[(?P<source>[a-z-]+)\])?: ")
 _STAMP = re.compile(r"\s*\[[^\]\s]*@[^\]\s]*\]\s*$")  # scontrol's " [root@2026-11-27T18:44:27]" after a reason
 
 
@@ -51,12 +52,28 @@ class Done:
     message: str = ""
 
 
-def drain_reason(check: str, finding: str) -> str:
-    """'ddpdoctor: resources: /dev/shm is 64 MiB ...': the owner, the check, the finding cut to one short line
-    (control characters and quotes out: sinfo prints it, admins grep it)."""
-    text = " ".join(f"{OWNER} {check}: {finding}".split())
-    text = "".join(c for c in text if c.isprintable() and c not in "\"'`\\")
-    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
+def drain_reason(check: str, finding: str, source: str = "", node: str = "") -> str:
+    """'ddpdoctor: resources: /dev/shm is 64 MiB ...' (a drain by the node's own checks), 'ddpdoctor: clock-skew
+    [meeting]: node3 is 5.1 s ahead ...; once fixed: scontrol update NodeName=node3 State=RESUME' (by the job's
+    nodes' meeting, which no health check holds: the command an admin types is in the reason): the owner, the check,
+    its source, the finding cut to fit (control characters and quotes out: sinfo prints it, admins grep it)."""
+    head = f"{OWNER} {check}" + (f" [{source}]" if source else "") + ": "
+    tail = f"; once fixed: scontrol update NodeName={node} State=RESUME" if source and node else ""
+    room = MAX_REASON - len(head) - len(tail)
+    text = _one_line(finding)
+    return _one_line(head) + " " + (text if len(text) <= room else text[: room - 3].rstrip() + "...") + tail
+
+
+def drain_cause(reason: str) -> tuple[str, str]:
+    """(the check, the source: "" for the node's own checks) of a reason ``drain_reason`` wrote; ("", "") for one
+    it cannot read (a reason of another version, cut short): such a drain is re-checked by nothing."""
+    m = _CAUSE.match(reason or "")
+    return (m["check"], m["source"] or "") if m else ("", "")
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return "".join(c for c in text if c.isprintable() and c not in "\"'`\\")
 
 
 def scontrol_path(configured: str = "scontrol", env: Mapping[str, str] | None = None) -> str:
@@ -107,8 +124,7 @@ def job_comment(node: str, check: str, finding: str) -> str:
     """The job's comment when a node's prolog fails it: 'ddpdoctor: node3 failed its prolog (resources: /dev/shm is
     64 MiB ...); the job was requeued without it' (one line, no quotes, cut as a reason is)."""
     what = f"{check}: {finding}" if check else finding
-    text = " ".join(f"{OWNER} {node} failed its prolog ({what}); the job was requeued".split())
-    text = "".join(c for c in text if c.isprintable() and c not in "\"'`\\")
+    text = _one_line(f"{OWNER} {node} failed its prolog ({what}); the job was requeued")
     return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
 
 

@@ -80,6 +80,12 @@ def budget_of(cfg: site.SiteConfig, at: Where) -> float:
     return cfg.prolog_budget_s if at.context in (PROLOG, EPILOG) else cfg.budget_s
 
 
+def meeting_deadline(cfg: site.SiteConfig, started: float) -> float:
+    """The meeting's end: its whole cross_node_budget_s from the prolog's start (it runs beside the local checks);
+    the prolog's own prolog_budget_s comes after it, for the decision, scontrol and the record."""
+    return started + cfg.cross_node_budget_s
+
+
 def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
         started: float | None = None, hard_exit: bool = False) -> Outcome:
     """One node check. ``started``: the process's start on the monotonic clock (the budget counts from it);
@@ -109,7 +115,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     asking = threading.Thread(target=lambda: state_box.update(state=_node_state(at, cfg, env, bound)), daemon=True,
                               name="node-check-scontrol-show")
     asking.start()  # the controller's round trip beside the checks, not after them
-    meeting = _meeting(cfg, at, env, started + budget - min(RESERVE_S, 0.4 * budget))
+    meeting = _meeting(cfg, at, env, meeting_deadline(cfg, started))
     fp = kept.fingerprint()
     facts_kept, why_not = kept.load(cfg.results_dir, at.node, fp) if at.context in (PROLOG, EPILOG) else (None, "")
     plan, doc = _checks(cfg, at, started, budget, facts_kept)
@@ -119,7 +125,8 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
                           if at.under_slurm else None)
     met = _met(meeting, bound)
     findings = node_check.findings_that_drain(doc, cfg.drain_on) + met.get("findings", [])
-    decision = node_check.decide(findings, state, drain_on=cfg.drain_on)
+    rechecked = node_check.rechecked_by(doc, met.get("record"), at.node, cfg.drain_on)
+    decision = node_check.decide(findings, state, drain_on=cfg.drain_on, rechecked=rechecked)
     done = _act(decision, at, cfg, env, bound, dry_run)
     node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     doc["node_check"].update(budget_s=budget, environment=fp,
@@ -234,7 +241,7 @@ def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes
     """The health check's torch, CUDA and NCCL facts, for the prologs of this environment."""
     imports_of = {lc.name: tuple(lc.check.imports) for lc in plan.checks}
     try:
-        facts, skipped = kept.facts_to_keep(doc, imports_of)
+        facts, skipped = kept.facts_to_keep(doc, imports_of, node_check.DRAINS[cfg.drain_on] or ("fail",))
         path = kept.save(cfg.results_dir, at.node, fp, facts, doc["created"], skipped)
     except (OSError, UsageError) as exc:
         notes.append(f"facts not kept for the prolog: {getattr(exc, 'strerror', None) or exc}")

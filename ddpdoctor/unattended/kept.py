@@ -3,7 +3,8 @@ tells), measured by the node's health check and kept per environment fingerprint
 read them and never import torch (seconds on a loaded node, paid by every job).
 
 ``fingerprint`` says, without importing anything heavy, what would change those facts: the interpreter, every
-installed distribution (its dist-info name holds the version, its mtime a reinstall in place), the NVIDIA driver.
+installed distribution (its dist-info name holds the version, its mtime a reinstall in place), the size and mtime of
+torch's and the CUDA/NCCL wheels' shared libraries (one replaced or truncated in place), the NVIDIA driver.
 A new fingerprint has no kept facts: the prolog skips those checks with a note until the next health check
 measures them again. Files: ``results_dir/<node>/.kept/<fingerprint>.json`` (a dot folder: the history and the
 record pruning skip it), written by root and read only when root owns it and no one else can write it.
@@ -44,6 +45,8 @@ def fingerprint(paths: Iterable[str] | None = None, driver: str = DRIVER_VERSION
             except OSError:
                 mtime = 0
             h.update(f"\0{name}:{mtime}".encode())
+        for lib in _shared_libraries(folder or "."):
+            h.update(f"\0{lib}".encode())
     try:
         with open(driver, "rb") as f:
             h.update(f.read(4096))
@@ -52,24 +55,53 @@ def fingerprint(paths: Iterable[str] | None = None, driver: str = DRIVER_VERSION
     return h.hexdigest()[:16]
 
 
+def _shared_libraries(folder: str) -> list[str]:
+    """'path:size:mtime' of each shared library torch and the pip CUDA/NCCL wheels load from ``folder``
+    (torch/lib, nvidia/*/lib): a library truncated or replaced in place leaves the dist-info as it was (seen: a
+    truncated libtorch_cpu.so judged from the facts of the torch that imported)."""
+    dirs = [os.path.join(folder, "torch", "lib")]
+    try:
+        dirs += [os.path.join(folder, "nvidia", d, "lib") for d in sorted(os.listdir(os.path.join(folder, "nvidia")))]
+    except OSError:
+        pass  # no pip CUDA wheels here
+    out = []
+    for d in dirs:
+        try:
+            with os.scandir(d) as entries:
+                for e in entries:
+                    if ".so" in e.name:
+                        st = e.stat()
+                        out.append(f"{e.path}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            continue
+    return sorted(out)
+
+
 def path_of(results_dir: str, node: str, fp: str) -> Path:
     from ..documents import results_dir_name
 
     return Path(results_dir) / results_dir_name(node) / FOLDER / f"{fp}.json"
 
 
-def facts_to_keep(doc: dict, imports_of: Mapping[str, tuple]) -> tuple[dict[str, dict], dict[str, str]]:
+def facts_to_keep(doc: dict, imports_of: Mapping[str, tuple],
+                  failing: tuple[str, ...] = ("fail",)) -> tuple[dict[str, dict], dict[str, str]]:
     """This run's facts of the checks that import something (``imports_of``: check -> its imports) where their
-    gather succeeded, and the notes of those that skipped themselves (no CUDA here): what a prolog will not
-    measure itself. A check skipped for the budget is not kept: it was not measured."""
+    gather succeeded and their result is not at a ``failing`` level, and the notes of those that skipped themselves
+    (no CUDA here) or failed: what a prolog will not measure itself. A check skipped for the budget is not kept: it
+    was not measured. A failing run's facts are never kept to judge by (the facts of a torch that did not import,
+    judged by the prologs after the fix, undid the admin's resume): the prolog skips that check, saying so, and the
+    next health check measures it again."""
     node = next(iter(doc.get("nodes") or {}), None)
     entry = (doc.get("nodes") or {}).get(node) or {}
     facts, gather = entry.get("facts") or {}, entry.get("gather") or {}
     ours = [name for name, imports in imports_of.items() if imports]
-    ok = {name: facts[name] for name in ours
-          if (gather.get(name) or {}).get("status") == "ok" and isinstance(facts.get(name), dict)}
+    failed = {r.get("check"): r.get("summary") for r in doc.get("results") or [] if r.get("level") in failing}
+    ok = {name: facts[name] for name in ours if name not in failed
+          and (gather.get(name) or {}).get("status") == "ok" and isinstance(facts.get(name), dict)}
     skipped = {name: str(gather[name].get("message") or "") for name in ours
                if (gather.get(name) or {}).get("status") == "skip" and not gather[name].get("for_time")}
+    skipped.update({name: f"the last health check found it failing ({failed[name]}): not judged from its facts; "
+                          "the next health check measures it again" for name in ours if name in failed})
     return ok, skipped
 
 

@@ -16,14 +16,18 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import time
 from typing import Mapping
 
+from ..cluster.local import child_python
+from .node_check import MEETING as FROM_MEETING
 from .node_check import Finding, Where
-from .site import CROSS_NODE_CHECKS, SiteConfig
+from .site import SiteConfig
 
 MAX_KEY_BYTES = 4096
+MEETING = "cross-node"  # the check a finding of the meeting itself (not of one of its checks) is recorded under
+AFTER_JOIN_S = 3.5  # the meeting's work after the join: mesh (1 s connects), names, clock-skew (4 samples), verdict
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The meeting's probes answer within its budget: a node whose links are down is judged, not waited for
 SHORT = ("--set", "mesh.connect_timeout_s=1", "--set", "clock-skew.reply_timeout_s=1", "--set", "clock-skew.samples=4")
 
@@ -69,38 +73,80 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         token = job_token(site_key(cfg.cross_node_key), at.job_id)
     except ValueError as exc:
         return [], {"skipped": str(exc)}
+    checks, judges = meeting_checks()
+    if not judges:
+        return [], {"skipped": "no installed check is a cross-node one (Check.cross_node with phase cluster)"}
     budget = max(1.0, deadline - time.monotonic())
     port = cfg.cross_node_port + int(at.job_id) % 1000
-    argv = [sys.executable, "-m", "ddpdoctor", "preflight", "--hosts", ",".join(nodes), "--master",
-            f"{nodes[0]}:{port}", "--only", ",".join(CROSS_NODE_CHECKS), "--timeout", f"{budget / 2:.1f}", "--json",
-            "--no-save", *SHORT]
-    child_env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}  # the job's SLURM_* is not its launch
-    child_env.update(DDPDOCTOR_TOKEN=token, PATH=env.get("PATH") or "/usr/bin:/bin")
-    record: dict = {"nodes": nodes, "port": port, "checks": list(CROSS_NODE_CHECKS)}
+    argv = [*child_python(isolated=True), "preflight", "--hosts", ",".join(nodes), "--master", f"{nodes[0]}:{port}",
+            "--only", ",".join(checks), "--timeout", f"{join_window(budget):.1f}", "--json", "--no-save",
+            *SHORT]
+    record: dict = {"nodes": nodes, "port": port, "checks": checks}
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget + 1, env=child_env,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=budget,
+                           env=child_env(token), cwd="/", stdin=subprocess.DEVNULL)
         doc = json.loads(p.stdout)
     except subprocess.TimeoutExpired:
         return [], dict(record, skipped=f"the nodes did not meet within {budget:.0f} s")
     except ValueError:
-        return [], dict(record, skipped=f"no result (exit {p.returncode}): {(p.stderr or '').strip()[-300:]}")
-    return mine(doc, at.node), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
+        said = " ".join((p.stderr or "").split())
+        record = dict(record, skipped=f"no result (exit {p.returncode}): {said[-300:]}")
+        from ..cluster.join import NO_TORCH
+
+        if NO_TORCH in said:  # this node's own fault, whatever its peers do: its jobs would die on the same import
+            return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400], FROM_MEETING)], record
+        return [], record
+    return mine(doc, at.node, judges), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
-                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail")])
+                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")])
 
 
-def mine(doc: dict, node: str) -> list[Finding]:
+def meeting_checks(installed: Mapping | None = None) -> tuple[list[str], frozenset[str]]:
+    """(the checks the meeting runs, those of them whose failing results may blame a node there): every installed
+    check that says it belongs in the meeting (``Check.cross_node``, plugins included), and of them the cluster
+    ones. The engine names none: a plugin's check joins the meeting by setting the attribute."""
+    if installed is None:
+        from ..registry import installed as discovered
+
+        installed = discovered()
+    ours = {name: check for name, check in installed.items() if getattr(check, "cross_node", False)}
+    return sorted(ours), frozenset(n for n, c in ours.items() if getattr(c, "phase", "local") == "cluster")
+
+
+def join_window(budget: float) -> float:
+    """The child's --timeout: how long from its own start its nodes may take to join (the master waits for them,
+    a worker retries its connection until then), out of the meeting's ``budget``. Most of it: a node's interpreter
+    and its `import torch` (for the TCPStore) come first, 1.2-1.6 s of CPU, several seconds of a busy node's (and
+    the three children of a job start at once), so a window of half the budget left a loaded worker no attempt
+    before it passed; what follows the join (mesh's 1 s connects, clock-skew's samples, the verdict) gets the rest."""
+    return max(1.0, budget - min(AFTER_JOIN_S, 0.4 * budget))
+
+
+def child_env(token: str) -> dict[str, str]:
+    """The meeting child's whole environment: nothing of the job's (its PATH, PYTHON*, LD_*, SLURM_* are the job's
+    user's, and the child runs as root), only a fixed PATH, a locale, root's home and the job's token."""
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        home = "/"
+    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "DDPDOCTOR_TOKEN": token}
+
+
+def mine(doc: dict, node: str, judges: frozenset[str] | None = None) -> list[Finding]:
     """The failing results that make this node the wrong one: those that name it alone, and, where several failing
     results name two nodes each (links), the one node they all name, when that is this node (node3 unreachable from
     node1 and from node2). A single failing link between two nodes blames neither: a false drain costs as much
     trust as a missed fault."""
-    fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)]
-    out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or "")) for r in fails if r["nodes"] == [node]]
+    fails = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)
+             and (judges is None or r.get("check") in judges)]
+    out = [Finding(str(r.get("check")), "fail", str(r.get("summary") or ""), FROM_MEETING) for r in fails
+           if r["nodes"] == [node]]
     shared = [r for r in fails if len(r["nodes"]) > 1]
     common = set.intersection(*(set(r["nodes"]) for r in shared)) if len(shared) >= 2 else set()
     if common == {node}:
         first = shared[0]
         out.append(Finding(str(first.get("check")), "fail", f"{node} is the node common to {len(shared)} failing "
-                           f"results of the job's nodes: {first.get('summary')}"))
+                           f"results of the job's nodes: {first.get('summary')}", FROM_MEETING))
     return out

@@ -68,11 +68,15 @@ def refuse_odd_name(at: Where) -> None:
                          "commented or requeued, nothing drained or resumed")
 
 
+NODE, MEETING = "", "meeting"  # a finding's source: this node's own checks, or the job's nodes' meeting
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
     level: str
     summary: str
+    source: str = NODE
 
 
 @dataclass
@@ -97,8 +101,12 @@ def findings_that_drain(doc: dict, drain_on: str) -> list[Finding]:
             if r.get("level") in levels and not (r.get("details") or {}).get(TOOL_ERROR)]
 
 
-def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain_on: str = "fail") -> Decision:
-    """Pure: the findings that drain and the node's state (None: not under SLURM, nothing to act on)."""
+def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain_on: str = "fail",
+           rechecked: frozenset = frozenset()) -> Decision:
+    """Pure: the findings that drain, the node's state (None: not under SLURM, nothing to act on) and what this run
+    re-measured and found well (``rechecked``: (check, source) pairs, ``rechecked_by``): our drain is lifted only
+    when its own cause is among them. A health check holds no meeting: a drain by the meeting stays through it (no
+    drain, resume, drain loop), for a later meeting or the admin's command its reason names."""
     if state is None:
         return Decision("none", "not under SLURM: nothing to drain or resume", findings=findings,
                         fails=bool(findings))
@@ -107,7 +115,7 @@ def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain
                         findings=findings, fails=bool(findings))
     if findings:
         first = findings[0]
-        reason = slurm_node.drain_reason(first.check, first.summary)
+        reason = slurm_node.drain_reason(first.check, first.summary, first.source, state.name)
         if state.drained and not state.drained_by_us:
             return Decision("leave", f"already drained by someone else ({state.reason or 'no reason'}): left as it "
                             "is", reason, findings, fails=True)
@@ -115,11 +123,30 @@ def decide(findings: list[Finding], state: slurm_node.NodeState | None, *, drain
             return Decision("keep", "already drained by ddpdoctor for the same finding", reason, findings, True)
         return Decision("drain", f"{first.check} {first.level}s", reason, findings, fails=True)
     if state.drained_by_us:
-        return Decision("resume", f"passing now; ddpdoctor drained it ({state.reason})")
+        check, source = slurm_node.drain_cause(state.reason)
+        if (check, source) in rechecked:
+            return Decision("resume", f"{check} re-checked and passing now; ddpdoctor drained it ({state.reason})")
+        by = "the job's nodes' meeting" if source == MEETING else "this node's checks"
+        return Decision("keep", f"passing, but what drained it ({check or 'a reason of another version'}, found by "
+                        f"{by}) was not re-checked in this run: the drain stands ({state.reason})", state.reason)
     if state.drained:
         return Decision("leave", f"passing, but drained by someone else ({state.reason or 'no reason'}): left as "
                         "it is")
     return Decision("none", "passing" if drain_on != "never" else "passing (drain_on = never)")
+
+
+def rechecked_by(doc: dict, meeting: dict | None, node: str, drain_on: str) -> frozenset:
+    """The (check, source) pairs this run measured and found below the draining level: its own checks' results
+    (not skipped, not the tool's own failure), and, where the job's nodes met, the meeting's checks that named no
+    failing result with this node in it."""
+    levels = DRAINS[drain_on]
+    out = {(r["check"], NODE) for r in doc.get("results", []) if r.get("level") not in (*levels, "skip")
+           and not (r.get("details") or {}).get(TOOL_ERROR)}
+    if meeting and meeting.get("verdict") is not None:
+        failing = {r.get("check") for r in meeting.get("results") or [] if r.get("level") == "skip"
+                   or (r.get("level") in levels and node in (r.get("nodes") or []))}
+        out |= {(c, MEETING) for c in meeting.get("checks") or [] if c not in failing}
+    return frozenset(out)
 
 
 def act(decision: Decision, at: Where, site: SiteConfig, env: Mapping[str, str],

@@ -64,7 +64,6 @@ KEYS = {
     "cross_node_budget_s": Option(10.0, "seconds a prolog gives the meeting at most (added to prolog_budget_s)",
                                   type=float, min=1, max=300),
 }
-CROSS_NODE_CHECKS = ("mesh", "names", "clock-skew", "parity")  # what only the nodes together can see
 
 
 @dataclass(frozen=True)

@@ -40,13 +40,43 @@ def test_decide_drains_resumes_and_never_touches_an_admins_drain():
     assert d.fails and d.reason == "ddpdoctor: resources: /dev/shm is 64 MiB: NCCL and DataLoader workers fail"
     assert nc.decide([SHM], DRAINED_BY_ADMIN).action == "leave" and nc.decide([SHM], DRAINED_BY_ADMIN).fails
     assert nc.decide([], DRAINED_BY_ADMIN).action == "leave"
-    assert nc.decide([], DRAINED_BY_US).action == "resume"
+    assert nc.decide([], DRAINED_BY_US, rechecked=frozenset({("resources", nc.NODE)})).action == "resume"
     assert nc.decide([], IDLE).action == "none"
     same = slurm_node.NodeState("n1", "IDLE+DRAIN", d.reason)
     assert nc.decide([SHM], same).action == "keep"
     other = nc.Finding("gpu", "fail", "GPU 3 fell off the bus")
     assert nc.decide([other], DRAINED_BY_US).action == "drain"  # our own reason, brought up to date
     assert nc.decide([SHM], None).action == "none" and nc.decide([SHM], None).fails  # not under SLURM
+
+
+def test_a_drain_is_lifted_only_by_a_run_that_re_measured_its_cause():
+    """The meeting drained node3 for its clock; a health check holds no meeting: it passes, and the drain stays
+    (before: it resumed, the requeued job came back, its prolog drained it again, every HealthCheckInterval)."""
+    skew = nc.Finding("clock-skew", "fail", "node3 is 5.0 s ahead of node1 (0.5 s allowed)", nc.MEETING)
+    drained = nc.decide([skew], slurm_node.NodeState("node3", "IDLE", ""))
+    assert drained.reason.startswith("ddpdoctor: clock-skew [meeting]: node3 is 5.0 s ahead")
+    assert drained.reason.endswith("once fixed: scontrol update NodeName=node3 State=RESUME")
+    assert slurm_node.drain_cause(drained.reason) == ("clock-skew", nc.MEETING)
+    now = slurm_node.NodeState("node3", "IDLE+DRAIN", drained.reason)
+    health = {"results": [{"check": "resources", "level": "pass", "summary": "ok"},
+                          {"check": "clock-sync", "level": "pass", "summary": "ok"}]}
+    d = nc.decide([], now, rechecked=nc.rechecked_by(health, None, "node3", "fail"))
+    assert d.action == "keep" and "not re-checked" in d.why and "meeting" in d.why, d
+    meeting = {"verdict": "pass", "checks": ["mesh", "names", "clock-skew", "parity"], "results": []}
+    assert nc.decide([], now, rechecked=nc.rechecked_by(health, meeting, "node3", "fail")).action == "resume"
+    still = dict(meeting, verdict="fail", results=[{"check": "clock-skew", "level": "fail", "nodes": ["node3"]}])
+    assert nc.decide([], now, rechecked=nc.rechecked_by(health, still, "node3", "fail")).action == "keep"
+    skipped = {"results": [{"check": "resources", "level": "skip", "summary": "budget"}]}
+    assert nc.decide([], DRAINED_BY_US, rechecked=nc.rechecked_by(skipped, None, "n1", "fail")).action == "keep"
+    assert nc.decide([], DRAINED_BY_US, rechecked=nc.rechecked_by(health, None, "n1", "fail")).action == "resume"
+    assert slurm_node.drain_cause("ddpdoctor: failed") == ("", "")  # a reason of another shape: held, said
+
+
+def test_a_drain_reason_keeps_the_part_that_names_what_broke():
+    path = "/opt/venvs/train/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"
+    r = slurm_node.drain_reason("torch-build", f"torch does not import: {path}: file too short; fix: pip install "
+                                "torch", "", "node3")
+    assert path in r and len(r) <= slurm_node.MAX_REASON and "State=RESUME" not in r
 
 
 def test_only_draining_levels_drain_and_never_the_tools_own_failure():

@@ -153,3 +153,38 @@ def test_a_check_the_budget_cuts_short_is_a_skip_for_time_naming_the_configured_
     assert outcome["stuck"]["status"] == SKIPPED and outcome["stuck"]["for_time"] is True
     assert outcome["stuck"]["message"].startswith("not finished within the 8 s budget: skipped")
     assert "for_time" not in outcome["plain"]  # skipped by itself: it does not apply, not a lack of time
+
+
+def test_a_shared_library_truncated_or_replaced_in_place_is_a_new_environment(tmp_path):
+    """node3's libtorch_cpu.so truncated, its dist-info unchanged: before, the prolog judged torch-build from the
+    facts of the torch that imported."""
+    site = tmp_path / "site-packages"
+    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    lib = site / "torch" / "lib" / "libtorch_cpu.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF" + b"\0" * 4096)
+    nccl = site / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    nccl.parent.mkdir(parents=True)
+    nccl.write_bytes(b"\x7fELF" + b"\0" * 64)
+    first = kept.fingerprint([str(site)], str(tmp_path / "no-driver"))
+    stamp = lib.stat().st_mtime_ns
+    with open(lib, "r+b") as f:
+        f.truncate(100)
+    os.utime(lib, ns=(stamp, stamp))  # the same mtime: the size alone tells
+    truncated = kept.fingerprint([str(site)], str(tmp_path / "no-driver"))
+    assert truncated != first
+    nccl.write_bytes(b"\x7fELF" + b"\1" * 64)
+    os.utime(nccl, ns=(1, 1))
+    assert kept.fingerprint([str(site)], str(tmp_path / "no-driver")) not in (first, truncated)
+
+
+def test_a_failing_runs_facts_are_not_kept_to_judge_by():
+    """The health check that found torch not importing kept its facts; after the fix the prologs judged by them
+    ("torch does not import" while it imported) and undid the admin's resume."""
+    doc = {"results": [{"check": "torch-build", "level": "fail", "summary": "torch does not import: libtorch_cpu.so"}],
+           "nodes": {"n1": {"facts": {"torch-build": {"error": "ImportError"}}, "gather": {"torch-build": {"status": "ok"}}}}}
+    facts, skipped = kept.facts_to_keep(doc, {"torch-build": ("torch",)})
+    assert facts == {} and "found it failing (torch does not import: libtorch_cpu.so)" in skipped["torch-build"]
+    doc["results"][0]["level"] = "warn"
+    assert kept.facts_to_keep(doc, {"torch-build": ("torch",)})[0] == {"torch-build": {"error": "ImportError"}}
+    assert kept.facts_to_keep(doc, {"torch-build": ("torch",)}, ("fail", "warn"))[0] == {}
