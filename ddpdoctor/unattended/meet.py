@@ -4,7 +4,8 @@ site key, within the site's budget; each node learns which node is wrong, and on
 alone, or the one node every failing link names, fails its prolog (and so drains).
 
 Every prolog of the job runs `ddpdoctor preflight --hosts <the job's nodes> --master <first>:<port>` with the
-cluster checks only (no torch, no collective) and a per-job token, HMAC-SHA256(site key, job id): a node of another
+cluster checks that say they belong here (Check.cross_node; torch's TCPStore is the meeting point, so the child
+imports torch; no collective) and a per-job token, HMAC-SHA256(site key, job id): a node of another
 job, or anyone who reaches the port, cannot join, and a token seen once is worth nothing for the next job. The site
 key is read only from a regular file root owns and no one else can read or write (opened without following links).
 """
