@@ -126,6 +126,8 @@ class Call:
     created_ns: int | None = None
     timeout_ms: int | None = None
     seq_from_stack: bool = False                 # ``seq`` stands in for "the collective the stacks show" (attach)
+    state: str | None = None                     # the record's "started" / "scheduled" (NCCL: its kernel ran or
+    #                                              not yet) or "completed"; None where it does not say
 
     @property
     def all_to_all(self) -> bool:

@@ -86,13 +86,17 @@ def pending_deadline(fr: dict | None) -> tuple[float, float] | None:
             done[str(pg)] = int(status.get("last_completed_collective", -1))
         except (TypeError, ValueError, AttributeError):
             continue
+    from .flight_recorder import status_numbers
+
+    numbers = status_numbers(fr)
     best = None
     for e in fr.get("entries") or []:
         if not isinstance(e, dict) or e.get("is_p2p"):
             continue
         try:
             pg = str(e.get("pg_id", (e.get("process_group") or ["0"])[0]))
-            seq, created, limit = int(e["collective_seq_id"]), int(e["time_created_ns"]) / 1e9, int(e["timeout_ms"]) / 1e3
+            seq = int(e[numbers.get(pg, "collective_seq_id")])
+            created, limit = int(e["time_created_ns"]) / 1e9, int(e["timeout_ms"]) / 1e3
         except (KeyError, TypeError, ValueError, IndexError):
             continue
         if limit <= 0 or seq <= done.get(pg, -1):
