@@ -42,6 +42,8 @@ def groups_of(fr: dict) -> tuple[dict[str, Group], tuple[Group, ...]]:
             ranks = None
         ok = isinstance(ranks, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
         by_name[str(cfg.get("name", key))] = tuple(ranks) if ok else None
+    if "0" not in by_name and "" in by_name:  # gloo on torch 2.13 keys the default group's config "" (name "")
+        by_name["0"] = by_name[""]
     local: dict[str, Group] = {"0": Group("0", by_name.get("0"), "0", "default_pg")}
     for e in fr.get("entries") or []:
         pg, pid = e.get("process_group"), e.get("pg_id")

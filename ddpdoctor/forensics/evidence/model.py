@@ -141,7 +141,7 @@ class Call:
 
     def signature(self) -> tuple:
         """What must agree across the ranks of one collective: op, sizes, dtypes, splits. An all_to_all's sizes
-        may differ by rank (a router's uneven splits): its splits are compared pairwise instead (mismatch.py)."""
+        may differ by rank (a router's uneven splits): its splits are compared pairwise instead (judge/sizes.py)."""
         if self.all_to_all:
             return (self.op, self.dtypes)
         return (self.op, self.input_sizes, self.dtypes, self.splits)
