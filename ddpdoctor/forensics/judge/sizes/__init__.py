@@ -29,9 +29,9 @@ send/recv over gloo on Python 3.10/3.11), ``unjudged`` says so once.
 from __future__ import annotations
 
 from .kept import FIX, SizeMismatch, adopt, describe, find, unnoticed, warning
-from .records import (SAME_SIZES, TotalsFinding, a2a_totals, judge_a2a, judge_a2a_totals, judge_completed,
+from .records import (REASONS, SAME_SIZES, TotalsFinding, a2a_totals, judge_a2a, judge_a2a_totals, judge_completed,
                       judge_group, judge_p2p, numel, unjudged, what_differs)
 
-__all__ = ["FIX", "SAME_SIZES", "SizeMismatch", "TotalsFinding", "a2a_totals", "adopt", "describe", "find",
+__all__ = ["FIX", "REASONS", "SAME_SIZES", "SizeMismatch", "TotalsFinding", "a2a_totals", "adopt", "describe", "find",
            "judge_a2a", "judge_a2a_totals", "judge_completed", "judge_group", "judge_p2p", "numel", "unjudged",
            "unnoticed", "warning", "what_differs"]

@@ -165,7 +165,7 @@ def judge_completed(evidence: JobEvidence) -> Verdict | None:
         v.culprits = [_culprit(evidence, r, True, "record_sizes") for r in odd]
         for c in v.culprits:
             c.where = calls[c.rank].site or c.where
-        v.evidence.append("record_sizes_majority")
+        v.evidence += ["majority", "record_sizes_majority"]
         return v
     return None
 
@@ -240,6 +240,17 @@ def judge_a2a_totals(evidence: JobEvidence) -> Verdict | None:
         v.no_culprit = NoCulprit.TIE
         v.evidence.append("a2a_totals_tie")
     return v
+
+
+# How the verdict words the rules above whose tag is in its evidence ({names}: the culprit ranks).
+REASONS = {
+    "a2a_totals_changed": ("the elements the ranks put in do not add up to those they take out; rank(s) {names}'s "
+                           "input alone changed from its previous all_to_all"),
+    "a2a_input_changed": ("rank(s) {names}'s input alone changed from its previous all_to_all while every other "
+                          "rank's stayed (a member left no record: the totals cannot be added up)"),
+    "a2a_totals_tie": ("the elements the ranks put in do not add up to those they take out, and no rank's input "
+                       "alone changed: either may be the wrong one"),
+}
 
 
 def unjudged(evidence: JobEvidence) -> str | None:
