@@ -40,12 +40,21 @@ def ask(path: str | os.PathLike, handler: str, timeout: float = 5.0) -> str | No
 
 
 def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
-    """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status)."""
-    body = ask(path, "fr_trace_json", timeout)
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
-        return None
+    """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status), every
+    instance its torch keeps (2.15: one per backend, ``?backend=``), merged (fr_backends.py). The default
+    instance first: a rank that does not answer it is not asked the others."""
+    from . import fr_backends
+
+    records = {}
+    for backend in fr_backends.BACKENDS:
+        body = ask(path, fr_backends.handler(backend), timeout)
+        try:
+            records[backend] = json.loads(body) if body else None
+        except ValueError:
+            records[backend] = None
+        if backend == fr_backends.DEFAULT and records[backend] is None:
+            return None
+    return fr_backends.merge(records)
 
 
 def completed(fr: dict | None) -> int | None:
