@@ -138,7 +138,9 @@ def dump_flight_record() -> None:
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"rank{rank()}.json")
         tmp = f"{path}.{os.getpid()}.tmp"
-        raw = every_instance(c10d)
+        from ..forensics.evidence.fr_backends import dump_every_instance
+
+        raw = dump_every_instance(c10d)
         if _ENDED:  # the script's own end (sys.exit, or its last line): "ended" beside torch's own fields
             import json
 
@@ -155,27 +157,6 @@ def dump_flight_record() -> None:
                 os.unlink(tmp)
     except Exception:  # noqa: BLE001
         pass
-
-
-def every_instance(c10d) -> bytes | str:
-    """The rank's whole flight record as JSON: every instance its torch keeps (2.15: one per backend, asked by
-    ``backend=``; 2.13/2.14: the one, which takes no ``backend=``), merged (forensics/evidence/fr_backends.py)."""
-    import json
-
-    from ..forensics.evidence import fr_backends
-
-    try:
-        c10d._dump_fr_trace_json(backend=fr_backends.DEFAULT)
-    except TypeError:  # torch 2.13/2.14: one instance
-        return c10d._dump_fr_trace_json()
-    records = {}
-    for backend in fr_backends.BACKENDS:
-        try:
-            records[backend] = json.loads(c10d._dump_fr_trace_json(backend=backend))
-        except Exception:  # noqa: BLE001 - an instance that cannot answer is left out
-            continue
-    merged = fr_backends.merge(records)
-    return json.dumps(merged) if merged is not None else c10d._dump_fr_trace_json()
 
 
 def install_dump_on_sigterm() -> None:

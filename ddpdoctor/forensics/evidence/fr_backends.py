@@ -5,6 +5,8 @@ it (default "gloo"): an nccl2 job (2.15's default "nccl", recorded through torch
 ``backend=``. Pure: the bootstrap (in the rank) and the worker-server clients (attach, the watchdog) share it."""
 from __future__ import annotations
 
+import json
+
 # Every name a 2.15 instance may be kept under (distributed_c10d.py: `_FR_SELF_RECORDING_BACKENDS` and the
 # hooked ones); an instance no backend of the job uses answers an empty record, which the merge drops.
 BACKENDS = ("gloo", "nccl", "nccl2", "nccl-legacy")
@@ -65,3 +67,21 @@ def _ns(v) -> int:
         return int(v)
     except (TypeError, ValueError):
         return 0
+
+
+def dump_every_instance(c10d) -> bytes | str:
+    """The rank's whole flight record as JSON: every instance its torch keeps (2.15: one per backend, asked by
+    ``backend=``; 2.13/2.14: the one, which takes no ``backend=``), merged (``merge``). Called in the rank at its
+    exit (launch/bootstrap.py)."""
+    try:
+        c10d._dump_fr_trace_json(backend=DEFAULT)
+    except TypeError:  # torch 2.13/2.14: one instance
+        return c10d._dump_fr_trace_json()
+    records = {}
+    for backend in BACKENDS:
+        try:
+            records[backend] = json.loads(c10d._dump_fr_trace_json(backend=backend))
+        except Exception:  # noqa: BLE001 - an instance that cannot answer is left out
+            continue
+    merged = merge(records)
+    return json.dumps(merged) if merged is not None else c10d._dump_fr_trace_json()

@@ -65,6 +65,9 @@ class Judged:
         return out
 
 
+MAX_LISTED = 16  # ranks named in a note; a dump claiming 65,536 ranks gives a count, not a 400 KB line
+
+
 def dump_notes(dumps: dict[int, tuple[Path, dict]]) -> list[str]:
     """What the verdict must say of the dumps themselves: the job's ranks that left none (evidence: a rank dead,
     hung hard or already in destroy_process_group() writes none, pytorch#196968) and a format version this
@@ -72,7 +75,9 @@ def dump_notes(dumps: dict[int, tuple[Path, dict]]) -> list[str]:
     out = []
     missing = missing_dumps(dumps)
     if missing:
-        out.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} left no flight-recorder "
+        shown = ", ".join(map(str, missing[:MAX_LISTED])) + (f" and {len(missing) - MAX_LISTED} more"
+                                                              if len(missing) > MAX_LISTED else "")
+        out.append(f"rank{'s' if len(missing) > 1 else ''} {shown} left no flight-recorder "
                    "dump: dead, hung hard or already shutting down when the others wrote theirs (its record is "
                    "not part of this verdict)")
     odd = sorted({version_of(fr) for _, fr in dumps.values() if unknown_version(fr)})

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 from ddpdoctor.forensics.evidence import fr_backends
-from ddpdoctor.launch import bootstrap
 
 DATA = Path(__file__).parent / "data" / "fr_gloo_2.13"
 GLOO = json.loads((DATA / "rank0.json").read_text())
@@ -58,6 +57,6 @@ class FakeC10d213:
 
 
 def test_the_exit_record_asks_every_instance_on_2_15_and_the_one_on_2_13():
-    got = json.loads(bootstrap.every_instance(FakeC10d215()))
+    got = json.loads(fr_backends.dump_every_instance(FakeC10d215()))
     assert got["entries"] and all(e["profiling_name"].startswith("nccl2:") for e in got["entries"])
-    assert json.loads(bootstrap.every_instance(FakeC10d213())) == GLOO
+    assert json.loads(fr_backends.dump_every_instance(FakeC10d213())) == GLOO
