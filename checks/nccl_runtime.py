@@ -47,6 +47,13 @@ def torch_nccl_version(v: Any) -> str | None:
     return str(v)
 
 
+def nccl_wheel(facts: dict) -> str:
+    """The NCCL wheel for the node's torch: its CUDA major names it (torch 2.15 is built for CUDA 13:
+    nvidia-nccl-cu13; cu12 builds: nvidia-nccl-cu12); cu12 where the CUDA version is unknown."""
+    major = str(facts.get("torch_cuda") or "").split(".")[0]
+    return f"nvidia-nccl-cu{major}" if major.isdigit() and int(major) >= 11 else "nvidia-nccl-cu12"
+
+
 def mapped_libnccl(maps_path: str = "/proc/self/maps") -> str | None:
     """The libnccl.so mapped into this process, if any."""
     try:
@@ -134,7 +141,8 @@ class NcclRuntimeCheck(Check):
             raise Skip(f"torch cannot be imported: {exc}") from None
         if not torch.version.cuda:
             raise Skip(f"torch {torch.__version__} is a CPU build: it has no NCCL")
-        facts: dict[str, Any] = {"torch_version": torch.__version__, "torch_nccl_version": None, "torch_error": None}
+        facts: dict[str, Any] = {"torch_version": torch.__version__, "torch_nccl_version": None, "torch_error": None,
+                                 "torch_cuda": torch.version.cuda}
         try:
             facts["torch_nccl_version"] = torch_nccl_version(torch.cuda.nccl.version())
         except Exception as exc:  # noqa: BLE001 - a build without NCCL
@@ -163,14 +171,14 @@ class NcclRuntimeCheck(Check):
                 f"{n} runs NCCL {v} ({facts_by_node[n].get('libnccl_path') or 'built into torch'}) while "
                 f"the other nodes run {common}: mixed NCCL versions hang or fail in the first collective", [n],
                 actual=v, expected=common,
-                fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install {quote('nvidia-nccl-cu12==' + str(common))}"
+                fix=f"on {n}: install the same torch/NCCL as the other nodes (pip install {quote(nccl_wheel(facts_by_node[n]) + '==' + str(common))}"
                     " or the same container image), and remove other libnccl from LD_LIBRARY_PATH/LD_PRELOAD"),
                 tie=lambda s: [self.fail(
                     f"the nodes run different NCCL versions with no majority: {s.sides_text(str)}: mixed NCCL "
                     f"versions hang or fail in the first collective", list(s.odd),
                     actual={n: s.value_of(n) for n in s.odd}, expected="one NCCL version on every node",
                     fix="install the same torch/NCCL on every node (one container image, or pip install "
-                        "nvidia-nccl-cu12==<the version you want> everywhere): no version is on more nodes than "
+                        f"{nccl_wheel(next(iter(facts_by_node.values()), {}))}==<the version you want> everywhere): no version is on more nodes than "
                         "another, so nothing here says which is right; remove other libnccl from "
                         "LD_LIBRARY_PATH/LD_PRELOAD")])
         return out
@@ -187,7 +195,7 @@ class NcclRuntimeCheck(Check):
                 f"{node} loads NCCL {loaded} from {path} but torch was built with {built}", [node], actual=loaded,
                 expected=built,
                 fix=f"remove the other libnccl from LD_LIBRARY_PATH/LD_PRELOAD, or pin it: pip install "
-                    f"{quote('nvidia-nccl-cu12==' + str(built))}  # (cu11/cu13 to match torch's CUDA)"))
+                    f"{quote(nccl_wheel(f) + '==' + str(built))}"))
         devs = f.get("rdma_devices") or []
         if devs and not f.get("dev_infiniband"):
             found.append(self.warn(

@@ -54,7 +54,19 @@ def _torch_facts() -> dict:
         "mpi_available": bool(available and dist.is_mpi_available()),
         "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False)),
         "torch_path": os.path.dirname(torch.__file__),
+        "nccl_backend": _nccl_backend(dist) if available else None,
     }
+
+
+def _nccl_backend(dist) -> str:
+    """What "nccl" builds: torch 2.15 registers ProcessGroupNCCL2 (torchcomms) under it unless
+    TORCH_DIST_USE_NCCL2=0, and marks a legacy "nccl" as self-recording (distributed_c10d.py
+    `_register_builtin_nccl_backend`); 2.13/2.14 have only ProcessGroupNCCL."""
+    c10d = getattr(dist, "distributed_c10d", None)
+    if c10d is None or not hasattr(c10d, "_create_nccl2_process_group"):
+        return "ProcessGroupNCCL"
+    recording = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", set())
+    return "ProcessGroupNCCL" if "nccl" in recording else "ProcessGroupNCCL2"
 
 
 class TorchBuildCheck(Check):
@@ -134,7 +146,8 @@ class TorchBuildCheck(Check):
                  + (f", ROCm {f['hip_runtime']}" if f.get("hip_runtime") else "")
                  + (f", NCCL {f['nccl_version']}" if f.get("nccl_version") else "") + ")",
                  f"Python {f.get('python_version')}",
-                 "backends: " + ",".join(b for b in ("gloo", "nccl", "mpi") if f.get(f"{b}_available"))]
+                 "backends: " + ",".join(b for b in ("gloo", "nccl", "mpi") if f.get(f"{b}_available"))
+                 + (f" (nccl = {f['nccl_backend']})" if f.get("nccl_available") and f.get("nccl_backend") else "")]
         return passed_if_quiet(out, self, [node], "; ".join(parts), actual=have)
 
 

@@ -138,7 +138,9 @@ def dump_flight_record() -> None:
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, f"rank{rank()}.json")
         tmp = f"{path}.{os.getpid()}.tmp"
-        raw = c10d._dump_fr_trace_json()
+        from ..forensics.evidence.fr_backends import dump_every_instance
+
+        raw = dump_every_instance(c10d)
         if _ENDED:  # the script's own end (sys.exit, or its last line): "ended" beside torch's own fields
             import json
 

@@ -14,6 +14,10 @@ BOOTSTRAP = "ddpdoctor.launch.bootstrap"
 # Per process: ~480 bytes of JSON each, serialised by the rank's server thread at every watchdog poll; a
 # hang is judged from the last few collectives only, and the exit dump covers the summary.
 FR_ENTRIES = "200"
+NCCL_FR_ENTRIES = "2000"  # a CUDA node's: NCCL's watchdog dumps these on a timeout
+# torch reads the first of these that is set for every backend's recorder (FlightRecorder.hpp; torch 2.15's
+# nccl2 hook: distributed_c10d.py `_maybe_attach_flight_recorder`): one size, set once, under the first name
+FR_BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 NODE_FILE = "node.json"  # in this node's log dir: its node rank, written by its local rank 0 (bootstrap)
 
 
@@ -49,7 +53,8 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     env = dict(os.environ)
     # Forensics (the bootstrap reads these): torch's flight recorder on every backend, gloo included, stacks
     # on SIGUSR1 into the run's stacks/, and each rank's worker server on a short socket path (108 bytes max).
-    env.setdefault("TORCH_FR_BUFFER_SIZE", FR_ENTRIES)
+    if not any(name in env or name in cfg.env for name in FR_BUFFER_VARS):  # the user's own size wins
+        env["TORCH_FR_BUFFER_SIZE"] = NCCL_FR_ENTRIES if cuda else FR_ENTRIES
     env["DDPDOCTOR_STACKS_DIR"] = str(cfg.records().resolve() / "stacks")
     env["DDPDOCTOR_FR_DIR"] = str(cfg.records().resolve() / "flight_recorder")  # each rank's at its exit
     env["DDPDOCTOR_CALLS_DIR"] = str(cfg.records().resolve() / "call_sizes")  # send/recv sizes, Python 3.12+
@@ -61,7 +66,6 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     if cuda:
         # PyTorch's NCCL flight recorder: the last collectives of every rank, dumped when the watchdog fires.
-        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
         env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(cfg.records().resolve() / "nccl_trace_rank_"))
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")

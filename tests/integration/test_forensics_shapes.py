@@ -56,7 +56,11 @@ LOGS_CANNOT_TELL = {
 # a 3.12 interpreter). Before 3.12 it names no culprit there (never an innocent rank) and exits 1.
 TRAINER_CANNOT_TELL = {
     "pipeline-shape": "the sender completed its send; only the history of calls says what it sent",
-    "moe-splits": "the rank of odd splits completed its all_to_all; gloo records no splits",
+} if sys.version_info < (3, 12) else {}
+# Named from the flight records' sizes on any Python (judge/sizes/records.py: the all_to_all's totals), but gloo's
+# entries keep no call site: the place given is where the culprit stood when stopped, not its odd call's line.
+TRAINER_NAMES_WITHOUT_CALL_SITE = {
+    "moe-splits": "rank 1's input alone changed from its previous all_to_all; the record has no frames",
 } if sys.version_info < (3, 12) else {}
 # Evidence the document must keep as torch wrote it: the store key the others waited on names the missing rank
 # (`wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2`); it is no secret to redact.
@@ -115,7 +119,7 @@ def check_run_trainer(shape: Shape, tmp: pytest.TempPathFactory) -> None:
     assert rc and rc.get("rank") in shape.culprits, _said(doc)
     # the culprit is no consequence of itself
     assert not {c.get("rank") for c in doc.get("consequences") or []} & set(shape.culprits), doc["consequences"]
-    if shape.location:
+    if shape.location and shape.name not in TRAINER_NAMES_WITHOUT_CALL_SITE:
         assert rc.get("location") == shape.location, f"expected {shape.location}: {_said(doc)}"
         assert locations_named(doc) == {shape.location}, _said(doc)
     if shape.kill_rank is not None:

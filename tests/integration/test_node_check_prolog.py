@@ -71,7 +71,9 @@ def test_the_prolog_reads_what_the_health_check_kept_and_never_imports_torch(tmp
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")], "the prolog imported torch"
     doc = json.loads(prolog.stdout)
     build = next(r for r in doc["results"] if r["check"] == "torch-build")
-    assert build["level"] == "pass" and "torch 2.13.0" in build["summary"], build
+    from importlib.metadata import version
+    # the torch of this interpreter, whichever release (the suite runs on 2.13, 2.14.1 and 2.15.0)
+    assert build["level"] == "pass" and f"torch {version('torch').split('+')[0]}" in build["summary"], build
     nc = doc["node_check"]
     assert nc["kept_facts"] == json.loads(health.stdout)["created"] and nc["budget_s"] == 3.0
     assert nc["elapsed_s"] < nc["budget_s"]

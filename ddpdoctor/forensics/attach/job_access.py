@@ -222,15 +222,27 @@ WORKER_ANSWER_BYTES = 64 << 20
 
 
 def worker_record(rp, timeout: float = 5.0) -> dict | None:
-    """The rank's flight recorder through run-trainer's worker server (torch's `fr_trace_json` handler),
-    asked with the job's rights; None when it does not answer or is not the rank's."""
-    import json
+    """The rank's flight recorder through run-trainer's worker server (torch's `fr_trace_json` handler, each
+    instance a 2.15 torch keeps: fr_backends.py), asked with the job's rights; None when it does not answer or
+    is not the rank's."""
+    from ..evidence import fr_backends
 
     path = rp.worker_socket
     if not path:
         return None
-    request = (b"POST /handler/fr_trace_json HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
-               b"Connection: close\r\n\r\n")
+    records = {}
+    for backend in fr_backends.BACKENDS:
+        records[backend] = _worker_answer(rp, path, fr_backends.handler(backend), timeout)
+        if backend == fr_backends.DEFAULT and records[backend] is None:
+            return None
+    return fr_backends.merge(records)
+
+
+def _worker_answer(rp, path: str, handler: str, timeout: float) -> dict | None:
+    import json
+
+    request = (f"POST /handler/{handler} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+               "Connection: close\r\n\r\n").encode()
 
     def work() -> bytes:
         return ask_socket(rp, path, request, timeout, WORKER_ANSWER_BYTES)

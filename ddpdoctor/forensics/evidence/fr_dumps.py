@@ -16,8 +16,17 @@ from ...numbers import parse_int
 from . import job_files
 
 MAX_BYTES = job_files.DUMP_BYTES  # per file: a flight record of a few thousand entries is a few MiB
-# nccl_trace_rank_3, rank3.json, and torch's own TORCH_FR_DUMP_TEMP_FILE naming: <prefix><rank>, e.g. rank_3
-RANK_IN_NAME = re.compile(r"(?:trace_rank_|rank_?)(\d{1,6})(?:\.json)?$")
+# Where a dump's name says its rank, most explicit first: nccl_trace_rank_3, rank3.json, rank_3 (torch's
+# <TORCH_FR_DUMP_TEMP_FILE><rank>), torchcomms' comm_lib_trace_rank_3, a host part anywhere (node7_rank_3,
+# nccl_trace_rank_3.node7), NVIDIA resiliency's <prefix>_dump_3; else the digits that end the name
+# (TORCH_FR_DUMP_TEMP_FILE=/logs/fr_ -> fr_3). A candidate is only a dump once its content reads as one.
+RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,6})(?=$|[^0-9])", re.I)
+DUMP_IN_NAME = re.compile(r"_dump_(\d{1,6})(?=$|[^0-9])")
+TRAILING_RANK = re.compile(r"(?:^|[^0-9])(\d{1,6})$")
+DUMP_SUFFIXES = ("", ".json", ".pkl", ".pickle", ".bin")
+# other files a run's folders hold beside the dumps (a host part after the rank, rank_3.node7, is no suffix)
+NOT_DUMPS = (".calls", ".log", ".txt", ".out", ".err", ".py", ".html", ".csv", ".prom", ".lock", ".pid", ".tmp")
+KNOWN_VERSIONS = ("2.10",)  # the writer's `version` in torch 2.13, 2.14.1 and 2.15.0 (torchcomms' hook too)
 _PlainUnpickler = job_files.PlainUnpickler  # the name tests and callers know
 
 
@@ -110,22 +119,75 @@ def find_dumps(roots: list[Path], limit: int = 4096) -> dict[int, tuple[Path, di
                 dirs.clear()
             seen += len(dirs) + len(files)
             for name in sorted(files):
-                m = RANK_IN_NAME.search(name)
-                if m:
-                    candidates.append((int(m.group(1)), Path(folder) / name))
+                rank = rank_of_name(name)
+                if rank is not None:
+                    candidates.append((rank, Path(folder) / name))
             if seen > limit * 8:
                 job_files.note(f"{root}: more than {limit * 8} files; the rest not searched for dumps")
                 break
     found: dict[int, tuple[Path, dict]] = {}
-    for rank, path in candidates:
+    for rank, path in sorted(candidates, key=lambda c: _explicit(c[1].name)):  # rank3.json before a stray `fr_3`
         if rank in found:
             continue
         fr = read_dump(path)
         if fr is not None:
             found[rank] = (path, fr)
+            _say_version(path, fr)
             if len(found) >= limit:
                 break
     return found
+
+
+def rank_of_name(name: str) -> int | None:
+    """The rank a file's name gives it as a flight-recorder dump, or None (RANK_IN_NAME's order)."""
+    if name.lower().endswith(NOT_DUMPS):
+        return None
+    stem = name
+    for suffix in sorted(DUMP_SUFFIXES, key=len, reverse=True):
+        if suffix and name.lower().endswith(suffix):
+            stem = name[:-len(suffix)]
+            break
+    else:
+        if "." in name and not RANK_IN_NAME.search(name):
+            return None  # train.log.3, rank0.calls: another file's suffix
+    if stem != name and not stem:
+        return None
+    for pattern in (RANK_IN_NAME, DUMP_IN_NAME):
+        found = pattern.findall(stem)
+        if found:
+            return int(found[-1])
+    if "." in stem:
+        return None
+    m = TRAILING_RANK.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def _explicit(name: str) -> int:
+    return 0 if RANK_IN_NAME.search(name) or DUMP_IN_NAME.search(name) else 1
+
+
+def version_of(fr: dict) -> str | None:
+    """The dump's ``version`` as written, or None when it has none."""
+    v = fr.get("version")
+    return str(v)[:20] if v is not None else None
+
+
+def unknown_version(fr: dict) -> bool:
+    """A dump whose format version ddpdoctor was not built against (read as 2.10: the fields it reads)."""
+    v = version_of(fr)
+    return v is not None and v not in KNOWN_VERSIONS
+
+
+def _say_version(path: Path, fr: dict) -> None:
+    if unknown_version(fr):
+        job_files.note(f"{path}: flight-record version {version_of(fr)!r}, not one ddpdoctor knows "
+                       f"({', '.join(KNOWN_VERSIONS)}); read as {KNOWN_VERSIONS[-1]}: a field it renamed is not seen")
+
+
+def missing_dumps(dumps: dict[int, tuple[Path, dict]]) -> list[int]:
+    """The job's ranks (pg_config's) that left no dump: evidence too (pytorch#196968: a rank already in
+    destroy_process_group(), dead or hung hard cannot answer the dump request or write its file)."""
+    return [r for r in job_ranks(dumps) if r not in dumps] if dumps else []
 
 
 def job_ranks(dumps: dict[int, tuple[Path, dict]], limit: int = 1 << 16) -> list[int]:
@@ -158,21 +220,56 @@ def pg_timeouts_s(dumps: dict[int, tuple[Path, dict]]) -> list[float]:
     return sorted(found, reverse=True)
 
 
+def dump_clock_s(fr: dict) -> float | None:
+    """The latest time the dump itself knows (epoch seconds): the newest of its entries' ``time_created_ns``,
+    ``time_discovered_started_ns`` and ``time_discovered_completed_ns`` (0: not seen). None without any."""
+    best = 0
+    for e in fr.get("entries") or []:
+        for key in ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"):
+            ns = parse_int(e.get(key), lo=1, hi=1 << 62) if isinstance(e, dict) else None
+            if ns is not None and ns > best:
+                best = ns
+    return best / 1e9 if best else None
+
+
 def stalled_s(dumps: dict[int, tuple[Path, dict]]) -> float | None:
-    """How long the oldest collective still pending in any dump had waited when its dump was written (the
-    file's time: the bootstrap writes it at the launcher's or a scheduler's SIGTERM, torch on a timeout); None
-    when no dump holds a pending collective. A healthy collective completes in milliseconds."""
+    """How long the oldest collective still pending in any dump had waited when its dump was written; None
+    when no dump holds a pending collective. A healthy collective completes in milliseconds.
+
+    The file's time is when it was written (the bootstrap writes it at the launcher's or a scheduler's SIGTERM,
+    torch on a timeout), but only while it is plausible: after the collective was created and not past its
+    timeout by more than DUMP_LATE_S (a dump copied, touched or restored later says nothing of the wait). Else
+    the dumps' own clock: the newest event any rank's dump recorded (a lower bound: the wait went on after it)."""
     from .worker_client import pending_deadline
 
+    clock = max((c for c in (dump_clock_s(fr) for _, (_, fr) in dumps.items()) if c is not None), default=None)
     out = None
     for _, (path, fr) in dumps.items():
         pending = pending_deadline(fr)
         if pending is None:
             continue
+        created = pending[0] - pending[1]
         try:
             written = path.stat().st_mtime
         except OSError:
+            written = None
+        if written is not None and created <= written <= pending[0] + DUMP_LATE_S:
+            waited = written - created
+        elif clock is not None and clock >= created:
+            waited = clock - created
+            job_files.note(f"{path}: the file's time ({_age(written, created)}) does not fit its pending "
+                           "collective; how long it waited is from the dumps' own clock (at least that long)")
+        else:
             continue
-        waited = written - (pending[0] - pending[1])
         out = waited if out is None else max(out, waited)
     return out
+
+
+DUMP_LATE_S = 300.0  # a dump is written within this of its collective's timeout (torch's dump wait is 60 s)
+
+
+def _age(written: float | None, created: float) -> str:
+    if written is None:
+        return "unreadable"
+    return f"{(written - created) / 86400:.1f} days after the collective began" if written >= created \
+        else "before the collective began"

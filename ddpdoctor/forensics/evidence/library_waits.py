@@ -86,9 +86,10 @@ ROWS: tuple[Row, ...] = (
     Row("DDP", "broadcast", "DDP's buffer broadcast before forward", ("_sync_buffers", "_sync_module_buffers",
         "_default_broadcast_coalesced", "_pre_forward", "_check_global_requires_backward_grad_sync"), DDP),
     # A torch.distributed Work's wait, reached from the user's own code (a hand-written batch_isend_irecv, an
-    # async_op=True collective): only native frames show it.
+    # async_op=True collective): only native frames show it. torch 2.15's nccl2 (its default "nccl") waits in
+    # c10d::nccl2::WorkNCCL::wait, legacy NCCL in c10d::ProcessGroupNCCL::WorkNCCL::wait.
     Row("torch.distributed", "wait", "a torch.distributed Work.wait()", ("c10d::Work::wait",
-        "c10d::ProcessGroupGloo::", "c10d::ProcessGroupNCCL::", "gloo::"), native=True),
+        "c10d::ProcessGroupGloo::", "c10d::ProcessGroupNCCL::", "c10d::nccl2::", "gloo::"), native=True),
     # Python frames alone: inside the autograd engine, the rank waits in DDP's Reducer or computes its backward.
     Row("DDP", "all_reduce", "DDP's gradient all_reduce inside loss.backward()", ("_engine_run_backward",),
         ("torch/autograd/",), certain=False, unless="the backward's own compute"),

@@ -131,6 +131,8 @@ class Call:
     created_ns: int | None = None
     timeout_ms: int | None = None
     seq_from_stack: bool = False                 # ``seq`` stands in for "the collective the stacks show" (attach)
+    state: str | None = None                     # the record's "started" / "scheduled" (NCCL: its kernel ran or
+    #                                              not yet) or "completed"; None where it does not say
 
     @property
     def all_to_all(self) -> bool:
@@ -144,7 +146,7 @@ class Call:
 
     def signature(self) -> tuple:
         """What must agree across the ranks of one collective: op, sizes, dtypes, splits. An all_to_all's sizes
-        may differ by rank (a router's uneven splits): its splits are compared pairwise instead (mismatch.py)."""
+        may differ by rank (a router's uneven splits): its splits are compared pairwise instead (judge/sizes.py)."""
         if self.all_to_all:
             return (self.op, self.dtypes)
         return (self.op, self.input_sizes, self.dtypes, self.splits)

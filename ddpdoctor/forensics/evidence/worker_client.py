@@ -40,12 +40,21 @@ def ask(path: str | os.PathLike, handler: str, timeout: float = 5.0) -> str | No
 
 
 def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
-    """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status)."""
-    body = ask(path, "fr_trace_json", timeout)
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
-        return None
+    """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status), every
+    instance its torch keeps (2.15: one per backend, ``?backend=``), merged (fr_backends.py). The default
+    instance first: a rank that does not answer it is not asked the others."""
+    from . import fr_backends
+
+    records = {}
+    for backend in fr_backends.BACKENDS:
+        body = ask(path, fr_backends.handler(backend), timeout)
+        try:
+            records[backend] = json.loads(body) if body else None
+        except ValueError:
+            records[backend] = None
+        if backend == fr_backends.DEFAULT and records[backend] is None:
+            return None
+    return fr_backends.merge(records)
 
 
 def completed(fr: dict | None) -> int | None:
@@ -86,13 +95,17 @@ def pending_deadline(fr: dict | None) -> tuple[float, float] | None:
             done[str(pg)] = int(status.get("last_completed_collective", -1))
         except (TypeError, ValueError, AttributeError):
             continue
+    from .flight_recorder import status_numbers
+
+    numbers = status_numbers(fr)
     best = None
     for e in fr.get("entries") or []:
         if not isinstance(e, dict) or e.get("is_p2p"):
             continue
         try:
             pg = str(e.get("pg_id", (e.get("process_group") or ["0"])[0]))
-            seq, created, limit = int(e["collective_seq_id"]), int(e["time_created_ns"]) / 1e9, int(e["timeout_ms"]) / 1e3
+            seq = int(e[numbers.get(pg, "collective_seq_id")])
+            created, limit = int(e["time_created_ns"]) / 1e9, int(e["timeout_ms"]) / 1e3
         except (KeyError, TypeError, ValueError, IndexError):
             continue
         if limit <= 0 or seq <= done.get(pg, -1):

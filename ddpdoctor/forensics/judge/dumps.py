@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..evidence import torchrun_files
-from ..evidence.fr_dumps import job_ranks
+from ..evidence.fr_dumps import job_ranks, missing_dumps, unknown_version, version_of
 from ..evidence.model import JobEvidence
 from . import words
 from .graph import judge
@@ -21,6 +21,7 @@ class Judged:
     evidence: JobEvidence
     source: str
     files: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the dumps could not tell (dump_notes)
 
     @property
     def category(self) -> Category:
@@ -60,7 +61,30 @@ class Judged:
         out = words.to_json(self.verdict, self.evidence)
         out["source"] = self.source
         out["files"] = dict(self.files)
+        out["notes"] = list(self.notes)
         return out
+
+
+MAX_LISTED = 16  # ranks named in a note; a dump claiming 65,536 ranks gives a count, not a 400 KB line
+
+
+def dump_notes(dumps: dict[int, tuple[Path, dict]]) -> list[str]:
+    """What the verdict must say of the dumps themselves: the job's ranks that left none (evidence: a rank dead,
+    hung hard or already in destroy_process_group() writes none, pytorch#196968) and a format version this
+    reader does not know (read as the one it knows)."""
+    out = []
+    missing = missing_dumps(dumps)
+    if missing:
+        shown = ", ".join(map(str, missing[:MAX_LISTED])) + (f" and {len(missing) - MAX_LISTED} more"
+                                                              if len(missing) > MAX_LISTED else "")
+        out.append(f"rank{'s' if len(missing) > 1 else ''} {shown} left no flight-recorder "
+                   "dump: dead, hung hard or already shutting down when the others wrote theirs (its record is "
+                   "not part of this verdict)")
+    odd = sorted({version_of(fr) for _, fr in dumps.values() if unknown_version(fr)})
+    if odd:
+        out.append(f"flight-record version {', '.join(odd)} is not one this ddpdoctor knows; read with the fields "
+                   "of 2.10")
+    return out
 
 
 def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = None, stacks_dir: Path | None = None,
@@ -80,4 +104,4 @@ def judge_dumps(dumps: dict[int, tuple[Path, dict]], failures: list | None = Non
                       or found.category.value in ("missing_rank", "outside_collectives", "unknown")):
         return None  # the logs alone place no rank: attribution's own reading of them stands
     return Judged(found, job, "flight-recorder dumps" if dumps else "the ranks' records",
-                  {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())})
+                  {str(r): str(p) for r, (p, _) in sorted((dumps or {}).items())}, dump_notes(dumps or {}))

@@ -6,7 +6,7 @@ is lower, or that left no record); a rank in ``recv(src=k)``/``send(dst=k)`` wai
 A rank that waits in nothing (its own code), that exited (0 or a signal) or whose process is stopped or gone
 is where waits end. The culprits are the ranks the waits lead to. A cycle, or waits that lead only to ranks
 no record places, name no culprit, and the verdict says why. Mismatches (op, sizes, dtypes, splits) are
-judged first, by comparing what each rank called (``mismatch.py``). Nothing here reads message text.
+judged first, by comparing what each rank called (``sizes.py``). Nothing here reads message text.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..evidence.model import P2P_WAITS, Call, Ender, EndKind, JobEvidence, RankState, WaitKind, user_frame
-from . import groups, mismatch
+from . import groups, sizes
 from .culprits import culprit as _culprit
 from .culprits import state_of as _state
 from .groups import Finding
@@ -41,10 +41,11 @@ def judge(evidence: JobEvidence) -> Verdict:
         return _finish(Verdict(cat, [_culprit(evidence, r, True, "process_state") for r in bad]), evidence, {})
     findings = _findings(evidence)
     for f in findings:
-        odd = mismatch.judge_group(f, evidence)
+        odd = sizes.judge_group(f, evidence)
         if odd is not None:
             return _finish(odd, evidence, {r: [Edge(WaitKind.COLLECTIVE, (), f.call)] for r in f.inside})
-    p2p = mismatch.judge_p2p(evidence) or mismatch.judge_a2a(evidence)
+    p2p = (sizes.judge_p2p(evidence) or sizes.judge_a2a(evidence) or sizes.judge_a2a_totals(evidence)
+           or sizes.judge_completed(evidence))
     if p2p is not None:
         return _finish(p2p, evidence, {})
     edges = _edges(evidence, findings)

@@ -180,6 +180,9 @@ def summary(v: Verdict, evidence: JobEvidence) -> str:
     return _missing(v, names, pg, evidence)
 
 
+from .sizes import REASONS as SIZE_REASONS  # noqa: E402 - the size judge words its own rules
+
+
 def _desync(v: Verdict, names: str, pg: str) -> str:
     c = v.call
     what = "; ".join(f"rank {r}: {x.op} {_plain(x.input_sizes)} {list(x.dtypes)}"
@@ -189,6 +192,9 @@ def _desync(v: Verdict, names: str, pg: str) -> str:
         agree = [r for r in v.calls if r not in v.culprit_ranks]
         return (f"{head} differs across ranks ({v.mismatch}): rank(s) {names} differ from the {len(agree)} rank(s) "
                 f"that agree ({c.op} {_plain(c.input_sizes)} {list(c.dtypes)}); {what}")
+    said = next((SIZE_REASONS[t] for t in v.evidence if t in SIZE_REASONS), None)  # judge/sizes' own rules
+    if said is not None:
+        return f"{head} differs across ranks ({v.mismatch}; {said.format(names=names)}): {what}"
     why = (f"no majority among {len(v.calls)} rank(s); the call of rank(s) {names} appears nowhere earlier in the "
            "job" if v.culprits else f"no majority among {len(v.calls)} rank(s): either side may be the wrong one")
     return f"{head} differs across ranks ({v.mismatch}; {why}): {what}"

@@ -159,3 +159,16 @@ def test_socket_transport_from_the_collective_check_with_ib_warns():
     coll["runs"][1]["transport"] = "NET/IB"
     [r] = NcclRuntimeCheck().compare({"n1": f}, NcclRuntimeCheck().with_defaults({}))
     assert r.level is Level.PASS and "transport NET/IB" in r.summary
+
+
+def test_the_fix_names_the_nccl_wheel_of_torchs_cuda(monkeypatch, fake_libnccl):
+    """torch 2.15.0 is built for CUDA 13 (2.15.0+cu132, NCCL as nvidia-nccl-cu13): a pin of the cu12 wheel would
+    install a library that torch does not load."""
+    fake_torch = types.SimpleNamespace(__version__="2.15.0+cu132", version=types.SimpleNamespace(cuda="13.2"),
+                                       cuda=types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 30, 7))))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(nr, "mapped_libnccl", lambda: fake_libnccl)
+    f = NcclRuntimeCheck().gather(NodeContext(node="n1"))
+    [r] = NcclRuntimeCheck().compare({"n1": f}, NcclRuntimeCheck().with_defaults({}))
+    assert "nvidia-nccl-cu13==2.30.7" in r.fix and "cu12" not in r.fix
+    assert nr.nccl_wheel({}) == "nvidia-nccl-cu12" and nr.nccl_wheel({"torch_cuda": "12.6"}) == "nvidia-nccl-cu12"

@@ -71,3 +71,21 @@ def test_required_torch_version_and_old_python():
     assert any("3.8.10" in r.summary for r in fails)
     assert any(r.fix == "pip install torch==2.4.0" for r in fails)
     assert only(judge_torch(TORCH_OK, torch_version="2.13.0"), Level.PASS)
+
+
+def test_the_line_names_what_nccl_builds():
+    """torch 2.15's "nccl" is ProcessGroupNCCL2 (torchcomms) unless TORCH_DIST_USE_NCCL2=0; the line says which."""
+    cuda = dict(TORCH_OK, torch_version="2.15.0+cu132", torch_build="cuda", cuda_runtime="13.2", nccl_available=True)
+    (r,) = judge_torch(dict(cuda, nccl_backend="ProcessGroupNCCL2"))
+    assert "backends: gloo,nccl (nccl = ProcessGroupNCCL2)" in r.summary
+    (r,) = judge_torch(TORCH_OK)
+    assert "nccl =" not in r.summary  # no NCCL, nothing to say
+
+
+def test_the_nccl_backend_of_this_torch():
+    import torch.distributed as dist
+
+    got = torch_build._nccl_backend(dist)
+    has_nccl2 = hasattr(dist.distributed_c10d, "_create_nccl2_process_group")
+    assert got == ("ProcessGroupNCCL2" if has_nccl2 and "nccl" not in dist.distributed_c10d._FR_SELF_RECORDING_BACKENDS
+                   else "ProcessGroupNCCL")

@@ -42,14 +42,15 @@ def test_bad_config_is_one_line_usage_error(tmp_path, kw, fragment):
 def test_environment_omp_flight_recorder_and_user_env_wins(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth9")
     monkeypatch.delenv("TORCH_NCCL_TRACE_BUFFER_SIZE", raising=False)
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
     cfg = validate(TrainerConfig(nproc_per_node=2, run_dir=str(tmp_path),
                                  env={"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}))
     cpu = torchrun.environment(cfg, cuda=False)
     assert cpu["OMP_NUM_THREADS"] == str(cfg.omp_threads) and int(cpu["OMP_NUM_THREADS"]) >= 1
     assert cpu["GLOO_SOCKET_IFNAME"] == "eth9" and cpu["NCCL_SOCKET_IFNAME"] == "lo"
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in cpu  # the flight recorder only on GPU
+    assert cpu["TORCH_FR_BUFFER_SIZE"] == torchrun.FR_ENTRIES  # every backend's recorder, gloo's too
     gpu = torchrun.environment(cfg, cuda=True)
-    assert gpu["TORCH_NCCL_TRACE_BUFFER_SIZE"] and gpu["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert gpu["TORCH_FR_BUFFER_SIZE"] == torchrun.NCCL_FR_ENTRIES and gpu["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
 
 
 # ---------------------------------------------------------------- one run id per invocation (issue 12)

@@ -49,3 +49,16 @@ def test_the_tracebacks_in_torchruns_failure_table_are_folded_too():
     out = fed(Folder("logs"), table)
     assert out == [table[0], "  traceback : ValueError: bad  [traceback folded: 5 frames, the whole one in logs; -v shows it]\n",
                    "  \n", "====\n"], out
+
+
+def test_a_traceback_under_torchruns_prefix_template_is_folded():
+    """torchrun 2.14+ --log-line-prefix-template "${hostname}:${rank}: " (and any template ending in the rank):
+    each rank's traceback folds under its own prefix, another rank's line passes through between."""
+    f = Folder("logs")
+    out = []
+    for line in ("node7:3: Traceback (most recent call last):\n", 'node7:3:   File "train.py", line 3, in <module>\n',
+                 "node7:3:     step()\n", "node1:0: loss 0.5\n", "node7:3: RuntimeError: boom\n"):
+        out += f.feed(line)
+    assert out[0] == "node1:0: loss 0.5\n"
+    assert out[1].startswith("node7:3: RuntimeError: boom  [traceback folded: 1 frame") and len(out) == 2
+    assert f.feed("RuntimeError: no prefix\n") == ["RuntimeError: no prefix\n"]  # an exception line is no prefix

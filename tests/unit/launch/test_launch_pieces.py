@@ -60,8 +60,25 @@ def test_environment_turns_forensics_on_and_lets_the_users_settings_win(tmp_path
     assert env["NCCL_SOCKET_IFNAME"] == "eth1"
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env  # NCCL's recorder only with CUDA
     cuda = torchrun.environment(cfg, cuda=True, label="n0")
-    assert cuda["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and cuda["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert cuda["TORCH_FR_BUFFER_SIZE"] == "50" and cuda["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     assert cuda["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(records_dir)
+
+
+def test_one_buffer_size_under_the_name_torch_reads_first(tmp_path, monkeypatch):
+    """torch reads TORCH_FR_BUFFER_SIZE before TORCH_NCCL_TRACE_BUFFER_SIZE for every backend: a CUDA node's 2,000
+    must be set under the first name (it was under the second, behind a CPU-sized first, and never used)."""
+    for name in torchrun.FR_BUFFER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    cfg = TrainerConfig(run_dir=str(tmp_path), run_id="r")
+    assert torchrun.environment(cfg, cuda=True, label="n0")["TORCH_FR_BUFFER_SIZE"] == "2000"
+    assert torchrun.environment(cfg, cuda=False, label="n0")["TORCH_FR_BUFFER_SIZE"] == torchrun.FR_ENTRIES
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in torchrun.environment(cfg, cuda=True, label="n0")
+    monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "5000")  # the user's, under the second name: it stays read
+    env = torchrun.environment(cfg, cuda=True, label="n0")
+    assert "TORCH_FR_BUFFER_SIZE" not in env and env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "5000"
+    monkeypatch.delenv("TORCH_NCCL_TRACE_BUFFER_SIZE")
+    mine = TrainerConfig(run_dir=str(tmp_path), run_id="r", env={"TORCH_NCCL_TRACE_BUFFER_SIZE": "64"})
+    assert "TORCH_FR_BUFFER_SIZE" not in torchrun.environment(mine, cuda=True, label="n0")
 
 
 def test_log_dir_is_per_node_under_the_runs_records(tmp_path):

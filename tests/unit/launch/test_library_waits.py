@@ -106,3 +106,11 @@ def test_a_library_phrase_never_names_another_collective_than_the_record_shows()
     assert library_phrase([0], ev, gather) is None
     assert library_phrase([0], ev, Call(subgroup, "allreduce_coalesced", seq=5)).startswith("DDP's gradient")
     assert library_phrase([0], ev).startswith("DDP's gradient")  # no record: the stack's word stands
+
+
+def test_an_nccl2_works_wait_is_a_wait_in_native_frames():
+    """torch 2.15's default "nccl" is ProcessGroupNCCL2: its Work waits in c10d::nccl2::WorkNCCL::wait (legacy:
+    c10d::ProcessGroupNCCL::WorkNCCL::wait), under the user's `w.wait()` line."""
+    for native in ("c10d::nccl2::WorkNCCL::wait", "c10d::ProcessGroupNCCL::WorkNCCL::wait"):
+        found = library_wait((Frame("libtorch_cuda.so", 0, native), Frame(JOB + "train.py", 9, "main")))
+        assert found is not None and found.op == "wait", native

@@ -134,7 +134,7 @@ def test_torchrun_command_uses_torchs_launcher_and_log_dir(tmp_path):
     again = validate(TrainerConfig(nnodes=2, nproc_per_node=4, master="node0:29500", run_dir=str(tmp_path)))
     assert cfg.rendezvous_id() == again.rendezvous_id()
     env = torchrun.environment(cfg, cuda=True)
-    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] and env["OMP_NUM_THREADS"] == str(cfg.omp_threads)
+    assert (env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE")) and env["OMP_NUM_THREADS"] == str(cfg.omp_threads)
 
 
 def test_config_validation(tmp_path):

@@ -1,22 +1,14 @@
-"""Whose message had the wrong size: the ranks' kept send/recv and all-to-all sizes compared pair by pair.
-
-Every sent message is paired with its receive (the k-th send from a to b with b's k-th receive from a, on the
-same group; an all-to-all's k-th call on a group with each member's), and the bytes compared. Of a pair that
-disagrees, the side whose size changed from its own previous call on that channel is the odd one: the other
-kept what both agreed on the step before. Where both changed, or there is no step before, both are named as
-candidates and neither as the culprit. Decided on the kept calls only (evidence/call_sizes.py). In a job that
-failed, any pair; in a job that ended normally, only an all_to_all's (``unnoticed``): gloo accepts a message
-shorter than the receiver's buffer, so a job ends with exit 0 and values the sender never wrote in the receiver's
-split (a send/recv into a larger buffer may be meant; an all_to_all split the receiver declared never is).
-"""
+"""The size judge's rules on the sizes run-trainer's size watch kept (evidence/call_sizes.py, Python 3.12+): each
+send paired with its receive, an all-to-all's parts with what each receiver expects, and the verdict adopted
+into a failed job's root cause (judge/sizes/__init__.py says how)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...human import human_bytes
-from ..evidence.call_sizes import Call
-from ..evidence.model import RankFailure
-from .verdict import Findings
+from ....human import human_bytes
+from ...evidence.call_sizes import Call as KeptCall
+from ...evidence.model import RankFailure
+from ..verdict import Findings
 
 
 @dataclass(frozen=True)
@@ -27,25 +19,25 @@ class SizeMismatch:
     sent: int  # bytes
     expected: int
     culprits: tuple[int, ...]  # one rank when the history tells, else both
-    sender_call: Call
-    receiver_call: Call
+    sender_call: KeptCall
+    receiver_call: KeptCall
 
     @property
     def named(self) -> bool:
         return len(self.culprits) == 1
 
     @property
-    def culprit_call(self) -> Call:
+    def culprit_call(self) -> KeptCall:
         return self.sender_call if self.culprits == (self.sender,) else self.receiver_call
 
 
-def find(calls: dict[int, list[Call]]) -> SizeMismatch | None:
+def find(calls: dict[int, list[KeptCall]]) -> SizeMismatch | None:
     """The first pair (in time) whose sizes disagree, or None."""
     found = _p2p(calls) + _all_to_all(calls)
     return min(found, key=lambda m: max(m.sender_call.t, m.receiver_call.t)) if found else None
 
 
-def unnoticed(calls: dict[int, list[Call]]) -> SizeMismatch | None:
+def unnoticed(calls: dict[int, list[KeptCall]]) -> SizeMismatch | None:
     """In a job that ended normally: the first all_to_all whose splits disagree (the backend let it pass)."""
     found = _all_to_all(calls)
     return min(found, key=lambda m: max(m.sender_call.t, m.receiver_call.t)) if found else None
@@ -61,7 +53,7 @@ def warning(m: SizeMismatch) -> dict:
             "fix": FIX}
 
 
-def _p2p(calls: dict[int, list[Call]]) -> list[SizeMismatch]:
+def _p2p(calls: dict[int, list[KeptCall]]) -> list[SizeMismatch]:
     sends = {(c.group, c.rank, c.peer, c.k): c for cs in calls.values() for c in cs if c.op == "send"}
     recvs = {(c.group, c.peer, c.rank, c.k): c for cs in calls.values() for c in cs if c.op == "recv"}
     out = []
@@ -76,8 +68,8 @@ def _p2p(calls: dict[int, list[Call]]) -> list[SizeMismatch]:
     return out
 
 
-def _all_to_all(calls: dict[int, list[Call]]) -> list[SizeMismatch]:
-    by_call: dict[tuple, dict[int, Call]] = {}
+def _all_to_all(calls: dict[int, list[KeptCall]]) -> list[SizeMismatch]:
+    by_call: dict[tuple, dict[int, KeptCall]] = {}
     for cs in calls.values():
         for c in cs:
             if c.op == "all_to_all":
@@ -99,11 +91,11 @@ def _all_to_all(calls: dict[int, list[Call]]) -> list[SizeMismatch]:
     return out
 
 
-def _changed(before: Call | None, sizes: tuple[int, ...]) -> bool | None:
+def _changed(before: KeptCall | None, sizes: tuple[int, ...]) -> bool | None:
     return None if before is None else before.sizes != sizes
 
 
-def _decide(op: str, src: int, dst: int, sent: int, expected: int, a: Call, b: Call, sender_changed: bool | None,
+def _decide(op: str, src: int, dst: int, sent: int, expected: int, a: KeptCall, b: KeptCall, sender_changed: bool | None,
             receiver_changed: bool | None, known: bool = True) -> SizeMismatch:
     culprits: tuple[int, ...] = (src, dst)
     if known and sender_changed is not None and receiver_changed is not None and sender_changed != receiver_changed:

@@ -1,0 +1,43 @@
+"""Unit tests of ddpdoctor/forensics/evidence/nccl_watchdog.py: NCCL's own timeout lines as evidence. The lines
+are legacy ProcessGroupNCCL's wording (``WorkNCCL(SeqNum=..., OpType=..., Timeout(ms)=...)``, "Timeout at NCCL
+work: N, last enqueued NCCL work: N, last completed NCCL work: N") and torch 2.15 nccl2's ("NCCL operation timed
+out"), as shared/knowledge/nccl-and-torch-2.15.md records them from the wheels."""
+from __future__ import annotations
+
+from ddpdoctor.forensics.evidence import nccl_watchdog as wd
+
+R0 = ("[rank0]:[E1202 10:00:00 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+      "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for 600012 milliseconds "
+      "before timing out.\n"
+      "[rank0]:[E1202 10:00:00 ProcessGroupNCCL.cpp:2210] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL "
+      "work: 7, last enqueued NCCL work: 7, last completed NCCL work: 6.\n")
+R1 = ("[PG ID 0 PG GUID 0(default_pg) Rank 1] Timeout at NCCL work: 6, last enqueued NCCL work: 6, last completed "
+      "NCCL work: 6.\n")
+
+
+def test_a_legacy_timeout_and_its_progress_line_are_one_fact():
+    [t] = wd.parse(R0)
+    assert (t.rank, t.backend, t.seq, t.op, t.timeout_ms, t.ran_ms, t.enqueued, t.completed) == \
+        (0, "nccl", 7, "allreduce", 600000, 600012, 7, 6)
+
+
+def test_the_rank_that_never_enqueued_the_work_is_behind():
+    found = wd.behind({0: wd.parse(R0), 1: wd.parse(R1), 2: wd.parse(R0.replace("Rank 0", "Rank 2"))}, [0, 1, 2])
+    assert found.seq == 7 and found.behind == (1,) and found.timed_out == (0, 2) and found.aborted_itself
+
+
+def test_a_silent_rank_is_behind_when_every_timeout_has_numbers():
+    assert wd.behind({0: wd.parse(R0)}, [0, 1]).behind == (1,)
+
+
+def test_nccl2_says_who_timed_out_but_not_where():
+    text = ("[rank1]: Watchdog caught collective operation timeout: NCCL operation timed out\n"
+            "[rank1]: Operation timed out after 600000 ms\n")
+    [t] = wd.parse(text, rank=1)
+    assert (t.rank, t.backend, t.seq, t.ran_ms) == (1, "nccl2", None, 600000)
+    found = wd.behind({1: [t]}, [0, 1])
+    assert found.behind == () and found.timed_out == (1,) and found.seq is None and found.aborted_itself
+
+
+def test_no_timeout_no_finding():
+    assert wd.parse("loss 0.5\nRuntimeError: boom\n") == [] and wd.behind({0: []}, [0, 1]) is None
