@@ -10,9 +10,8 @@ import signal
 from pathlib import Path
 
 from .. import documents
-from ..exitcodes import ExitCode
 from ..forensics.evidence import job_files
-from ..forensics.judge.decide import Context, Failures, decide
+from ..forensics.judge.decide import decide
 from ..forensics.postmortem import trainer_run
 from . import records
 from .config import TrainerConfig, resumed_run
@@ -89,37 +88,35 @@ def checksums(run_dir: Path) -> bool | None:
 def build_document(cfg: TrainerConfig, code: int, agent_stderr: str, logs: Path, wall: float,
                    hang_report: dict | None, interrupted: int | None = None) -> dict:
     run_dir = cfg.records()
-    end = trainer_run.decide(code, agent_stderr, logs, run_dir, hang_report, interrupted)
+    evidence, failures, context, notes = trainer_run.gather(code, agent_stderr, logs, run_dir, hang_report,
+                                                            interrupted)
+    outcome = decide(evidence, failures, context)
+    record = outcome.record
     metrics = read_metrics(run_dir)
-    failed = end.failed
-    exit_code = 128 + interrupted if interrupted else ExitCode.FAIL if failed else ExitCode.OK
-    outcome = decide((hang_report or {}).get("verdict"),
-                     Failures.of(end.root, end.consequences, end.culprit_ranks) if failed else Failures(),
-                     Context("run-trainer", failed=failed, normal_end=code == 0 and not failed,
-                             interrupted=interrupted, threshold=(hang_report or {}).get("threshold")))
+    findings = failures.findings
     return documents.envelope(
         "run-trainer",
         run_id=cfg.rendezvous_id(),
         config=cfg.to_json(),
-        verdict="fail" if failed else "pass",
-        exit_code=exit_code,
+        verdict=outcome.verdict,
+        exit_code=outcome.exit_code(interrupted),
         interrupted=signal.Signals(interrupted).name if interrupted else None,
         start=records.start_info(run_dir, resumed_run(cfg)),
         torchrun_exit_code=code,
-        restarts=max(0, len(end.verdict.attempts) - 1),
-        attempts=end.verdict.attempts,
+        restarts=max(0, len(findings.attempts) - 1),
+        attempts=findings.attempts,
         wall_s=round(wall, 2),
         metrics=metrics,
         metrics_summary=metrics_summary(metrics),
         checksums_equal=checksums(run_dir),
-        root_cause=end.root if failed else None,
-        consequences=end.consequences if failed else [],
-        culprit_ranks=end.culprit_ranks if failed else [],
+        root_cause=record.root,
+        consequences=list(record.consequences),
+        culprit_ranks=list(record.culprit_ranks),
         hang=hang_report,
         outcome=outcome.to_json(),
         logs=str(logs),
         node=records.node_of(logs),  # node rank 0 prints the full result; the others one line (trainer_cmd)
-        input_notes=end.notes,
-        warnings=end.warnings,
+        input_notes=notes,
+        warnings=trainer_run.size_warnings(run_dir) if outcome.verdict == "pass" else [],
         preflight=None,
     )

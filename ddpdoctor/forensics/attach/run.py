@@ -134,12 +134,12 @@ def run(request: AttachRequest) -> dict:
 
 def outcome_of(diagnosis: dict, verdict: str) -> dict:
     """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict."""
-    from ..judge.decide import Context, Failures, decide as decide_outcome
+    from ..judge.decide import Context, Evidence, Failures, decide as decide_outcome
 
     category = str(diagnosis.get("category"))
     motion = category if category in ("progressing", "no_movement", "no_job") else None
-    return decide_outcome(diagnosis, Failures(), Context("attach", failed=verdict == "fail", motion=motion,
-                                                         busy=tuple(diagnosis.get("busy") or ()))).to_json()
+    context = Context("attach", failed=verdict == "fail", motion=motion, busy=tuple(diagnosis.get("busy") or ()))
+    return decide_outcome(Evidence(verdict=diagnosis), Failures(), context).to_json()
 
 
 def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:

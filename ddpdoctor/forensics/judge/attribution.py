@@ -47,7 +47,7 @@ def timeout_s(text: str) -> float | None:
     return int(next(g for g in m.groups() if g)) / 1000.0
 
 
-# Said of a rank stopped without a stack in its log; outcome.stacks_on_file corrects it where the bootstrap
+# Said of a rank stopped without a stack in its log; end_rules.stack_on_file corrects it where the bootstrap
 # wrote the rank's stack at the launcher's SIGTERM (stacks/sigterm/rankR.txt).
 NO_STACK = "its stack is not in the logs: it was stopped without one"
 

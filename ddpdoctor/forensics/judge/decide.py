@@ -1,30 +1,61 @@
-"""The one decision every collector ends with: ``decide(verdict, failures, context) -> Outcome``. The live watchdog
-and run-trainer's end, postmortem and attach gather evidence and judge it (the wait-for graph, attribution, the stop
-rule, the movement policy); this turns what they found into the one typed Outcome each document carries as
-``outcome``: the state (STATE_TABLE gives the verdict word and the exit code), one category, the culprits with
-where they stand, the consequences, the threshold as data."""
+"""The one decision every collector ends with: ``decide(evidence, failures, context) -> Outcome``, the only place
+that combines what the collectors gathered. The live watchdog and attach bring a judged wait-for graph; run-trainer's
+end and postmortem bring a finished job's failures as its logs hold them, its flight records judged, the kept call
+sizes, the stop from outside and the watchdog's report. Here, in one order: attribution (the dumps' culprit over a
+rank that only gave up), the sizes, the stop from outside, the unverified end, the watchdog's hang and a stop on
+request; then the typed Outcome each document carries as ``outcome`` (STATE_TABLE gives the verdict word and the
+exit code), with the records behind it for the documents' older keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..evidence.model import RankFailure
-from .outcome import Category, Outcome, Place, State, Threshold
-from .policy import ThresholdSource
+from . import attribution, end_rules, sizes
+from .dumps import Judged
+from .sizes import SizeMismatch
+from .outcome import Category, Outcome, Place, Record, State, Threshold
+from .policy import STALLED_S, ThresholdSource
+from .stopped import STOPPED_FIX, STOPPED_FIX_TRAINER, not_verified, stopped_from_outside
+from .verdict import Findings
 
 # attach's motion categories (attach/decide.py) as states: not a verdict on a hang
 MOTION = {"progressing": (State.PROGRESSING, Category.PROGRESSING),
           "no_job": (State.PROGRESSING, Category.NO_JOB)}
 # a root cause that stands for the hang the judge described (the watchdog's, a stop while hung)
 HANG_ROOTS = {"hang"}
+# A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) stays the
+# cause over the watchdog's hang; not so a signal (the watchdog's own SIGKILL after the grace) or a timeout.
+NOT_ITS_OWN = ("unknown", "signal", "timeout", "hang")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a collector gathered beside the ranks' failures. Live and attach: ``verdict``, the wait-for graph
+    judged from live stacks and records (words.to_json). A finished job: its flight records judged (``dumps``),
+    the kept call sizes' first mismatch, how long a collective stood pending in the dumps and the timeouts they
+    ran under, the signal torchrun's output says it received, the watchdog's report when it stopped the job, the
+    ranks the logs hold, the ranks whose stack the bootstrap wrote at the launcher's SIGTERM, and torchrun's own
+    exit (code, output, log dir) when the collector ran it."""
+    verdict: dict | None = None
+    dumps: Judged | None = None
+    sizes: SizeMismatch | None = None
+    stalled_s: float | None = None
+    timeouts: tuple[float, ...] = ()
+    stop_signal: str | None = None
+    watchdog: dict | None = None
+    ranks: tuple[int, ...] = ()
+    stacks: frozenset[int] = frozenset()
+    agent: tuple[int, str, str] | None = None  # torchrun's exit code, its output, the log dir
 
 
 @dataclass(frozen=True)
 class Failures:
-    """A finished job's failures as attributed (judge.attribution): the root cause, its consequences, and the
-    ranks the verdict names."""
+    """The ranks' failures. ``findings``: as the logs hold them (postmortem.analysis), to be attributed here;
+    or already attributed (``root``, ``consequences``, ``culprit_ranks``), as the live watchdog names them."""
     root: RankFailure | None = None
     consequences: tuple[RankFailure, ...] = ()
     culprit_ranks: tuple[int, ...] = ()
+    findings: Findings | None = None
 
     @classmethod
     def of(cls, root: dict | None, consequences: list[dict] | None, culprit_ranks: list[int] | None) -> "Failures":
@@ -34,9 +65,9 @@ class Failures:
 
 @dataclass(frozen=True)
 class Context:
-    """What the collector knows of how the job stands or ended, beside the verdict and the failures."""
+    """What the collector knows of how the job stands or ended, beside the evidence and the failures."""
     entry: str                              # live, run-trainer, postmortem, attach
-    failed: bool = False                    # the job failed (torchrun's exit code, a rank's record, a hang stopped)
+    failed: bool | None = None              # the launcher's own end says it (run-trainer); None: from the evidence
     normal_end: bool = False                # evidence of a normal end (torchrun's word, every rank's exit record)
     interrupted: int | None = None          # the signal run-trainer itself received
     motion: str | None = None               # attach: its reading's category (progressing, no_movement)
@@ -46,11 +77,103 @@ class Context:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
-def decide(verdict: dict | None, failures: Failures, context: Context) -> Outcome:
-    """``verdict``: the judge's verdict on the job's collectives and stacks (words.to_json of the wait-for graph's
-    Verdict), when one was judged; ``failures``: the ranks' failures attributed."""
+def decide(evidence: Evidence, failures: Failures, context: Context) -> Outcome:
+    """The Outcome of what a collector gathered: a finished job's failures are combined with the evidence first
+    (``_finished``), then the state, the category, the culprits with where they stand, and the consequences."""
+    if failures.findings is not None:
+        return _finished(evidence, failures.findings, context)
+    return _shape(evidence.verdict, failures, context, bool(context.failed))
+
+
+def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outcome:
+    """A finished (or stopped) job: the rules, in their one order, on the failures its logs hold."""
+    if evidence.watchdog is not None:
+        root, consequences = _watchdog_hang(evidence.watchdog, findings)
+    elif context.interrupted:
+        root, consequences = _stopped_on_request(evidence, findings, context.interrupted)
+    else:
+        _attributed(evidence, findings, context)
+        root = findings.root_cause.to_json() if findings.root_cause else None
+        consequences = [f.to_json() for f in findings.consequences]
+    unverified = context.failed is None and root is not None and root.get("error_type") == "not_verified"
+    failed = context.failed if context.failed is not None else root is not None and not unverified
+    if failed and root is None and evidence.agent is not None:
+        root = end_rules.agent_failure(*evidence.agent)
+    end_rules.stack_on_file(root, evidence.stacks)
+    consequences = consequences if root else []
+    culprits = _culprit_ranks(evidence.watchdog, root, consequences) if failed else []
+    verdict = (evidence.watchdog or {}).get("verdict") if evidence.watchdog is not None else \
+        evidence.dumps.to_json() if evidence.dumps is not None and failed else None
+    said = failed or unverified  # an unverified end says what is known in its root cause too
+    record = Record(root if said else None, tuple(consequences) if said else (), tuple(culprits))
+    kept = Failures.of(root, consequences, culprits) if failed else Failures()
+    normal = context.normal_end if context.failed is not None else not unverified
+    return _shape(verdict, kept, Context(context.entry, failed, normal, context.interrupted,
+                                         threshold=context.threshold, tags=context.tags), failed, record)
+
+
+def _attributed(evidence: Evidence, findings: Findings, context: Context) -> None:
+    """The dumps' culprit over a rank that only gave up, the kept sizes over the rank gloo aborted, a stop from
+    outside (hung or not), and no pass without evidence of a normal end (the launcher's exit unknown)."""
+    attribution.adopt(findings, evidence.dumps)
+    sizes.adopt(findings, evidence.sizes)
+    fix = STOPPED_FIX_TRAINER if context.entry == "run-trainer" else STOPPED_FIX
+    stopped_from_outside(findings, evidence.dumps, evidence.stalled_s, evidence.stop_signal, fix=fix,
+                         timeouts=list(evidence.timeouts))
+    if context.failed is None:
+        not_verified(findings, context.normal_end, list(evidence.ranks))
+
+
+def _watchdog_hang(report: dict, findings: Findings) -> tuple[dict | None, list[dict]]:
+    """run-trainer's watchdog stopped the job hung: its hang is the root cause, unless a rank failed of its own
+    as the job stalled; the first failure the logs hold then becomes a consequence the watchdog's stop made."""
+    root = findings.root_cause.to_json() if findings.root_cause else None
+    consequences = [f.to_json() for f in findings.consequences]
+    if root and not root["victim"] and root["category"] not in NOT_ITS_OWN:
+        return root, consequences
+    if root:
+        consequences.insert(0, dict(root, victim=True, reason="stopped by the hang watchdog"))
+    return end_rules.hang_root_cause(report), end_rules.hang_consequences(report) or consequences
+
+
+def _stopped_on_request(evidence: Evidence, findings: Findings, signum: int) -> tuple[dict | None, list[dict]]:
+    """run-trainer was stopped (Ctrl-C, a scheduler's SIGTERM to the step) before its watchdog judged: a real
+    failure said before the signal stays the root cause; else the hang the flight records written at the
+    SIGTERM show (a collective pending STALLED_S or more), else the stop itself."""
+    root = findings.root_cause.to_json() if findings.root_cause else None
+    consequences = [f.to_json() for f in findings.consequences]
+    if end_rules.said_before(root):
+        return root, consequences
+    if root:
+        consequences.insert(0, dict(root, victim=True, reason="stopped after run-trainer was interrupted"))
+    return _hung_at_stop(evidence, signum) or end_rules.interrupted_root(signum), consequences
+
+
+def _hung_at_stop(evidence: Evidence, signum: int) -> dict | None:
+    import signal
+
+    if evidence.stalled_s is None or evidence.stalled_s < STALLED_S:
+        return None
+    hung = Findings(root_cause=None)
+    stopped_from_outside(hung, evidence.dumps, evidence.stalled_s, signal.Signals(signum).name,
+                         fix=STOPPED_FIX_TRAINER)
+    return hung.root_cause.to_json() if hung.root_cause else None
+
+
+def _culprit_ranks(watchdog: dict | None, root: dict | None, consequences: list[dict]) -> list[int]:
+    """The watchdog's culprits when its hang is the root cause; else every rank the records blame."""
+    if watchdog and root and root.get("category") == "hang":
+        named = [c["rank"] for c in (watchdog.get("verdict") or {}).get("culprits", [])]
+        if named:
+            return named
+    return attribution.culprit_ranks(root, consequences)
+
+
+def _shape(verdict: dict | None, failures: Failures, context: Context, failed: bool,
+           record: Record | None = None) -> Outcome:
+    """The state, the category, the culprits with where they stand, the consequences."""
     tags = tuple((verdict or {}).get("evidence") or ()) + context.tags
-    common = dict(entry=context.entry, evidence=tags, threshold=_threshold(context.threshold))
+    common = dict(entry=context.entry, evidence=tags, threshold=_threshold(context.threshold), record=record)
     if context.motion in MOTION:
         state, category = MOTION[context.motion]
         return Outcome(state, category, **common)
@@ -61,7 +184,7 @@ def decide(verdict: dict | None, failures: Failures, context: Context) -> Outcom
     root = failures.root
     if context.interrupted and (root is None or root.category == "interrupted"):
         return Outcome(State.INTERRUPTED, Category.INTERRUPTED, consequences=_consequences(failures), **common)
-    if not context.failed:
+    if not failed:
         state = State.PASS if context.normal_end else State.UNVERIFIED
         return Outcome(state, Category.NORMAL_END if context.normal_end else Category.UNKNOWN, **common)
     hang = (verdict is not None or context.hung) and (root is None or root.category in HANG_ROOTS)

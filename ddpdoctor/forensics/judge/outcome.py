@@ -4,7 +4,7 @@ watchdog, run-trainer's end, postmortem and attach. ``STATE_TABLE`` maps a state
 code; words come last, from the Outcome (judge/words.py, report/)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from ...exitcodes import ExitCode
@@ -102,6 +102,15 @@ class Threshold:
 
 
 @dataclass(frozen=True)
+class Record:
+    """The failures behind an outcome as each rank's own record says them (message, fix, traceback): what the
+    documents' older keys root_cause, consequences and culprit_ranks carry, and the words the renderers use."""
+    root: dict | None = None
+    consequences: tuple[dict, ...] = ()
+    culprit_ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Outcome:
     state: State
     category: Category
@@ -110,13 +119,16 @@ class Outcome:
     evidence: tuple[str, ...] = ()
     threshold: Threshold | None = None
     entry: str = ""             # which collector decided: live, run-trainer, postmortem, attach
+    record: Record | None = field(default=None, compare=False)  # a finished job's: the records behind it
 
     @property
     def verdict(self) -> str:
         return STATE_TABLE[self.state][0]
 
     def exit_code(self, signal: int | None = None) -> int:
-        if self.state is State.INTERRUPTED and signal:
+        """``signal``: what stopped the collector on request; a run stopped so exits 128 + it, whatever it
+        found (the shell's convention: a script around it tells a stop from a failure)."""
+        if signal:
             return 128 + signal
         return int(STATE_TABLE[self.state][1])
 
@@ -129,6 +141,7 @@ class Outcome:
         out.update(state=self.state.value, category=self.category.value, verdict=self.verdict,
                    culprits=list(out["culprits"]), consequences=list(out["consequences"]),
                    evidence=list(out["evidence"]))
+        del out["record"]  # the records are the documents' own keys (root_cause, consequences), not repeated here
         if self.threshold is not None:
             out["threshold"] = dict(out["threshold"], source=self.threshold.source.value)
         return out

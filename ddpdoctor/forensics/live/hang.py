@@ -13,7 +13,7 @@ import psutil
 from ..evidence.procs import (askable, exit_record, failed_at, rank_per_process, ranks_of,
                               record_at_exit, stop_agent, workers)
 from ..judge import policy
-from ..judge.decide import Context, Failures, decide
+from ..judge.decide import Context, Evidence, Failures, decide
 from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement, own_code, past_start_up,
                     progress_mark, stack_waits, stacks_of)
 from . import early, exchange
@@ -383,7 +383,7 @@ class Watchdog:
                                   if ev.get("local_rank") is not None},
                   "flight_recorder": {str(r): exchange.last_entries(ev.get("fr"), 20)
                                       for r, ev in sorted(evidence.items())}}
-        report["outcome"] = decide(verdict, Failures(culprit_ranks=tuple(stalled)),
+        report["outcome"] = decide(Evidence(verdict=verdict), Failures(culprit_ranks=tuple(stalled)),
                                    Context("live", failed=True, threshold=threshold, hung=True)).to_json()
         if not stop:
             return report

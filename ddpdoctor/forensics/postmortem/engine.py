@@ -14,13 +14,11 @@ from ...exitcodes import ExitCode
 from ...numbers import parse_int
 from ..evidence import ending, job_files, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
-from ..judge import attribution
-from ..judge.decide import Context, Failures, decide
+from ..judge.decide import Context, Evidence, Failures, decide
 from ..judge.dumps import judge_dumps
-from ..judge.stopped import not_verified, stopped_from_outside
 from . import analysis
 from .node_folders import rdzv_id_of
-from .trainer_run import adopt_call_sizes, stacks_on_file
+from .trainer_run import kept_sizes, sigterm_stacks
 
 
 def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
@@ -36,24 +34,16 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
-    attribution.adopt(verdict, hang)
     run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
-    with job_files.reading(run_dir):
-        adopt_call_sizes(verdict, run_dir)
-    stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by,  # a hung job a scheduler ended
-                         timeouts=pg_timeouts_s(dumps))
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):
+        mismatch = kept_sizes(run_dir)
+        stacks = sigterm_stacks(run_dir)
         normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)
-    unverified = not_verified(verdict, normal, ranks)
-    failed = verdict.root_cause is not None and not unverified
-    root = verdict.root_cause.to_json() if verdict.root_cause else None
-    stacks_on_file(root, run_dir / "stacks" / "sigterm")
-    consequences = [f.to_json() for f in verdict.consequences] if root else []
-    culprits = attribution.culprit_ranks(root, consequences) if failed else []
-    outcome = decide(hang.to_json() if hang and failed else None,
-                     Failures.of(root, consequences, culprits) if failed else Failures(),
-                     Context("postmortem", failed=failed, normal_end=not unverified))
+    evidence = Evidence(dumps=hang, sizes=mismatch, stalled_s=stalled_s(dumps), timeouts=tuple(pg_timeouts_s(dumps)),
+                        stop_signal=verdict.stopped_by, ranks=tuple(ranks), stacks=stacks)
+    outcome = decide(evidence, Failures(findings=verdict), Context("postmortem", normal_end=normal))
+    record = outcome.record
     return documents.envelope(
         "run-trainer", run_id=job_run_id(logs),
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
@@ -61,10 +51,10 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         start=None, interrupted=None, torchrun_exit_code=None,
         restarts=max(0, len(verdict.attempts) - 1), attempts=verdict.attempts, wall_s=None, metrics={},
         metrics_summary={}, checksums_equal=None,
-        root_cause=root,
-        consequences=consequences,
-        culprit_ranks=culprits,
-        hang={"verdict": hang.to_json()} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
+        root_cause=record.root,
+        consequences=list(record.consequences),
+        culprit_ranks=list(record.culprit_ranks),
+        hang={"verdict": hang.to_json()} if hang and record.root else None, logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
 
 

@@ -455,18 +455,25 @@ def test_run_trainer_stopped_by_a_scheduler_while_hung_names_the_rank_its_record
     at the SIGTERM hold rank 0's all_reduce pending 30 s: stopped while hung, rank 1; fresh records: a stop."""
     import signal
 
+    from ddpdoctor.forensics.judge.decide import Context, Evidence, Failures, decide
+    from ddpdoctor.forensics.judge.verdict import Findings
     from ddpdoctor.forensics.postmortem import trainer_run
 
-    from ddpdoctor.forensics.judge.verdict import Findings
+    def stopped():
+        findings = Findings(root_cause=None, world=[0, 1])
+        judged, stalled, _ = trainer_run.exit_dumps(findings, tmp_path)
+        outcome = decide(Evidence(dumps=judged, stalled_s=stalled), Failures(findings=findings),
+                         Context("run-trainer", failed=True, interrupted=signal.SIGTERM))
+        return outcome.record.root
 
     folder = tmp_path / "flight_recorder"
     folder.mkdir()
     _dump(folder / "rank0.json", 4, pending_created_s=30)
     _dump(folder / "rank1.json", 4)
-    root = trainer_run.stopped_while_hung(Findings(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM)
+    root = stopped()
     assert root and root["rank"] == 1 and root["error_type"] == "stopped_while_hung", root
     _dump(folder / "rank0.json", 4, pending_created_s=1)
-    assert trainer_run.stopped_while_hung(Findings(root_cause=None, world=[0, 1]), tmp_path, signal.SIGTERM) is None
+    assert stopped()["category"] == "interrupted"  # fresh records: the stop itself, no hang
 
 
 def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_likely_culprit(tmp_path):

@@ -75,8 +75,6 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
     """gloo's JSON record has no call sites and rank 2, stopped by torchrun before its own error, left no
     traceback: the stack the bootstrap wrote on that SIGTERM names the line of its odd call. A stack far older
     than the rank's record (another attempt's) is not used."""
-    from ddpdoctor.forensics.postmortem import trainer_run
-
     fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
     fr.mkdir()
     stacks.mkdir(parents=True)
@@ -94,8 +92,7 @@ def test_a_culprit_stopped_before_it_raised_is_placed_by_its_stack_at_the_launch
     def adopted():
         verdict = Findings(root_cause=RankFailure(rank=0, local_rank=0, host="n0", exit_code=-15, category="timeout",
                                                  message="timed out"))
-        trainer_run.adopt_exit_dumps(verdict, tmp_path)
-        return verdict.root_cause
+        return exit_dumps_adopted(verdict, tmp_path)
 
     root = adopted()
     assert root.rank == 2 and root.error_type == "desync" and root.location == "/jobs/train.py:58"
@@ -107,8 +104,6 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
     """Seen in CI: rank 2 had raised ("Connection reset", its traceback at its odd call) and was exiting when the
     launcher's SIGTERM came; its stack then held only the bootstrap's handler, which was named as the location.
     A rank with a traceback keeps its traceback's line; a stack without the script's <module> frame is unused."""
-    from ddpdoctor.forensics.postmortem import trainer_run
-
     fr, stacks = tmp_path / "flight_recorder", tmp_path / "stacks" / "sigterm"
     fr.mkdir()
     stacks.mkdir(parents=True)
@@ -128,8 +123,7 @@ def test_a_culprits_own_traceback_outranks_its_stack_and_an_exiting_stack_says_n
                                                  message="timed out"),
                           consequences=[RankFailure(rank=2, local_rank=2, host="n0", exit_code=1, category="peer_lost",
                                                     message="Connection reset by peer", location=own_location)])
-        trainer_run.adopt_exit_dumps(verdict, tmp_path)
-        return verdict.root_cause
+        return exit_dumps_adopted(verdict, tmp_path)
 
     assert adopted("/jobs/train.py:58").location == "/jobs/train.py:58"
     root = adopted(None)
@@ -148,3 +142,13 @@ def test_dumps_named_as_torch_names_them_are_found(tmp_path):
             {"collective_seq_id": 1, "pg_id": 0, "process_group": ["0", "default_pg"],
              "profiling_name": "gloo:all_reduce", "frames": []}]}))
     assert sorted(find_dumps([tmp_path])) == [0, 1]
+
+
+def exit_dumps_adopted(findings, run_dir):
+    """run-trainer's end of a failed job: the exit dumps gathered, decide() attributes; the root cause it kept."""
+    from ddpdoctor.forensics.judge.decide import Context, Evidence, Failures, decide
+    from ddpdoctor.forensics.postmortem import trainer_run
+
+    judged, _, _ = trainer_run.exit_dumps(findings, run_dir)
+    decide(Evidence(dumps=judged), Failures(findings=findings), Context("run-trainer", failed=True))
+    return findings.root_cause

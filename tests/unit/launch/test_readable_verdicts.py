@@ -120,14 +120,16 @@ def test_a_straggler_named_live_is_in_the_summary():
 
 def test_the_fix_names_the_stack_file_the_bootstrap_wrote(tmp_path):
     from ddpdoctor.forensics.judge import attribution
-    from ddpdoctor.forensics.postmortem.trainer_run import stacks_on_file
+    from ddpdoctor.forensics.judge.end_rules import stack_on_file
+    from ddpdoctor.forensics.postmortem.trainer_run import sigterm_stacks
 
     fix = f"look at what rank 2 was doing ({attribution.NO_STACK}); more"
     root = {"rank": 2, "fix": fix}
-    stacks_on_file(root, tmp_path / "stacks" / "sigterm")
+    stack_on_file(root, sigterm_stacks(tmp_path))
     assert root["fix"] == fix  # no file: the fix stands
     (tmp_path / "stacks" / "sigterm").mkdir(parents=True)
     (tmp_path / "stacks" / "sigterm" / "rank2.txt").write_text('File "/u/t.py", line 3 in main\n')
-    stacks_on_file(root, tmp_path / "stacks" / "sigterm")
+    assert sigterm_stacks(tmp_path) == {2}
+    stack_on_file(root, sigterm_stacks(tmp_path))
     assert "not in the logs" not in root["fix"] and "stacks/sigterm/rank2.txt" in root["fix"], root
     assert "run-trainer --hang-timeout 10" in attribution.hang_timeout_advice(20.0)

@@ -9,7 +9,7 @@ import sys
 import time
 
 from ddpdoctor.forensics.live import hang
-from ddpdoctor.forensics.postmortem import trainer_run
+from ddpdoctor.forensics.judge import end_rules
 from ddpdoctor.launch.run import StopOnSignal
 
 
@@ -68,21 +68,21 @@ def test_a_stop_s_own_marks_never_pass_for_the_failure_that_came_before_it():
         return {"category": category, "victim": victim}
 
     for category in ("hang", "peer_lost", "signal", "stopped", "unknown", "consequence"):
-        assert not trainer_run._said_before(root(category)), category
-    assert trainer_run._said_before(root("exception"))  # a real error before the signal stays the root cause
-    assert trainer_run._said_before({"category": "signal", "victim": False, "signal": "SIGSEGV"})  # a crash of its own
-    assert not trainer_run._said_before({"category": "signal", "victim": False, "signal": "SIGTERM"})
-    assert not trainer_run._said_before(root("exception", victim=True))
-    assert not trainer_run._said_before(None)
+        assert not end_rules.said_before(root(category)), category
+    assert end_rules.said_before(root("exception"))  # a real error before the signal stays the root cause
+    assert end_rules.said_before({"category": "signal", "victim": False, "signal": "SIGSEGV"})  # a crash of its own
+    assert not end_rules.said_before({"category": "signal", "victim": False, "signal": "SIGTERM"})
+    assert not end_rules.said_before(root("exception", victim=True))
+    assert not end_rules.said_before(None)
 
 
 def test_torchrun_killed_from_outside_is_named_as_such(tmp_path):
     """torchrun SIGKILLed (its ranks die with it, none leaves a record): the root cause says who died of what,
     not 'read torchrun's own output' (a SIGKILLed torchrun wrote nothing about it)."""
-    killed = trainer_run._agent_failure(-9, "I1123 starting workers\n", tmp_path)
+    killed = end_rules.agent_failure(-9, "I1123 starting workers\n", str(tmp_path))
     assert killed["category"] == "signal" and killed["signal"] == "SIGKILL"
     assert "torchrun (the launcher) was killed by SIGKILL" in killed["message"] and "dmesg" in killed["fix"]
-    plain = trainer_run._agent_failure(1, "some error\n", tmp_path)
+    plain = end_rules.agent_failure(1, "some error\n", str(tmp_path))
     assert "exited with code 1" in plain["message"] and "agent.stderr.log" in plain["fix"]
 
 
@@ -112,10 +112,10 @@ def test_a_live_hang_verdict_names_the_culprit_s_local_rank():
               "verdict": {"class": "missing_rank", "summary": "rank(s) 3 never entered all_reduce #4", "fix": "f",
                           "culprits": [{"rank": 3, "host": "n1", "where": "/u/t.py:9"}],
                           "consequences": [{"rank": 0, "host": "n0"}], "collective": {"op": "all_reduce", "seq": 4}}}
-    root = trainer_run.hang_root_cause(report)
+    root = end_rules.hang_root_cause(report)
     assert root["rank"] == 3 and root["local_rank"] == 1
-    assert [(c["rank"], c["local_rank"]) for c in trainer_run.hang_consequences(report)] == [(0, 0)]
-    assert trainer_run.hang_root_cause({**report, "local_ranks": {}})["local_rank"] is None  # older documents
+    assert [(c["rank"], c["local_rank"]) for c in end_rules.hang_consequences(report)] == [(0, 0)]
+    assert end_rules.hang_root_cause({**report, "local_ranks": {}})["local_rank"] is None  # older documents
 
 
 def test_a_verdict_with_no_culprit_gives_its_waiters_no_empty_rank_list():
@@ -124,5 +124,5 @@ def test_a_verdict_with_no_culprit_gives_its_waiters_no_empty_rank_list():
               "verdict": {"class": "no_culprit", "summary": "no culprit named", "fix": "f", "culprits": [],
                           "consequences": [{"rank": 0, "host": "n0", "where": "/u/t.py:3",
                                             "waited_in": "init_process_group"}]}}
-    (c,) = trainer_run.hang_consequences(report)
+    (c,) = end_rules.hang_consequences(report)
     assert c["reason"] == "waited in init_process_group at /u/t.py:3", c

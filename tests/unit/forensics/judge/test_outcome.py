@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor.exitcodes import ExitCode
-from ddpdoctor.forensics.judge.decide import Context, Failures, decide
+from ddpdoctor.forensics.judge.decide import Context, Evidence, Failures, decide
 from ddpdoctor.forensics.judge.outcome import STATE_TABLE, Category, State
 from ddpdoctor.forensics.judge.verdict import Category as VerdictCategory
 
@@ -22,11 +22,11 @@ WAITER = {"rank": 0, "local_rank": 0, "host": "node1", "exit_code": None, "categ
 
 def test_the_same_hung_job_is_one_outcome_from_every_collector():
     threshold = {"seconds": 8.0, "source": "--hang-timeout", "why": "set by --hang-timeout"}
-    live = decide(HANG, Failures(culprit_ranks=(1,)), Context("live", failed=True, threshold=threshold, hung=True))
-    trainer = decide(HANG, Failures.of(HANG_ROOT, [WAITER], [1]), Context("run-trainer", failed=True,
+    live = decide(Evidence(verdict=HANG), Failures(culprit_ranks=(1,)), Context("live", failed=True, threshold=threshold, hung=True))
+    trainer = decide(Evidence(verdict=HANG), Failures.of(HANG_ROOT, [WAITER], [1]), Context("run-trainer", failed=True,
                                                                           threshold=threshold))
-    postmortem = decide(HANG, Failures.of(HANG_ROOT, [WAITER], [1]), Context("postmortem", failed=True))
-    attach = decide(HANG, Failures(), Context("attach", failed=True))
+    postmortem = decide(Evidence(verdict=HANG), Failures.of(HANG_ROOT, [WAITER], [1]), Context("postmortem", failed=True))
+    attach = decide(Evidence(verdict=HANG), Failures(), Context("attach", failed=True))
     for outcome in (live, trainer, postmortem, attach):
         assert (outcome.state, outcome.category) == (State.HANG, Category.MISSING_RANK), outcome
         assert [(c.rank, c.host, c.where, c.function) for c in outcome.culprits] == \
@@ -50,19 +50,19 @@ def test_the_same_hung_job_is_one_outcome_from_every_collector():
                   "location": "crash.py:7"}, [], [1]), State.FAIL, Category.EXCEPTION),
 ])
 def test_each_state(context, failures, state, category):
-    outcome = decide(None, failures, context)
+    outcome = decide(Evidence(), failures, context)
     assert (outcome.state, outcome.category) == (state, category)
 
 
 def test_a_crash_names_the_rank_at_its_line():
     root = {"rank": 1, "local_rank": 1, "host": "h", "exit_code": 1, "category": "exception", "location": "crash.py:7"}
-    outcome = decide(None, Failures.of(root, [], [1]), Context("postmortem", failed=True))
+    outcome = decide(Evidence(), Failures.of(root, [], [1]), Context("postmortem", failed=True))
     assert [(c.rank, c.where) for c in outcome.culprits] == [(1, "crash.py:7")]
     assert outcome.to_json()["culprits"][0]["where"] == "crash.py:7"
 
 
 def test_waiting_on_a_busy_rank_is_undecided_never_a_hang():
-    outcome = decide({"waiting": [0]}, Failures(), Context("attach", motion="no_movement", busy=(1,)))
+    outcome = decide(Evidence(verdict={"waiting": [0]}), Failures(), Context("attach", motion="no_movement", busy=(1,)))
     assert outcome.state is State.UNDECIDED and outcome.category is Category.WAITING_ON_BUSY
     assert outcome.verdict == "warn" and outcome.exit_code() == 0 and outcome.culprits == ()
 
@@ -70,7 +70,7 @@ def test_waiting_on_a_busy_rank_is_undecided_never_a_hang():
 def test_the_state_table_gives_every_state_a_verdict_and_an_exit_code():
     assert set(STATE_TABLE) == set(State)
     assert STATE_TABLE[State.UNVERIFIED] == ("warn", ExitCode.NOT_VERIFIED)
-    assert decide(None, Failures.of({"rank": None, "local_rank": None, "host": "h", "exit_code": 143,
+    assert decide(Evidence(), Failures.of({"rank": None, "local_rank": None, "host": "h", "exit_code": 143,
                                      "category": "interrupted"}, [], []),
                   Context("run-trainer", failed=True, interrupted=15)).exit_code(15) == 143
 
