@@ -18,6 +18,7 @@ from ..judge.decide import Context, Evidence, Failures, decide
 from ..judge.dumps import judge_dumps
 from . import analysis
 from .node_folders import rdzv_id_of
+from ..judge.end_rules import STACKS
 from .trainer_run import kept_sizes, sigterm_stacks
 
 
@@ -30,11 +31,12 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     # --fr-dir given; every read is bounded and a file that is not a regular one is a note (job_files).
     with job_files.reading(logs.parent) as notes:
         verdict = analysis.analyse(logs, agent_text, socket.gethostname())
-    fr_roots = [log_dir, *map(fr_dir, fr_dirs)]
+    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
+    own = run_records(logs)
+    fr_roots = [log_dir, *map(fr_dir, fr_dirs), *([own / "flight_recorder"] if own else [])]
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
-        hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
-    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
+        hang = judge_dumps(dumps, verdict.failures, own / STACKS if own else None, verdict.world)
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):
         mismatch = kept_sizes(run_dir)
@@ -56,6 +58,16 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         culprit_ranks=list(record.culprit_ranks),
         hang={"verdict": hang.to_json()} if hang and record.root else None, logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
+
+
+def run_records(logs: Path) -> Path | None:
+    """The run-trainer run whose logs these are (``<run>/logs/<node>``, run.json beside): its flight records
+    written at exit or at the SIGTERM and its SIGTERM stacks are this job's own evidence. None for any other
+    folder: a sibling's records are another job's."""
+    run = logs.parent.parent
+    if logs.parent.name != "logs" or not (run / "run.json").is_file() or not (run / "flight_recorder").is_dir():
+        return None
+    return run
 
 
 def last_attempt_ranks(logs: Path, verdict) -> list[int]:
