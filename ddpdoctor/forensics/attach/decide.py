@@ -141,11 +141,8 @@ def undecided_here(reads: list[RankRead]) -> str | None:
 
 # Not a verdict on the job: it moved ("pass"), or nothing moved and the rounds could not tell a long step from a
 # hang ("warn": said as it is, exit 0, no rank blamed); every other category is the judge's hang or desync.
-NOT_HUNG = {"progressing": "pass", "no_movement": "warn", "no_job": "pass"}
-
-
-def verdict_of(diagnosis: dict) -> str:
-    return NOT_HUNG.get(str(diagnosis.get("category")), "fail")
+# the readings that are no verdict on a hang: the job moves, nothing tells yet, or no job (judge/decide.MOTION)
+MOTION_CATEGORIES = ("progressing", "no_movement", "no_job")
 
 
 def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:

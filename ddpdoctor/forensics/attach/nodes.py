@@ -50,11 +50,12 @@ class RanksCheck(Check):
         out = []
         reads, job, _ = reads_from_facts(facts_by_node)
         if reads:
-            from .decide import decide, verdict_of
+            from .decide import decide
+            from .run import outcome_of
 
             diag = decide(reads, parse_world(job, reads), watched_s=max(
                 (parse_float((f or {}).get("watched_s")) or 0.0 for f in facts_by_node.values()), default=0.0))
-            level = Level(verdict_of(diag))
+            level = Level(outcome_of(diag).verdict)
             hosts = sorted({str(c.get("host")) for c in diag.get("culprits") or [] if c.get("host")})
             out.append(Result(CHECK, level, f"{diag['category']}: {diag['summary']}",
                               hosts or sorted(facts_by_node), fix=diag.get("fix", "") if level != Level.PASS else ""))

@@ -12,11 +12,10 @@ from typing import Callable
 import psutil
 
 from ...errors import NothingReadable, UsageError
-from ...exitcodes import ExitCode
 from ..evidence import pyspy, user_code
 from . import discover as disc
 from . import job_access
-from .decide import decide, undecided, undecided_here, verdict_of
+from .decide import MOTION_CATEGORIES, decide, undecided, undecided_here
 from .sample import read_job
 
 
@@ -122,24 +121,24 @@ def run(request: AttachRequest) -> dict:
             raise NothingReadable(permission_fix(denied))
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
     diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
-    verdict = verdict_of(diagnosis)
-    outcome = outcome_of(diagnosis, verdict)
-    stopped = stop_job(job) if request.stop and verdict == "fail" else None
+    outcome = outcome_of(diagnosis)
+    stopped = stop_job(job) if request.stop and outcome.verdict == "fail" else None
     return documents.envelope(
-        "attach", verdict=verdict, exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK),
+        "attach", verdict=outcome.verdict, exit_code=outcome.exit_code(),
         host=socket.gethostname(), job=job.to_json(), interval_s=request.interval, watched_s=round(watched, 1),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, outcome=outcome, stopped=stopped,
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, outcome=outcome.to_json(), stopped=stopped,
         notes=job_access.take_notes())
 
 
-def outcome_of(diagnosis: dict, verdict: str) -> dict:
-    """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict."""
+def outcome_of(diagnosis: dict):
+    """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict. Its state
+    gives attach's verdict word and exit code (judge/outcome.STATE_TABLE)."""
     from ..judge.decide import Context, Evidence, Failures, decide as decide_outcome
 
     category = str(diagnosis.get("category"))
-    motion = category if category in ("progressing", "no_movement", "no_job") else None
-    context = Context("attach", failed=verdict == "fail", motion=motion, busy=tuple(diagnosis.get("busy") or ()))
-    return decide_outcome(Evidence(verdict=diagnosis), Failures(), context).to_json()
+    motion = category if category in MOTION_CATEGORIES else None
+    context = Context("attach", failed=motion is None, motion=motion, busy=tuple(diagnosis.get("busy") or ()))
+    return decide_outcome(Evidence(verdict=diagnosis), Failures(), context)
 
 
 def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:
@@ -240,12 +239,12 @@ def cluster_doc(doc: dict, request: AttachRequest, sent: int | None = None) -> d
         "category": "no_job", "summary": "no node runs a rank of the job", "fix": "run attach where the job runs",
         "culprits": []}
     diagnosis["nodes_without_ranks"] = empty
-    verdict = verdict_of(diagnosis)
+    outcome = outcome_of(diagnosis)
     return _with_auth(documents.envelope(
-        "attach", run_id=doc.get("run_id"), verdict=verdict,
-        exit_code=int(ExitCode.FAIL if verdict == "fail" else ExitCode.OK), role="master", host=socket.gethostname(),
-        job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
-        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, stopped=None, notes=notes), doc)
+        "attach", run_id=doc.get("run_id"), verdict=outcome.verdict, exit_code=outcome.exit_code(), role="master",
+        host=socket.gethostname(), job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),
+        ranks=[r.to_json() for r in reads], diagnosis=diagnosis, outcome=outcome.to_json(), stopped=None,
+        notes=notes), doc)
 
 
 def _with_auth(attach_doc: dict, cluster: dict) -> dict:

@@ -190,22 +190,30 @@ def _shape(verdict: dict | None, failures: Failures, context: Context, failed: b
     hang = (verdict is not None or context.hung) and (root is None or root.category in HANG_ROOTS)
     category = Category.of((verdict or {}).get("category")) if hang else Category.of(root.category if root else None)
     ranks = failures.culprit_ranks or tuple(c["rank"] for c in (verdict or {}).get("culprits") or ())
-    culprits = tuple(_place(rank, verdict, root) for rank in ranks)
+    places = _places(verdict, root)
+    culprits = tuple(places(rank) for rank in ranks)
     return Outcome(State.HANG if hang else State.FAIL, category, culprits, _consequences(failures), **common)
 
 
-def _place(rank: int, verdict: dict | None, root: RankFailure | None) -> Place:
-    """Where a culprit stands: the judge's word (its stack), else its own record (a traceback's file:line)."""
-    named = set((verdict or {}).get("named") or ())
-    for c in (verdict or {}).get("culprits") or ():
-        if c.get("rank") == rank:
+def _places(verdict: dict | None, root: RankFailure | None):
+    """Where each culprit stands: the judge's word (its stack), else its own record (a traceback's file:line).
+    Indexed once: a world of 65,536 ranks is one pass, not one per rank."""
+    verdict = verdict or {}
+    named = set(verdict.get("named") or ())
+    certain = not verdict.get("likely_culprits")
+    judged = {c.get("rank"): c for c in reversed(verdict.get("culprits") or ())}  # the first word on a rank
+
+    def place(rank: int) -> Place:
+        c = judged.get(rank)
+        if c is not None:
             return Place(rank, c.get("host"), c.get("node"), c.get("where") or c.get("last_seen_where"),
-                         c.get("function"), named=rank in named or not (verdict or {}).get("likely_culprits"),
-                         why=str(c.get("why") or ""))
-    if root is not None and root.rank == rank:
-        return Place(rank, root.host, None, root.location, None, named=root.named is not False,
-                     why=root.category)
-    return Place(rank)
+                         c.get("function"), named=rank in named or certain, why=str(c.get("why") or ""))
+        if root is not None and root.rank == rank:
+            return Place(rank, root.host, None, root.location, None, named=root.named is not False,
+                         why=root.category)
+        return Place(rank)
+
+    return place
 
 
 def _consequences(failures: Failures) -> tuple[Place, ...]:

@@ -10,7 +10,8 @@ import pytest
 from ddpdoctor.errors import NothingReadable, UsageError
 from ddpdoctor.forensics.attach import discover as disc
 from ddpdoctor.forensics.attach import run as attach_run
-from ddpdoctor.forensics.attach.decide import Motion, decide, motion, undecided, undecided_here, verdict_of
+from ddpdoctor.forensics.attach.decide import Motion, decide, motion, undecided, undecided_here
+from ddpdoctor.forensics.attach.run import outcome_of
 from ddpdoctor.forensics.attach.sample import RankRead, read_rank
 from ddpdoctor.forensics.evidence import pyspy
 from ddpdoctor.forensics.evidence.model import Source, WaitKind
@@ -311,7 +312,7 @@ def test_every_rank_unmoved_is_never_progress():
     nobody waits: said as it is (warn, exit 0), no rank blamed, never "progresses"."""
     still = [read(0, "own_code", cpu=0.0), read(1, "own_code", cpu=0.0)]
     doc = decide(still, 2, watched_s=30)
-    assert doc["category"] == "no_movement" and verdict_of(doc) == "warn" and doc["named"] == []
+    assert doc["category"] == "no_movement" and outcome_of(doc).verdict == "warn" and doc["named"] == []
     assert doc["summary"].startswith("no rank moved in 30 s; no rank waits on another") and "--wait" in doc["fix"]
     assert "none uses the CPU" in doc["summary"]
     assert undecided(still) is not None  # watched on, up to --wait, before it is said
@@ -323,7 +324,7 @@ def test_a_clear_hang_is_judged_at_once_and_a_long_step_is_watched_then_said_as_
     hang = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.01), read(2, "allreduce_waiter", cpu=0.0)]
     assert motion(hang).motion is Motion.STILL and undecided(hang) is None
     doc = decide(hang, 3, watched_s=3)
-    assert doc["category"] == "missing_rank" and doc["named"] == [1] and verdict_of(doc) == "fail"
+    assert doc["category"] == "missing_rank" and doc["named"] == [1] and outcome_of(doc).verdict == "fail"
     long_step = [read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.97),
                  read(2, "allreduce_waiter", cpu=0.0)]
     assert motion(long_step).motion is Motion.UNDECIDED and "rank(s) 1 use the CPU" in undecided(long_step)
