@@ -76,6 +76,9 @@ def _prometheus(doc: dict, directory: str) -> None:
 
     try:
         common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
+        meeting = prometheus.meeting_samples(doc)
+        if meeting:  # a prolog that met or should have: its series replace the last meeting's
+            prometheus.write(directory, meeting, prometheus.MEETING_COMMAND)
     except OSError as exc:  # the lock held past its bounded wait (TimeoutError) included
         common.warn_line(f"prometheus_textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
     except UsageError as exc:  # as root, a directory another user can write: refused

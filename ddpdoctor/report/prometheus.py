@@ -44,8 +44,14 @@ HELP = {
     "ddpdoctor_node_resumes": "resumes of this node by the ddpdoctor node check (its own drains only)",
     "ddpdoctor_bus_bandwidth_gbs": "nccl-bench bus bandwidth (nccl-tests busbw) in GB/s per collective and size",
     "ddpdoctor_last_run_timestamp_seconds": "when the ddpdoctor run that wrote these series ended (Unix time)",
+    "ddpdoctor_meeting_link_status": "a failing link from this node to peer in the job's prologs' meeting, on "
+                                     "ddpdoctor_check_status's scale",
+    "ddpdoctor_meeting_skipped": "1 when this prolog's meeting of the job's nodes did not happen, else 0",
+    "ddpdoctor_meetings_skipped": "prolog meetings of the job's nodes that did not happen on this node",
 }
-COUNTERS = ("ddpdoctor_node_drains", "ddpdoctor_node_resumes")  # exposed with _total; the others are gauges
+# exposed with _total; the others are gauges
+COUNTERS = ("ddpdoctor_node_drains", "ddpdoctor_node_resumes", "ddpdoctor_meetings_skipped")
+MEETING_COMMAND = "node-check-meeting"  # the meeting's series: only a prolog that met (or should have) replaces them
 Sample = tuple[str, dict, float]  # (family, labels, value)
 
 
@@ -88,6 +94,30 @@ def node_check_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
     base = {"Hostname": hostname or socket.gethostname(), "command": "node-check"}
     out.append(("ddpdoctor_node_drains", dict(base), 1.0 if did == "drain" else 0.0))
     out.append(("ddpdoctor_node_resumes", dict(base), 1.0 if did == "resume" else 0.0))
+    return out
+
+
+def meeting_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
+    """The prolog's meeting's series (command ``node-check-meeting``, so that a health check, which holds no
+    meeting, leaves them as the last meeting wrote them): each failing link this node is one end of, with the
+    other end as ``peer`` (the port and what answered are in the job's comment and the record: a port label would
+    start a new series at every job), and whether the meeting was skipped. [] where no meeting was wanted (no
+    cross_node, a one-node job)."""
+    met = (doc.get("node_check") or {}).get("cross_node")
+    if not isinstance(met, dict) or met.get("needed") is False:
+        return []
+    me = (doc.get("node_check") or {}).get("node")
+    base = {"Hostname": hostname or socket.gethostname(), "command": MEETING_COMMAND}
+    out: list[Sample] = []
+    for link in met.get("links") or []:
+        nodes = [str(n) for n in link.get("nodes") or []]
+        if me in nodes and len(nodes) == 2:
+            peer = nodes[1] if nodes[0] == me else nodes[0]
+            out.append(("ddpdoctor_meeting_link_status", dict(base, peer=peer, check=str(link.get("check"))),
+                        float(STATUS["fail"])))
+    skipped = 1.0 if met.get("skipped") else 0.0
+    out.append(("ddpdoctor_meeting_skipped", dict(base), skipped))
+    out.append(("ddpdoctor_meetings_skipped", dict(base), skipped))
     return out
 
 

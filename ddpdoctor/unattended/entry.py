@@ -128,6 +128,8 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     rechecked = node_check.rechecked_by(doc, met.get("record"), at.node, cfg.drain_on)
     decision = node_check.decide(findings, state, drain_on=cfg.drain_on, rechecked=rechecked)
     done = _act(decision, at, cfg, env, bound, dry_run)
+    if meeting is not None and not decision.fails and not dry_run:
+        _link_comment(met.get("record"), at, cfg, env, bound, done)
     node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     doc["node_check"].update(budget_s=budget, environment=fp,
                              kept_facts=None if facts_kept is None else facts_kept.get("created"),
@@ -215,6 +217,25 @@ def _comment(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[s
     done = slurm_node.comment(at.job_id or "", text, scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
                               env=cfg.scontrol_env(env), timeout=bound.remaining())
     return {"command": done.command, "ok": done.ok, "error": done.message or None}
+
+
+def _link_comment(record: dict | None, at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound,
+                  done: dict) -> None:
+    """A failing link the meeting found and blamed no node for, in the job's comment (written by one node of the
+    link: meet.link_commenter). The job is not failed nor requeued for it: a failing prolog drains its node (SLURM
+    drains a node whose prolog exits non-zero), which would blame a node the meeting could not blame, and a requeue
+    without a drain gets the same nodes and the same link again. The user whose job then ends in SLURM's
+    "Communication connection failure" reads the link in `squeue -o %k`; the link series alerts the admin."""
+    from . import meet
+
+    if not at.job_id or meet.link_commenter(record) != at.node:
+        return
+    link = record["links"][0]
+    bound.stage = "scontrol (the job's comment: a failing link)"
+    text = slurm_node.link_comment(link["check"], link["summary"])
+    out = slurm_node.comment(at.job_id, text, scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
+                             env=cfg.scontrol_env(env), timeout=bound.remaining())
+    done["comment"] = {"command": out.command, "ok": out.ok, "error": out.message or None}
 
 
 def _requeue(at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound) -> dict:
