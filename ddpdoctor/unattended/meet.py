@@ -159,9 +159,10 @@ def failing_links(doc: dict, judges: frozenset[str] | None = None) -> list[dict]
     """The failing results of the meeting's cluster checks that name two nodes (a link: mesh's 'link node1 -> node3
     timed out (TCP to ADDR:PORT)' says both nodes, the port and what answered), in the document's order: what the
     job's comment and the link series say where no node is to blame."""
+    links = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)
+             and len(r["nodes"]) == 2 and (judges is None or r.get("check") in judges)]
     return [{"check": str(r.get("check")), "nodes": [str(n) for n in r["nodes"]],
-             "summary": str(r.get("summary") or "")} for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)
-            and len(r["nodes"]) == 2 and (judges is None or r.get("check") in judges)]
+             "summary": str(r.get("summary") or "")} for r in links]
 
 
 def link_commenter(record: dict | None) -> str | None:
