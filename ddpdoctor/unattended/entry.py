@@ -139,7 +139,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     bound.stage = "keeping the record"
     if at.context == HEALTH_CHECK:
         _keep_facts(doc, plan, cfg, at, fp, notes)
-    written = _keep(doc, at, cfg, notes)
+    written = _keep_counting(doc, at, cfg, notes)
     code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
     return Outcome(doc, at, decision, done, code, cfg, written, notes)
 
@@ -258,6 +258,54 @@ def _keep(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path 
         return None
 
 
+def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path | None:
+    """The record kept, and what was not (issue 56.6): a record that cannot be written (a full disk, a folder refused)
+    is counted in the Prometheus textfile (the only place left: results_dir is what failed), and the next record
+    kept carries how many were not, since when and why (``node_check.records_not_kept``: a row on the history
+    page). Without prometheus_textfile the count is not carried: the stderr line alone says it."""
+    nc = doc["node_check"]
+    before = _unkept_before(cfg)
+    if before["count"]:
+        nc["records_not_kept"] = {"count": before["count"], "since": before["since"], "why": before["why"]}
+    written = _keep(doc, at, cfg, notes)
+    if written is None:
+        nc.pop("records_not_kept", None)
+        why = notes[-1] if notes else "not written"
+        nc["record_not_kept"] = why
+        nc["unkept_pending"] = {"count": before["count"] + 1, "why": before["why"] or _errno_words(why),
+                                "since_s": before["since_s"] or time.time()}
+    else:
+        nc["unkept_pending"] = {"count": 0, "why": "", "since_s": 0.0}
+    return written
+
+
+def _unkept_before(cfg: site.SiteConfig) -> dict:
+    """The records not kept since the last one kept, as the previous run left them in the textfile."""
+    out = {"count": 0, "why": "", "since_s": 0.0, "since": None}
+    if not cfg.prometheus_textfile:
+        return out
+    from ..report import prometheus
+
+    for name, labels, value in prometheus.previous(cfg.prometheus_textfile, "node-check"):
+        if name == "ddpdoctor_records_unkept" and value > 0:
+            out.update(count=int(value), why=labels.get("why", ""))
+        elif name == "ddpdoctor_records_unkept_since_timestamp_seconds" and value > 0:
+            out["since_s"] = value
+    if out["since_s"]:
+        import datetime as dt
+
+        out["since"] = dt.datetime.fromtimestamp(out["since_s"], dt.timezone.utc).isoformat(timespec="seconds")
+    return out
+
+
+def _errno_words(note: str) -> str:
+    """'No space left on device' out of a 'record not kept: ...' line (a label: a short, bounded text)."""
+    import re
+
+    m = re.search(r"\(([A-Z][^()]{2,60})\)", note)
+    return m.group(1) if m else note[:80]
+
+
 def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes: list[str]) -> None:
     """The health check's torch, CUDA and NCCL facts, for the prologs of this environment."""
     imports_of = {lc.name: tuple(lc.check.imports) for lc in plan.checks}
@@ -265,6 +313,8 @@ def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes
         facts, skipped = kept.facts_to_keep(doc, imports_of, node_check.DRAINS[cfg.drain_on] or ("fail",))
         path = kept.save(cfg.results_dir, at.node, fp, facts, doc["created"], skipped)
     except (OSError, UsageError) as exc:
-        notes.append(f"facts not kept for the prolog: {getattr(exc, 'strerror', None) or exc}")
+        why = f"{getattr(exc, 'strerror', None) or exc}"
+        notes.append(f"facts not kept for the prolog: {why}")
+        doc["node_check"]["kept_facts_not_written"] = why
         return
     doc["node_check"]["kept_facts_written"] = None if path is None else str(path)
