@@ -15,13 +15,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..errors import UsageError
 from ..launchers import slurm_node
 from . import kept, node_check, site
 from .node_check import EPILOG, HEALTH_CHECK, PROLOG, Decision, Where
 
+# What the previous runs could not keep (the records not kept since the last one kept), as ``run`` is given it
+NOTHING_CARRIED = {"count": 0, "why": "", "since_s": 0.0, "since": None}
 RESERVE_S = 5.0  # at most this much of the budget is kept for scontrol and the record, at most 40 % of it
 
 
@@ -87,9 +89,12 @@ def meeting_deadline(cfg: site.SiteConfig, started: float) -> float:
 
 
 def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
-        started: float | None = None, hard_exit: bool = False) -> Outcome:
+        started: float | None = None, hard_exit: bool = False,
+        carried: Callable[[site.SiteConfig], dict] | None = None) -> Outcome:
     """One node check. ``started``: the process's start on the monotonic clock (the budget counts from it);
-    ``hard_exit``: arm the watchdog (the console script). A bad site config raises UsageError."""
+    ``hard_exit``: arm the watchdog (the console script); ``carried``: what the previous runs could not keep, as
+    the command reads it from the Prometheus textfile (``NOTHING_CARRIED``'s keys; None: nothing carried). A bad
+    site config raises UsageError."""
     env = os.environ if env is None else env
     started = time.monotonic() if started is None else started
     cfg = site.load(config_path or site.config_path(env)[0])
@@ -102,13 +107,13 @@ def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[s
     if hard_exit:
         bound.arm()
     try:
-        return _steps(cfg, at, env, started, budget, bound, dry_run)
+        return _steps(cfg, at, env, started, budget, bound, dry_run, carried)
     finally:
         bound.disarm()
 
 
 def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: float, budget: float,
-           bound: HardBound, dry_run: bool) -> Outcome:
+           bound: HardBound, dry_run: bool, carried: Callable[[site.SiteConfig], dict] | None) -> Outcome:
     notes: list[str] = []
     bound.stage = "the checks"
     state_box: dict = {}
@@ -139,7 +144,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     bound.stage = "keeping the record"
     if at.context == HEALTH_CHECK:
         _keep_facts(doc, plan, cfg, at, fp, notes)
-    written = _keep_counting(doc, at, cfg, notes)
+    written = _keep_counting(doc, at, cfg, notes, dict(NOTHING_CARRIED, **(carried(cfg) if carried else {})))
     code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
     return Outcome(doc, at, decision, done, code, cfg, written, notes)
 
@@ -258,13 +263,12 @@ def _keep(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path 
         return None
 
 
-def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path | None:
+def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str], before: dict) -> Path | None:
     """The record kept, and what was not (issue 56.6): a record that cannot be written (a full disk, a folder refused)
     is counted in the Prometheus textfile (the only place left: results_dir is what failed), and the next record
     kept carries how many were not, since when and why (``node_check.records_not_kept``: a row on the history
     page). Without prometheus_textfile the count is not carried: the stderr line alone says it."""
     nc = doc["node_check"]
-    before = _unkept_before(cfg)
     if before["count"]:
         nc["records_not_kept"] = {"count": before["count"], "since": before["since"], "why": before["why"]}
     written = _keep(doc, at, cfg, notes)
@@ -277,25 +281,6 @@ def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str])
     else:
         nc["unkept_pending"] = {"count": 0, "why": "", "since_s": 0.0}
     return written
-
-
-def _unkept_before(cfg: site.SiteConfig) -> dict:
-    """The records not kept since the last one kept, as the previous run left them in the textfile."""
-    out = {"count": 0, "why": "", "since_s": 0.0, "since": None}
-    if not cfg.prometheus_textfile:
-        return out
-    from ..report import prometheus
-
-    for name, labels, value in prometheus.previous(cfg.prometheus_textfile, "node-check"):
-        if name == "ddpdoctor_records_unkept" and value > 0:
-            out.update(count=int(value), why=labels.get("why", ""))
-        elif name == "ddpdoctor_records_unkept_since_timestamp_seconds" and value > 0:
-            out["since_s"] = value
-    if out["since_s"]:
-        import datetime as dt
-
-        out["since"] = dt.datetime.fromtimestamp(out["since_s"], dt.timezone.utc).isoformat(timespec="seconds")
-    return out
 
 
 def _errno_words(note: str) -> str:
