@@ -55,7 +55,7 @@ def node_check(config_path, dry_run, as_json):
     """
     from ..unattended.entry import run
 
-    out = run(config_path, dry_run=dry_run, started=STARTED, hard_exit=STARTED is not None)
+    out = run(config_path, dry_run=dry_run, started=STARTED, hard_exit=STARTED is not None, carried=unkept_before)
     for note in out.notes:
         common.warn_line(note)
     if out.written is not None:
@@ -69,6 +69,25 @@ def node_check(config_path, dry_run, as_json):
     return out.exit_code
 
 
+def unkept_before(cfg) -> dict:
+    """The records the node check could not keep since the last one kept, as the previous run left them in the
+    Prometheus textfile (results_dir is what failed: the textfile is the only place left to carry them)."""
+    from ..report import prometheus
+
+    out: dict = {}
+    if not cfg.prometheus_textfile:
+        return out
+    for name, labels, value in prometheus.previous(cfg.prometheus_textfile, "node-check"):
+        if name == "ddpdoctor_records_unkept" and value > 0:
+            out.update(count=int(value), why=labels.get("why", ""))
+        elif name == "ddpdoctor_records_unkept_since_timestamp_seconds" and value > 0:
+            import datetime as dt
+
+            out.update(since_s=value, since=dt.datetime.fromtimestamp(value, dt.timezone.utc)
+                       .isoformat(timespec="seconds"))
+    return out
+
+
 def _prometheus(doc: dict, directory: str) -> None:
     """The node's series (report/prometheus.node_check_samples: no job label, one series across jobs)."""
     from ..errors import UsageError
@@ -76,6 +95,9 @@ def _prometheus(doc: dict, directory: str) -> None:
 
     try:
         common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
+        meeting = prometheus.meeting_samples(doc)
+        if meeting:  # a prolog that met or should have: its series replace the last meeting's
+            prometheus.write(directory, meeting, prometheus.MEETING_COMMAND)
     except OSError as exc:  # the lock held past its bounded wait (TimeoutError) included
         common.warn_line(f"prometheus_textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
     except UsageError as exc:  # as root, a directory another user can write: refused

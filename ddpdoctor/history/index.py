@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..launchers.slurm_node import MAX_REASON  # a reason or summary is kept whole: what is broken is at its end
+from ..registry import TOOL_ERROR
+from ..unattended.node_check import MEETING  # the meeting's rows are named as its drain reasons name them
+
 DB_NAME = ".ddpdoctor-history.sqlite"
-SCHEMA_VERSION = 2  # 2: runs.action (the node check's drain or resume)
+SCHEMA_VERSION = 3  # 2: runs.action (the node check's drain or resume); 3: runs.reason, gaps, the meeting's rows
 MAX_DEPTH = 3  # DIR/<node or run>/<file>.json, and one level more
 MAX_FILES = 100_000  # the newest of more are read, and the page says how many were left out
 BUSY_S = 5.0  # another report refreshing the index: waited for this long, then this one works in memory
@@ -27,9 +31,10 @@ TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ok INTEGER);
 CREATE TABLE IF NOT EXISTS runs(path TEXT, node TEXT, kind TEXT, run_id TEXT, created REAL, context TEXT,
-                                verdict TEXT, action TEXT, PRIMARY KEY(path, node));
+                                verdict TEXT, action TEXT, reason TEXT, PRIMARY KEY(path, node));
 CREATE TABLE IF NOT EXISTS levels(path TEXT, node TEXT, check_name TEXT, level TEXT, summary TEXT);
 CREATE TABLE IF NOT EXISTS bandwidth(path TEXT, node TEXT, op TEXT, size INTEGER, busbw REAL);
+CREATE TABLE IF NOT EXISTS gaps(path TEXT, node TEXT, what TEXT, why TEXT);
 CREATE INDEX IF NOT EXISTS levels_path ON levels(path);
 CREATE INDEX IF NOT EXISTS bandwidth_path ON bandwidth(path);
 """
@@ -47,8 +52,10 @@ class Run:
     context: str
     verdict: str
     action: str = ""  # the node check's drain or resume of this node, done ("" otherwise)
+    reason: str = ""  # the drain's reason as scontrol was given it (whole: what is broken is at its end)
     levels: dict[str, tuple[str, str]] = field(default_factory=dict)  # check -> (level, first summary)
     bandwidth: dict[tuple[str, int], float] = field(default_factory=dict)  # (op, size) -> busbw GB/s
+    gaps: list[tuple[str, str]] = field(default_factory=list)  # (what the node check could not do, why)
 
 
 def scan(root: Path) -> tuple[list[tuple[str, int, int]], int]:
@@ -109,7 +116,7 @@ def _ready(con: sqlite3.Connection) -> None:
     con.executescript(TABLES)
     row = con.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     if row is None or row[0] != str(SCHEMA_VERSION):  # another version's index: rebuilt from the files
-        for table in ("files", "runs", "levels", "bandwidth"):
+        for table in ("files", "runs", "levels", "bandwidth", "gaps"):
             con.execute(f"DROP TABLE IF EXISTS {table}")  # its columns may differ
         con.executescript(TABLES)
         con.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(SCHEMA_VERSION),))
@@ -141,13 +148,15 @@ def refresh(con: sqlite3.Connection, root: Path, files: list[tuple[str, int, int
 
 
 def _forget(con: sqlite3.Connection, path: str) -> None:
-    for table in ("files", "runs", "levels", "bandwidth"):
+    for table in ("files", "runs", "levels", "bandwidth", "gaps"):
         con.execute(f"DELETE FROM {table} WHERE path=?", (path,))
 
 
 def _insert(con: sqlite3.Connection, run: Run) -> None:
-    con.execute("INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?)",
-                (run.path, run.node, run.kind, run.run_id, run.created, run.context, run.verdict, run.action))
+    con.execute("INSERT OR REPLACE INTO runs VALUES(?,?,?,?,?,?,?,?,?)",
+                (run.path, run.node, run.kind, run.run_id, run.created, run.context, run.verdict, run.action,
+                 run.reason))
+    con.executemany("INSERT INTO gaps VALUES(?,?,?,?)", [(run.path, run.node, w, y) for w, y in run.gaps])
     con.executemany("INSERT INTO levels VALUES(?,?,?,?,?)",
                     [(run.path, run.node, c, lv, s) for c, (lv, s) in run.levels.items()])
     con.executemany("INSERT INTO bandwidth VALUES(?,?,?,?,?)",
@@ -196,15 +205,53 @@ def _preflight_runs(doc: dict, rel: str) -> Iterator[Run]:
     nodes = [str(n) for n in (doc.get("nodes") or {})]
     for node in nodes:
         run = Run(rel, node, "preflight", str(doc.get("run_id")), _created(doc), context, "pass", _action(nc))
-        for r in doc.get("results") or []:
-            if not isinstance(r, dict) or r.get("level") not in LEVELS or (r.get("nodes") and node not in r["nodes"]):
-                continue
-            check, level = str(r.get("check")), r["level"]
+        run.reason = str(nc.get("reason") or "")[:MAX_REASON] if run.action == "drain" else ""
+        for check, r in _results(doc, nc, node):
+            level = r["level"]
             if check not in run.levels or LEVELS.index(level) > LEVELS.index(run.levels[check][0]):
-                run.levels[check] = (level, str(r.get("summary", ""))[:200])
+                run.levels[check] = (level, str(r.get("summary", ""))[:MAX_REASON])
+        run.gaps = gaps(doc, nc)
         worst = max((LEVELS.index(lv) for lv, _ in run.levels.values()), default=0)
         run.verdict = "pass" if LEVELS[worst] == "skip" else LEVELS[worst]
         yield run
+
+
+def _results(doc: dict, nc: dict, node: str) -> Iterator[tuple[str, dict]]:
+    """(the row's name, the result) of each result for ``node``: the run's own, and the job's nodes' meeting's as
+    rows of their own ('clock-skew [meeting]', as the drain reason names them), a meeting check with no failing
+    result for this node passing, one that was skipped skipping."""
+    for r in doc.get("results") or []:
+        if isinstance(r, dict) and r.get("level") in LEVELS and not (r.get("nodes") and node not in r["nodes"]):
+            yield str(r.get("check")), r
+    met = nc.get("cross_node") if isinstance(nc.get("cross_node"), dict) else {}
+    if met.get("verdict") is None:
+        return
+    for r in met.get("results") or []:
+        if isinstance(r, dict) and r.get("level") in LEVELS and (r.get("level") == "skip" or node in (r.get("nodes")
+                                                                                                    or [])):
+            yield f"{r.get('check')} [{MEETING}]", r
+    for check in met.get("checks") or []:
+        yield f"{check} [{MEETING}]", {"level": "pass", "summary": ""}
+
+
+def gaps(doc: dict, nc: dict) -> list[tuple[str, str]]:
+    """What the node check could not do in this run, and why: its meeting of the job's nodes skipped (not for a
+    one-node job), records it could not keep before this one (carried in node_check.records_not_kept), a check
+    whose own gather failed (the tool's error, never a drain), the kept facts it could not write."""
+    out = []
+    met = nc.get("cross_node") if isinstance(nc.get("cross_node"), dict) else {}
+    if met.get("skipped") and met.get("needed") is not False:
+        out.append(("meeting skipped", str(met["skipped"])[:MAX_REASON]))
+    unkept = nc.get("records_not_kept") if isinstance(nc.get("records_not_kept"), dict) else {}
+    if unkept.get("count"):
+        out.append((f"{unkept['count']} record(s) not kept before this one",
+                    f"since {unkept.get('since') or '?'}: {unkept.get('why') or '?'}"[:MAX_REASON]))
+    for r in doc.get("results") or []:
+        if isinstance(r, dict) and (r.get("details") or {}).get(TOOL_ERROR):
+            out.append((f"{r.get('check')} could not run", str(r.get("summary") or "")[:MAX_REASON]))
+    if nc.get("kept_facts_not_written"):
+        out.append(("kept facts not written", str(nc["kept_facts_not_written"])[:MAX_REASON]))
+    return out
 
 
 def _bench_run(doc: dict, rel: str) -> Run:
@@ -225,8 +272,11 @@ def _bench_run(doc: dict, rel: str) -> Run:
 
 def runs(con: sqlite3.Connection) -> list[Run]:
     """Every indexed run, oldest first, with its levels and bandwidths."""
-    out = {(p, n): Run(p, n, k, r, c, ctx, v, a or "") for p, n, k, r, c, ctx, v, a in
-           con.execute("SELECT path, node, kind, run_id, created, context, verdict, action FROM runs")}
+    out = {(p, n): Run(p, n, k, r, c, ctx, v, a or "", why or "") for p, n, k, r, c, ctx, v, a, why in
+           con.execute("SELECT path, node, kind, run_id, created, context, verdict, action, reason FROM runs")}
+    for p, n, what, why in con.execute("SELECT path, node, what, why FROM gaps"):
+        if (p, n) in out:
+            out[(p, n)].gaps.append((what, why))
     for p, n, check, level, summary in con.execute("SELECT path, node, check_name, level, summary FROM levels"):
         if (p, n) in out:
             out[(p, n)].levels[check] = (level, summary)

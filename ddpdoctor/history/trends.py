@@ -1,6 +1,9 @@
 """What a node's history says (pure: runs in, data out): its runs and verdicts, its timeline of check states with
-the node check's drains and resumes, the checks that flap between passing and not, its bus bandwidth over runs, and
-a finding when its latest bandwidth fell below its own past beyond its own spread (naming the runs compared). Worded for a person in the report's views; here only numbers, names and run ids."""
+the node check's drains and resumes (when, and the reason), the checks that flap between passing and not, a
+drain/resume loop, what the node check could not do (a meeting skipped, records not kept, a check that could not
+run), its bus bandwidth over runs, and a finding when its latest bandwidth fell below its own past beyond its own
+spread (naming the runs compared). Worded for a person in the report's views; here only numbers, names and run
+ids."""
 from __future__ import annotations
 
 import statistics
@@ -105,7 +108,27 @@ def timeline(runs: list[Run], rules: Rules) -> dict:
     checks = sorted({c for r in last for c in r.levels})
     return {"checks": checks, "first_run": len(runs) - len(last) + 1,
             "runs": [{"run_id": r.run_id, "created": r.created, "context": r.context, "verdict": r.verdict,
-                      "action": r.action, "levels": {c: lv for c, (lv, _) in r.levels.items()}} for r in last]}
+                      "action": r.action, "reason": r.reason, "levels": {c: lv for c, (lv, _) in r.levels.items()}}
+                     for r in last]}
+
+
+def actions(runs: list[Run]) -> list[dict]:
+    """The node check's drains and resumes of the node, oldest first: when, the reason (whole), the run."""
+    return [{"action": r.action, "reason": r.reason, **_stamp(r)} for r in runs if r.action in ("drain", "resume")]
+
+
+def drain_flaps(runs: list[Run], rules: Rules) -> list[dict]:
+    """A drain/resume loop: the node's last ``flap_window`` drains and resumes changed between drained and resumed
+    ``flap_changes`` times or more (a drain that only brings its reason up to date is no change). What drained it
+    each time, and since when."""
+    done = actions(runs)[-rules.flap_window:]
+    changes = sum(1 for a, b in zip(done, done[1:]) if a["action"] != b["action"])
+    if changes < rules.flap_changes:
+        return []
+    reasons = list(dict.fromkeys(d["reason"] for d in done if d["action"] == "drain" and d["reason"]))
+    return [{"check": "drain/resume", "changes": changes, "drains": sum(d["action"] == "drain" for d in done),
+             "resumes": sum(d["action"] == "resume" for d in done), "first": done[0], "last": done[-1],
+             "reasons": reasons[:3]}]
 
 
 def node_history(node: str, runs: list[Run], rules: Rules) -> dict:
@@ -117,7 +140,9 @@ def node_history(node: str, runs: list[Run], rules: Rules) -> dict:
             "last_verdict": (checks or runs)[-1].verdict, "verdicts": verdicts,
             "contexts": sorted({r.context for r in runs}), "flaps": flaps(checks, rules),
             "bandwidth": bandwidth(runs), "slower": slower(runs, rules), "timeline": timeline(checks, rules),
-            "drains": sum(r.action == "drain" for r in checks), "resumes": sum(r.action == "resume" for r in checks)}
+            "drains": sum(r.action == "drain" for r in checks), "resumes": sum(r.action == "resume" for r in checks),
+            "actions": actions(checks)[-rules.timeline_runs:], "drain_flaps": drain_flaps(checks, rules),
+            "gaps": [{"what": what, "why": why, **_stamp(r)} for r in runs for what, why in r.gaps]}
 
 
 def history(all_runs: list[Run], rules: Rules = Rules()) -> dict:
@@ -127,8 +152,10 @@ def history(all_runs: list[Run], rules: Rules = Rules()) -> dict:
     for run in sorted(all_runs, key=lambda r: (r.created, r.path)):
         by_node.setdefault(run.node, []).append(run)
     nodes = [node_history(n, rs, rules) for n, rs in by_node.items()]
-    nodes.sort(key=lambda h: (-(len(h["slower"]) * 10 + len(h["flaps"])), -h["drains"], h["node"]))
+    nodes.sort(key=lambda h: (-(len(h["slower"]) * 10 + len(h["flaps"]) + len(h["drain_flaps"])), -h["drains"],
+                              h["node"]))
     findings = [{"kind": "slower", "node": h["node"], **s} for h in nodes for s in h["slower"]]
+    findings += [{"kind": "drain-flap", "node": h["node"], **f} for h in nodes for f in h["drain_flaps"]]
     findings += [{"kind": "flap", "node": h["node"], **f} for h in nodes for f in h["flaps"]]
     return {"nodes": nodes, "findings": findings, "runs": len(all_runs),
             "rules": {"flap_window": rules.flap_window, "flap_changes": rules.flap_changes,

@@ -128,6 +128,15 @@ def job_comment(node: str, check: str, finding: str) -> str:
     return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
 
 
+def link_comment(check: str, finding: str) -> str:
+    """The job's comment when its prologs' meeting finds a link failing and blames no node: 'ddpdoctor: the meeting
+    of the job nodes found mesh: link node1 -> node3 timed out (TCP to ADDR:PORT); no node drained (a link names
+    two); the job was not requeued (it would get the same nodes and the same link)' (no quotes: as job_comment)."""
+    text = _one_line(f"{OWNER} the meeting of the job nodes found {check}: {finding}; no node drained (a link names "
+                     "two); the job was not requeued (it would get the same nodes and the same link)")
+    return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
+
+
 def comment(job_id: str, text: str, *, scontrol: str = "scontrol", env: Mapping[str, str] | None = None,
             timeout: float = SCONTROL_TIMEOUT_S) -> Done:
     """`scontrol update JobId=ID Comment=TEXT`: what the job's user sees in `squeue -o %k` and `scontrol show

@@ -101,8 +101,8 @@ def build_history_html(history: dict) -> str:
                                                           xlabel="the node's run", ylabel="busbw (GB/s)",
                                                           integer_x=True))}
              for c in view["charts"]]
-    lines = [{"node": t["node"], "note": t["note"], "svg": Markup(svg.timeline(
-        f"{t['node']}: check states over its runs", t["checks"], t["runs"], first_run=t["first_run"]))}
+    lines = [{"node": t["node"], "note": t["note"], "actions": t["actions"], "svg": Markup(svg.timeline(
+        f"{t['node']}: check states over time", t["checks"], t["runs"], first_run=t["first_run"]))}
         for t in view["timelines"]]
     js = (TEMPLATES / "report.js").read_text()
     digest = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()

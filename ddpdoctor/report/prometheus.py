@@ -44,8 +44,21 @@ HELP = {
     "ddpdoctor_node_resumes": "resumes of this node by the ddpdoctor node check (its own drains only)",
     "ddpdoctor_bus_bandwidth_gbs": "nccl-bench bus bandwidth (nccl-tests busbw) in GB/s per collective and size",
     "ddpdoctor_last_run_timestamp_seconds": "when the ddpdoctor run that wrote these series ended (Unix time)",
+    "ddpdoctor_meeting_link_status": "a failing link from this node to peer in the job's prologs' meeting, on "
+                                     "ddpdoctor_check_status's scale",
+    "ddpdoctor_meeting_skipped": "1 when this prolog's meeting of the job's nodes did not happen, else 0",
+    "ddpdoctor_meetings_skipped": "prolog meetings of the job's nodes that did not happen on this node",
+    "ddpdoctor_records_not_kept": "node check records that could not be written to results_dir",
+    "ddpdoctor_records_unkept": "node check records not kept since the last one kept (why: the error)",
+    "ddpdoctor_records_unkept_since_timestamp_seconds": "when the first record not kept since the last kept one "
+                                                        "was made (Unix time; 0: none)",
+    "ddpdoctor_check_could_not_run": "1 when this run's check could not run (its gather raised or hung), else 0",
+    "ddpdoctor_kept_facts_not_written": "1 when the health check could not keep its facts for the prologs, else 0",
 }
-COUNTERS = ("ddpdoctor_node_drains", "ddpdoctor_node_resumes")  # exposed with _total; the others are gauges
+# exposed with _total; the others are gauges
+COUNTERS = ("ddpdoctor_node_drains", "ddpdoctor_node_resumes", "ddpdoctor_meetings_skipped",
+            "ddpdoctor_records_not_kept")
+MEETING_COMMAND = "node-check-meeting"  # the meeting's series: only a prolog that met (or should have) replaces them
 Sample = tuple[str, dict, float]  # (family, labels, value)
 
 
@@ -88,6 +101,60 @@ def node_check_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
     base = {"Hostname": hostname or socket.gethostname(), "command": "node-check"}
     out.append(("ddpdoctor_node_drains", dict(base), 1.0 if did == "drain" else 0.0))
     out.append(("ddpdoctor_node_resumes", dict(base), 1.0 if did == "resume" else 0.0))
+    return out + _not_done(doc, nc, base)
+
+
+def _not_done(doc: dict, nc: dict, base: dict) -> list[Sample]:
+    """What the node check could not do, never silent (issue 56.6): its record not kept (and how many since the last
+    one kept, since when, why), a check whose own gather failed, the health check's kept facts not written."""
+    from ..registry import TOOL_ERROR
+
+    pending = nc.get("unkept_pending") if isinstance(nc.get("unkept_pending"), dict) else {}
+    out = [("ddpdoctor_records_not_kept", dict(base), 1.0 if nc.get("record_not_kept") else 0.0),
+           ("ddpdoctor_records_unkept", dict(base, why=str(pending.get("why") or "")),
+            float(pending.get("count") or 0)),
+           ("ddpdoctor_records_unkept_since_timestamp_seconds", dict(base), float(pending.get("since_s") or 0.0))]
+    errored = {str(r.get("check")) for r in doc.get("results") or [] if (r.get("details") or {}).get(TOOL_ERROR)}
+    ran = sorted({str(r.get("check")) for r in doc.get("results") or []})
+    out += [("ddpdoctor_check_could_not_run", dict(base, check=c), 1.0 if c in errored else 0.0) for c in ran]
+    if nc.get("context") == "health_check":
+        out.append(("ddpdoctor_kept_facts_not_written", dict(base), 1.0 if nc.get("kept_facts_not_written") else 0.0))
+    return out
+
+
+def previous(directory: str | os.PathLike, command: str) -> list[Sample]:
+    """The series ``command`` wrote last in DIR/ddpdoctor.prom ([] when none, or it cannot be read): what the node
+    check carries from run to run (the records it could not keep, where results_dir itself is full)."""
+    from . import textfile
+
+    try:
+        with textfile.Folder(directory) as folder:
+            return [s for s in _parse(folder.read(FILE)) if s[1].get("command") == command]
+    except Exception:  # noqa: BLE001 - a folder refused or unreadable: nothing carried (the write will say why)
+        return []
+
+
+def meeting_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
+    """The prolog's meeting's series (command ``node-check-meeting``, so that a health check, which holds no
+    meeting, leaves them as the last meeting wrote them): each failing link this node is one end of, with the
+    other end as ``peer`` (the port and what answered are in the job's comment and the record: a port label would
+    start a new series at every job), and whether the meeting was skipped. [] where no meeting was wanted (no
+    cross_node, a one-node job)."""
+    met = (doc.get("node_check") or {}).get("cross_node")
+    if not isinstance(met, dict) or met.get("needed") is False:
+        return []
+    me = (doc.get("node_check") or {}).get("node")
+    base = {"Hostname": hostname or socket.gethostname(), "command": MEETING_COMMAND}
+    out: list[Sample] = []
+    for link in met.get("links") or []:
+        nodes = [str(n) for n in link.get("nodes") or []]
+        if me in nodes and len(nodes) == 2:
+            peer = nodes[1] if nodes[0] == me else nodes[0]
+            out.append(("ddpdoctor_meeting_link_status", dict(base, peer=peer, check=str(link.get("check"))),
+                        float(STATUS["fail"])))
+    skipped = 1.0 if met.get("skipped") else 0.0
+    out.append(("ddpdoctor_meeting_skipped", dict(base), skipped))
+    out.append(("ddpdoctor_meetings_skipped", dict(base), skipped))
     return out
 
 

@@ -287,24 +287,28 @@ ACTION_MARK = {"drain": ("#b71c1c", "▼ drained"), "resume": ("#1b5e20", "▲ r
 
 
 def timeline(title: str, checks: list[str], runs: list[dict], *, first_run: int = 1) -> str:
-    """A node's check states run by run: a row per check (and the run's verdict on top), a square per run coloured
-    by level, the node check's drains and resumes marked over their run (a line down the rows). ``runs``: oldest
-    first, each {run_id, created, context, verdict, action, levels: {check: level}}; x: the node's run number."""
+    """A node's check states over time: a row per check (and the run's verdict on top), a square per run at its
+    time coloured by level, the node check's drains and resumes marked at theirs (a line down the rows, the reason
+    on hover; the page lists them in words). ``runs``: oldest first, each {run_id, created, context, verdict,
+    action, reason, levels: {check: level}}; x: UTC time (runs close together overlap; 20 health checks and a
+    drain loop in 20 minutes read as 20 minutes, not as 20 runs)."""
     if not runs:
         return ""
     rows = ["verdict", *checks]
-    left, top, row_h = 120, 30, 14
-    cell = max(3.0, min(16.0, (W - left - PAD_R) / len(runs)))
-    w = max(W, int(left + cell * len(runs) + PAD_R))  # drawn at its own size (never scaled up: text stays small)
+    left, top, row_h = 150, 30, 14
+    span = W - left - PAD_R
+    cell = max(3.0, min(16.0, span / len(runs)))
+    t0, t1 = runs[0].get("created") or 0.0, runs[-1].get("created") or 0.0
+    scale = (span - cell) / (t1 - t0) if t1 > t0 else 0.0
     h = top + row_h * len(rows) + 36
-    out = [f'<svg viewBox="0 0 {w} {h}" width="{w}" class="timeline" role="img" aria-label="{escape(title)}">',
+    out = [f'<svg viewBox="0 0 {W} {h}" width="{W}" class="timeline" role="img" aria-label="{escape(title)}">',
            f"<title>{escape(title)}</title>"]
     for i, name in enumerate(rows):
         out.append(f'<text x="{left - 6}" y="{top + row_h * i + 11}" class="tick" text-anchor="end">'
                    f"{escape(name)}</text>")
     for j, run in enumerate(runs):
-        x = left + cell * j
-        where = f"run {first_run + j} ({run.get('run_id')}, {run.get('context')})"
+        x = left + ((run.get("created") or t0) - t0) * scale
+        where = f"{utc_text(run.get('created'))}, run {first_run + j} ({run.get('run_id')}, {run.get('context')})"
         for i, name in enumerate(rows):
             level = run.get("verdict") if name == "verdict" else (run.get("levels") or {}).get(name)
             if level in LEVEL_FILL:
@@ -314,15 +318,47 @@ def timeline(title: str, checks: list[str], runs: list[dict], *, first_run: int 
         if run.get("action") in ACTION_MARK:
             color, word = ACTION_MARK[run["action"]]
             cx = x + cell / 2
+            why = f": {run['reason']}" if run.get("reason") else ""
             out.append(f'<line x1="{cx:.1f}" y1="{top - 4}" x2="{cx:.1f}" y2="{top + row_h * len(rows)}" '
                        f'stroke="{color}" stroke-width="1.5" stroke-dasharray="3,2"/>'
                        f'<text x="{cx:.1f}" y="{top - 8}" class="legend" text-anchor="middle" fill="{color}">'
-                       f"{escape(word.split()[0])}<title>{escape(where)}: {escape(word)}</title></text>")
+                       f"{escape(word.split()[0])}<title>{escape(where)}: {escape(word)}{escape(why)}</title></text>")
     axis_y = top + row_h * len(rows) + 12
-    for t in int_ticks(first_run, first_run + len(runs) - 1):
-        x = left + cell * (t - first_run) + cell / 2
-        out.append(f'<text x="{x:.1f}" y="{axis_y}" class="tick" text-anchor="middle">{int(t)}</text>')
+    for t in _time_ticks(t0, t1):
+        x = left + (t - t0) * scale + cell / 2
+        out.append(f'<text x="{x:.1f}" y="{axis_y}" class="tick" text-anchor="middle">{escape(_clock(t, t1 - t0))}'
+                   "</text>")
     legend = " · ".join(f"{k}" for k in LEVEL_FILL) + " · ▼ drained · ▲ resumed"
-    out.append(f'<text x="4" y="{axis_y + 16}" class="axis">the node\'s run → ({escape(legend)})</text>')
+    out.append(f'<text x="4" y="{axis_y + 16}" class="axis">UTC time, {escape(utc_text(t0))} → '
+               f'{escape(utc_text(t1))} '
+               f'({escape(legend)})</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def utc_text(epoch, missing: str = "?") -> str:
+    """A Unix time as the pages write it: 2026-12-02 21:03:15Z."""
+    import datetime as dt
+
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
+        return missing
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _clock(epoch: float, span_s: float) -> str:
+    """A tick's label: the time of day within two days, the date beyond."""
+    import datetime as dt
+
+    t = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+    return t.strftime("%H:%M:%S" if span_s < 600 else "%H:%M") if span_s < 2 * 86400 else t.strftime("%m-%d")
+
+
+def _time_ticks(t0: float, t1: float, most: int = 6) -> list[float]:
+    """Round times between t0 and t1 (a minute, 5, 15, an hour, ... a day apart), at most ``most``."""
+    if t1 <= t0:
+        return [t0]
+    for step in (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 604800):
+        if (t1 - t0) / step <= most:
+            break
+    first = -(-t0 // step) * step
+    return [first + i * step for i in range(int((t1 - first) // step) + 1)]

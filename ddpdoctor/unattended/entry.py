@@ -15,13 +15,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..errors import UsageError
 from ..launchers import slurm_node
 from . import kept, node_check, site
 from .node_check import EPILOG, HEALTH_CHECK, PROLOG, Decision, Where
 
+# What the previous runs could not keep (the records not kept since the last one kept), as ``run`` is given it
+NOTHING_CARRIED = {"count": 0, "why": "", "since_s": 0.0, "since": None}
 RESERVE_S = 5.0  # at most this much of the budget is kept for scontrol and the record, at most 40 % of it
 
 
@@ -87,9 +89,12 @@ def meeting_deadline(cfg: site.SiteConfig, started: float) -> float:
 
 
 def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
-        started: float | None = None, hard_exit: bool = False) -> Outcome:
+        started: float | None = None, hard_exit: bool = False,
+        carried: Callable[[site.SiteConfig], dict] | None = None) -> Outcome:
     """One node check. ``started``: the process's start on the monotonic clock (the budget counts from it);
-    ``hard_exit``: arm the watchdog (the console script). A bad site config raises UsageError."""
+    ``hard_exit``: arm the watchdog (the console script); ``carried``: what the previous runs could not keep, as
+    the command reads it from the Prometheus textfile (``NOTHING_CARRIED``'s keys; None: nothing carried). A bad
+    site config raises UsageError."""
     env = os.environ if env is None else env
     started = time.monotonic() if started is None else started
     cfg = site.load(config_path or site.config_path(env)[0])
@@ -102,13 +107,13 @@ def run(config_path: str | None = None, *, dry_run: bool = False, env: Mapping[s
     if hard_exit:
         bound.arm()
     try:
-        return _steps(cfg, at, env, started, budget, bound, dry_run)
+        return _steps(cfg, at, env, started, budget, bound, dry_run, carried)
     finally:
         bound.disarm()
 
 
 def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: float, budget: float,
-           bound: HardBound, dry_run: bool) -> Outcome:
+           bound: HardBound, dry_run: bool, carried: Callable[[site.SiteConfig], dict] | None) -> Outcome:
     notes: list[str] = []
     bound.stage = "the checks"
     state_box: dict = {}
@@ -128,6 +133,8 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     rechecked = node_check.rechecked_by(doc, met.get("record"), at.node, cfg.drain_on)
     decision = node_check.decide(findings, state, drain_on=cfg.drain_on, rechecked=rechecked)
     done = _act(decision, at, cfg, env, bound, dry_run)
+    if meeting is not None and not decision.fails and not dry_run:
+        _link_comment(met.get("record"), at, cfg, env, bound, done)
     node_check.record(doc, at, cfg, decision, state, done, time.monotonic() - started)
     doc["node_check"].update(budget_s=budget, environment=fp,
                              kept_facts=None if facts_kept is None else facts_kept.get("created"),
@@ -137,7 +144,7 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     bound.stage = "keeping the record"
     if at.context == HEALTH_CHECK:
         _keep_facts(doc, plan, cfg, at, fp, notes)
-    written = _keep(doc, at, cfg, notes)
+    written = _keep_counting(doc, at, cfg, notes, dict(NOTHING_CARRIED, **(carried(cfg) if carried else {})))
     code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
     return Outcome(doc, at, decision, done, code, cfg, written, notes)
 
@@ -217,6 +224,25 @@ def _comment(decision: Decision, at: Where, cfg: site.SiteConfig, env: Mapping[s
     return {"command": done.command, "ok": done.ok, "error": done.message or None}
 
 
+def _link_comment(record: dict | None, at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound,
+                  done: dict) -> None:
+    """A failing link the meeting found and blamed no node for, in the job's comment (written by one node of the
+    link: meet.link_commenter). The job is not failed nor requeued for it: a failing prolog drains its node (SLURM
+    drains a node whose prolog exits non-zero), which would blame a node the meeting could not blame, and a requeue
+    without a drain gets the same nodes and the same link again. The user whose job then ends in SLURM's
+    "Communication connection failure" reads the link in `squeue -o %k`; the link series alerts the admin."""
+    from . import meet
+
+    if not at.job_id or meet.link_commenter(record) != at.node:
+        return
+    link = record["links"][0]
+    bound.stage = "scontrol (the job's comment: a failing link)"
+    text = slurm_node.link_comment(link["check"], link["summary"])
+    out = slurm_node.comment(at.job_id, text, scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
+                             env=cfg.scontrol_env(env), timeout=bound.remaining())
+    done["comment"] = {"command": out.command, "ok": out.ok, "error": out.message or None}
+
+
 def _requeue(at: Where, cfg: site.SiteConfig, env: Mapping[str, str], bound: HardBound) -> dict:
     """The job requeued by this prolog before it exits 1, so that no line of its script runs anywhere: SLURM 22.05
     launches the batch script once the last prolog completed, a failed one too, and requeues only then (seen in 3
@@ -237,6 +263,34 @@ def _keep(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path 
         return None
 
 
+def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str], before: dict) -> Path | None:
+    """The record kept, and what was not (issue 56.6): a record that cannot be written (a full disk, a folder refused)
+    is counted in the Prometheus textfile (the only place left: results_dir is what failed), and the next record
+    kept carries how many were not, since when and why (``node_check.records_not_kept``: a row on the history
+    page). Without prometheus_textfile the count is not carried: the stderr line alone says it."""
+    nc = doc["node_check"]
+    if before["count"]:
+        nc["records_not_kept"] = {"count": before["count"], "since": before["since"], "why": before["why"]}
+    written = _keep(doc, at, cfg, notes)
+    if written is None:
+        nc.pop("records_not_kept", None)
+        why = notes[-1] if notes else "not written"
+        nc["record_not_kept"] = why
+        nc["unkept_pending"] = {"count": before["count"] + 1, "why": before["why"] or _errno_words(why),
+                                "since_s": before["since_s"] or time.time()}
+    else:
+        nc["unkept_pending"] = {"count": 0, "why": "", "since_s": 0.0}
+    return written
+
+
+def _errno_words(note: str) -> str:
+    """'No space left on device' out of a 'record not kept: ...' line (a label: a short, bounded text)."""
+    import re
+
+    m = re.search(r"\(([A-Z][^()]{2,60})\)", note)
+    return m.group(1) if m else note[:80]
+
+
 def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes: list[str]) -> None:
     """The health check's torch, CUDA and NCCL facts, for the prologs of this environment."""
     imports_of = {lc.name: tuple(lc.check.imports) for lc in plan.checks}
@@ -244,6 +298,8 @@ def _keep_facts(doc: dict, plan, cfg: site.SiteConfig, at: Where, fp: str, notes
         facts, skipped = kept.facts_to_keep(doc, imports_of, node_check.DRAINS[cfg.drain_on] or ("fail",))
         path = kept.save(cfg.results_dir, at.node, fp, facts, doc["created"], skipped)
     except (OSError, UsageError) as exc:
-        notes.append(f"facts not kept for the prolog: {getattr(exc, 'strerror', None) or exc}")
+        why = f"{getattr(exc, 'strerror', None) or exc}"
+        notes.append(f"facts not kept for the prolog: {why}")
+        doc["node_check"]["kept_facts_not_written"] = why
         return
     doc["node_check"]["kept_facts_written"] = None if path is None else str(path)

@@ -69,7 +69,7 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
     except Exception as exc:  # noqa: BLE001 - a nodelist we cannot read: no meeting, said
         return [], {"skipped": f"SLURM_JOB_NODELIST not read: {exc}"}
     if len(nodes) < 2 or at.node not in nodes or not at.job_id or not at.job_id.isdigit():
-        return [], {"skipped": "not a multi-node job with this node in it"}
+        return [], {"skipped": "not a multi-node job with this node in it", "needed": False}
     try:
         token = job_token(site_key(cfg.cross_node_key), at.job_id)
     except ValueError as exc:
@@ -99,7 +99,9 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
         return [], record
     return mine(doc, at.node, judges), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
-                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")])
+                                             for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")],
+                                    links=failing_links(doc, judges),
+                                    blamed=sorted(n for n in nodes if mine(doc, n, judges)))
 
 
 def meeting_checks(installed: Mapping | None = None) -> tuple[list[str], frozenset[str]]:
@@ -151,3 +153,21 @@ def mine(doc: dict, node: str, judges: frozenset[str] | None = None) -> list[Fin
         out.append(Finding(str(first.get("check")), "fail", f"{node} is the node common to {len(shared)} failing "
                            f"results of the job's nodes: {first.get('summary')}", FROM_MEETING))
     return out
+
+
+def failing_links(doc: dict, judges: frozenset[str] | None = None) -> list[dict]:
+    """The failing results of the meeting's cluster checks that name two nodes (a link: mesh's 'link node1 -> node3
+    timed out (TCP to ADDR:PORT)' says both nodes, the port and what answered), in the document's order: what the
+    job's comment and the link series say where no node is to blame."""
+    links = [r for r in doc.get("results") or [] if r.get("level") == "fail" and isinstance(r.get("nodes"), list)
+             and len(r["nodes"]) == 2 and (judges is None or r.get("check") in judges)]
+    return [{"check": str(r.get("check")), "nodes": [str(n) for n in r["nodes"]],
+             "summary": str(r.get("summary") or "")} for r in links]
+
+
+def link_commenter(record: dict | None) -> str | None:
+    """The node that writes the job's comment about a failing link: the first node of the first link, and only when
+    the meeting blames no node (a blamed node's failing prolog writes its own comment, and requeues the job)."""
+    if not record or record.get("blamed") or not record.get("links"):
+        return None
+    return record["links"][0]["nodes"][0]

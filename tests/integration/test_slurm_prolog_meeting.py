@@ -18,6 +18,7 @@ from tests.integration.test_slurm_prolog import CONF, node3_drained, site, squeu
 from tests.slurm_cluster import SlurmCluster, unavailable, running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+PROM = "/etc/ddpdoctor/prom"  # prometheus_textfile, in each node's own /etc
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,10 @@ def cluster(tmp_path_factory):
     key.write_text(os.urandom(24).hex() + "\n")
     key.chmod(0o600)
     text = site(results).replace("[node-check]\n", f'[node-check]\ncross_node = true\ncross_node_budget_s = 20\n'
-                                 f'cross_node_key = "{key}"\n', 1)
-    c = SlurmCluster(subnet="198.18.4", port=6857, extra_conf=CONF, node_etc={"ddpdoctor/ddpdoctor.toml": text})
+                                 f'cross_node_key = "{key}"\nprometheus_textfile = "{PROM}"\n', 1)
+    # each node's textfile folder in its own /etc (the overlay): a node's series are its own, as on a real cluster
+    c = SlurmCluster(subnet="198.18.4", port=6857, extra_conf=CONF,
+                     node_etc={"ddpdoctor/ddpdoctor.toml": text, "ddpdoctor/prom/README": "node_exporter's folder\n"})
     with running(c, results):
         yield c
 
@@ -81,3 +84,45 @@ def test_the_node_behind_a_firewall_is_found_by_the_jobs_prologs_and_only_it_dra
     assert "drain" not in states["node1"] and "drain" not in states["node2"], states  # only the wrong node drains
     assert list(marks.iterdir()) == []
     c.run(["scancel", job], timeout=15)
+
+
+def prom_lines(c: SlurmCluster, n: int, family: str) -> list[str]:
+    path = c.tmp / "etc" / f"node{n}" / "upper" / PROM.lstrip("/").removeprefix("etc/") / "ddpdoctor.prom"
+    return [ln for ln in path.read_text().splitlines() if ln.startswith(family + "{")] if path.is_file() else []
+
+
+@pytest.mark.timeout(200)
+def test_a_firewall_between_two_nodes_blames_neither_and_is_said_in_the_jobs_comment_and_a_series(cluster):
+    """Issue 56.5: node3 refuses new connections from node1 only (node2 and slurmd's port still reach it): the
+    meeting finds the one link node1 -> node3 failing, blames neither node (one link names two), and says so: the
+    job's comment names both nodes, the port and what answered; node1 and node3 write
+    ddpdoctor_meeting_link_status{peer} (3: fail). The job is not requeued (the same nodes would meet the same
+    link): it runs. One job on this module's cluster: about 15 s."""
+    c = cluster
+    c.in_node(3, "iptables", "-F", "INPUT")  # the test before left node3 behind its firewall, and drained
+    c.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], timeout=15)
+    c.wait_idle(60)
+    for rule in (["-A", "INPUT", "-p", "tcp", "--dport", "6818", "-j", "ACCEPT"],
+                 ["-A", "INPUT", "-s", c.node_addr(1), "-p", "tcp", "--syn", "-j", "DROP"]):
+        c.in_node(3, "iptables", *rule)
+    try:
+        job = c.run(["sbatch", "-N3", "-o", "/dev/null", "--wrap", "true"], timeout=30).stdout.split()[-1]
+        wait_for("every prolog's record", lambda: len(prolog_records(c, job)) == 3, c, limit=90)
+    finally:
+        c.in_node(3, "iptables", "-F", "INPUT")
+    met = prolog_records(c, job)
+    assert all(m["action"] == "none" and not (m["scontrol"] or {}).get("requeue") for m in met.values()), met
+    for m in met.values():
+        (link,) = m["cross_node"]["links"]
+        assert link["nodes"] == ["node1", "node3"] and m["cross_node"]["blamed"] == [], m["cross_node"]
+    assert met["node1"]["scontrol"]["comment"]["ok"], met["node1"]
+    shown = c.run(["scontrol", "show", "job", job], timeout=15).stdout
+    said = f"Comment=ddpdoctor: the meeting of the job nodes found mesh: link node1 -> node3 timed out (TCP to " \
+           f"{c.node_addr(3)}:"
+    assert said in shown and "no node drained" in shown and "not requeued" in shown, shown
+    for n, peer in ((1, "node3"), (3, "node1")):
+        (line,) = prom_lines(c, n, "ddpdoctor_meeting_link_status")
+        assert f'peer="{peer}"' in line and 'check="mesh"' in line and line.endswith(" 3.0"), line
+    assert prom_lines(c, 2, "ddpdoctor_meeting_link_status") == []
+    states = dict(line.split() for line in c.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15).stdout.splitlines())
+    assert not any("drain" in s for s in states.values()), states

@@ -3,7 +3,6 @@ bandwidth over runs, and the findings (a node slower than its own past, a check 
 they compare. Pure: the history (ddpdoctor/history/trends.py) in, the template's model out."""
 from __future__ import annotations
 
-import datetime as _dt
 import os
 
 from .common import plural
@@ -13,9 +12,9 @@ TABLE_NODES = 2000
 
 
 def when(epoch: float | None) -> str:
-    if epoch is None:
-        return "—"
-    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    from ..svg import utc_text
+
+    return utc_text(epoch, "—")
 
 
 def size_text(n: int) -> str:
@@ -46,12 +45,39 @@ def finding_text(f: dict, root: str = "") -> dict:
         fix = (f"compare the node's links and GPUs with a healthy node: ddpdoctor nccl-bench --localise on it and a "
                f"good neighbour; `ddpdoctor report {os.path.join(root, f['latest']['path'])}` shows the slow run")
         return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
+    if f["kind"] == "drain-flap":
+        title = (f"{f['node']}: drained and resumed in a loop (drained {f['drains']}×, resumed {f['resumes']}× "
+                 f"{_span(f['first']['created'], f['last']['created'])})")
+        text = (f"from {when(f['first']['created'])} to {when(f['last']['created'])}; drained for: "
+                + " | ".join(f["reasons"] or ["—"]))
+        fix = ("the drain's cause comes and goes, or what resumes the node does not re-measure it: fix what the "
+               "reason names, and leave the node drained until `ddpdoctor preflight` on it passes")
+        return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
     changes = ", ".join(f"{c['run_id']} ({when(c['created'])})" for c in f["changed_at"])
     title = f"{f['node']}: {f['check']} flaps ({f['changes']} changes in its last {f['window']} runs)"
     text = (f"pass/not over the runs, oldest first: {f['sequence']} (x: warn or fail); now {f['last_level']}; "
             f"last finding: {f['last_summary'] or '—'}; changed at {changes}")
     fix = f"an intermittent fault: `ddpdoctor preflight --only {f['check']}` on the node, several times"
     return {"level": "warn", "node": f["node"], "title": title, "text": text, "fix": fix}
+
+
+def _span(first: float, last: float) -> str:
+    minutes = max(0.0, last - first) / 60
+    return f"in {minutes:.0f} min" if minutes < 120 else f"in {minutes / 60:.1f} h"
+
+
+def action_rows(n: dict) -> list[dict]:
+    """The node check's drains and resumes of the node, newest first: when, what, the reason whole."""
+    return [{"when": when(a["created"]), "action": "▼ drained" if a["action"] == "drain" else "▲ resumed",
+             "reason": a["reason"] or ("—" if a["action"] == "drain" else ""), "run": a["run_id"]}
+            for a in reversed(n.get("actions") or [])]
+
+
+def gap_rows(nodes: list[dict]) -> list[dict]:
+    """What the node check could not do, every node, newest first: when, the node, what, why."""
+    rows = [{"node": n["node"], "when": when(g["created"]), "at": g["created"], "what": g["what"], "why": g["why"],
+             "run": g["run_id"]} for n in nodes for g in n.get("gaps") or []]
+    return sorted(rows, key=lambda r: -r["at"])
 
 
 def _bandwidth_text(bw: dict) -> str:
@@ -89,12 +115,13 @@ def timelines(nodes: list[dict]) -> list[dict]:
     """Per node (those with findings or drains first, up to CHART_NODES): its check states over its runs, with the
     drains and resumes, and a line saying how many."""
     out = []
-    for n in sorted(nodes, key=lambda n: (not (n["slower"] or n["flaps"] or n.get("drains")), ))[:CHART_NODES]:
+    for n in sorted(nodes, key=lambda n: (not (n["slower"] or n["flaps"] or n.get("drain_flaps") or n.get("drains")),
+                                          ))[:CHART_NODES]:
         t = n.get("timeline") or {}
         if t.get("runs"):
             note = (f"{plural(len(t['runs']), 'run')} from run {t['first_run']}; drained {n.get('drains', 0)}×, "
                     f"resumed {n.get('resumes', 0)}× by the node check")
-            out.append({"node": n["node"], "note": note, **t})
+            out.append({"node": n["node"], "note": note, "actions": action_rows(n), **t})
     return out
 
 
@@ -105,7 +132,7 @@ def history_view(h: dict) -> dict:
             "findings": findings[:300], "findings_hidden": max(0, len(findings) - 300),
             "nodes": [node_row(n) for n in h["nodes"][:TABLE_NODES]],
             "nodes_hidden": max(0, len(h["nodes"]) - TABLE_NODES), "charts": charts(h["nodes"]),
-            "timelines": timelines(h["nodes"]),
+            "timelines": timelines(h["nodes"]), "gaps": gap_rows(h["nodes"])[:300],
             "rules": h["rules"]}
 
 
@@ -121,6 +148,7 @@ def console_lines(view: dict, most: int = 20) -> list[str]:
     lines += [f"WARN {f['title']}: {f['text']}" for f in view["findings"][:most]]
     if len(view["findings"]) > most:
         lines.append(f"... {len(view['findings']) - most} more findings in the page")
+    lines += [f"WARN {g['node']}: {g['what']} ({g['when']}): {g['why']}" for g in view.get("gaps", [])[:most]]
     if not view["findings"]:
-        lines.append("no node slower than its own past, no check flapping")
+        lines.append("no node slower than its own past, no check flapping, no drain/resume loop")
     return lines

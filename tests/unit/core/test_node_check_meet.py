@@ -214,3 +214,57 @@ def test_parity_in_the_meeting_names_the_node_with_another_torch_and_blames_no_s
     assert "no majority" in t.summary and sorted(t.nodes) == ["node1", "node2"]
     assert meet.mine({"results": [{"check": "parity", "level": "fail", "summary": t.summary, "nodes": t.nodes}]},
                      "node2", frozenset({"parity"})) == []  # a tie blames no side
+
+
+def test_a_failing_link_names_both_nodes_and_one_of_them_comments_the_job_when_no_node_is_blamed():
+    one_link = doc(("mesh", "fail", LINK.format("node1"), ["node1", "node3"]),
+                   ("names", "fail", "node2 does not resolve", ["node2"]))
+    assert meet.failing_links(one_link, frozenset({"mesh"})) == [
+        {"check": "mesh", "nodes": ["node1", "node3"], "summary": LINK.format("node1")}]
+    assert meet.link_commenter({"links": meet.failing_links(one_link), "blamed": []}) == "node1"
+    assert meet.link_commenter({"links": meet.failing_links(one_link), "blamed": ["node2"]}) is None
+    assert meet.link_commenter({"links": [], "blamed": []}) is None
+
+
+def test_a_prolog_whose_meeting_found_a_failing_link_comments_the_job_and_writes_the_link_series(
+        monkeypatch, tmp_path):
+    """Issue 56.5: a link that blames no node is said in the job's comment (both nodes, the port, what answered)
+    and as ddpdoctor_meeting_link_status{peer}; the prolog passes and the job is not requeued."""
+    import stat
+
+    from tests.unit.helpers import run_cli
+
+    state, calls = tmp_path / "state.txt", tmp_path / "calls.txt"
+    state.write_text("NodeName=node1 State=ALLOCATED Reason=(null)\n")
+    script = tmp_path / "scontrol"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = show ]; then cat {state}; exit 0; fi\n"
+                      f"printf '%s|' \"$@\" >> {calls}; echo >> {calls}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(f'[node-check]\nresults_dir = "{tmp_path / "results"}"\nscontrol = "{script}"\n'
+                   f'prometheus_textfile = "{prom}"\ncross_node = true\nonly = ["resources"]\n'
+                   '[checks.resources]\nmin_free_disk_gib = 0.0\nmin_available_memory_gib = 0.0\nmin_nofile = 0\n')
+    summary = "link node1 -> node3 timed out (TCP to 198.18.4.3:41234)"
+    record = {"nodes": ["node1", "node2", "node3"], "port": 29657, "checks": ["mesh"], "verdict": "fail",
+              "results": [{"check": "mesh", "level": "fail", "summary": summary, "nodes": ["node1", "node3"]}],
+              "links": [{"check": "mesh", "nodes": ["node1", "node3"], "summary": summary}], "blamed": []}
+    monkeypatch.setattr(meet, "meet", lambda *a, **k: ([], record))
+    env = {"DDPDOCTOR_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+           "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]"}
+    p = run_cli("node-check", env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (comment,) = calls.read_text().splitlines()  # no drain, no requeue
+    assert comment.startswith("update|JobId=7|Comment=ddpdoctor: the meeting of the job nodes found mesh: link "
+                              "node1 -> node3 timed out (TCP to 198.18.4.3:41234); no node drained"), comment
+    assert "the job was not requeued" in comment
+    text = (prom / "ddpdoctor.prom").read_text()
+    assert 'ddpdoctor_meeting_link_status{Hostname=' in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("ddpdoctor_meeting_link_status{"))
+    assert 'peer="node3"' in line and 'check="mesh"' in line and 'command="node-check-meeting"' in line
+    assert line.endswith(" 3.0"), line
+    calls.write_text("")
+    env["SLURMD_NODENAME"] = "node2"  # the other nodes of the job pass and write no comment
+    state.write_text("NodeName=node2 State=ALLOCATED Reason=(null)\n")
+    assert run_cli("node-check", env=env).returncode == 0 and calls.read_text() == ""

@@ -121,7 +121,7 @@ def test_the_timeline_shows_each_nodes_check_states_with_its_drains_and_resumes(
     view = history_view(h)
     assert [t["node"] for t in view["timelines"]][:3] == ["node1", "node2", "node3"]
     page = build_history_html(h)
-    assert page.count('class="timeline"') == 3 and "Check states over runs" in page
+    assert page.count('class="timeline"') == 3 and "Check states over time" in page
     assert "▼ drained" in page and "▲ resumed" in page and "drained 1×, resumed 1× by the node check" in page
     assert "run 5 (hc-node3-4, health_check): resources fail" in page
 
@@ -134,3 +134,67 @@ def test_run_axes_count_in_whole_runs():
     chart = svg.line_chart("t", {"n1": [(1, 1.0), (2, 2.0), (3, 1.5)]}, xlabel="run", ylabel="y", integer_x=True)
     ticks = re.findall(r'class="tick" text-anchor="middle">([^<]+)<', chart)
     assert ticks == ["1", "2", "3"], ticks
+
+
+LIB = "/opt/conda/envs/train/lib/python3.11/site-packages/torch/lib/libtorch_cuda_linalg.so"
+
+
+def _drain_loop(root, node: str = "node3") -> list[str]:
+    """Issue 56.7's node: the meeting drains it for clock-skew, a health check resumes it, the loop five times in
+    20 minutes; one drain by its own checks, for torch-build with a long reason naming the broken library at its
+    end. The reasons written, in order."""
+    from tests.history_fixtures import START
+    import datetime as dt
+
+    (root / node).mkdir(parents=True)
+    reasons = []
+    seq = ["drain", "resume", "drain", "resume", "drain", "resume", "drain", "", "drain"]
+    for i, action in enumerate(seq):
+        doc = node_check_doc(node, i, flapping=False)
+        doc["created"] = (START + dt.timedelta(minutes=2.5 * i)).isoformat(timespec="seconds")
+        nc = doc["node_check"]
+        if action:
+            nc.update(action=action, scontrol={"command": ["scontrol"], "ok": True, "error": None})
+        if action == "drain" and i == 8:
+            why = "torch does not import: " + "ImportError: " * 6 + f"cannot open shared object file {LIB}"
+            nc.update(reason=f"ddpdoctor: torch-build: {why}"[:250])
+            doc["results"].append({"check": "torch-build", "level": "fail", "summary": why, "nodes": [node]})
+        elif action == "drain":
+            nc.update(context="prolog", reason="ddpdoctor: clock-skew [meeting]: node3 is 5.1 s ahead of node1; "
+                      "once fixed: scontrol update NodeName=node3 State=RESUME")
+            nc["cross_node"] = {"verdict": "fail", "checks": ["clock-skew", "mesh"], "results": [
+                {"check": "clock-skew", "level": "fail", "summary": "node3 is 5.1 s ahead", "nodes": [node]}]}
+        if nc.get("reason"):
+            reasons.append(nc["reason"])
+        (root / node / f"{i:06d}-{nc['context']}.json").write_text(json.dumps(doc))
+    return reasons
+
+
+def test_the_page_names_each_drains_reason_and_time_and_the_meetings_checks_and_calls_a_drain_loop_flapping(
+        tmp_path):
+    """Issue 56.7: each drain's reason (whole: the library at its end) and time, the meeting's checks as rows of
+    their own, time on the axis, a drain/resume loop a finding."""
+    from ddpdoctor.report import svg
+    from ddpdoctor.report.views.history import console_lines
+
+    reasons = _drain_loop(tmp_path)
+    h = collect(tmp_path)
+    (node,) = h["nodes"]
+    assert [a["reason"] for a in node["actions"] if a["action"] == "drain"] == reasons
+    assert reasons[-1].endswith("libtorch_cuda_linalg.so") and len(reasons[-1]) > 200
+    assert "clock-skew [meeting]" in node["timeline"]["checks"] and "mesh [meeting]" in node["timeline"]["checks"]
+    levels = [r["levels"].get("clock-skew [meeting]") for r in node["timeline"]["runs"]]
+    assert levels[:3] == ["fail", None, "fail"] and node["timeline"]["runs"][0]["levels"]["mesh [meeting]"] == "pass"
+    (loop,) = [f for f in h["findings"] if f["kind"] == "drain-flap"]
+    assert (loop["drains"], loop["resumes"]) == (5, 3)
+    view = history_view(h)
+    assert view["findings"][0]["title"] == "node3: drained and resumed in a loop (drained 5×, resumed 3× in 20 min)"
+    lines = console_lines(view)
+    assert any("drained and resumed in a loop" in ln for ln in lines) and not any("no check" in ln for ln in lines)
+    page = build_history_html(h)
+    for r in reasons:  # each reason whole, beside its time
+        assert f"<td>{svg.escape(r)}</td>" in page, r
+    assert "<td>2026-11-01 00:20:00Z</td><td>▼ drained</td><td>ddpdoctor: torch-build: torch does not import" in page
+    assert "Check states over time" in page and "UTC time, 2026-11-01 00:00:00Z → 2026-11-01 00:20:00Z" in page
+    ticks = re.findall(r'class="tick" text-anchor="middle">([^<]+)<', page)
+    assert ticks[:3] == ["00:00", "00:05", "00:10"], ticks

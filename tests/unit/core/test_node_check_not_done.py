@@ -1,0 +1,137 @@
+"""Nothing the unattended node check could not do is silent (issue 56.6, unattended/entry.py): a record not kept on
+a full results disk (a real one: a 1 MiB tmpfs, filled) is a series in the Prometheus textfile, and the next record
+kept says how many were not, since when and why, a row on the history page; a check that could not run and a
+skipped meeting are series too."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+
+import pytest
+
+from tests.unit.helpers import run_cli
+
+
+def _series(prom, family: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("Hostname", "command")): s.value
+            for f in text_string_to_metric_families((prom / "ddpdoctor.prom").read_text()) for s in f.samples
+            if s.name == family}
+
+
+HOST = socket.gethostname()
+
+
+def _fired(alert: str, prom) -> dict:
+    """UNATTENDED.md's rule ``alert`` evaluated on the textfile as Prometheus would (test_node_exporter's)."""
+    from tests.integration.test_node_exporter import alert_rules, evaluate, series
+
+    scrape = series((prom / "ddpdoctor.prom").read_text())
+    return evaluate(alert_rules()[alert], scrape, scrape, time.time())
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs at tmp_path/disk, filled to the last byte (root only: a real ENOSPC, not a stand-in)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, timeout=30)
+        yield disk, filler
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
+
+
+def test_a_full_results_disk_is_a_series_and_the_next_kept_record_says_how_many_were_not_and_why(full_disk, tmp_path):
+    from ddpdoctor.history import collect
+    from ddpdoctor.report.html import build_history_html
+
+    disk, filler = full_disk
+    state = tmp_path / "state.txt"
+    state.write_text("NodeName=n1 State=IDLE Reason=(null)\n")
+    script = tmp_path / "scontrol"
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = show ] && cat {state}\nexit 0\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(f'[node-check]\nresults_dir = "{disk / "results"}"\nscontrol = "{script}"\n'
+                   f'prometheus_textfile = "{prom}"\nonly = ["resources"]\n[checks.resources]\n'
+                   'min_free_disk_gib = 0.0\nmin_available_memory_gib = 0.0\nmin_nofile = 0\n')
+    env = {"DDPDOCTOR_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"}  # a health check, as slurmd runs it
+    for _ in range(2):
+        p = run_cli("node-check", env=env)
+        assert p.returncode == 0 and "record not kept" in p.stderr, p.stdout + p.stderr
+    assert _series(prom, "ddpdoctor_records_not_kept_total") == {"": 2.0}
+    assert _series(prom, "ddpdoctor_records_unkept") == {"why=No space left on device": 2.0}
+    assert _series(prom, "ddpdoctor_check_could_not_run") == {"check=resources": 0.0}
+    assert _fired("DdpdoctorRecordNotKept", prom) == {(("Hostname", HOST), ("why", "No space left on device")): 2.0}
+
+    filler.unlink()  # the disk has room again: this record is kept and says what was not
+    p = run_cli("node-check", env=env)
+    assert p.returncode == 0 and "record not kept" not in p.stderr, p.stdout + p.stderr
+    assert _series(prom, "ddpdoctor_records_unkept") == {"why=": 0.0}
+    assert _series(prom, "ddpdoctor_records_not_kept_total") == {"": 2.0}
+    assert _fired("DdpdoctorRecordNotKept", prom) == {}
+    h = collect(disk / "results")
+    ((gap,),) = [n["gaps"] for n in h["nodes"]]
+    assert gap["what"] == "2 record(s) not kept before this one"
+    assert gap["why"].startswith("since 20") and gap["why"].endswith("No space left on device"), gap
+    page = build_history_html(h)
+    assert "What the node check could not do (1)" in page and "2 record(s) not kept before this one" in page
+
+
+def test_a_skipped_meeting_and_a_check_that_could_not_run_are_series_and_history_rows():
+    from ddpdoctor.history.index import gaps
+    from ddpdoctor.report import prometheus
+
+    doc = {"kind": "preflight", "verdict": "pass", "created": "2026-12-02T21:00:00+00:00", "nodes": {"n1": {}},
+           "results": [{"check": "gpu", "level": "skip", "summary": "nvidia-smi hung", "nodes": ["n1"],
+                        "details": {"tool_error": "gather timed out"}}],
+           "node_check": {"context": "prolog", "node": "n1", "action": "none",
+                          "cross_node": {"skipped": "the nodes did not meet within 10 s"}}}
+    meeting = {n: v for n, labels, v in prometheus.meeting_samples(doc, "n1")}
+    assert meeting == {"ddpdoctor_meeting_skipped": 1.0, "ddpdoctor_meetings_skipped": 1.0}
+    ours = {(n, labels.get("check")): v for n, labels, v in prometheus.node_check_samples(doc, "n1")}
+    assert ours[("ddpdoctor_check_could_not_run", "gpu")] == 1.0
+    assert gaps(doc, doc["node_check"]) == [("meeting skipped", "the nodes did not meet within 10 s"),
+                                            ("gpu could not run", "nvidia-smi hung")]
+    one_node = dict(doc, node_check=dict(doc["node_check"], cross_node={"skipped": "not a multi-node job",
+                                                                        "needed": False}))
+    assert prometheus.meeting_samples(one_node, "n1") == [] and gaps(one_node, one_node["node_check"])[:1] == [
+        ("gpu could not run", "nvidia-smi hung")]
+
+
+def test_the_shipped_rules_fire_on_a_skipped_meeting_a_failing_link_and_a_check_that_could_not_run():
+    from ddpdoctor.report import prometheus
+    from tests.integration.test_node_exporter import alert_rules, evaluate, series
+
+    link = "link node1 -> node3 timed out (TCP to 198.18.4.3:41234)"
+    met = {"verdict": "fail", "links": [{"check": "mesh", "nodes": ["node1", "node3"], "summary": link}]}
+    doc = {"kind": "preflight", "verdict": "pass", "created": "2026-12-02T21:00:00+00:00", "nodes": {"node1": {}},
+           "results": [{"check": "gpu", "level": "skip", "summary": "hung", "details": {"tool_error": "hung"}}],
+           "node_check": {"context": "prolog", "node": "node1", "action": "none", "cross_node": met}}
+    skipped = dict(doc, node_check=dict(doc["node_check"], cross_node={"skipped": "the nodes did not meet"}))
+    rules = alert_rules()
+
+    def fired(alert: str, samples) -> dict:
+        scrape = series(prometheus._render(samples).decode())
+        return evaluate(rules[alert], scrape, {}, time.time())
+
+    assert fired("DdpdoctorMeetingLinkFails", prometheus.meeting_samples(doc, "node1")) == {
+        (("Hostname", "node1"), ("peer", "node3")): 3.0}
+    assert fired("DdpdoctorMeetingSkipped", prometheus.meeting_samples(doc, "node1")) == {}
+    assert list(fired("DdpdoctorMeetingSkipped", prometheus.meeting_samples(skipped, "node1")).values()) == [1.0]
+    assert fired("DdpdoctorCheckCouldNotRun", prometheus.node_check_samples(doc, "node1")) == {
+        (("Hostname", "node1"), ("check", "gpu")): 1.0}
