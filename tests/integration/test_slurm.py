@@ -233,7 +233,7 @@ def _running(slurm, job: subprocess.Popen, name: str, where: Path, ranks: int, l
     try:
         deadline = time.monotonic() + limit
         while not all((where / f"ready{r}").exists() for r in range(ranks)):
-            assert job.poll() is None and time.monotonic() < deadline, (where / "job.err").read_text()[-3000:]
+            assert job.poll() is None and time.monotonic() < deadline, _outputs(where)
             time.sleep(0.5)
         time.sleep(1.0)  # into the call the test reads them in
         ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
@@ -286,6 +286,14 @@ def _attach_on_every_node(slurm, jobid: str, out: Path, master: str) -> dict:
     errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
     assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
     return next(d for d in docs if d.get("role") == "master")
+
+
+def _outputs(where: Path) -> str:
+    """What srun and each task printed (per_task's files): why a job ended before its ranks were ready."""
+    said = [(where / "job.err").read_text()[-3000:]] if (where / "job.err").exists() else []
+    for path in sorted(where.glob("task-*"))[:8]:
+        said.append(f"--- {path.name} ---\n" + path.read_text(errors="replace")[-2000:])
+    return "\n".join(said)
 
 
 def per_task(where) -> list[str]:
