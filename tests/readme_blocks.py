@@ -1,11 +1,12 @@
 """README's "Run it unattended" blocks, as the tests that run them read them: the slurm.conf lines, the
-node-problem-detector config and the Prometheus lines (so what README shows is what the tests run)."""
+Prometheus lines, and the node-problem-detector config UNATTENDED.md holds (so what README shows is what the tests run)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+UNATTENDED = README.parent / "ddpdoctor" / "unattended" / "UNATTENDED.md"
 SECTION = "## 6. Run it unattended"
 
 
@@ -25,7 +26,9 @@ def site_config() -> str:
 
 
 def npd_config() -> dict:
-    return json.loads(next(b for b in blocks() if '"plugin": "custom"' in b))
+    """node-problem-detector's custom plugin config, in UNATTENDED.md's "Exit codes for other monitors"."""
+    text = UNATTENDED.read_text().split("## Exit codes for other monitors", 1)[1].split("\n## ", 1)[0]
+    return json.loads(next(b.split("\n", 1)[1] for b in text.split("```")[1::2] if '"plugin": "custom"' in b))
 
 
 def prometheus_lines() -> list[list[str]]:

@@ -1,8 +1,8 @@
 """--prometheus-textfile read by a real node_exporter (Debian's prometheus-node-exporter, started by the test on a
 loopback port with only the textfile collector): preflight and nccl-bench write one ddpdoctor.prom between them, and
-/metrics serves their series with `node_textfile_scrape_error 0`. README's "Run it unattended" lines are the ones
-run here (tests/readme_blocks.py reads them): the Prometheus lines, and the node-problem-detector rule run as NPD
-runs it."""
+/metrics serves their series with `node_textfile_scrape_error 0`. The documented lines are the ones
+run here (tests/readme_blocks.py reads them): README's Prometheus lines, and UNATTENDED.md's node-problem-detector
+rule run as NPD runs it."""
 from __future__ import annotations
 
 import os
@@ -54,7 +54,7 @@ def readme_line(program: str, textfiles) -> list[str]:
 
 
 def npd_rule() -> tuple[dict, dict, float]:
-    """README's custom-plugin config, checked as NPD validates it: the custom plugin, a rule's timeout within the
+    """UNATTENDED.md's custom-plugin config, checked as NPD validates it: the custom plugin, a rule's timeout within the
     global one, a permanent rule's condition among the default conditions."""
     config = npd_config()
     assert config["plugin"] == "custom"
