@@ -18,14 +18,16 @@ from ..judge import attribution
 from ..judge.decide import Context, Failures, decide
 from ..judge.dumps import judge_dumps
 from ..judge.stopped import not_verified, stopped_from_outside
-from . import analysis
+from . import analysis, known
 from .node_folders import rdzv_id_of
 from .trainer_run import adopt_call_sizes, stacks_on_file
 
 
-def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
-    """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root)."""
+def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results: Path | None = None) -> dict:
+    """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root). ``results``:
+    where ddpdoctor keeps results (--results-dir): what it already knew of this job there is evidence (known)."""
     logs = log_root(log_dir)
+    run_id = job_run_id(logs)
     agent_text = read_agent_log(agent_log or logs / "agent.stderr.log", required=agent_log is not None)
     user_code.declare(*analysis.entry_point(agent_text))  # its package is the user's code, wherever installed
     # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
@@ -45,17 +47,21 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):
         normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)
+    attached = None if normal else adopt_attach(verdict, logs, run_id, known.folders_of(results, run_id, run_dir),
+                                               notes)
     unverified = not_verified(verdict, normal, ranks)
     failed = verdict.root_cause is not None and not unverified
     root = verdict.root_cause.to_json() if verdict.root_cause else None
     stacks_on_file(root, run_dir / "stacks" / "sigterm")
     consequences = [f.to_json() for f in verdict.consequences] if root else []
     culprits = attribution.culprit_ranks(root, consequences) if failed else []
-    outcome = decide(hang.to_json() if hang and failed else None,
+    judged = attached.diagnosis if attached else hang.to_json() if hang and failed else None
+    outcome = decide(judged if failed else None,
                      Failures.of(root, consequences, culprits) if failed else Failures(),
-                     Context("postmortem", failed=failed, normal_end=not unverified))
+                     Context("postmortem", failed=failed, normal_end=not unverified,
+                             tags=("attach_saved_verdict",) if attached else ()))
     return documents.envelope(
-        "run-trainer", run_id=job_run_id(logs),
+        "run-trainer", run_id=run_id,
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
         verdict=outcome.verdict, exit_code=outcome.exit_code(), outcome=outcome.to_json(),
         start=None, interrupted=None, torchrun_exit_code=None,
@@ -64,8 +70,29 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         root_cause=root,
         consequences=consequences,
         culprit_ranks=culprits,
-        hang={"verdict": hang.to_json()} if hang and failed else None, logs=str(logs), input_notes=notes + fr_notes,
+        hang={"verdict": judged, "source": str(attached.path) if attached else "flight records"} if judged else None,
+        logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
+
+
+# the root causes that say a stop from outside, or nothing, of which rank the job waited for
+STOPPED_UNNAMED = ("stopped_from_outside", "stopped_while_hung")
+
+
+def adopt_attach(verdict, logs: Path, run_id: str, folders: list[Path], notes: list[str]):
+    """Where the logs name no rank (nothing failed, or a stop from outside with none named), the rank `attach` named
+    while the job hung, from its verdict saved in the job's results folder (known.attach_verdict), becomes the root
+    cause, said as attach's. Returns that verdict, or None."""
+    root = verdict.root_cause
+    if root is not None and (root.rank is not None or root.error_type not in STOPPED_UNNAMED):
+        return None
+    rdzv = {rdzv_id_of(p.parent) for p in logs.glob("*/attempt_*")} - {None}
+    mine = analysis.attempts(logs)
+    found = known.attach_verdict(folders, run_id, rdzv, job_files.mtime(mine[-1]) if mine else None, notes)
+    if found is None:
+        return None
+    verdict.root_cause = found.root_cause(verdict.stopped_by)
+    return found
 
 
 def last_attempt_ranks(logs: Path, verdict) -> list[int]:
