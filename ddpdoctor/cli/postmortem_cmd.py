@@ -48,6 +48,8 @@ def _render(doc: dict, console, render) -> None:
         from ..report.console import T
 
         console.print(T(f"postmortem: no failed rank in {doc['logs']}", style="green"))
+        if doc.get("normal_end"):
+            console.print(T(f"normal end: {doc['normal_end']}", style="green"))
         for line in doc.get("input_notes") or []:
             console.print(T(f"note: {line}", style="dim"))
         return

@@ -12,7 +12,7 @@ from ... import documents
 from ...errors import UsageError
 from ...exitcodes import ExitCode
 from ...numbers import parse_int
-from ..evidence import ending, job_files, user_code
+from ..evidence import ending, job_files, scheduler_end, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge import attribution
 from ..judge.decide import Context, Failures, decide
@@ -46,7 +46,11 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
                          timeouts=pg_timeouts_s(dumps))
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
     with job_files.reading(run_dir):
-        normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)
+        normal = ("torchrun's output: its worker group SUCCEEDED" if ending.agent_succeeded(agent_text) else
+                  "every rank's record at exit: exit code 0"
+                  if ending.ranks_ended_normally(run_dir / "flight_recorder", ranks) else None)
+    if normal is None and verdict.root_cause is None:  # torchrun and srun say nothing of a normal end by default
+        normal = scheduler_said(logs, run_id, notes)
     attached = None if normal else adopt_attach(verdict, logs, run_id, known.folders_of(results, run_id, run_dir),
                                                notes)
     unverified = not_verified(verdict, normal, ranks)
@@ -70,9 +74,25 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
         root_cause=root,
         consequences=consequences,
         culprit_ranks=culprits,
+        normal_end=normal if not unverified and not failed else None,
         hang={"verdict": judged, "source": str(attached.path) if attached else "flight records"} if judged else None,
         logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
+
+
+def scheduler_said(logs: Path, run_id: str, notes: list[str]) -> str | None:
+    """SLURM's record that this job ended normally (COMPLETED, exit code 0:0), in words; else None."""
+    mine = analysis.attempts(logs)
+    if not mine:
+        return None
+    try:
+        owner = os.stat(mine[-1].parent).st_uid
+    except OSError:
+        return None
+    end = scheduler_end.job_end(run_id, job_files.mtime(mine[-1]), owner, notes)
+    if end is not None and not end.normal:
+        notes.append(end.said())  # not a normal end: what the scheduler says, beside what the logs show
+    return end.said() if end is not None and end.normal else None
 
 
 # the root causes that say a stop from outside, or nothing, of which rank the job waited for
