@@ -81,9 +81,12 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
 
 
 def scheduler_said(logs: Path, run_id: str, notes: list[str]) -> str | None:
-    """SLURM's record that this job ended normally (COMPLETED, exit code 0:0), in words; else None."""
+    """SLURM's record that this job ended normally (COMPLETED, exit code 0:0), in words; else None. Asked only for
+    a run id the job or the user gave (--run-id, the scheduler's job id, the log dir's rendezvous id), never for
+    one made up here (job_run_id's new id may be all digits)."""
     mine = analysis.attempts(logs)
-    if not mine:
+    given = {os.environ.get(v, "").strip() for v in documents.RUN_ID_VARS} | {rdzv_id_of(p.parent) for p in mine}
+    if not mine or run_id not in given:
         return None
     try:
         owner = os.stat(mine[-1].parent).st_uid

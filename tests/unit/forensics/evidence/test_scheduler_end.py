@@ -71,3 +71,18 @@ def test_a_stand_in_another_user_could_change_is_not_run_as_root(bin_dir):
     stand_in(bin_dir, "sacct", f"4242|COMPLETED|0:0|{local(started - 30)}|{local(started + 200)}|0")
     (bin_dir / "sacct").chmod(0o777)  # anyone may rewrite it: root never runs it
     assert scheduler_end.job_end("4242", started, 0, []) is None
+
+
+def test_postmortem_asks_for_the_log_dirs_rendezvous_id_and_passes_on_its_record(bin_dir, tmp_path, monkeypatch):
+    """`srun torchrun --rdzv-id $SLURM_JOB_ID`: the log dir's own id is the job's; no --run-id needed."""
+    from ddpdoctor import documents
+    from ddpdoctor.forensics.postmortem.engine import explain
+    from tests.unit.forensics.postmortem.test_known import hung_job
+
+    for var in documents.RUN_ID_VARS:
+        monkeypatch.delenv(var, raising=False)
+    logs = hung_job(tmp_path, ranks=2)  # logs/4242_abcdefgh/attempt_0/{0,1}, started 600 s ago, silent
+    started = time.time() - 600
+    stand_in(bin_dir, "sacct", f"4242|COMPLETED|0:0|{local(started - 30)}|{local(started + 500)}|{os.getuid()}")
+    doc = explain(logs, None, [])
+    assert doc["exit_code"] == 0 and doc["normal_end"].startswith("SLURM's record of job 4242"), doc["root_cause"]
