@@ -98,16 +98,13 @@ def scheduler_said(logs: Path, run_id: str, notes: list[str]) -> str | None:
     return end.said() if end is not None and end.normal else None
 
 
-# the root causes that say a stop from outside, or nothing, of which rank the job waited for
-STOPPED_UNNAMED = ("stopped_from_outside", "stopped_while_hung")
-
-
 def adopt_attach(verdict, logs: Path, run_id: str, folders: list[Path], notes: list[str]):
-    """Where the logs name no rank (nothing failed, or a stop from outside with none named), the rank `attach` named
-    while the job hung, from its verdict saved in the job's results folder (known.attach_verdict), becomes the root
-    cause, said as attach's. Returns that verdict, or None."""
+    """Where the logs name no rank (nothing failed, a stop from outside with none named, several silent ranks they
+    cannot tell apart), the rank `attach` named while the job hung, from its verdict saved in the job's results
+    folder (known.attach_verdict), becomes the root cause, said as attach's, with what the logs alone said. Returns
+    that verdict, or None."""
     root = verdict.root_cause
-    if root is not None and (root.rank is not None or root.error_type not in STOPPED_UNNAMED):
+    if root is not None and root.rank is not None:
         return None
     rdzv = {rdzv_id_of(p.parent) for p in logs.glob("*/attempt_*")} - {None}
     mine = analysis.attempts(logs)
@@ -115,6 +112,8 @@ def adopt_attach(verdict, logs: Path, run_id: str, folders: list[Path], notes: l
     if found is None:
         return None
     verdict.root_cause = found.root_cause(verdict.stopped_by)
+    if root is not None and root.error_type not in ("stopped_from_outside", "stopped_while_hung"):
+        verdict.root_cause.message += f"; the logs alone: {root.message}"  # the stop is said already
     return found
 
 
