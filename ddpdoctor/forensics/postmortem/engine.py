@@ -34,12 +34,14 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
     # --fr-dir given; every read is bounded and a file that is not a regular one is a note (job_files).
     with job_files.reading(logs.parent) as notes:
         verdict = analysis.analyse(logs, agent_text, socket.gethostname())
-    fr_roots = [log_dir, *map(fr_dir, fr_dirs)]
+    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
+    job_folders = known.folders_of(results, run_id, run_dir)  # the job's results folder (its run id's), its run dir
+    # the dumps there are this job's too: run-trainer's nccl_trace_rank_<R> and its ranks' records at exit
+    fr_roots = list(dict.fromkeys([log_dir, *map(fr_dir, fr_dirs), *(f for f in job_folders if f.is_dir())]))
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, None, verdict.world)
     attribution.adopt(verdict, hang)
-    run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
     with job_files.reading(run_dir):
         adopt_call_sizes(verdict, run_dir)
     stopped_from_outside(verdict, hang, stalled_s(dumps), verdict.stopped_by,  # a hung job a scheduler ended
@@ -51,8 +53,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
                   if ending.ranks_ended_normally(run_dir / "flight_recorder", ranks) else None)
     if normal is None and verdict.root_cause is None:  # torchrun and srun say nothing of a normal end by default
         normal = scheduler_said(logs, run_id, notes)
-    attached = None if normal else adopt_attach(verdict, logs, run_id, known.folders_of(results, run_id, run_dir),
-                                               notes)
+    attached = None if normal else adopt_attach(verdict, logs, run_id, job_folders, notes)
     unverified = not_verified(verdict, normal, ranks)
     failed = verdict.root_cause is not None and not unverified
     root = verdict.root_cause.to_json() if verdict.root_cause else None

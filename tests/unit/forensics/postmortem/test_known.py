@@ -126,3 +126,28 @@ def test_as_a_user_another_users_verdict_in_a_shared_results_folder_is_no_eviden
     os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
     out = explain(logs, None, [], results=tmp_path / "ddpdoctor-results")
     assert out["culprit_ranks"] == [] and any("owned by nobody" in n for n in out["input_notes"]), out["input_notes"]
+
+
+def test_the_flight_records_in_the_jobs_own_folder_are_its_dumps_too(tmp_path):
+    """`ddpdoctor postmortem <run>/logs/<node>` of a run-trainer run stopped by scancel: run-trainer keeps the ranks'
+    NCCL dumps (nccl_trace_rank_<R>) in the run's folder, beside logs/, which the log dir's search never reached:
+    no rank named. They are this job's (the folder of its run id): rank 1, behind by its sequence ids, is named; a
+    folder named otherwise (any folder two levels up a plain torchrun log dir) is not searched."""
+    from tests.unit.launch.test_fr_dumps import entry, record
+
+    def run_folder(name: str):
+        run = tmp_path / name
+        attempt = run / "logs" / "node0" / "R1_abcdefgh" / "attempt_0"
+        for local in (0, 1):
+            (attempt / str(local)).mkdir(parents=True)
+            (attempt / str(local) / "stderr.log").write_text("")
+        (run / "nccl_trace_rank_0").write_text(json.dumps(record(10, 9, [entry(9), entry(10)])))
+        (run / "nccl_trace_rank_1").write_text(json.dumps(record(9, 9, [entry(9)])))
+        return run / "logs" / "node0"
+
+    agent = tmp_path / "torchrun.err"
+    agent.write_text(SIGTERM_LINE)
+    other = explain(run_folder("other"), agent, [], results=tmp_path / "ddpdoctor-results")
+    assert other["culprit_ranks"] == [] and other["exit_code"] == 1, other["root_cause"]  # the stop, no rank
+    doc = explain(run_folder("R1"), agent, [], results=tmp_path / "elsewhere")  # the run-trainer run's folder
+    assert doc["culprit_ranks"] == [1] and doc["root_cause"]["signal"] == "SIGTERM", doc["root_cause"]
