@@ -76,7 +76,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
         consequences=consequences,
         culprit_ranks=culprits,
         normal_end=normal if not unverified and not failed else None,
-        hang={"verdict": judged, "source": str(attached.path) if attached else "flight records"} if judged else None,
+        hang=({"verdict": judged, "source": str(attached.path)} if attached else {"verdict": judged} if judged else None),
         logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
 

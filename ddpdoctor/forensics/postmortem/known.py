@@ -158,7 +158,7 @@ def when(iso) -> float | None:
 def folders_of(results_root: Path | None, run_id: str, run_dir: Path) -> list[Path]:
     """Where the job's saved results are: ``<results root>/<run id>/`` (--results-dir), and the run dir of a
     run-trainer run (`<run>/logs/<node>`'s `<run>`) when it is named by the run id."""
-    out = [results_root / results_dir_name(run_id)] if results_root is not None else []
+    out = [results_root.absolute() / results_dir_name(run_id)] if results_root is not None else []
     if run_dir.name == results_dir_name(run_id):
         out.append(run_dir)
     return out
