@@ -5,7 +5,7 @@ torchrun at its default level (WARNING) prints nothing when its workers succeed 
 is INFO), and srun prints nothing for a task that exits 0 (only "srun: error: node2: task 1: Exited with exit code
 1", "Killed", or slurmstepd's "CANCELLED AT ..."). What does say it is SLURM's own record: `sacct` (where
 accounting is kept) or `scontrol show job` (for MinJobAge after the end, 300 s by default): `COMPLETED` with
-exit code `0:0`. It is read only where the run id is a SLURM job id, and taken for this job only where the job's
+exit code `0:0` (while the job still runs, its step that ran torchrun: `J.0`). It is read only where the run id is a SLURM job id, and taken for this job only where the job's
 user owns the log dir and the job ran when the log dir's last attempt started. Each command is bounded; a missing
 one, a refused one (as root: a program another user could change) or no record is no evidence, said as such."""
 from __future__ import annotations
@@ -47,7 +47,7 @@ def job_end(run_id: str, started: float | None, owner: int | None, notes: list[s
     if not JOB_ID.fullmatch(run_id or "") or started is None:
         return None
     for read in (_sacct, _scontrol):
-        record = read(run_id)
+        record = read(run_id, started)
         if record is None:
             continue
         why = _not_this_job(record, started, owner)
@@ -74,17 +74,25 @@ def _when(text) -> float | None:
         return None
 
 
-def _sacct(job: str) -> dict | None:
-    out = _run("sacct", "-X", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Start,End,UID")
+def _sacct(job: str, started: float) -> dict | None:
+    """The job's record, or, while the job itself still runs (a batch script's postmortem after its `srun
+    torchrun` step), the record of its step that ran the log dir's last attempt: `J.0` COMPLETED 0:0."""
+    out = _run("sacct", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Start,End,UID")
+    records = {}
     for line in (out or "").splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 6 and parts[0] == job:
-            return {"state": parts[1].split()[0] if parts[1] else "", "exit_code": parts[2], "start": parts[3],
-                    "end": parts[4], "uid": int(parts[5]) if parts[5].isdigit() else None, "source": "sacct"}
-    return None
+        if len(parts) == 6 and (parts[0] == job or re.fullmatch(re.escape(job) + r"\.\d{1,9}", parts[0])):
+            records[parts[0]] = {"state": parts[1].split()[0] if parts[1] else "", "exit_code": parts[2],
+                                 "start": parts[3], "end": parts[4], "uid": int(parts[5]) if parts[5].isdigit() else None,
+                                 "source": "sacct" if parts[0] == job else f"sacct, step {parts[0]}"}
+    whole = records.pop(job, None)
+    if whole is None or whole["state"] != "RUNNING":
+        return whole
+    steps = [r for r in records.values() if _not_this_job(dict(r, uid=None), started, None) is None]
+    return dict(steps[0], uid=whole["uid"]) if len(steps) == 1 else whole
 
 
-def _scontrol(job: str) -> dict | None:
+def _scontrol(job: str, started: float) -> dict | None:
     out = _run("scontrol", "-o", "show", "job", job)
     for line in (out or "").splitlines():
         fields = dict(FIELD.findall(line))

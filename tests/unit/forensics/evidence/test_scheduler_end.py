@@ -44,6 +44,21 @@ def test_sacct_s_completed_with_exit_code_0_is_a_normal_end_of_this_job(bin_dir)
     assert scheduler_end.job_end("none", started, os.getuid(), []) is None  # not a job id: nothing asked
 
 
+def test_inside_the_running_job_its_step_that_ran_torchrun_says_the_end(bin_dir):
+    """A batch script's `srun torchrun ...; ddpdoctor postmortem logs`: the job runs, its step 0 COMPLETED 0:0."""
+    started, uid = time.time() - 300, os.getuid()
+    lines = [f"4242|RUNNING|0:0|{local(started - 60)}|Unknown|{uid}",
+             f"4242.batch|RUNNING|0:0|{local(started - 60)}|Unknown|",
+             f"4242.0|COMPLETED|0:0|{local(started - 5)}|{local(started + 200)}|"]
+    stand_in(bin_dir, "sacct", "\n".join(lines))
+    end = scheduler_end.job_end("4242", started, uid, [])
+    assert end is not None and end.normal and end.source == "sacct, step 4242.0", end
+    stand_in(bin_dir, "sacct", "\n".join(lines[:2] + [lines[2].replace("COMPLETED|0:0", "FAILED|1:0")]))
+    assert not scheduler_end.job_end("4242", started, uid, []).normal
+    stand_in(bin_dir, "sacct", "\n".join(lines[:2]))  # the step not ended yet (or no step record): the job runs
+    assert scheduler_end.job_end("4242", started, uid, []).state == "RUNNING"
+
+
 def test_another_users_job_or_another_time_is_not_this_job(bin_dir):
     started = time.time() - 300
     stand_in(bin_dir, "sacct", f"4242|COMPLETED|0:0|{local(started - 30)}|{local(started + 200)}|65534")
