@@ -37,7 +37,8 @@ def postmortem(log_dir, agent_log, fr_dirs, as_json, output_dir, report_path, re
     out_dir = common.ensure_writable_dir(output_dir)
     report_file = common.ensure_writable_file(report_path)
     save = common.saving(results_dir, no_save, out_dir)
-    doc = explain(Path(log_dir), Path(agent_log) if agent_log else None, [Path(d) for d in fr_dirs])
+    doc = explain(Path(log_dir), Path(agent_log) if agent_log else None, [Path(d) for d in fr_dirs],
+                  results=Path(results_dir) if results_dir else None)  # read there even with --no-save
     return common.emit(doc, filename="postmortem.json", out_dir=out_dir, report_file=report_file, as_json=as_json,
                        render=lambda d, console: _render(d, console, render), save=save)
 
@@ -47,6 +48,8 @@ def _render(doc: dict, console, render) -> None:
         from ..report.console import T
 
         console.print(T(f"postmortem: no failed rank in {doc['logs']}", style="green"))
+        if doc.get("normal_end"):
+            console.print(T(f"normal end: {doc['normal_end']}", style="green"))
         for line in doc.get("input_notes") or []:
             console.print(T(f"note: {line}", style="dim"))
         return

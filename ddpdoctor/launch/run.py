@@ -342,7 +342,7 @@ def _watchdog(cfg, proc, logs, env, terminal: Terminal, echo: bool, stdout_to_st
         dog.stragglers.say = lambda text: terminal.write(sys.stderr, text + "\n")
     if echo and not stdout_to_stderr:  # the job's pace: a status line on a terminal, else now and then
         dog.pace = Pace(show=terminal.status if terminal.status_on else None,
-                        say=lambda text: terminal.write(sys.stderr, text + "\n"))
+                        say=lambda text: terminal.write(sys.stderr, text + "\n"), nnodes=cfg.nnodes)
     return dog
 
 

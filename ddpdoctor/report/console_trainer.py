@@ -230,14 +230,15 @@ def describe_start(start: dict | None) -> str:
 
 
 def records_line(doc: dict) -> list[str]:
-    """Where this run's records are, one path a line (relative to the working directory when under it, so a
-    panel never breaks one): run.json (the whole verdict, stacks, flight recorders) and the logs (torch's
-    per-rank stdout/stderr/error.json, torchrun's own output)."""
+    """Where this run's records are, one full path a line (printed unbroken, below the panel): run.json (the whole
+    verdict, stacks, flight recorders) and the logs (torch's per-rank stdout/stderr/error.json, torchrun's own
+    output). Full, never relative: `srun` merges every node's output, and a path relative to one node's working
+    directory is none to paste on another's (issue 55 U3)."""
     parts = []
     if doc.get("run_json"):
-        parts.append(f"run.json: {wording.path(doc['run_json'])}")
+        parts.append(f"run.json: {doc['run_json']}")
     if doc.get("logs") and doc.get("start") is not None:  # a postmortem's header already names its log dir
-        parts.append(f"logs: {wording.path(doc['logs'])}")
+        parts.append(f"logs: {doc['logs']}")
     return parts
 
 

@@ -276,12 +276,17 @@ def _rank_1_on_node2_named(master: dict, job: subprocess.Popen) -> None:
     assert job.poll() is None, "attach must leave the job running"
 
 
-def _attach_on_every_node(slurm, jobid: str, out: Path, master: str) -> dict:
+def _attach_on_every_node(slurm, jobid: str, out: Path, master: str, results: Path | None = None) -> dict:
     """`srun --overlap --jobid J -N3 --ntasks-per-node=1 ddpdoctor attach --master M` beside the job, as users type
-    it: exit 1 (a hang named) and the master's document."""
+    it: exit 1 (a hang named) and the master's document. ``results``: kept there (RESULTS/J/attach.json, the run
+    id srun's SLURM_JOB_ID), as by default in the working directory; else not kept."""
+    keep = ["--results-dir", str(results)] if results is not None else ["--no-save"]
+    env = user_env(slurm)
+    if results is not None:
+        env.pop("DDPDOCTOR_NO_SAVE", None)  # the suite's own default: kept nowhere
     p = slurm.run(["srun", "--overlap", "--jobid", jobid, "-N3", "--ntasks-per-node=1", *per_task(out),
-                   "ddpdoctor", "attach", "--master", master, "--json", "--no-save", "--interval", "2"],
-                  timeout=240, env=user_env(slurm))
+                   "ddpdoctor", "attach", "--master", master, "--json", *keep, "--interval", "2"],
+                  timeout=240, env=env)
     docs = _task_documents(out)
     errs = "".join(f.read_text()[-1500:] for f in sorted(out.glob("task-*.err")))
     assert p.returncode == 1 and len(docs) == 3, (p.returncode, p.stderr[-2000:], errs)
@@ -351,7 +356,8 @@ def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_sa
     jobid, job, logs, agents = srun_torchrun_job_stuck
     out = tmp_path / "attach"
     out.mkdir()
-    master = _attach_on_every_node(slurm, jobid, out, "node1:29565")
+    results = tmp_path / "ddpdoctor-results"
+    master = _attach_on_every_node(slurm, jobid, out, "node1:29565", results=results)
     diag = master["diagnosis"]
     assert diag["category"] == "missing_rank" and diag["named"] == [1], diag
     assert diag["culprits"][0]["function"] == "own_compute" and diag["culprits"][0]["host"] == "node1", diag
@@ -370,6 +376,16 @@ def test_srun_torchrun_hung_attach_names_the_rank_then_scancel_and_postmortem_sa
     assert code == 1 and doc["verdict"] == "fail", (code, rc)
     assert rc["error_type"] in ("stopped_from_outside", "stopped_while_hung") and "SIGTERM" in rc["message"], rc
     assert rc["rank"] in (None, 1), rc  # never an innocent rank
+    # Issue 55 U1: what attach saved on this job (RESULTS/<job id>/attach.json) is evidence for its postmortem: the
+    # rank it named, at its line, said as attach's; from the log dir alone and with torchrun's output (the stop)
+    assert (results / jobid / "attach.json").is_file(), sorted(p.name for p in (results / jobid).iterdir())
+    for extra in ((), ("--agent-log", agent_log)):
+        code, doc = postmortem(logs, *extra, "--run-id", jobid, "--results-dir", results)
+        rc = doc["root_cause"]
+        assert code == 1 and doc["culprit_ranks"] == [1], (extra, rc)  # was exit 5, or no rank named
+        if rc["error_type"] == "hung_when_attached":  # else the logs named rank 1 themselves (it alone was silent)
+            assert rc["host"] == "node1" and "named by `ddpdoctor attach`" in rc["message"], rc
+            assert not extra or "stopped from outside (SIGTERM)" in rc["message"], rc["message"]
 
 
 def postmortem(logs: Path, *args) -> tuple[int, dict]:

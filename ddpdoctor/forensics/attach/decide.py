@@ -147,8 +147,10 @@ MOTION_CATEGORIES = ("progressing", "no_movement", "no_job")
 
 def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
     """The ranks read, as the model's live evidence; the world is every rank of the job (a rank of another node,
-    or one that could not be read, has no record: the judge says so rather than guess)."""
-    evidence = JobEvidence(live=True, world=tuple(range(world_size)) if world_size else ())
+    or one that could not be read, has no record: the judge says it was not read rather than guess)."""
+    world = tuple(range(world_size)) if world_size else ()
+    read = {r.rank for r in reads if r.readable}
+    evidence = JobEvidence(live=True, world=world, unread=tuple(r for r in world if r not in read))
     for r in reads:
         if r.recorded is not None:
             evidence.add(r.recorded)  # the flight record places it in collectives; py-spy's stack completes it

@@ -308,11 +308,14 @@ def _better_ending(a: Ending | None, b: Ending | None) -> Ending | None:
 class JobEvidence:
     """Every rank's state at one moment. ``live``: the ranks were running when it was taken (the watchdog,
     attach); else it is what a finished job left (postmortem): records may have been written after a timeout.
-    ``world``: every rank of the job, when known (a rank with no record is missing evidence, not innocent)."""
+    ``world``: every rank of the job, when known (a rank with no record is missing evidence, not innocent).
+    ``unread``: ranks of the world the reader never read (attach on one node: the other nodes' ranks; one py-spy
+    could not read): nothing was asked of them, so no record of theirs says they never entered anything."""
     live: bool
     ranks: dict[int, RankState] = field(default_factory=dict)
     world: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)
+    unread: tuple[int, ...] = ()
 
     def add(self, state: RankState) -> None:
         """Merge one source's record of a rank into what is known (Source order decides a disagreement)."""

@@ -7,7 +7,7 @@ request; then the typed Outcome each document carries as ``outcome`` (STATE_TABL
 exit code), with the records behind it for the documents' older keys."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..evidence.model import RankFailure
 from . import attribution, end_rules, sizes
@@ -34,8 +34,8 @@ class Evidence:
     judged from live stacks and records (words.to_json). A finished job: its flight records judged (``dumps``),
     the kept call sizes' first mismatch, how long a collective stood pending in the dumps and the timeouts they
     ran under, the signal torchrun's output says it received, the watchdog's report when it stopped the job, the
-    ranks the logs hold, the ranks whose stack the bootstrap wrote at the launcher's SIGTERM, and torchrun's own
-    exit (code, output, log dir) when the collector ran it."""
+    ranks the logs hold, the ranks whose stack the bootstrap wrote at the launcher's SIGTERM, torchrun's own
+    exit (code, output, log dir) when the collector ran it, and attach's verdict saved while the job hung."""
     verdict: dict | None = None
     dumps: Judged | None = None
     sizes: SizeMismatch | None = None
@@ -46,6 +46,7 @@ class Evidence:
     ranks: tuple[int, ...] = ()
     stacks: frozenset[int] = frozenset()
     agent: tuple[int, str, str] | None = None  # torchrun's exit code, its output, the log dir
+    attached: object | None = None  # attach's verdict saved while the job hung (postmortem/known.AttachVerdict)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outco
     elif context.interrupted:
         root, consequences = _stopped_on_request(evidence, findings, context.interrupted)
     else:
-        _attributed(evidence, findings, context)
+        if _attributed(evidence, findings, context):
+            context = replace(context, tags=context.tags + ("attach_saved_verdict",))
         root = findings.root_cause.to_json() if findings.root_cause else None
         consequences = [f.to_json() for f in findings.consequences]
     unverified = context.failed is None and root is not None and root.get("error_type") == "not_verified"
@@ -103,6 +105,7 @@ def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outco
     consequences = consequences if root else []
     culprits = _culprit_ranks(evidence.watchdog, root, consequences) if failed else []
     verdict = (evidence.watchdog or {}).get("verdict") if evidence.watchdog is not None else \
+        evidence.attached.diagnosis if "attach_saved_verdict" in context.tags and failed else \
         evidence.dumps.to_json() if evidence.dumps is not None and failed else None
     said = failed or unverified  # an unverified end says what is known in its root cause too
     record = Record(root if said else None, tuple(consequences) if said else (), tuple(culprits))
@@ -112,16 +115,32 @@ def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outco
                                          threshold=context.threshold, tags=context.tags), failed, record)
 
 
-def _attributed(evidence: Evidence, findings: Findings, context: Context) -> None:
+def _attributed(evidence: Evidence, findings: Findings, context: Context) -> bool:
     """The dumps' culprit over a rank that only gave up, the kept sizes over the rank gloo aborted, a stop from
-    outside (hung or not), and no pass without evidence of a normal end (the launcher's exit unknown)."""
+    outside (hung or not), attach's saved word where the logs name no rank, and no pass without evidence of a
+    normal end (the launcher's exit unknown). True when attach's saved verdict named the root cause."""
     attribution.adopt(findings, evidence.dumps)
     sizes.adopt(findings, evidence.sizes)
     fix = STOPPED_FIX_TRAINER if context.entry == "run-trainer" else STOPPED_FIX
     stopped_from_outside(findings, evidence.dumps, evidence.stalled_s, evidence.stop_signal, fix=fix,
                          timeouts=list(evidence.timeouts))
+    adopted = _attach_said(findings, evidence.attached, evidence.stop_signal)
     if context.failed is None:
         not_verified(findings, context.normal_end, list(evidence.ranks))
+    return adopted
+
+
+def _attach_said(findings: Findings, attached, stop_signal: str | None) -> bool:
+    """Where the logs name no rank (nothing failed, a stop from outside with none named, several silent ranks they
+    cannot tell apart), the rank attach named while the job hung becomes the root cause, said as attach's, with
+    what the logs alone said."""
+    root = findings.root_cause
+    if attached is None or (root is not None and root.rank is not None):
+        return False
+    findings.root_cause = attached.root_cause(stop_signal)
+    if root is not None and root.error_type not in ("stopped_from_outside", "stopped_while_hung"):
+        findings.root_cause.message += f"; the logs alone: {root.message}"  # the stop is said already
+    return True
 
 
 def _watchdog_hang(report: dict, findings: Findings) -> tuple[dict | None, list[dict]]:

@@ -95,8 +95,10 @@ def _behind(hang: Judged | None) -> bool:
     return hang is not None and hang.category in BEHIND and any(c.named for c in hang.culprits)
 
 
-UNVERIFIED_FIX = ("give `ddpdoctor postmortem` torchrun's own output with `--agent-log FILE` (`torchrun ... 2> FILE`; "
-                  "at LOGLEVEL=INFO it also says when its worker group succeeded), or run the job under "
+UNVERIFIED_FIX = ("at their default log levels torchrun and srun write nothing when a job ends normally: under SLURM "
+                  "give the job's id (`--run-id JOB`: SLURM's record, sacct or `scontrol show job`, says COMPLETED "
+                  "with exit code 0:0), or give `ddpdoctor postmortem` torchrun's own output with `--agent-log FILE` "
+                  "from a run at LOGLEVEL=INFO (it says when its worker group succeeded), or run the job under "
                   "`ddpdoctor run-trainer` (each rank's record at exit says how it ended)")
 
 

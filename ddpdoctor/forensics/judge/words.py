@@ -104,6 +104,8 @@ def culprit_json(c: Culprit, evidence: JobEvidence) -> dict:
         out.update(last_seen=f"{_call(c.last_seen)}, its last collective", last_seen_where=c.last_seen.site.where)
     if c.ended:
         out["ended"] = c.ended
+    if c.rank in evidence.unread:
+        out["state"] = "not read"  # never read (another node's rank): not one that never entered the collective
     return out
 
 
@@ -209,13 +211,19 @@ def _missing(v: Verdict, names: str, pg: str, evidence: JobEvidence) -> str:
         text = f"rank(s) {names} never reached the {_in(c, v, evidence)} that rank(s) {_ranks(v.waiting)} {verb}"
     elif c is None:
         text = f"rank(s) {names} left no record; the others wait"
+    elif set(v.culprit_ranks) <= set(evidence.unread):
+        return _unread(v, pg, evidence)
     else:
-        text = f"rank(s) {names} never entered {_in(c, v, evidence)}{pg} that rank(s) {_ranks(v.waiting)} {verb}"
+        read = [r for r in v.culprit_ranks if r not in evidence.unread]
+        text = f"rank(s) {_ranks(read)} never entered {_in(c, v, evidence)}{pg} that rank(s) {_ranks(v.waiting)} {verb}"
         if not evidence.live and v.last_seq:
             text += " (last sequence ids: " + rank_values(v.last_seq) + ")"
-    if v.no_evidence:
-        text += f"; rank(s) {_ranks(v.no_evidence)} " + ("left no flight record" if not evidence.live
-                                                           else "did not answer (no flight recorder)")
+        if len(read) < len(v.culprit_ranks):
+            text += f"; rank(s) {_ranks(not_read(v, evidence))} {UNREAD}"
+    silent = [r for r in v.no_evidence if r not in evidence.unread]
+    if silent:
+        text += f"; rank(s) {_ranks(silent)} " + ("left no flight record" if not evidence.live
+                                                  else "did not answer (no flight recorder)")
     ended = [c for c in v.culprits if c.ended]
     if ended:
         text += "; " + ", ".join(f"rank {c.rank} ended of its own (exit code {c.ended['exit_code']})" for c in ended)
@@ -225,6 +233,22 @@ def _missing(v: Verdict, names: str, pg: str, evidence: JobEvidence) -> str:
         if first is not None and first.call is not None:
             text += f" in {_call(first.call)} (process group {first.call.group.name})"
     return text
+
+
+UNREAD = "not read (no process of theirs was read: another node's, or one that could not be read)"
+
+
+def not_read(v: Verdict, evidence: JobEvidence) -> list[int]:
+    """The culprits nothing was read of (JobEvidence.unread): the others wait for them, where they are is not known."""
+    return [r for r in v.culprit_ranks if r in evidence.unread]
+
+
+def _unread(v: Verdict, pg: str, evidence: JobEvidence) -> str:
+    """Every rank the others wait for was not read (a one-node attach of a multi-node job): never "never entered",
+    which nothing read says."""
+    verb = "wait in" if evidence.live else "entered"
+    return (f"rank(s) {_ranks(v.waiting)} {verb} {_in(v.call, v, evidence)}{pg} for rank(s) "
+            f"{_ranks(v.culprit_ranks)}, {UNREAD}: whether they entered it, nothing read says")
 
 
 def to_json(v: Verdict, evidence: JobEvidence) -> dict:
@@ -242,6 +266,11 @@ def to_json(v: Verdict, evidence: JobEvidence) -> dict:
         out["no_culprit"] = v.no_culprit.value
     if v.no_evidence:
         out["no_evidence"] = list(v.no_evidence)
+    if not_read(v, evidence):
+        out["not_read"] = not_read(v, evidence)
+        if len(out["not_read"]) == len(v.culprit_ranks):  # nothing to look at in a stack: read them first
+            out["fix"] = (f"read rank(s) {_ranks(out['not_read'])}: run attach where they run, or on every node of "
+                          "the job with --master HOST:PORT (one verdict over every node's ranks)")
     if v.likely:
         out["likely"] = True
     if v.no_majority:

@@ -11,10 +11,11 @@ PLAIN_EVERY_S = 30.0  # off a terminal: at most one line this often, and only wh
 
 class Pace:
     """Fed each poll (``observe``); says the job's progress through ``show`` (terminal: the status line) or
-    ``say`` (a plain line)."""
+    ``say`` (a plain line). ``nnodes``: the job's nodes; each node's watchdog counts its own ranks' collectives, so
+    on several nodes the line says they are this node's, never "every rank" of a world it did not read."""
 
-    def __init__(self, show=None, say=None, clock=time.monotonic):
-        self.show, self.say, self.clock = show, say, clock
+    def __init__(self, show=None, say=None, clock=time.monotonic, nnodes: int = 1):
+        self.show, self.say, self.clock, self.nnodes = show, say, clock, nnodes
         self.started = clock()
         self.moved_at: float | None = None
         self.last: tuple | None = None
@@ -44,7 +45,9 @@ class Pace:
             counts = [v for v in done.values() if v is not None]
             if not counts or not any(counts):
                 return None
-            what = f"{min(counts)} collectives done on every rank of {len(counts)}"
+            what = f"{min(counts)} collectives done on " + (
+                f"each of this node's {len(counts)} ranks (one node of {self.nnodes})" if self.nnodes > 1
+                else f"every rank of {len(counts)}")
         ago = "" if self.moved_at is None else f" · last progress {now - self.moved_at:.0f} s ago"
         elapsed = int(now - self.started)
         return f"ddpdoctor: {what}{ago} · {elapsed // 60}:{elapsed % 60:02d} elapsed"

@@ -12,19 +12,21 @@ from ... import documents
 from ...errors import UsageError
 from ...exitcodes import ExitCode
 from ...numbers import parse_int
-from ..evidence import ending, job_files, user_code
+from ..evidence import ending, job_files, scheduler_end, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge.decide import Context, Evidence, Failures, decide
 from ..judge.dumps import judge_dumps
-from . import analysis
+from . import analysis, known
 from .node_folders import rdzv_id_of
 from ..judge.end_rules import STACKS
 from .trainer_run import kept_sizes, sigterm_stacks
 
 
-def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
-    """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root)."""
+def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results: Path | None = None) -> dict:
+    """The postmortem document of the job whose torchrun log dir is ``log_dir`` (checked: log_root). ``results``:
+    where ddpdoctor keeps results (--results-dir): what it already knew of this job there is evidence (known)."""
     logs = log_root(log_dir)
+    run_id = job_run_id(logs)
     agent_text = read_agent_log(agent_log or logs / "agent.stderr.log", required=agent_log is not None)
     user_code.declare(*analysis.entry_point(agent_text))  # its package is the user's code, wherever installed
     # Reads stay under the log dir's parent (a shared run dir holds every node's logs side by side) or a
@@ -33,7 +35,10 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         verdict = analysis.analyse(logs, agent_text, socket.gethostname())
     run_dir = logs.parent.parent  # a run-trainer run's: <run>/logs/<node>, its records beside
     own = run_records(logs)
-    fr_roots = [log_dir, *map(fr_dir, fr_dirs), *([own / "flight_recorder"] if own else [])]
+    job_folders = known.folders_of(results, run_id, run_dir)  # the job's results folder (its run id's), its run dir
+    # the dumps there are this job's too: run-trainer's nccl_trace_rank_<R> and its ranks' records at exit
+    fr_roots = list(dict.fromkeys([log_dir, *map(fr_dir, fr_dirs), *(f for f in job_folders if f.is_dir()),
+                                   *([own / "flight_recorder"] if own else [])]))
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, own / STACKS if own else None, verdict.world)
@@ -41,13 +46,19 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
     with job_files.reading(run_dir):
         mismatch = kept_sizes(run_dir)
         stacks = sigterm_stacks(run_dir)
-        normal = ending.agent_succeeded(agent_text) or ending.ranks_ended_normally(run_dir / "flight_recorder", ranks)
+        normal = ("torchrun's output: its worker group SUCCEEDED" if ending.agent_succeeded(agent_text) else
+                  "every rank's record at exit: exit code 0"
+                  if ending.ranks_ended_normally(run_dir / "flight_recorder", ranks) else None)
+    if normal is None and verdict.root_cause is None:  # torchrun and srun say nothing of a normal end by default
+        normal = scheduler_said(logs, run_id, notes)
+    attached = None if normal else attach_saved(logs, run_id, job_folders, notes)
     evidence = Evidence(dumps=hang, sizes=mismatch, stalled_s=stalled_s(dumps), timeouts=tuple(pg_timeouts_s(dumps)),
-                        stop_signal=verdict.stopped_by, ranks=tuple(ranks), stacks=stacks)
-    outcome = decide(evidence, Failures(findings=verdict), Context("postmortem", normal_end=normal))
+                        stop_signal=verdict.stopped_by, ranks=tuple(ranks), stacks=stacks, attached=attached)
+    outcome = decide(evidence, Failures(findings=verdict), Context("postmortem", normal_end=bool(normal)))
     record = outcome.record
+    adopted = "attach_saved_verdict" in outcome.evidence
     return documents.envelope(
-        "run-trainer", run_id=job_run_id(logs),
+        "run-trainer", run_id=run_id,
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
         verdict=outcome.verdict, exit_code=outcome.exit_code(), outcome=outcome.to_json(),
         start=None, interrupted=None, torchrun_exit_code=None,
@@ -56,7 +67,10 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path]) -> dict:
         root_cause=record.root,
         consequences=list(record.consequences),
         culprit_ranks=list(record.culprit_ranks),
-        hang={"verdict": hang.to_json()} if hang and record.root else None, logs=str(logs), input_notes=notes + fr_notes,
+        normal_end=normal if outcome.verdict == "pass" else None,
+        hang=({"verdict": attached.diagnosis, "source": str(attached.path)} if adopted else
+              {"verdict": hang.to_json()} if hang and outcome.verdict == "fail" else None),
+        logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
 
 
@@ -68,6 +82,33 @@ def run_records(logs: Path) -> Path | None:
     if logs.parent.name != "logs" or not (run / "run.json").is_file() or not (run / "flight_recorder").is_dir():
         return None
     return run
+
+
+def scheduler_said(logs: Path, run_id: str, notes: list[str]) -> str | None:
+    """SLURM's record that this job ended normally (COMPLETED, exit code 0:0), in words; else None. Asked only for
+    a run id the job or the user gave (--run-id, the scheduler's job id, the log dir's rendezvous id), never for
+    one made up here (job_run_id's new id may be all digits)."""
+    mine = analysis.attempts(logs)
+    given = {os.environ.get(v, "").strip() for v in documents.RUN_ID_VARS} | {rdzv_id_of(p.parent) for p in mine}
+    if not mine or run_id not in given:
+        return None
+    try:
+        owner = os.stat(mine[-1].parent).st_uid
+    except OSError:
+        return None
+    end = scheduler_end.job_end(run_id, job_files.mtime(mine[-1]), owner, notes)
+    if end is not None and not end.normal:
+        notes.append(end.said())  # not a normal end: what the scheduler says, beside what the logs show
+    return end.said() if end is not None and end.normal else None
+
+
+def attach_saved(logs: Path, run_id: str, folders: list[Path], notes: list[str]):
+    """attach's verdict on this job, saved in its results folder while it hung (known.attach_verdict: this job's
+    run, after its last attempt started, a file the reader may trust), or None. decide() makes its rank the root
+    cause where the logs name none."""
+    rdzv = {rdzv_id_of(p.parent) for p in logs.glob("*/attempt_*")} - {None}
+    mine = analysis.attempts(logs)
+    return known.attach_verdict(folders, run_id, rdzv, job_files.mtime(mine[-1]) if mine else None, notes)
 
 
 def last_attempt_ranks(logs: Path, verdict) -> list[int]:

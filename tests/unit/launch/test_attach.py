@@ -2,6 +2,7 @@
 ranks under torch 2.13), what torch's frames say a rank waits in, discovery from environments, the judge."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -741,3 +742,21 @@ def test_a_wait_far_longer_than_any_step_is_a_hang_while_every_rank_waits_and_a_
     add_record(waiter, timed_fr(11, 10, recent), timed_fr(11, 10, recent))
     assert overdue_wait([waiter, spinner], now) is None
     assert decide([waiter, spinner], 2, watched_s=30)["category"] == "no_movement"
+
+
+def test_a_one_node_attach_says_the_other_nodes_ranks_were_not_read_never_that_they_never_entered():
+    """Issue 55 U2: attach on node1 of a 2-node job (world 4, ranks 0 and 1 here, both waiting in all_reduce) said
+    "rank(s) 2, 3 never entered all_reduce": nothing was read of them. Not read is said so, in the words and the
+    JSON, and the fix is to read them; the outcome stays a hang with no rank named."""
+    from ddpdoctor.forensics.attach.run import outcome_of
+
+    doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4)
+    assert "never entered" not in doc["summary"] and "not read" in doc["summary"], doc["summary"]
+    assert doc["summary"].startswith("rank(s) 0, 1 wait in all_reduce for rank(s) 2, 3, not read")
+    assert doc["not_read"] == [2, 3] and [c["state"] for c in doc["culprits"]] == ["not read", "not read"]
+    assert doc["named"] == [] and "--master" in doc["fix"] and "never reached" not in doc["fix"]
+    assert "never entered" not in json.dumps(outcome_of(doc).to_json())
+    # a rank read in its own code is still the one that never entered; the unread one is said apart
+    mixed = decide([read(0, "allreduce_waiter"), read(1, "own_code")], 3)
+    assert mixed["summary"].startswith("rank(s) 1 never entered all_reduce that rank(s) 0 wait in"), mixed["summary"]
+    assert "rank(s) 2 not read" in mixed["summary"] and mixed["not_read"] == [2] and "never reached" in mixed["fix"]

@@ -31,6 +31,15 @@ def test_on_a_terminal_each_poll_redraws_the_steps_and_when_it_last_moved():
     assert shown[-1] == "ddpdoctor: 11 collectives done on every rank of 2 · last progress 0 s ago · 0:08 elapsed"
 
 
+def test_on_several_nodes_the_collectives_are_this_nodes_ranks_never_every_rank_of_a_world_unread():
+    """Issue 55 U3: on 3 nodes of 2 ranks each node's watchdog counts its own 2 ranks; "every rank of 2" in a
+    world of 6 misread as the job's."""
+    shown, clock = [], Clock()
+    Pace(show=shown.append, clock=clock, nnodes=3).observe({2: 25, 3: 26}, {})
+    assert shown == ["ddpdoctor: 25 collectives done on each of this node's 2 ranks (one node of 3) · "
+                     "last progress 0 s ago · 0:00 elapsed"]
+
+
 def test_off_a_terminal_a_plain_line_at_most_every_30_s_and_only_when_it_changed():
     said, clock = [], Clock()
     p = Pace(say=said.append, clock=clock)

@@ -100,6 +100,17 @@ def test_pass_and_fail_name_run_json_and_the_logs_by_full_path():
     assert "run.json: /abs/results/r/run.json" in text
 
 
+def test_run_json_and_the_logs_are_full_paths_under_the_working_directory_too(tmp_path, monkeypatch):
+    """Issue 55 U3: the lines said `logs: ddpdoctor-results/r/logs/node0`, relative to a working directory that
+    `srun`'s merged output of three nodes does not show; FORENSICS.md says full paths."""
+    monkeypatch.chdir(tmp_path)
+    doc = {"run_id": "r", "start": {"fresh": True}, "run_json": f"{tmp_path}/ddpdoctor-results/r/run.json",
+           "logs": f"{tmp_path}/ddpdoctor-results/r/logs/node0", "verdict": "pass", "restarts": 0,
+           "checksums_equal": True, "metrics_summary": {"steps": 3, "ranks": 2}}
+    assert f"\nrun.json: {tmp_path}/ddpdoctor-results/r/run.json\nlogs: {tmp_path}/ddpdoctor-results/r/logs/node0" \
+        in shown(doc)
+
+
 def test_the_pass_line_breaks_between_phrases_at_80_columns():
     doc = {"verdict": "pass", "run_id": "20261123-153043-2d0ff9", "start": {"fresh": True}, "restarts": 0,
            "checksums_equal": True, "metrics_summary": {"steps": 20, "ranks": 2, "first_loss": 4.86559,
