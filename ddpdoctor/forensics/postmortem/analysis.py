@@ -17,7 +17,7 @@ from pathlib import Path
 from ...numbers import parse_int
 from ..evidence import job_files
 from ..evidence.job_files import global_rank_of
-from ..judge import attribution
+from ..judge import attribution, nccl_timeout
 from ..evidence.model import RankFailure
 from ..judge.stopped import stop_explains
 from ..judge.verdict import Findings
@@ -229,6 +229,9 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
                                  "consequences": [f.to_json() for f in rest]})
         if last:
             verdict.root_cause, verdict.consequences = root, rest
+    if dirs and nccl_timeout.adopt(verdict):  # the ranks aborted on NCCL's own timeout: its lines say who is behind
+        verdict.attempts[-1].update(root_cause=verdict.root_cause.to_json(),
+                                    consequences=[f.to_json() for f in verdict.consequences])
     return verdict
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ...grouping import rank_ranges
 from ..evidence import job_files
 from ..evidence.model import RankFailure, is_library
-from ..judge import attribution
+from ..judge import attribution, nccl_timeout
 from ..judge.classify import FRAME, SIGNALS
 from ..judge.verdict import Findings
 from . import analysis
@@ -232,6 +232,8 @@ def _said_before(root: dict | None) -> bool:
     """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
     if not root or root["victim"]:
         return False
+    if root.get("error_type") in nccl_timeout.ERROR_TYPES:  # the ranks aborted on NCCL's own timeout first
+        return True
     if root["category"] == "signal":
         return root.get("signal") not in STOP_SIGNALS
     return root["category"] not in STOP_MARKS
