@@ -15,7 +15,7 @@ def render(doc: dict, console: Console) -> None:
     s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
-             else f"records in {human(doc.get('logs'))}")
+             else f"records in {human(doc.get('logs') or ', '.join((doc.get('config') or {}).get('fr_dirs') or []))}")
     where = records_line(doc)  # one path a line
     if doc.get("verdict") == "pass":
         if "collectives" in s and doc.get("collectives"):
