@@ -270,6 +270,9 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     if verdict.get("no_evidence"):
         rows.append(T(f"no flight recorder from rank(s) {ranks_text(verdict, 'no_evidence')}",
                          style="yellow"))
+    for line in (verdict.get("notes") if isinstance(verdict.get("notes"), list) else [])[:8]:
+        if isinstance(line, str):  # what the records could not tell (the send/recv sizes, a dump not left)
+            rows.append(T(f"note: {line}", style="dim"))
     t = hang.get("threshold") or {}
     if t:
         rows.append(T(limit_line(t, hang.get("stalled_s")), style="dim"))

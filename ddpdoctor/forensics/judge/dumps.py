@@ -61,7 +61,7 @@ class Judged:
         out = words.to_json(self.verdict, self.evidence)
         out["source"] = self.source
         out["files"] = dict(self.files)
-        out["notes"] = list(self.notes)
+        out["notes"] = list(out.get("notes") or []) + list(self.notes)  # the judge's own (sizes), then the dumps'
         return out
 
 

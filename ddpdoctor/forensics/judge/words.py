@@ -251,7 +251,18 @@ def to_json(v: Verdict, evidence: JobEvidence) -> dict:
     if v.via:
         out["via"] = list(v.via)
     out["waits"] = {str(r): _wait(s) for r, s in sorted(evidence.ranks.items()) if s.wait is not None}
+    unsized = _unjudged(v, evidence)
+    if unsized:
+        out["notes"] = [unsized]  # said once: the sizes of the send/recv the ranks wait in are in no record
     return out
+
+
+def _unjudged(v: Verdict, evidence: JobEvidence) -> str | None:
+    """Where the ranks wait in send/recv and nothing holds its sizes, the verdict says so (a size mismatch the
+    judge found already had its sizes)."""
+    from .sizes import unjudged
+
+    return None if v.mismatch else unjudged(evidence)
 
 
 def _wait(s) -> dict:
