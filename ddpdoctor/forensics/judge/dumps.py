@@ -39,7 +39,7 @@ class Judged:
         return words.summary(self.verdict, self.evidence)
 
     def fix(self) -> str:
-        return words.FIX[self.category]
+        return words.fix(self.verdict)
 
     def place(self, culprit: Culprit) -> dict:
         """Where a culprit stands as the document says it: host, where, last_seen(_where), ended."""
