@@ -88,7 +88,7 @@ class Watchdog:
                     self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
                 up_since = launched  # start-up's bound counts from here (or from init_process_group's end)
-                self.init_armed = self.p2p_only = False
+                self.init_armed = self.p2p_only = self.stack_waiting = False
             mark = self.progress()
             self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
@@ -211,7 +211,8 @@ class Watchdog:
         barrier after preparing the data, then `import torch._dynamo` (AdamW, DDP) and the model, which on a
         loaded node outlast a short --hang-timeout; judged then, every rank is "outside collectives" and the
         first is blamed. It ends at the first progress after arming, as soon as a rank waits in a collective
-        (the others may never come), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
+        (the others may never come) or a rank's stack stands in a send/recv (waits_in_p2p: the records show no
+        send/recv), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
         minute (or two thresholds) after the launch, as armed_at's own bound."""
         from ..evidence import worker_client
 
@@ -219,7 +220,19 @@ class Watchdog:
             return False
         if any(worker_client.waiting(fr) for fr in self.last_fr.values()):
             return False
-        return not any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+        if any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid)):
+            return False
+        return not self.waits_in_p2p()
+
+    def waits_in_p2p(self) -> bool:
+        """A rank's stack stands in a send/recv while the records show nothing pending: past its start-up. gloo
+        records a pipeline's all_reduces but not its send/recv, so after its first steps the records fall silent
+        with nothing pending, as a start-up's do (torch 2.15 and 2.13 alike, whenever the watchdog armed after the
+        last all_reduce before the stall): only the stacks tell a rank waiting in recv from a rank importing."""
+        procs = workers(self.agent.pid)
+        self.stack_waiting = stack_waits(stacks_of(self.sockets, askable(self.run_dir, procs,
+                                                                         rank_per_process(procs))))
+        return self.stack_waiting
 
     def in_init(self) -> bool:
         """Some rank waits inside init_process_group and none is importing (stall.past_start_up): asked only while
