@@ -270,6 +270,9 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     if verdict.get("no_evidence"):
         rows.append(T(f"no flight recorder from rank(s) {ranks_text(verdict, 'no_evidence')}",
                          style="yellow"))
+    ras = hang.get("ras") if isinstance(hang.get("ras"), dict) else {}
+    if isinstance(ras.get("said"), str):  # NCCL RAS beside the records' verdict, or why it was not asked
+        rows.append(T(ras["said"], style="yellow" if ras.get("healthy_while_disagree") else ""))
     for line in (verdict.get("notes") if isinstance(verdict.get("notes"), list) else [])[:8]:
         if isinstance(line, str):  # what the records could not tell (the send/recv sizes, a dump not left)
             rows.append(T(f"note: {line}", style="dim"))

@@ -13,7 +13,7 @@ import psutil
 
 from ...errors import NothingReadable, UsageError
 from ...exitcodes import ExitCode
-from ..evidence import pyspy, user_code
+from ..evidence import nccl_ras, pyspy, user_code
 from . import discover as disc
 from . import job_access
 from .decide import decide, undecided, undecided_here, verdict_of
@@ -123,6 +123,8 @@ def run(request: AttachRequest) -> dict:
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
     diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
     verdict = verdict_of(diagnosis)
+    if verdict == "fail":
+        add_ras(diagnosis, reads)
     outcome = outcome_of(diagnosis, verdict)
     stopped = stop_job(job) if request.stop and verdict == "fail" else None
     return documents.envelope(
@@ -130,6 +132,15 @@ def run(request: AttachRequest) -> dict:
         host=socket.gethostname(), job=job.to_json(), interval_s=request.interval, watched_s=round(watched, 1),
         ranks=[r.to_json() for r in reads], diagnosis=diagnosis, outcome=outcome, stopped=stopped,
         notes=job_access.take_notes())
+
+
+def add_ras(diagnosis: dict, reads: list) -> None:
+    """A hang's diagnosis gets NCCL RAS's view (``ras``: fused with the culprits, or why it was not asked) where
+    the ranks' flight records show NCCL."""
+    ras = nccl_ras.consult({r.rank: r.recorded.raw.get("fr") for r in reads if r.recorded},
+                           [c["rank"] for c in diagnosis.get("culprits") or [] if isinstance(c, dict)])
+    if ras is not None:
+        diagnosis["ras"] = ras
 
 
 def outcome_of(diagnosis: dict, verdict: str) -> dict:

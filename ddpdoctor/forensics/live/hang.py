@@ -17,6 +17,7 @@ from ..judge.decide import Context, Failures, decide
 from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement, own_code, past_start_up,
                     progress_mark, stack_waits, stacks_of)
 from . import early, exchange
+from ..evidence import nccl_ras
 from .busy import BusyWait
 from .collect import evidence_of
 from .stragglers import Live
@@ -396,6 +397,9 @@ class Watchdog:
                                   if ev.get("local_rank") is not None},
                   "flight_recorder": {str(r): exchange.last_entries(ev.get("fr"), 20)
                                       for r, ev in sorted(evidence.items())}}
+        ras = nccl_ras.consult({r: ev.get("fr") for r, ev in evidence.items()}, stalled)
+        if ras is not None:  # NCCL's own view of the hang, or why it was not asked
+            report["ras"] = ras
         report["outcome"] = decide(verdict, Failures(culprit_ranks=tuple(stalled)),
                                    Context("live", failed=True, threshold=threshold, hung=True)).to_json()
         if not stop:
