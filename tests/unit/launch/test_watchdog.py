@@ -508,7 +508,7 @@ def test_a_rank_waiting_in_recv_while_the_records_show_nothing_pending_ends_the_
     ranks(2)
     w = dog(timeout=8.0)
     w.last_fr = {0: fr(3), 1: fr(3)}
-    monkeypatch.setattr(hang, "stacks_of", lambda sockets, rs: {0: RECV_STACK, 1: IMPORT_STACK})
+    monkeypatch.setattr(stall, "stacks_of", lambda sockets, rs: {0: RECV_STACK, 1: IMPORT_STACK})
     assert w.starting_up(False, launched=100.0, now=110.0) is False and w.stack_waiting
-    monkeypatch.setattr(hang, "stacks_of", lambda sockets, rs: {0: IMPORT_STACK, 1: None})
+    monkeypatch.setattr(stall, "stacks_of", lambda sockets, rs: {0: IMPORT_STACK, 1: None})
     assert dog(timeout=8.0).starting_up(False, launched=100.0, now=110.0) is True  # importing: still start-up
