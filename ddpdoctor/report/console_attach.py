@@ -54,6 +54,8 @@ def render(doc: dict, console: Console) -> None:
     if diag.get("nodes_without_ranks"):
         console.print(Text(f"no rank of the job runs on: {_ranks(safe_text(n) for n in diag['nodes_without_ranks'])}"),
                       soft_wrap=True)
+    if isinstance(diag.get("ras"), dict) and diag["ras"].get("said"):  # NCCL RAS beside the records' verdict
+        console.print(safe_text(str(diag["ras"]["said"])), soft_wrap=True)
     console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
     table = Table(box=None, pad_edge=False)
     for name in ("rank", "pid", "in", "where", "moved", "cpu"):

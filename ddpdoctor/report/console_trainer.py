@@ -15,7 +15,7 @@ def render(doc: dict, console: Console) -> None:
     s = {k: human(v) for k, v in (doc.get("metrics_summary") or {}).items()}
     # `ddpdoctor postmortem` documents have no start: they describe a log dir, not a run of ours.
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
-             else f"records in {human(doc.get('logs'))}")
+             else f"records in {human(doc.get('logs') or ', '.join((doc.get('config') or {}).get('fr_dirs') or []))}")
     where = records_line(doc)  # one path a line
     if doc.get("verdict") == "pass":
         if "collectives" in s and doc.get("collectives"):
@@ -271,6 +271,12 @@ def hang_rows(hang: dict, saved: bool = True) -> list[Text]:
     if verdict.get("no_evidence"):
         rows.append(T(f"no flight recorder from rank(s) {ranks_text(verdict, 'no_evidence')}",
                          style="yellow"))
+    ras = hang.get("ras") if isinstance(hang.get("ras"), dict) else {}
+    if isinstance(ras.get("said"), str):  # NCCL RAS beside the records' verdict, or why it was not asked
+        rows.append(T(ras["said"], style="yellow" if ras.get("healthy_while_disagree") else ""))
+    for line in (verdict.get("notes") if isinstance(verdict.get("notes"), list) else [])[:8]:
+        if isinstance(line, str):  # what the records could not tell (the send/recv sizes, a dump not left)
+            rows.append(T(f"note: {line}", style="dim"))
     t = hang.get("threshold") or {}
     if t:
         rows.append(T(limit_line(t, hang.get("stalled_s")), style="dim"))

@@ -131,3 +131,18 @@ def test_the_paths_follow_torchs_variables():
     assert dump_pipe.paths({**env, "TORCH_FR_DUMP_TEMP_FILE": "/d/t_"}, 3) == ("/run/fr_3.pipe", "/d/t_3")
     assert dump_pipe.paths({**env, "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, 3) is None  # no recorder: no dump
     assert dump_pipe.paths({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, 3) is None
+
+
+def test_a_job_that_set_the_pipe_but_opened_none_is_said_not_silently_skipped(tmp_path):
+    """Issue 54 item 7: torch 2.15's default "nccl" (ProcessGroupNCCL2) opens no debug-info pipe (the pipe is
+    ProcessGroupNCCL.cpp's, legacy only), so a 2.15 job that set TORCH_NCCL_DEBUG_INFO_PIPE_FILE has none: attach
+    says so, and why, instead of returning no record without a word. Cost: one forked child, about 0.1 s."""
+    from ddpdoctor.forensics.attach import job_access
+
+    job_access.take_notes()
+    rank = SimpleNamespace(pid=os.getpid(), rank=3, uid=os.geteuid(), gid=os.getegid(),
+                           dump_pipe=(str(tmp_path / "pipe_3.pipe"), str(tmp_path / "trace_3")))
+    assert dump_pipe.flight_record(rank, 2.0) is None
+    notes = job_access.take_notes()
+    assert len(notes) == 1 and notes[0].startswith("rank 3: the job set TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), notes
+    assert "ProcessGroupNCCL2" in notes[0] and str(tmp_path / "pipe_3.pipe") in notes[0]

@@ -62,6 +62,10 @@ TRAINER_CANNOT_TELL = {
 TRAINER_NAMES_WITHOUT_CALL_SITE = {
     "moe-splits": "rank 1's input alone changed from its previous all_to_all; the record has no frames",
 } if sys.version_info < (3, 12) else {}
+# Named live by run-trainer's --hang-timeout 8, not after the job's own 20 s timeout: a pipeline whose all_reduces
+# are recorded and whose send/recv are not (gloo) falls silent with nothing pending, as a start-up does; its ranks'
+# stacks in recv end the start-up (issue 54 item 6: on torch 2.15, and on 2.13 under load, it was the 20 s timeout).
+NAMED_LIVE = {"pipeline-1f1b-stuck"}
 # Evidence the document must keep as torch wrote it: the store key the others waited on names the missing rank
 # (`wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2`); it is no secret to redact.
 KEPT = {"lifecycle-noinit": "keys: /default_pg/0//cpu//0/2"}
@@ -124,6 +128,9 @@ def check_run_trainer(shape: Shape, tmp: pytest.TempPathFactory) -> None:
         assert locations_named(doc) == {shape.location}, _said(doc)
     if shape.kill_rank is not None:
         assert rc.get("signal") == "SIGKILL", _said(doc)
+    if shape.name in NAMED_LIVE:
+        threshold = (doc.get("hang") or {}).get("threshold") or {}
+        assert threshold.get("source") == "--hang-timeout", f"not named live ({threshold}): {_said(doc)}"
 
 
 def check_postmortem(shape: Shape, tmp: pytest.TempPathFactory) -> None:

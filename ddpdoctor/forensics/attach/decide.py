@@ -234,3 +234,14 @@ def _stands(r: RankRead) -> str:
     where = f" at {d['where']}" + (f" in {d['function']}" if d.get("function") else "") if d.get("where") else ""
     cpu = f" ({r.cpu * 100:.0f} % of a core)" if r.cpu is not None else ""
     return f"rank {r.rank} {verb}{where}{cpu}"
+
+
+def outcome_of(diagnosis: dict):
+    """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict. Its state
+    gives attach's verdict word and exit code (judge/outcome.STATE_TABLE)."""
+    from ..judge.decide import Context, Evidence, Failures, decide as decide_outcome
+
+    category = str(diagnosis.get("category"))
+    motion = category if category in MOTION_CATEGORIES else None
+    context = Context("attach", failed=motion is None, motion=motion, busy=tuple(diagnosis.get("busy") or ()))
+    return decide_outcome(Evidence(verdict=diagnosis), Failures(), context)

@@ -20,6 +20,13 @@ from . import job_access, job_paths
 
 DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
 POLL_S = 0.1
+NO_PIPE = b"no pipe"  # what the child answers when the rank's pipe is not there or nobody reads it
+# torch 2.15's default "nccl" is ProcessGroupNCCL2, which opens no debug-info pipe (ProcessGroupNCCL.cpp, legacy
+# only): a job that set the variable on 2.15 gets no pipe, and its flight record is not asked this way.
+NO_PIPE_NOTE = ("the job set TORCH_NCCL_DEBUG_INFO_PIPE_FILE but no process reads {pipe}: torch 2.15's default "
+                "\"nccl\" (ProcessGroupNCCL2) opens no debug-info pipe (only legacy ProcessGroupNCCL does: "
+                "TORCH_DIST_USE_NCCL2=0 or backend \"nccl-legacy\"), nor does a job before its first NCCL group; "
+                "its flight record was not asked (torch 2.15's debug server gives it: /fr_dump_file?backend=nccl2)")
 
 
 def paths(env: Mapping[str, str], rank: int) -> tuple[str, str] | None:
@@ -48,8 +55,12 @@ def _exchange(rp, pipe: str, dump_file: str, before: float | None, ask: bool, ti
             before = job_paths.regular_file(rp, dump_file)[0]
         except job_paths.Absent:
             before = None
-        if not job_paths.write_to_pipe(rp, pipe, b"1"):
-            raise job_paths.Absent()
+        try:
+            sent = job_paths.write_to_pipe(rp, pipe, b"1")
+        except job_paths.Absent:
+            sent = False
+        if not sent:
+            return NO_PIPE
     while True:
         try:
             _, data = job_paths.regular_file(rp, dump_file, newer_than=before, cap=MAX_DUMP_BYTES)
@@ -63,7 +74,8 @@ def _exchange(rp, pipe: str, dump_file: str, before: float | None, ask: bool, ti
 def flight_record(rp, timeout: float) -> dict | None:
     """The rank's flight record dumped on request (``rp.dump_pipe``: its pipe and dump file): the dump file
     once it is newer than the request and reads whole; None when torch did not answer within ``timeout``
-    seconds, or what the job named is not its own (job_access notes why)."""
+    seconds, or what the job named is not its own (job_access notes why), or no pipe was there to ask (noted:
+    torch 2.15's nccl2 opens none)."""
     from ..evidence.fr_dumps import parse_dump
 
     if not rp.dump_pipe:
@@ -75,6 +87,9 @@ def flight_record(rp, timeout: float) -> dict | None:
         left = deadline - time.monotonic()
         got = job_access.as_job(rp, lambda: _exchange(rp, pipe, dump_file, before, ask, left), left,
                                 MAX_DUMP_BYTES + 8)
+        if got == NO_PIPE:
+            job_access.note(rp.rank, NO_PIPE_NOTE.format(pipe=pipe), why=None)
+            return None
         if got is None or len(got) < 8:
             return None
         record = parse_dump(got[8:], dump_file)  # a half-written pickle reads as None: read it again

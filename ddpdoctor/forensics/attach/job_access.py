@@ -43,9 +43,10 @@ _notes: list[tuple[int, str]] = []  # one attach run's (its threads'), taken by 
 _notes_lock = threading.Lock()
 
 
-def note(rank: int, text: str, who: str | None = None) -> None:
-    """``who``: the process as the note names it where its rank is not known yet (a Ray worker being read)."""
-    line = f"{who or f'rank {rank}'}: {text}; not used ({WHY})"
+def note(rank: int, text: str, who: str | None = None, why: str | None = WHY) -> None:
+    """``who``: the process as the note names it where its rank is not known yet (a Ray worker being read);
+    ``why``: what it was not used for (None: the note says it all)."""
+    line = f"{who or f'rank {rank}'}: {text}" + (f"; not used ({why})" if why else "")
     with _notes_lock:
         if (rank, line) not in _notes and len(_notes) < MAX_NOTES:
             _notes.append((rank, line))

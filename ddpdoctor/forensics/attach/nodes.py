@@ -50,8 +50,7 @@ class RanksCheck(Check):
         out = []
         reads, job, _ = reads_from_facts(facts_by_node)
         if reads:
-            from .decide import decide
-            from .run import outcome_of
+            from .decide import decide, outcome_of
 
             diag = decide(reads, parse_world(job, reads), watched_s=max(
                 (parse_float((f or {}).get("watched_s")) or 0.0 for f in facts_by_node.values()), default=0.0))

@@ -12,10 +12,10 @@ from typing import Callable
 import psutil
 
 from ...errors import NothingReadable, UsageError
-from ..evidence import pyspy, user_code
+from ..evidence import nccl_ras, pyspy, user_code
 from . import discover as disc
 from . import job_access
-from .decide import MOTION_CATEGORIES, decide, undecided, undecided_here
+from .decide import decide, outcome_of, undecided, undecided_here
 from .sample import read_job
 
 
@@ -122,6 +122,8 @@ def run(request: AttachRequest) -> dict:
         raise NothingReadable("no rank could be read: " + "; ".join(f"rank {r.rank}: {r.error}" for r in reads[:4]))
     diagnosis = decide(reads, job.world_size, watched_s=watched if request.interval > 0 else None)
     outcome = outcome_of(diagnosis)
+    if outcome.verdict == "fail":
+        add_ras(diagnosis, reads)
     stopped = stop_job(job) if request.stop and outcome.verdict == "fail" else None
     return documents.envelope(
         "attach", verdict=outcome.verdict, exit_code=outcome.exit_code(),
@@ -130,15 +132,13 @@ def run(request: AttachRequest) -> dict:
         notes=job_access.take_notes())
 
 
-def outcome_of(diagnosis: dict):
-    """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict. Its state
-    gives attach's verdict word and exit code (judge/outcome.STATE_TABLE)."""
-    from ..judge.decide import Context, Evidence, Failures, decide as decide_outcome
-
-    category = str(diagnosis.get("category"))
-    motion = category if category in MOTION_CATEGORIES else None
-    context = Context("attach", failed=motion is None, motion=motion, busy=tuple(diagnosis.get("busy") or ()))
-    return decide_outcome(Evidence(verdict=diagnosis), Failures(), context)
+def add_ras(diagnosis: dict, reads: list) -> None:
+    """A hang's diagnosis gets NCCL RAS's view (``ras``: fused with the culprits, or why it was not asked) where
+    the ranks' flight records show NCCL."""
+    ras = nccl_ras.consult({r.rank: r.recorded.raw.get("fr") for r in reads if r.recorded},
+                           [c["rank"] for c in diagnosis.get("culprits") or [] if isinstance(c, dict)])
+    if ras is not None:
+        diagnosis["ras"] = ras
 
 
 def read(job: disc.Job, request: AttachRequest, tool: str | None = None, *, one_of_several: bool = False) -> list:

@@ -122,3 +122,72 @@ def fuse(report: RasReport, culprits: list[int]) -> RasFusion:
     ids = {r.rank for r in missing}
     return RasFusion(missing, bool(ids) and ids == set(culprits), tuple(sorted(ids - set(culprits))),
                      report.healthy and bool(culprits))
+
+
+def nccl_version(records: dict[int, dict | None]) -> tuple[bool, str | None]:
+    """(the job runs NCCL, its version) from its ranks' flight records: an entry named ``nccl:``/``nccl2:``, and
+    the record's ``comm_lib_version`` (torch's FlightRecorderDetail.hpp writes ProcessGroupNCCL's NCCL version
+    there; gloo leaves it empty)."""
+    nccl, version = False, None
+    for fr in records.values():
+        if not isinstance(fr, dict):
+            continue
+        version = version or (str(fr["comm_lib_version"]) if fr.get("comm_lib_version") else None)
+        nccl = nccl or any(isinstance(e, dict) and str(e.get("profiling_name", "")).startswith("nccl")
+                           for e in fr.get("entries") or [])
+    return nccl, version
+
+
+def consult(records: dict[int, dict | None], culprits: list[int], asker=ask, installed=None) -> dict | None:
+    """NCCL RAS on a hang, for the verdict document: asked where the job runs NCCL >= 2.28.7 and ``ncclras`` is
+    on this node, fused with the ``culprits`` the records and stacks named; else why it was not asked. None: no
+    NCCL in the records (gloo: RAS has nothing to say)."""
+    nccl, version = nccl_version(records)
+    if not nccl:
+        return None
+    out: dict = {"nccl_version": version, "asked": False, "answered": False}
+    if not supported(version):
+        out["said"] = (f"NCCL RAS not asked: NCCL {version or 'of unknown version'} "
+                       f"(its JSON needs NCCL >= {'.'.join(map(str, MIN_NCCL))})")
+        return out
+    if not (installed if installed is not None else shutil.which("ncclras")):
+        out["said"] = "NCCL RAS not asked: no `ncclras` on this node (it comes with NCCL's tools)"
+        return out
+    out["asked"] = True
+    report = asker()
+    if report is None:
+        out["said"] = (f"NCCL RAS asked, no answer within {TIMEOUT_S:g} s (RAS off with NCCL_RAS_ENABLE=0, or "
+                       "another port: NCCL_RAS_ADDR)")
+        return out
+    fused = fuse(report, culprits)
+    out.update(answered=True, missing=[_rank_json(r) for r in fused.missing], agrees=fused.agrees,
+               ras_only=list(fused.ras_only), healthy_while_disagree=fused.healthy_while_disagree,
+               said=_said(fused, culprits))
+    return out
+
+
+def _rank_json(r: RasRank) -> dict:
+    return {"rank": r.rank, "host": r.host, "pid": r.pid, "gpu": r.gpu, "unresponsive": r.unresponsive,
+            "dead": r.dead}
+
+
+def _who(ranks: tuple[RasRank, ...]) -> str:
+    return ", ".join(f"rank {r.rank}" + (f" on {r.host}" if r.host else "") + (f" pid {r.pid}" if r.pid else "")
+                     + (f" GPU {r.gpu}" if r.gpu is not None else "")
+                     + (" (considered dead)" if r.dead else " (unresponsive)" if r.unresponsive else "")
+                     for r in ranks)
+
+
+def _said(fused: RasFusion, culprits: list[int]) -> str:
+    """One sentence: RAS beside the records' verdict."""
+    if fused.healthy_while_disagree:
+        return ("NCCL RAS reports every rank of its communicators healthy while the ranks disagree: RAS sees only "
+                "NCCL's own view (nccl#1730), so the records' culprit stands")
+    if fused.agrees:
+        return f"NCCL RAS agrees: {_who(fused.missing)} missing"
+    if not fused.missing:
+        return "NCCL RAS reports no missing rank"
+    also = [r for r in fused.missing if r.rank in fused.ras_only]
+    if culprits:
+        return f"NCCL RAS reports {_who(tuple(also))} missing too, which the records did not name"
+    return f"NCCL RAS reports {_who(fused.missing)} missing"

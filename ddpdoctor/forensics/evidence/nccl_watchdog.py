@@ -83,14 +83,15 @@ class Behind:
 
 def behind(timeouts: dict[int, list[WatchdogTimeout]], world: list[int]) -> Behind | None:
     """From every rank's timeouts (rank -> parse(its log)) and the job's ranks: the work the most ranks timed out
-    in, and the ranks behind it: a rank whose last enqueued work is below it (its own line says so), or, when
+    in (of equally many, the furthest: a rank that timed out in an earlier one is behind it), and the ranks
+    behind it: a rank whose last enqueued work is below it (its own line says so), or, when
     every rank that timed out has sequence numbers, a rank of the job that timed out in nothing or in an earlier
     work. nccl2's lines carry no numbers: only ``timed_out`` and ``aborted_itself`` are said. None: no timeout."""
     last = {r: ts[-1] for r, ts in timeouts.items() if ts}
     if not last:
         return None
     seqs = [t.seq for t in last.values() if t.seq is not None]
-    seq = max(set(seqs), key=seqs.count) if seqs else None
+    seq = max(set(seqs), key=lambda s: (seqs.count(s), s)) if seqs else None  # a tie: the furthest work
     named: set[int] = set()
     if seq is not None:
         named |= {r for r, t in last.items() if t.enqueued is not None and t.enqueued < seq}

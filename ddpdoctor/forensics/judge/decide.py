@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..evidence.model import RankFailure
-from . import attribution, end_rules, sizes
+from . import attribution, end_rules, nccl_timeout, sizes
 from .dumps import Judged
 from .sizes import SizeMismatch
 from .outcome import Category, Outcome, Place, Record, State, Threshold
@@ -88,6 +88,7 @@ def decide(evidence: Evidence, failures: Failures, context: Context) -> Outcome:
 
 def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outcome:
     """A finished (or stopped) job: the rules, in their one order, on the failures its logs hold."""
+    _nccl_timed_out(findings)
     if evidence.watchdog is not None:
         root, consequences = _watchdog_hang(evidence.watchdog, findings)
     elif context.interrupted:
@@ -113,6 +114,14 @@ def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outco
     normal = context.normal_end if context.failed is not None else not unverified
     return _shape(verdict, kept, Context(context.entry, failed, normal, context.interrupted,
                                          threshold=context.threshold, tags=context.tags), failed, record)
+
+
+def _nccl_timed_out(findings: Findings) -> None:
+    """The ranks aborted on NCCL's own timeout: its watchdog's lines say who is behind (judge/nccl_timeout.py),
+    first: a later stop (srun ending the step, a time limit) does not make it a stop from outside."""
+    if findings.attempts and nccl_timeout.adopt(findings):
+        findings.attempts[-1].update(root_cause=findings.root_cause.to_json(),
+                                     consequences=[f.to_json() for f in findings.consequences])
 
 
 def _attributed(evidence: Evidence, findings: Findings, context: Context) -> bool:

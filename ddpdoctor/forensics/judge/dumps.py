@@ -39,7 +39,7 @@ class Judged:
         return words.summary(self.verdict, self.evidence)
 
     def fix(self) -> str:
-        return words.FIX[self.category]
+        return words.fix(self.verdict)
 
     def place(self, culprit: Culprit) -> dict:
         """Where a culprit stands as the document says it: host, where, last_seen(_where), ended."""
@@ -61,7 +61,7 @@ class Judged:
         out = words.to_json(self.verdict, self.evidence)
         out["source"] = self.source
         out["files"] = dict(self.files)
-        out["notes"] = list(self.notes)
+        out["notes"] = list(out.get("notes") or []) + list(self.notes)  # the judge's own (sizes), then the dumps'
         return out
 
 

@@ -8,7 +8,7 @@ import socket
 
 from ...grouping import rank_ranges
 from ..evidence.model import RankFailure, is_library
-from . import attribution
+from . import attribution, nccl_timeout
 from .classify import FRAME, SIGNALS
 
 
@@ -123,6 +123,8 @@ def said_before(root: dict | None) -> bool:
     """A real failure that says what it is, not one the signal itself caused (KeyboardInterrupt, SIGTERM)."""
     if not root or root["victim"]:
         return False
+    if root.get("error_type") in nccl_timeout.ERROR_TYPES:  # the ranks aborted on NCCL's own timeout first
+        return True
     if root["category"] == "signal":
         return root.get("signal") not in STOP_SIGNALS
     return root["category"] not in STOP_MARKS

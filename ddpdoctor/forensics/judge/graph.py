@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..evidence.model import P2P_WAITS, Call, Ender, EndKind, JobEvidence, RankState, WaitKind, user_frame
-from . import groups, sizes
+from . import groups, sizes, streams
 from .culprits import culprit as _culprit
 from .culprits import state_of as _state
 from .groups import Finding
@@ -48,6 +48,9 @@ def judge(evidence: JobEvidence) -> Verdict:
            or sizes.judge_completed(evidence))
     if p2p is not None:
         return _finish(p2p, evidence, {})
+    stuck_stream = streams.not_started(evidence)  # every rank inside, some never started it: their stream
+    if stuck_stream is not None:
+        return _finish(stuck_stream, evidence, {})
     edges = _edges(evidence, findings)
     if not edges:
         return _finish(_nobody_waits(evidence, findings), evidence, edges)

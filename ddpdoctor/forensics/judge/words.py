@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...grouping import rank_ranges, rank_values
 from ..evidence.model import Call, JobEvidence, WaitKind, user_frame
+from . import streams
 from .verdict import Category, Consequence, Culprit, NoCulprit, Verdict
 
 FIX = {
@@ -169,6 +170,8 @@ def summary(v: Verdict, evidence: JobEvidence) -> str:
         return f"rank(s) {names} {state}; the others wait for them"
     if v.category == Category.DESYNC:
         return _desync(v, names, pg)
+    if v.category == Category.STUCK_COLLECTIVE and streams.TAG in v.evidence:
+        return streams.summary(v, names, _ranks(v.waiting), _call(c), pg)
     if v.category == Category.STUCK_COLLECTIVE:
         hosts = sorted({str(evidence.ranks[r].host) for r in v.waiting if r in evidence.ranks})
         return (f"every rank is inside {_call(c)}{pg} and none completes; hosts: {', '.join(hosts)}")
@@ -251,10 +254,15 @@ def _unread(v: Verdict, pg: str, evidence: JobEvidence) -> str:
             f"{_ranks(v.culprit_ranks)}, {UNREAD}: whether they entered it, nothing read says")
 
 
+def fix(v: Verdict) -> str:
+    """The verdict's fix: its category's, or the stuck stream's (judge/streams.py)."""
+    return streams.FIX if streams.TAG in v.evidence else FIX[v.category]
+
+
 def to_json(v: Verdict, evidence: JobEvidence) -> dict:
     """run.json's hang.verdict: the documented fields, then the typed ones beside them."""
     out = {"class": LEGACY_CLASS.get(v.category, v.category.value), "category": v.category.value,
-           "summary": summary(v, evidence), "fix": FIX[v.category], "collective": collective(v, evidence),
+           "summary": summary(v, evidence), "fix": fix(v), "collective": collective(v, evidence),
            "culprits": [culprit_json(c, evidence) for c in v.culprits],
            "consequences": [_consequence(c, v, evidence) for c in v.consequences],
            "call_sites": {str(r): user_frame(s.frames).to_json() for r, s in sorted(evidence.ranks.items())
@@ -280,7 +288,18 @@ def to_json(v: Verdict, evidence: JobEvidence) -> dict:
     if v.via:
         out["via"] = list(v.via)
     out["waits"] = {str(r): _wait(s) for r, s in sorted(evidence.ranks.items()) if s.wait is not None}
+    unsized = _unjudged(v, evidence)
+    if unsized:
+        out["notes"] = [unsized]  # said once: the sizes of the send/recv the ranks wait in are in no record
     return out
+
+
+def _unjudged(v: Verdict, evidence: JobEvidence) -> str | None:
+    """Where the ranks wait in send/recv and nothing holds its sizes, the verdict says so (a size mismatch the
+    judge found already had its sizes)."""
+    from .sizes import unjudged
+
+    return None if v.mismatch else unjudged(evidence)
 
 
 def _wait(s) -> dict:

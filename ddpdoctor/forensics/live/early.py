@@ -22,3 +22,12 @@ def threshold(early: dict, hang_s: float, stop: bool) -> dict:
                     f"before ddpdoctor's own hang limit ({hang_s} s), so {taken}, after the ranks had waited "
                     f"{early['waited_s']:g} s, and " + ("the job was stopped when it expired" if stop else
                                                        "the job then ended by that timeout"))}
+
+
+def pending(records: dict[int, dict], gone: set[int]) -> list[tuple[float, float]]:
+    """(deadline, timeout) of the oldest pending collective in each rank's newest record. A rank no longer
+    running (``gone``) has no deadline: its last poll may have caught a collective it then completed; the ranks
+    left waiting for it carry their own."""
+    from ..evidence import worker_client
+
+    return [d for d in (worker_client.pending_deadline(fr) for r, fr in records.items() if r not in gone) if d]

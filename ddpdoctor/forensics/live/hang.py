@@ -14,9 +14,10 @@ from ..evidence.procs import (askable, exit_record, failed_at, rank_per_process,
                               record_at_exit, stop_agent, workers)
 from ..judge import policy
 from ..judge.decide import Context, Evidence, Failures, decide
-from .stall import (Threshold, behind, cpu_seconds, last_steps, motion, movement, own_code, past_start_up,
+from .stall import (Threshold, behind, cpu_seconds, in_init, last_steps, motion, movement, own_code, p2p_waiting,
                     progress_mark, stack_waits, stacks_of)
 from . import early, exchange
+from ..evidence import nccl_ras
 from .busy import BusyWait
 from .collect import evidence_of
 from .stragglers import Live
@@ -88,7 +89,7 @@ class Watchdog:
                     self.stragglers.restart(time.time())  # and a new attempt's rhythm (stragglers.py)
                 pids, started, launched, moved = current, None, time.time(), False
                 up_since = launched  # start-up's bound counts from here (or from init_process_group's end)
-                self.init_armed = self.p2p_only = False
+                self.init_armed = self.p2p_only = self.stack_waiting = False
             mark = self.progress()
             self.stragglers.observe({r: fr for r, fr in self.last_fr.items() if r not in self.gone}, time.time())
             now = time.time()
@@ -145,13 +146,7 @@ class Watchdog:
         return min(self.poll, max(0.2, at - time.time()))
 
     def pending(self) -> list[tuple[float, float]]:
-        """(deadline, timeout) of the oldest pending collective in each rank's newest record. A rank no longer
-        running has no deadline: its last poll may have caught a collective it then completed; the ranks left
-        waiting for it carry their own."""
-        from ..evidence import worker_client
-
-        return [d for d in (worker_client.pending_deadline(fr) for r, fr in self.last_fr.items() if r not in self.gone)
-                if d]
+        return early.pending(self.last_fr, self.gone)
 
     def before_timeout(self, now: float) -> dict | None:
         """Collect every rank's evidence when the oldest pending collective nears its process group's timeout:
@@ -211,22 +206,25 @@ class Watchdog:
         barrier after preparing the data, then `import torch._dynamo` (AdamW, DDP) and the model, which on a
         loaded node outlast a short --hang-timeout; judged then, every rank is "outside collectives" and the
         first is blamed. It ends at the first progress after arming, as soon as a rank waits in a collective
-        (the others may never come), at once for a stopped rank (SIGSTOP: no start-up), and at the latest a
-        minute (or two thresholds) after the launch, as armed_at's own bound."""
+        (the others may never come) or its stack stands in a send/recv (waits_in_p2p: no record shows one), at
+        once for a stopped rank (SIGSTOP: no start-up), at the latest a minute (or two thresholds) after launch."""
         from ..evidence import worker_client
 
         if moved or not self.sockets or now - launched > self.grace() or self.init_armed or self.stack_waiting:
             return False
         if any(worker_client.waiting(fr) for fr in self.last_fr.values()):
             return False
-        return not any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+        stopped = any(worker_client.process_state(p.pid) == "stopped" for p in workers(self.agent.pid))
+        return not stopped and not self.waits_in_p2p()
+
+    def waits_in_p2p(self) -> bool:
+        """A rank's stack stands in a send/recv (stall.p2p_waiting): past its start-up."""
+        self.stack_waiting = p2p_waiting(self.sockets, self.run_dir, workers(self.agent.pid))
+        return self.stack_waiting
 
     def in_init(self) -> bool:
-        """Some rank waits inside init_process_group and none is importing (stall.past_start_up): asked only while
-        the watchdog is not armed yet."""
-        procs = workers(self.agent.pid)
-        ranks = askable(self.run_dir, procs, rank_per_process(procs))
-        return past_start_up(stacks_of(self.sockets, ranks), ranks)
+        """Some rank waits inside init_process_group (stall.in_init): asked only while not armed yet."""
+        return in_init(self.sockets, self.run_dir, workers(self.agent.pid))
 
     def grace(self) -> float:
         """How long start-up or an exit keeps silence from counting (then a rank stuck there is named)."""
@@ -383,6 +381,8 @@ class Watchdog:
                                   if ev.get("local_rank") is not None},
                   "flight_recorder": {str(r): exchange.last_entries(ev.get("fr"), 20)
                                       for r, ev in sorted(evidence.items())}}
+        if (ras := nccl_ras.consult({r: ev.get("fr") for r, ev in evidence.items()}, stalled)) is not None:
+            report["ras"] = ras  # NCCL's own view of the hang, or why it was not asked
         report["outcome"] = decide(Evidence(verdict=verdict), Failures(culprit_ranks=tuple(stalled)),
                                    Context("live", failed=True, threshold=threshold, hung=True)).to_json()
         if not stop:

@@ -153,6 +153,24 @@ def stack_waits(stacks: dict[int, str | None]) -> bool:
 
 
 
+def in_init(sockets: str, run_dir: Path, procs: list) -> bool:
+    """Some rank of ``procs`` waits inside init_process_group and none is importing (past_start_up)."""
+    from ..evidence.procs import askable, rank_per_process
+
+    ranks = askable(run_dir, procs, rank_per_process(procs))
+    return past_start_up(stacks_of(sockets, ranks), ranks)
+
+
+def p2p_waiting(sockets: str, run_dir: Path, procs: list) -> bool:
+    """A rank's stack stands in a send/recv while the records show nothing pending: the job is past its start-up.
+    gloo records a pipeline's all_reduces but not its send/recv, so after its first steps the records fall silent
+    with nothing pending, as a start-up's do (torch 2.15 and 2.13 alike, whenever the watchdog armed after the
+    last all_reduce before the stall): only the stacks tell a rank waiting in recv from a rank importing."""
+    from ..evidence.procs import askable, rank_per_process
+
+    return stack_waits(stacks_of(sockets, askable(run_dir, procs, rank_per_process(procs))))
+
+
 def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
     """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer; asked of
     every rank at once (a rank whose server cannot take the GIL costs its 2 s once, not once per rank)."""

@@ -53,3 +53,49 @@ def test_postmortem_keeps_its_result_under_the_jobs_torchrun_id_and_says_where(t
     assert json.loads((tmp_path / "results" / "wf-2" / "postmortem.json").read_text())["run_id"] == "wf-2"
     p = run_cli("postmortem", str(tmp_path / "logs"), "--results-dir", str(tmp_path / "none"), "--no-save", env=env)
     assert p.returncode == 1 and not (tmp_path / "none").exists()
+
+
+def _dump(enqueued: int, completed: int, seqs: list[int]) -> str:
+    """A gloo flight record as torch 2.13's writer lays it out (FlightRecorderDetail.hpp's dump_json: version,
+    pg_status, entries with collective_seq_id, profiling_name, frames)."""
+    import json
+
+    entries = [{"pg_id": 0, "collective_seq_id": s, "profiling_name": "gloo:allreduce", "input_sizes": [[16]],
+                "input_dtypes": ["Float"], "is_p2p": False, "state": "completed",
+                "frames": [{"filename": "train.py", "line": 40, "name": "step"}]} for s in seqs]
+    return json.dumps({"version": "2.10", "pg_status": {"0": {"last_enqueued_collective": enqueued,
+                                                              "last_completed_collective": completed}},
+                       "entries": entries})
+
+
+def test_fr_dir_alone_gives_the_dumps_verdict(tmp_path):
+    """Issue 54 item 4: `postmortem --fr-dir DIR` with no torchrun log dir (dumps copied off a cluster): the rank
+    the dumps name fails the job; before, DIR was required (exit 2, "Missing argument")."""
+    import json
+
+    (tmp_path / "rank0.json").write_text(_dump(10, 9, [9, 10]))
+    (tmp_path / "rank1.json").write_text(_dump(9, 9, [9]))
+    p = run_cli("postmortem", "--fr-dir", str(tmp_path), "--json", "--no-save")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["culprit_ranks"] == [1] and doc["root_cause"]["rank"] == 1, (p.stderr, doc)
+    assert doc["outcome"]["culprits"][0]["rank"] == 1 and doc["config"]["log_dir"] is None
+    human = run_cli("postmortem", "--fr-dir", str(tmp_path), "--no-save")
+    assert human.returncode == 1 and "rank 1" in human.stdout and not human.stderr.strip(), human.stderr
+
+
+def test_fr_dir_alone_without_a_named_rank_is_not_verified_and_without_dumps_a_usage_error(tmp_path):
+    import json
+
+    (tmp_path / "d").mkdir()
+    for r in (0, 1):
+        (tmp_path / "d" / f"rank{r}.json").write_text(_dump(9, 9, [9]))
+    p = run_cli("postmortem", "--fr-dir", str(tmp_path / "d"), "--json", "--no-save")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 5 and doc["verdict"] == "warn" and doc["root_cause"]["error_type"] == "not_verified", doc
+    assert "not verified" in doc["root_cause"]["message"] and doc["culprit_ranks"] == []
+    (tmp_path / "empty").mkdir()
+    for args, needle in ((["--fr-dir", str(tmp_path / "empty")], "no flight-recorder dump found"),
+                         ([], "give the job's torchrun log dir")):
+        q = run_cli("postmortem", *args, "--no-save")
+        lines = [ln for ln in q.stderr.splitlines() if ln.strip()]
+        assert q.returncode == 2 and len(lines) == 1 and needle in lines[0], q.stderr

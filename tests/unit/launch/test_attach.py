@@ -12,7 +12,7 @@ from ddpdoctor.errors import NothingReadable, UsageError
 from ddpdoctor.forensics.attach import discover as disc
 from ddpdoctor.forensics.attach import run as attach_run
 from ddpdoctor.forensics.attach.decide import Motion, decide, motion, undecided, undecided_here
-from ddpdoctor.forensics.attach.run import outcome_of
+from ddpdoctor.forensics.attach.decide import outcome_of
 from ddpdoctor.forensics.attach.sample import RankRead, read_rank
 from ddpdoctor.forensics.evidence import pyspy
 from ddpdoctor.forensics.evidence.model import Source, WaitKind
@@ -748,7 +748,7 @@ def test_a_one_node_attach_says_the_other_nodes_ranks_were_not_read_never_that_t
     """Issue 55 U2: attach on node1 of a 2-node job (world 4, ranks 0 and 1 here, both waiting in all_reduce) said
     "rank(s) 2, 3 never entered all_reduce": nothing was read of them. Not read is said so, in the words and the
     JSON, and the fix is to read them; the outcome stays a hang with no rank named."""
-    from ddpdoctor.forensics.attach.run import outcome_of
+    from ddpdoctor.forensics.attach.decide import outcome_of
 
     doc = decide([read(0, "allreduce_waiter"), read(1, "allreduce_waiter")], 4)
     assert "never entered" not in doc["summary"] and "not read" in doc["summary"], doc["summary"]

@@ -314,3 +314,21 @@ def test_a_wait_no_record_places_leads_to_the_rank_killed_not_to_the_ranks_the_l
     job.add(RankState(2, Source.AGENT_LOG, ending=Ending(EndKind.SIGNALLED, signal="SIGTERM", by=Ender.LAUNCHER)))
     v = judge(job)
     assert v.culprit_ranks == [1] and v.category == Category.KILLED, v
+
+
+def test_ranks_waiting_in_send_recv_with_no_sizes_anywhere_say_so_once_in_the_verdict():
+    """Issue 54 item 5: gloo records no send/recv, so where the ranks wait in them and no record or kept call holds
+    the sizes, a wrong-sized message cannot be told from a missing one: the verdict says it, once (sizes.unjudged
+    was written but called nowhere)."""
+    job = JobEvidence(live=True, world=(0, 1, 2))
+    job.add(RankState(0, Source.PY_SPY, wait=Wait(WaitKind.RECV, peer=1)))
+    job.add(RankState(1, Source.PY_SPY, wait=Wait(WaitKind.RECV, peer=2)))
+    job.add(RankState(2, Source.PY_SPY, frames=(Frame(USER, 33, "compute"),), wait=Wait(WaitKind.NONE)))
+    doc = to_json(judge(job), job)
+    assert [n for n in doc.get("notes", []) if "send/recv sizes are in no record" in n] == doc["notes"], doc
+    assert len(doc["notes"]) == 1
+    from ddpdoctor.report.console_trainer import hang_rows
+    assert any("send/recv sizes are in no record" in row.plain for row in hang_rows({"verdict": doc}))
+    collective = JobEvidence(live=True, world=(0, 1))
+    collective.add(RankState(0, Source.PY_SPY, wait=Wait(WaitKind.COLLECTIVE)))
+    assert "notes" not in to_json(judge(collective), collective)  # no send/recv waited in: nothing to say

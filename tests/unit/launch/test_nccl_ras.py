@@ -33,3 +33,73 @@ def test_ras_healthy_while_the_ranks_disagree_is_said():
 def test_versions_and_bad_input():
     assert ras.supported("2.28.7") and ras.supported("2.30.7") and not ras.supported("2.27.5")
     assert not ras.supported(None) and ras.parse("not json") is None and ras.parse("{}") is None
+
+
+def nccl_fr(version: str = "2.30.7", name: str = "nccl:all_reduce") -> dict:
+    """An NCCL rank's record: torch's writer puts ProcessGroupNCCL's NCCL version in ``comm_lib_version``
+    (torch/include/torch/csrc/distributed/c10d/FlightRecorderDetail.hpp, lines 515 and 612)."""
+    return {"version": "2.10", "comm_lib_version": version,
+            "pg_status": {"0": {"last_enqueued_collective": "7", "last_completed_collective": "6"}},
+            "entries": [{"collective_seq_id": 7, "pg_id": 0, "profiling_name": name, "state": "started",
+                         "is_p2p": False}]}
+
+
+def test_without_ncclras_on_the_node_ras_is_said_not_asked():
+    """Issue 54 item 2: this machine has no ncclras (no GPU): the hang's document says RAS was not asked, and why."""
+    out = ras.consult({0: nccl_fr(), 1: nccl_fr()}, [1])
+    assert out["asked"] is False and "no `ncclras` on this node" in out["said"] and out["nccl_version"] == "2.30.7"
+    old = ras.consult({0: nccl_fr("2.27.5")}, [1], installed=True)
+    assert old["asked"] is False and "NCCL 2.27.5" in old["said"] and "2.28.7" in old["said"]
+    assert ras.consult({0: nccl_fr(name="gloo:all_reduce") | {"comm_lib_version": ""}}, [1]) is None  # gloo: none
+
+
+def test_asked_ras_is_fused_with_the_records_culprit():
+    dead = ras.consult({0: nccl_fr()}, [3], asker=lambda: ras.parse(json.dumps(ONE_DEAD)), installed=True)
+    assert dead["asked"] and dead["answered"] and dead["agrees"] and dead["missing"][0]["host"] == "node7"
+    assert dead["said"] == "NCCL RAS agrees: rank 3 on node7 pid 4242 GPU 3 (considered dead) missing"
+    other = ras.consult({0: nccl_fr()}, [1], asker=lambda: ras.parse(json.dumps(ONE_DEAD)), installed=True)
+    assert other["ras_only"] == [3] and "missing too, which the records did not name" in other["said"]
+    healthy = ras.consult({0: nccl_fr()}, [2], asker=lambda: ras.parse(json.dumps(HEALTHY)), installed=True)
+    assert healthy["healthy_while_disagree"] and "healthy while the ranks disagree" in healthy["said"]
+    silent = ras.consult({0: nccl_fr()}, [2], asker=lambda: None, installed=True)
+    assert silent["asked"] and not silent["answered"] and "no answer" in silent["said"]
+
+
+def test_the_watchdogs_hang_report_carries_ras_and_its_panel_says_it(monkeypatch):
+    """run-trainer's watchdog (live/hang.py build_report) on an NCCL hang: ``hang.ras``, and the panel's line."""
+    from pathlib import Path
+
+    from ddpdoctor.forensics.live import hang
+    from ddpdoctor.report.console_trainer import hang_rows
+
+    class Agent:
+        pid = 0
+
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(ras.shutil, "which", lambda name: None)
+    evidence = {r: {"host": "n0", "pid": 100 + r, "state": "running", "fr": nccl_fr(), "stacks": None,
+                    "local_rank": r} for r in (0, 1)}
+    evidence[1]["fr"] = dict(nccl_fr(), pg_status={"0": {"last_enqueued_collective": "6",
+                                                         "last_completed_collective": "6"}}, entries=[])
+    w = hang.Watchdog(Agent(), Path("/nonexistent"), Path("/nonexistent"), 8.0, sockets="/nonexistent/{rank}.sock")
+    report = w.build_report(evidence, 9.0, {"seconds": 8.0, "source": "--hang-timeout", "why": ""}, stop=False,
+                            procs=[])
+    assert report["ras"]["asked"] is False and "not asked" in report["ras"]["said"], report.get("ras")
+    assert any("NCCL RAS not asked" in row.plain for row in hang_rows(report))
+
+
+def test_attachs_hang_diagnosis_carries_ras(monkeypatch):
+    from types import SimpleNamespace
+
+    from ddpdoctor.forensics.attach import run
+
+    monkeypatch.setattr(ras.shutil, "which", lambda name: None)
+    reads = [SimpleNamespace(rank=r, recorded=SimpleNamespace(raw={"fr": nccl_fr()})) for r in (0, 1)]
+    diagnosis = {"culprits": [{"rank": 1}]}
+    run.add_ras(diagnosis, reads)
+    assert diagnosis["ras"]["asked"] is False and "not asked" in diagnosis["ras"]["said"]
+    gloo = {"culprits": [{"rank": 1}]}
+    run.add_ras(gloo, [SimpleNamespace(rank=0, recorded=None)])
+    assert "ras" not in gloo

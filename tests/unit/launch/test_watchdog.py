@@ -490,3 +490,25 @@ def test_a_send_recv_only_job_moves_by_its_stacks_and_cpu_not_by_a_stuck_rank_s_
     assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion({0: recv, 1: recv}, {0: 1.0, 1: 5.0})
     assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion(own, {0: 1.5, 1: 5.0})  # computing: CPU time
     assert stall.stack_waits(own) and not stall.stack_waits({1: OWN_CODE})
+
+
+RECV_STACK = ('Thread 0x00007f6cd6c36b80 (most recent call first):\n'
+              '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2790 in recv\n'
+              '  File "/home/u/pipe.py", line 41 in stage\n  File "/home/u/pipe.py", line 90 in <module>\n')
+IMPORT_STACK = ('Thread 0x00007f6cd6c36b80 (most recent call first):\n'
+                '  File "<frozen importlib._bootstrap>", line 1 in _find_and_load\n'
+                '  File "/home/u/pipe.py", line 3 in <module>\n')
+
+
+def test_a_rank_waiting_in_recv_while_the_records_show_nothing_pending_ends_the_start_up(ranks, monkeypatch):
+    """Issue 54 item 6: a 1F1B pipeline's all_reduces are recorded (gloo), its send/recv are not: after its first
+    steps the records fall silent with nothing pending, as a start-up's do. Armed after the last all_reduce before
+    the stall (torch 2.15 starts with a few; either torch under load), start-up held the silence for a minute and
+    the job's own 20 s timeout named rank 1 instead of --hang-timeout 8. The stacks tell a rank in recv."""
+    ranks(2)
+    w = dog(timeout=8.0)
+    w.last_fr = {0: fr(3), 1: fr(3)}
+    monkeypatch.setattr(stall, "stacks_of", lambda sockets, rs: {0: RECV_STACK, 1: IMPORT_STACK})
+    assert w.starting_up(False, launched=100.0, now=110.0) is False and w.stack_waiting
+    monkeypatch.setattr(stall, "stacks_of", lambda sockets, rs: {0: IMPORT_STACK, 1: None})
+    assert dog(timeout=8.0).starting_up(False, launched=100.0, now=110.0) is True  # importing: still start-up
