@@ -16,7 +16,7 @@ import psutil
 from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, ray, slurm
 from ...launchers.agents import is_agent, never_rank, starts_ranks
 from ...numbers import parse_int
-from ...redact import redact_argv
+from ...redaction import redact_argv
 from ..evidence import user_code
 from . import dump_pipe, job_access, ray_jobs
 
