@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, TypedDict, runtime_checkable
 
 from . import __version__ as TOOL_VERSION  # noqa: F401 - public: the running ddpdoctor's version (parity)
-from .redact import REDACTED  # noqa: F401 - public: what a redacted value reads as
+from .redaction import REDACTED  # noqa: F401 - public: what a redacted value reads as
 
 # Public too: comparing a value across nodes (majority.py) and the helpers for checks (check_helpers.py).
 from .check_helpers import (best_sample, connect_fix, connect_probe, cuda_available, is_loopback,  # noqa: F401

@@ -84,7 +84,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Environment variables as safe to publish: secret names (TOKEN, KEY, PASSWORD, ...) and
     secret-looking values become ``REDACTED``. Facts are redacted again before they leave the node; a check
     that shows env values in a message redacts them itself."""
-    from .redact import redact_env as redact
+    from .redaction import redact_env as redact
 
     return redact(dict(env))
 

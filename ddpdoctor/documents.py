@@ -69,7 +69,7 @@ def envelope(kind: str, run_id: str | None = None, **body: Any) -> dict:
         raise ValueError(f"unknown kind {kind!r}")
     if kind != "preflight":
         from .rank_lists import bound_document
-        from .redact import redact_evidence
+        from .redaction import redact_evidence
 
         # rank lists bounded first (a dump claiming 65,536 ranks: ranges, not 65,534 objects), then redacted
         body = redact_evidence(bound_document(kind, body))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .api import Check
-from .redact import scrub
+from .redaction import scrub
 
 
 def _json_safe(obj: Any) -> Any:

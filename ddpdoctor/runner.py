@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from .api import Level, NodeContext, Result, Skip
 from .exports import _json_safe, contract, lift_contract, node_comparable
-from .redact import scrub
+from .redaction import scrub
 from .registry import TOOL_ERROR, LoadedCheck  # TOOL_ERROR: a check's own failure (raised, hung, not loaded)
 
 # A gather's outcome, stored beside its facts: {"status": ok|skip|error|timeout, "message", "seconds"}.

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..api import NodeContext
-from ..redact import scrub
+from ..redaction import scrub
 
 PUBLISH_CAP_S = 10.0  # a publish writes a file or draws a nonce: seconds, not minutes
 

@@ -73,7 +73,7 @@ class TrainerConfig:
 
     def to_json(self) -> dict:
         # What run.json stores: secrets in the user's arguments redacted (the processes get the real ones).
-        from ..redact import redact_argv, redact_env
+        from ..redaction import redact_argv, redact_env
 
         return {**asdict(self), "script_args": redact_argv(self.script_args),
                 "preflight_args": redact_argv(self.preflight_args), "env": redact_env(self.env)}

@@ -68,7 +68,7 @@ def redact_error_file(path: str | None, dest: str | None = None) -> None:
         return
     import json
 
-    from ..redact import know_job, redact_evidence
+    from ..redaction import know_job, redact_evidence
 
     dest = dest or path
     know_job(os.environ, sys.argv[1:])

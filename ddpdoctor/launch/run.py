@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import documents
 from ..errors import UsageError
-from ..redact import Lines, know_job, redact_text
+from ..redaction import Lines, know_job, redact_text
 from ..text import safe_text
 from ..forensics.evidence import job_files, procs, user_code
 from ..forensics.live import hang, stall

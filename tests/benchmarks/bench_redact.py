@@ -52,7 +52,7 @@ def planted(lines: list[str]) -> list[str]:
 
 
 def ours(text: str) -> tuple[float, str]:
-    from ddpdoctor import redact
+    from ddpdoctor.redaction import redact
 
     redact.know_job(ENV)
     t0 = time.process_time()

@@ -16,8 +16,9 @@ import psutil
 from ...launchers import JOB_ID_VARS, LAUNCHERS, RUN_ID_VAR, by_name, env_int, mpi, ray, slurm
 from ...launchers.agents import is_agent, never_rank, starts_ranks
 from ...numbers import parse_int
-from ...redact import redact_argv
+from ...redaction import redact_argv
 from ..evidence import user_code
+from ..evidence.procs import runs_python
 from . import dump_pipe, job_access, ray_jobs
 
 # torch's elastic agent: torchrun, or `accelerate launch`, which runs the same agent in its own process
@@ -137,7 +138,7 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
             argv = proc.cmdline()
             user = proc.username()
         except psutil.AccessDenied:
-            if _is_python(proc) or _is_ray_worker(proc):
+            if runs_python(proc) or _is_ray_worker(proc):
                 unreadable.append(proc.pid)
             continue
         except psutil.Error:
@@ -152,8 +153,8 @@ def discover(only_pids: set[int] | None = None) -> Discovery:
         rank, launcher, local, world = rank_of(env)
         if never_rank(argv):
             continue  # torchrun under srun inherits SLURM_PROCID: an agent is walked through, never a rank
-        if rank is None or not _is_python(proc) or is_ddpdoctor(argv):
-            if rank is None and launcher and _is_python(proc):
+        if rank is None or not runs_python(proc) or is_ddpdoctor(argv):
+            if rank is None and launcher and runs_python(proc):
                 spawned.append((proc, env, argv, user, launcher))
             continue  # another ddpdoctor (attach under the same srun) is no rank
         found.append((proc, env, _rank_process(proc, env, env, rank, local, world, env_int(env, "GROUP_RANK"), argv,
@@ -265,7 +266,7 @@ def _first_of(pid: int, worker_env: dict, launcher, n: int):
         own, user = proc.environ(), proc.username()
     except psutil.Error:
         return None
-    if not _is_python(proc) or is_ddpdoctor(argv):
+    if not runs_python(proc) or is_ddpdoctor(argv):
         return None
     env = {**own, **{k: v for k, v in worker_env.items() if k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
                                                                   *launcher.node_rank_vars)}, "LOCAL_RANK": "0"}
@@ -347,13 +348,6 @@ def _ancestors() -> list[psutil.Process]:
         return psutil.Process().parents()
     except psutil.Error:
         return []
-
-
-def _is_python(proc: psutil.Process) -> bool:
-    try:
-        return "python" in proc.name().lower() or "python" in (proc.cmdline() or [""])[0].lower()
-    except psutil.Error:
-        return False
 
 
 def _is_ray_worker(proc: psutil.Process) -> bool:

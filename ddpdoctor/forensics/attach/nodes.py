@@ -78,7 +78,7 @@ PEER_LOCALS = ("dst", "src", "group_dst", "group_src")
 def to_fact(read: RankRead) -> dict:
     """A rank's read as the JSON fact that goes to the master: its frames with no local but a peer's rank, the
     whole redacted (redact.redact_evidence) before it leaves the process."""
-    from ...redact import redact_evidence
+    from ...redaction import redact_evidence
 
     s = read.state
     return redact_evidence({

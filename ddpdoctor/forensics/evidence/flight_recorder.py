@@ -66,7 +66,7 @@ def _site(e: dict) -> Frame | None:
 def status_numbers(fr: dict) -> dict[str, str]:
     """pg_id -> the entry field its pg_status' ``last_*_collective`` counts. NCCL counts collectives
     (``collective_seq_id``); gloo on torch 2.13-2.15 counts every op it recorded or not, send/recv included
-    (``op_id``: its last_enqueued is the newest entry's op_id, seen in the real dumps of tests/unit/launch/data):
+    (``op_id``: its last_enqueued is the newest entry's op_id, seen in the real dumps of tests/unit/forensics/data):
     read as collective ids, a collective after a few sends would look completed while it is pending."""
     newest: dict[str, tuple[int, int]] = {}
     gloo: set[str] = set()

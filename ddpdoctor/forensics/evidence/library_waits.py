@@ -10,7 +10,7 @@ source gives them, innermost first (``model.Frame``): Python frames (faulthandle
 prints them (``c10d::Reducer::finalize_backward`` in ``libtorch_cpu.so``). Rows are tried in table order (the
 more specific first); the judge reads the resulting ``Wait`` fields (``library``, ``phrase``), never a frame name.
 
-Adding a library's wait: one ``Row`` below (and its recorded stack in tests/unit/launch/data/library_stacks/).
+Adding a library's wait: one ``Row`` below (and its recorded stack in tests/unit/forensics/data/library_stacks/).
 Measured on torch 2.13 (gloo, CPU), lightning 2.6, accelerate 1.15: FORENSICS.md, "Waits inside the libraries".
 """
 from __future__ import annotations

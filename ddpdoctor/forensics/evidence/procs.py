@@ -15,7 +15,7 @@ def workers(agent_pid: int) -> list[psutil.Process]:
     """The agent's worker processes: its direct children (a rank's own children, DataLoader workers, carry
     the same RANK and must not stand in for it)."""
     try:
-        return [c for c in psutil.Process(agent_pid).children() if "python" in c.name().lower()]
+        return [c for c in psutil.Process(agent_pid).children() if runs_python(c)]
     except psutil.Error:
         return []
 
@@ -166,7 +166,16 @@ def exit_record(run_dir, rank: int, proc: psutil.Process) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def python_like(name: str, argv0: str) -> bool:
-    """A descendant that runs Python (a DataLoader's worker, a multiprocessing child): its work is the rank's
-    own kind, not a helper's (a compiler, ninja, a linker)."""
-    return "python" in (name or "").lower() or "python" in (argv0 or "").lower()
+def runs_python(proc: psutil.Process) -> bool:
+    """Whether a process runs Python: the one test for a rank (torchrun's worker, a rank attach finds) and for a
+    rank's descendant whose work is the rank's own kind (a DataLoader's worker, a multiprocessing child), not a
+    helper's (a compiler, ninja, a linker). Its name or its argv[0] says python: either can change without the
+    other (a process that set its title keeps its name, an interpreter started through a link of another name
+    keeps its argv[0]). The name is read first, argv[0] only when it does not tell. False when the process
+    cannot be read (gone, or not ours to read)."""
+    try:
+        if "python" in (proc.name() or "").lower():
+            return True
+        return "python" in ((proc.cmdline() or [""])[0] or "").lower()
+    except psutil.Error:
+        return False

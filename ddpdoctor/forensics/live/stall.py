@@ -206,7 +206,7 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
     be asked) and what it waits in, its own CPU seconds, its helpers' (descendants that are not Python) by pid."""
     import psutil
 
-    from ..evidence.procs import python_like
+    from ..evidence.procs import runs_python
     from ..evidence.stacks import main_thread, wait_of
 
     stacks = stacks_of(sockets, askable_ranks) if sockets else {}
@@ -219,7 +219,7 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
         try:
             for child in proc.children(recursive=True):
                 try:
-                    if not python_like(child.name(), (child.cmdline() or [""])[0]):
+                    if not runs_python(child):
                         t = child.cpu_times()
                         helpers[child.pid] = t.user + t.system
                 except psutil.Error:

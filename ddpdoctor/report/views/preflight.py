@@ -13,7 +13,7 @@ from typing import Any
 from ...api import BASELINE, split
 from ...documents import own_results
 from ...exports import exported, node_comparable
-from ...redact import scrub
+from ...redaction import scrub
 from .common import SEVERITY, _finite, _label, _natural, worst
 
 

@@ -9,7 +9,7 @@ from ddpdoctor_checks import (
 )
 
 from ddpdoctor.api import Level
-from ddpdoctor.redact import REDACTED
+from ddpdoctor.redaction import REDACTED
 from tests.unit.helpers import ctx, levels, only
 
 

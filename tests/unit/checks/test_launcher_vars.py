@@ -9,7 +9,7 @@ from ddpdoctor_checks.parity import ParityCheck
 from ddpdoctor_checks.support.launchers import LAUNCHERS, per_node
 
 from ddpdoctor.api import Level
-from ddpdoctor.redact import redact_env
+from ddpdoctor.redaction import redact_env
 
 
 def slurm(i: int) -> dict:

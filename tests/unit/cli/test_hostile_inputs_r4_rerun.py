@@ -130,7 +130,8 @@ def test_a_document_is_redacted_one_pass_per_distinct_text(monkeypatch):
     """A rank's traceback stands in the root cause, in its attempt and among the consequences: redacting the
     document runs the redaction once per distinct text, not once per place (issue 38: the post-mortem of
     10,000 rank folders spent its time redacting the same texts again)."""
-    from ddpdoctor import documents, redact
+    from ddpdoctor import documents
+    from ddpdoctor.redaction import redact
 
     seen: list[str] = []
     real = redact.redact_text

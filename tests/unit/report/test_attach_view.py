@@ -13,7 +13,7 @@ from ddpdoctor.forensics.evidence import pyspy
 from ddpdoctor.report.viewmodel import build
 from tests.unit.helpers import run_cli
 
-DATA = Path(__file__).parents[1] / "launch" / "data" / "pyspy"
+DATA = Path(__file__).parents[1] / "forensics" / "data" / "pyspy"
 
 
 def attach_doc() -> dict:

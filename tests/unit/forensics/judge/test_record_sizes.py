@@ -14,7 +14,7 @@ from pathlib import Path
 from ddpdoctor.forensics.judge import dumps as dumps_judge
 from ddpdoctor.forensics.judge.verdict import Category
 
-DATA = Path(__file__).parent / "data" / "fr_gloo_2.13"
+DATA = Path(__file__).parents[1] / "data" / "fr_gloo_2.13"
 REAL = json.loads((DATA / "rank0.json").read_text())
 ALL_REDUCE, ALL_TO_ALL, BROADCAST = (next(e for e in REAL["entries"] if e["profiling_name"] == f"gloo:{op}")
                                      for op in ("all_reduce", "all_to_all", "broadcast"))

@@ -1,4 +1,4 @@
-"""attach's pieces on recorded evidence: py-spy's text parsed (tests/unit/launch/data/pyspy/: real dumps of gloo
+"""attach's pieces on recorded evidence: py-spy's text parsed (tests/unit/forensics/data/pyspy/: real dumps of gloo
 ranks under torch 2.13), what torch's frames say a rank waits in, discovery from environments, the judge."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ddpdoctor.forensics.attach.sample import RankRead, read_rank
 from ddpdoctor.forensics.evidence import pyspy
 from ddpdoctor.forensics.evidence.model import Source, WaitKind
 
-DATA = Path(__file__).parent / "data" / "pyspy"
+DATA = Path(__file__).parents[1] / "data" / "pyspy"
 
 
 def dump(name: str) -> pyspy.Dump:
@@ -653,7 +653,7 @@ def test_the_default_group_is_read_from_what_the_caller_passed():
     assert wrapped("(<Tensor at 0x1>)", '{"op": <RedOpType at 0x2>, ...}') is None
 
 
-LIB = Path(__file__).parent / "data" / "library_stacks"
+LIB = Path(__file__).parents[1] / "data" / "library_stacks"
 
 
 def lib_dump(name: str) -> pyspy.Dump:

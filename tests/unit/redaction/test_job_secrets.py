@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from ddpdoctor import job_secrets, redact
-from ddpdoctor.redact import REDACTED, Lines, know_job, redact_argv, redact_text
+from ddpdoctor.redaction import job_secrets, redact
+from ddpdoctor.redaction import REDACTED, Lines, know_job, redact_argv, redact_text
 
 AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 WANDB = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # 40 hex characters, like a git SHA: only the value tells

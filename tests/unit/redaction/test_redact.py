@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ddpdoctor import redact
-from ddpdoctor.redact import (
+from ddpdoctor.redaction import redact
+from ddpdoctor.redaction.redact import (
     REDACTED,
     is_secret_name,
     redact_argv,
@@ -256,7 +256,7 @@ def test_run_trainer_documents_are_redacted_where_they_are_made():
 
 def test_a_source_file_named_like_a_secret_keeps_its_line_number():
     """A verdict's `where: /tmp/u2s/secret.py:9` lost its line to the name rule (`secret...:` + value)."""
-    from ddpdoctor.redact import redact_text
+    from ddpdoctor.redaction import redact_text
 
     for text in ("where: /tmp/u2s/secret.py:9", "fix the exception at /a/auth/token_utils.py:123 in load",
                  "rank 1: all_reduce at /srv/api_key.py:77; rank 2", "File \"/x/secrets.py\", line 9, in main"):

@@ -17,7 +17,7 @@ import pytest
 from ddpdoctor.forensics.evidence import fr_dumps, job_files
 from ddpdoctor.forensics.judge import dumps as dumps_judge
 
-DATA = Path(__file__).parent / "data" / "fr_gloo_2.13"
+DATA = Path(__file__).parents[1] / "data" / "fr_gloo_2.13"
 
 
 def real(rank: int) -> dict:

@@ -7,7 +7,7 @@ from ddpdoctor.forensics.evidence import lagging, worker_server
 from ddpdoctor.forensics.evidence.model import WaitKind
 from ddpdoctor.forensics.judge import Category, judge
 from ddpdoctor.forensics.judge.words import to_json
-from tests.unit.launch.test_judge import C10D, USER, entry, rank, stack
+from tests.unit.forensics.judge.test_judge import C10D, USER, entry, rank, stack
 
 AUTOGRAD = "/x/site-packages/torch/autograd/graph.py"
 LIGHTNING = "/x/site-packages/lightning/pytorch/core/module.py"

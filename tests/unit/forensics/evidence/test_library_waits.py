@@ -12,7 +12,7 @@ from ddpdoctor.forensics.evidence import pyspy, stacks
 from ddpdoctor.forensics.evidence.library_waits import ROWS, LibraryWait, library_wait
 from ddpdoctor.forensics.evidence.model import Frame, WaitKind, is_library
 
-DATA = Path(__file__).parent / "data" / "library_stacks"
+DATA = Path(__file__).parents[1] / "data" / "library_stacks"
 JOB = "/home/user/job/"
 
 

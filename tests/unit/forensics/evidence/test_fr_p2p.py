@@ -19,7 +19,7 @@ from ddpdoctor.forensics.evidence.model import WaitKind
 from ddpdoctor.forensics.judge import dumps as dumps_judge
 from ddpdoctor.forensics.judge.verdict import Category
 
-DATA = Path(__file__).parent / "data" / "fr_gloo_2.13"
+DATA = Path(__file__).parents[1] / "data" / "fr_gloo_2.13"
 TEMPLATE = json.loads((DATA / "rank0.json").read_text())["entries"][0]  # gloo:all_reduce #1, torch's fields
 T0 = TEMPLATE["time_created_ns"]
 

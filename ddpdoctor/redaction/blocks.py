@@ -16,7 +16,7 @@ import math
 import re
 from collections import Counter
 
-from .secret_names import is_secret_name
+from .names import is_secret_name
 
 MAX_BLOCK_CHARS = 16384  # a 4096-bit RSA key in PEM is ~3.3 KB, an armoured PGP private key ~5-7 KB
 MAX_VALUE_LINES = 64  # lines of one YAML block value

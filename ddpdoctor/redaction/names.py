@@ -1,6 +1,6 @@
 """Which names say they hold a secret (an environment variable, a key in the facts, a flag, a query
 parameter), and what a redacted value reads as. The rules every redaction shares (``redact``,
-``job_secrets``, ``secret_blocks``), kept apart so that they import no redaction code."""
+``job_secrets``, ``blocks``), kept apart so that they import no redaction code."""
 from __future__ import annotations
 
 import re

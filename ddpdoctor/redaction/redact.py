@@ -14,9 +14,9 @@ Free text another process wrote (log tails, exception messages, tracebacks, stac
 ``redact_evidence`` over a whole document) gets the same rules inside the text: ``--password x``,
 ``--api-key=x``, ``['--token', 'x']``, ``password: x``, ``"api_key": "x"``, ``?token=x``, Azure's
 ``AccountKey=x`` lose the value, except a path (``keys: /default_pg/0//cpu//0/2``: torch's store keys
-name the missing rank); token shapes are redacted wherever they stand (``secret_shapes``: service tokens,
+name the missing rank); token shapes are redacted wherever they stand (``shapes``: service tokens,
 ``Bearer …``, URL passwords, Slack/Discord/Teams/Telegram webhook paths, netrc ``password X``,
-``mysql -pX``), and so are multi-line blocks (``secret_blocks``: PEM and PGP private keys, also when the
+``mysql -pX``), and so are multi-line blocks (``blocks``: PEM and PGP private keys, also when the
 tail cut their BEGIN line; a YAML value on the line after ``password:``; a JWT split at its dots). On top,
 the job's own secrets (``job_secrets``, ``know_job``): the values of its environment's secret-named
 variables and of its secret arguments, wherever they occur, when long enough not to be ordinary text.
@@ -41,9 +41,9 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from . import job_secrets, secret_shapes
-from .secret_blocks import LineState, block_spans
-from .secret_names import REDACTED, is_query_secret, is_secret_name  # noqa: F401 - public here too
+from . import job_secrets, shapes
+from .blocks import LineState, block_spans
+from .names import REDACTED, is_query_secret, is_secret_name  # noqa: F401 - public here too
 
 _SECRET_VALUE = [
     re.compile(r"^(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}$"),  # GitHub
@@ -88,8 +88,8 @@ def _entropy(text: str) -> float:
 def redact_parts(value: str) -> str:
     """The secret parts inside a longer value: a URL's password, secret-named query parameters."""
     value = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
-    if "/" in value and any(host in value for host in secret_shapes.WEBHOOK_HOSTS):
-        value = secret_shapes.WEBHOOK.sub(lambda m: m[0][:m.start(m.lastgroup) - m.start()] + REDACTED, value)
+    if "/" in value and any(host in value for host in shapes.WEBHOOK_HOSTS):
+        value = shapes.WEBHOOK.sub(lambda m: m[0][:m.start(m.lastgroup) - m.start()] + REDACTED, value)
     return _QUERY_PARAM.sub(_query_sub, value) if "=" in value else value
 
 
@@ -240,7 +240,7 @@ def know_job(env: Mapping[str, str] | None = None, argv: Iterable[str] = ()) -> 
 class Lines:
     """``redact_text`` for a stream read line by line (torchrun's output on the terminal, agent.stderr.log),
     with the multi-line context a single line lacks: a key's body after its BEGIN line, a YAML value under
-    ``password:``, the parts of a split JWT (``secret_blocks.LineState``). One per stream."""
+    ``password:``, the parts of a split JWT (``blocks.LineState``). One per stream."""
 
     def __init__(self) -> None:
         self._state = LineState()
@@ -265,7 +265,7 @@ def _redact(text: str, spans: list[tuple[int, int]]) -> str:
     spans += job_secrets.spans(text, values)
     budget = [MAX_FIELDS]
     _named_values(text, spans, budget)
-    secret_shapes.shape_spans(text, spans, budget)
+    shapes.shape_spans(text, spans, budget)
     return _cut(text, spans) if spans else text
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ddpdoctor.forensics.evidence import fr_backends
 
-DATA = Path(__file__).parent / "data" / "fr_gloo_2.13"
+DATA = Path(__file__).parents[1] / "data" / "fr_gloo_2.13"
 GLOO = json.loads((DATA / "rank0.json").read_text())
 EMPTY = {"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": [], "comm_lib_version": "",
          "nccl_comm_state": {}}
