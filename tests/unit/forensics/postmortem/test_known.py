@@ -133,7 +133,7 @@ def test_the_flight_records_in_the_jobs_own_folder_are_its_dumps_too(tmp_path):
     NCCL dumps (nccl_trace_rank_<R>) in the run's folder, beside logs/, which the log dir's search never reached:
     no rank named. They are this job's (the folder of its run id): rank 1, behind by its sequence ids, is named; a
     folder named otherwise (any folder two levels up a plain torchrun log dir) is not searched."""
-    from tests.unit.launch.test_fr_dumps import entry, record
+    from tests.unit.forensics.evidence.test_fr_dumps import entry, record
 
     def run_folder(name: str):
         run = tmp_path / name
