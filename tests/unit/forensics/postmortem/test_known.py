@@ -79,15 +79,17 @@ def test_the_rank_attach_named_while_the_job_hung_is_the_postmortems_said_as_att
     assert "stopped from outside (SIGTERM)" in rc["message"], rc["message"]
 
 
-@pytest.mark.parametrize("doc, why", [
-    (attach_doc(run_id="4241"), "run id '4241'"),
-    (attach_doc(job_id="777@node1:29500"), "the job attach read (777@node1:29500)"),
-    (attach_doc(created="2020-01-01T00:00:00+00:00"), "before this job's last attempt started"),
-    ({**attach_doc(), "verdict": "pass", "diagnosis": {"category": "progressing"}}, "attach found no hang"),
+# each document made when its test runs, after the job's logs: made at collection, "created" is older than a log
+# dir written minutes later under xdist (CI), and the note is "taken before", not the reason the case is about
+@pytest.mark.parametrize("make, why", [
+    (lambda: attach_doc(run_id="4241"), "run id '4241'"),
+    (lambda: attach_doc(job_id="777@node1:29500"), "the job attach read (777@node1:29500)"),
+    (lambda: attach_doc(created="2020-01-01T00:00:00+00:00"), "before this job's last attempt started"),
+    (lambda: {**attach_doc(), "verdict": "pass", "diagnosis": {"category": "progressing"}}, "attach found no hang"),
 ])
-def test_another_jobs_or_an_earlier_runs_verdict_is_no_evidence(tmp_path, doc, why):
+def test_another_jobs_or_an_earlier_runs_verdict_is_no_evidence(tmp_path, make, why):
     logs = hung_job(tmp_path)
-    path = saved(tmp_path, doc)
+    path = saved(tmp_path, make())
     out = explain(logs, None, [], results=tmp_path / "ddpdoctor-results")
     assert out["exit_code"] == 5 and out["culprit_ranks"] == [], out["root_cause"]
     assert any(str(path) in n and why in n for n in out["input_notes"]), out["input_notes"]
