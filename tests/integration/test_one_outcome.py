@@ -1,8 +1,8 @@
 """Issue 53: the same hung job gets one `outcome` from attach (while it hangs), run-trainer (its watchdog stops it)
 and postmortem (of the logs run-trainer kept): the same category, the same culprit, and where it stands wherever
 live stacks were read. The job is a user's package in site-packages (as `pip install .` leaves it), rank 1 asleep in
-its own data loading while rank 0 waits in an all_reduce. One job serves the three collectors. Cost: about 35 s and
-20 CPU-s (two ranks, attach's py-spy samples, a postmortem)."""
+its own data loading while rank 0 waits in an all_reduce (test_user_package.py's job).
+One job serves the three collectors. Cost: about 35 s and 20 CPU-s (two ranks, attach's py-spy samples, a postmortem)."""
 from __future__ import annotations
 
 import json
@@ -15,29 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_trainer import records
+from tests.integration.test_user_package import TRAIN, installed_package  # the same job
 
 pytestmark = pytest.mark.slow
 
-TRAIN = '''import datetime, os, time
-import torch, torch.distributed as dist
-
-def load_batch(rank):
-    if rank == 1:
-        open(os.environ["HUNG_MARK"], "w").close()
-        time.sleep(3600)  # HANG: asleep in the package's own code
-    return torch.ones(4)
-
-def main():
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
-    rank = dist.get_rank()
-    for _ in range(3):
-        dist.all_reduce(torch.ones(4))
-        time.sleep(0.5)
-    dist.all_reduce(load_batch(rank))
-
-if __name__ == "__main__":
-    main()
-'''
 HANG_TIMEOUT = 25  # long enough for attach to read the hung job before the watchdog stops it
 
 
@@ -53,10 +34,7 @@ def same(outcome: dict) -> tuple:
 
 @pytest.mark.timeout(300)
 def test_one_hung_job_is_one_outcome_from_attach_run_trainer_and_postmortem(tmp_path):
-    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
-    (site / "mypkg").mkdir(parents=True)
-    (site / "mypkg" / "__init__.py").write_text("")
-    (site / "mypkg" / "train.py").write_text(TRAIN)
+    site = installed_package(tmp_path)
     line = 1 + TRAIN.splitlines().index("        time.sleep(3600)  # HANG: asleep in the package's own code")
     where = f"{site}/mypkg/train.py:{line}"
     mark = tmp_path / "hung"

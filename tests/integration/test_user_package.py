@@ -4,6 +4,7 @@ a file:line because the frames are under site-packages."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -11,11 +12,13 @@ from tests.integration.test_trainer import run_trainer
 
 pytestmark = pytest.mark.slow
 
-TRAIN = '''import datetime, time
+TRAIN = '''import datetime, os, time
 import torch, torch.distributed as dist
 
 def load_batch(rank):
     if rank == 1:
+        if os.environ.get("HUNG_MARK"):  # test_one_outcome.py waits for it before it attaches
+            open(os.environ["HUNG_MARK"], "w").close()
         time.sleep(3600)  # HANG: asleep in the package's own code
     return torch.ones(4)
 
@@ -32,12 +35,18 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.timeout(240)
-def test_a_hang_in_an_installed_package_is_named_at_its_line(tmp_path):
+def installed_package(tmp_path: Path) -> Path:
+    """``mypkg`` (TRAIN as mypkg/train.py) in a venv's site-packages, as `pip install .` leaves a user's project."""
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     (site / "mypkg").mkdir(parents=True)
     (site / "mypkg" / "__init__.py").write_text("")
     (site / "mypkg" / "train.py").write_text(TRAIN)
+    return site
+
+
+@pytest.mark.timeout(240)
+def test_a_hang_in_an_installed_package_is_named_at_its_line(tmp_path):
+    site = installed_package(tmp_path)
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "OMP_NUM_THREADS": "1"}
     p, doc = run_trainer("--nproc-per-node", "2", "--hang-timeout", "6", "--", "-m", "mypkg.train",
