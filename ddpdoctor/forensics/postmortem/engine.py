@@ -44,12 +44,12 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, own / STACKS if own else None, verdict.world)
     ranks = sorted(set(verdict.world) | set(last_attempt_ranks(logs, verdict)))
-    with job_files.reading(run_dir):
-        mismatch = kept_sizes(run_dir)
-        stacks = sigterm_stacks(run_dir)
+    with job_files.reading(run_dir):  # a run-trainer run's own records, never a plain log dir's parent folder
+        mismatch = kept_sizes(own) if own else None
+        stacks = sigterm_stacks(own) if own else frozenset()
         normal = ("torchrun's output: its worker group SUCCEEDED" if ending.agent_succeeded(agent_text) else
                   "every rank's record at exit: exit code 0"
-                  if ending.ranks_ended_normally(run_dir / "flight_recorder", ranks) else None)
+                  if own and ending.ranks_ended_normally(own / "flight_recorder", ranks) else None)
     if normal is None and verdict.root_cause is None:  # torchrun and srun say nothing of a normal end by default
         normal = scheduler_said(logs, run_id, notes)
     attached = None if normal else attach_saved(logs, run_id, job_folders, notes)
@@ -76,11 +76,12 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
 
 
 def run_records(logs: Path) -> Path | None:
-    """The run-trainer run whose logs these are (``<run>/logs/<node>``, run.json beside): its flight records
-    written at exit or at the SIGTERM and its SIGTERM stacks are this job's own evidence. None for any other
-    folder: a sibling's records are another job's."""
+    """The run-trainer run whose logs these are (its layout: ``<run>/logs/<node>`` with ``<run>/flight_recorder``,
+    run.json too unless run-trainer itself was killed): its flight records written at exit or at the SIGTERM, its
+    SIGTERM stacks and kept sizes are this job's own evidence. None for any other folder: a plain torchrun log
+    dir's parent holds other things (another job's records, the temporary folder)."""
     run = logs.parent.parent
-    if logs.parent.name != "logs" or not (run / "run.json").is_file() or not (run / "flight_recorder").is_dir():
+    if logs.parent.name != "logs" or not (run / "flight_recorder").is_dir():
         return None
     return run
 

@@ -150,3 +150,15 @@ def test_a_stop_says_which_process_group_timeout_the_job_kept():
     v = Verdict(root_cause=None)
     stopped_from_outside(v, None, stalled=None, signal="SIGTERM", timeouts=[1800.0])  # no sign of a hang: no word
     assert "1800" not in v.root_cause.message
+
+
+def test_a_plain_log_dirs_parent_folder_is_no_run_of_its_own(tmp_path):
+    """torchrun's `--log-dir jobs/2/logs`: `jobs/` is no run-trainer run, and the records at exit another job left
+    in `jobs/flight_recorder/` say nothing of this one: not verified, never a pass on them."""
+    jobs = tmp_path / "jobs"
+    logs = _log_dir(jobs / "2")
+    (jobs / "flight_recorder").mkdir()
+    for r in (0, 1):
+        (jobs / "flight_recorder" / f"rank{r}.json").write_text(json.dumps({"entries": [], "ended": {"exit_code": 0}}))
+    p = run_cli("postmortem", str(logs), "--json", env={"DDPDOCTOR_NO_SAVE": "1"})
+    assert p.returncode == 5 and json.loads(p.stdout)["verdict"] == "warn", p.stdout[-2000:]
