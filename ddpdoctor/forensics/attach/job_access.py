@@ -231,12 +231,7 @@ def worker_record(rp, timeout: float = 5.0) -> dict | None:
     path = rp.worker_socket
     if not path:
         return None
-    records = {}
-    for backend in fr_backends.BACKENDS:
-        records[backend] = _worker_answer(rp, path, fr_backends.handler(backend), timeout)
-        if backend == fr_backends.DEFAULT and records[backend] is None:
-            return None
-    return fr_backends.merge(records)
+    return fr_backends.gather(lambda backend: _worker_answer(rp, path, fr_backends.handler(backend), timeout))
 
 
 def _worker_answer(rp, path: str, handler: str, timeout: float) -> dict | None:

@@ -9,13 +9,24 @@ import json
 
 # Every name a 2.15 instance may be kept under (distributed_c10d.py: `_FR_SELF_RECORDING_BACKENDS` and the
 # hooked ones); an instance no backend of the job uses answers an empty record, which the merge drops.
-BACKENDS = ("gloo", "nccl", "nccl2", "nccl-legacy")
+BACKENDS = ("gloo", "nccl", "nccl2", "nccl-legacy", "nccl-lazy")  # nccl-lazy: new_group(backend="nccl-lazy")
 DEFAULT = "gloo"
 
 
 def handler(backend: str) -> str:
     """The worker server's handler path for one instance (torch.distributed.debug asks ``?backend=<name>``)."""
     return "fr_trace_json" if backend == DEFAULT else f"fr_trace_json?backend={backend}"
+
+
+def gather(ask_one) -> dict | None:
+    """One rank's record from every instance (``ask_one(backend)``: that instance's parsed record, None when it
+    did not answer), merged; the default instance first: a rank that does not answer it is not asked the others."""
+    records = {}
+    for backend in BACKENDS:
+        records[backend] = ask_one(backend)
+        if backend == DEFAULT and records[backend] is None:
+            return None
+    return merge(records)
 
 
 def _key(e: dict) -> tuple:
@@ -69,19 +80,28 @@ def _ns(v) -> int:
         return 0
 
 
-def dump_every_instance(c10d) -> bytes | str:
-    """The rank's whole flight record as JSON: every instance its torch keeps (2.15: one per backend, asked by
-    ``backend=``; 2.13/2.14: the one, which takes no ``backend=``), merged (``merge``). Called in the rank at its
-    exit (launch/bootstrap.py)."""
+def dump_every_instance(c10d) -> bytes:
+    """The rank's whole flight record as JSON bytes, as torch's own dump gives them: every instance its torch
+    keeps (2.15: one per backend, asked by ``backend=``; 2.13/2.14: the one, which takes no ``backend=``), merged
+    (``merge``). Called in the rank at its exit and at the launcher's SIGTERM (launch/bootstrap.py), which writes
+    the bytes as they are."""
     try:
-        c10d._dump_fr_trace_json(backend=DEFAULT)
+        first = c10d._dump_fr_trace_json(backend=DEFAULT)
     except TypeError:  # torch 2.13/2.14: one instance
-        return c10d._dump_fr_trace_json()
+        return _bytes(c10d._dump_fr_trace_json())
     records = {}
-    for backend in BACKENDS:
+    try:
+        records[DEFAULT] = json.loads(first)
+    except ValueError:
+        pass
+    for backend in BACKENDS[1:]:
         try:
             records[backend] = json.loads(c10d._dump_fr_trace_json(backend=backend))
         except Exception:  # noqa: BLE001 - an instance that cannot answer is left out
             continue
     merged = merge(records)
-    return json.dumps(merged) if merged is not None else c10d._dump_fr_trace_json()
+    return json.dumps(merged).encode() if merged is not None else _bytes(first)
+
+
+def _bytes(raw: bytes | str) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw

@@ -45,16 +45,14 @@ def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
     instance first: a rank that does not answer it is not asked the others."""
     from . import fr_backends
 
-    records = {}
-    for backend in fr_backends.BACKENDS:
+    def one(backend: str) -> dict | None:
         body = ask(path, fr_backends.handler(backend), timeout)
         try:
-            records[backend] = json.loads(body) if body else None
+            return json.loads(body) if body else None
         except ValueError:
-            records[backend] = None
-        if backend == fr_backends.DEFAULT and records[backend] is None:
             return None
-    return fr_backends.merge(records)
+
+    return fr_backends.gather(one)
 
 
 def completed(fr: dict | None) -> int | None:
