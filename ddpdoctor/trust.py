@@ -218,6 +218,18 @@ def file_refusal(path: str | os.PathLike) -> str | None:
     return None
 
 
+def program(name: str) -> tuple[str | None, str | None]:
+    """A program found on PATH that this process may run: (its path, None); (None, why) when it is not here or,
+    as root, another user could change it (the file or a folder on its way)."""
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        return None, f"no `{name}` on this node"
+    why = file_refusal(path) if as_root() else None
+    return (None, f"{path} refused: {why}") if why else (path, None)
+
+
 def _refusal(what: str, path: str | os.PathLike, why: object) -> UsageError:
     return UsageError(f"{what} {path}: {why}; running as root, ddpdoctor trusts only what root owns and no "
                       f"other user can write (chown root: and chmod go-w it)")

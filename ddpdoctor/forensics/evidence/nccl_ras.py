@@ -3,14 +3,16 @@ missing ranks with host, pid and GPU, which of them are unresponsive (~5 s) or c
 with what the flight records and stacks named; "RAS healthy while the ranks disagree" said as such (NCCL's RAS
 sees only its own communicators: nccl#1730).
 
-The JSON's shape is read tolerantly, as NCCL's docs/userguide troubleshooting/ras.rst describes it: a list of
-communicators (``communicators``), each with its ``ranks`` and ``missing_ranks`` (``rank``, ``host``, ``pid``,
-``cuda_dev``, ``nvml_dev``, ``unresponsive``, ``considered_dead``). It has not been checked against a running
-ncclras here (no GPU): a field named otherwise is not seen, never guessed."""
+The JSON's shape, as NCCL 2.28-2.30 write it (and Ray Train's tests record it): ``nccl_version``, a list of
+``communicators``, each with its ``hash``, ``size``, ``ranks`` and ``missing_ranks`` (``rank``, ``host``, ``pid``,
+``cuda_dev``, ``nvml_dev``, and ``status``: ``unresponsive``, ``considered_dead``). NCCL 2.28.9 leaves out the comma
+before a missing rank's ``status``: the line break between a value and the next key is given its comma
+(``repaired``). A rank there is the communicator's own: only a communicator as large as the job's world (its ranks
+are the job's) is fused with the culprits. Not checked against a running ncclras here (no GPU)."""
 from __future__ import annotations
 
 import json
-import shutil
+import re
 import subprocess
 from dataclasses import dataclass
 
@@ -38,6 +40,7 @@ class RasComm:
 @dataclass(frozen=True)
 class RasReport:
     comms: tuple[RasComm, ...]
+    version: str | None = None   # RAS's own nccl_version
 
     @property
     def missing(self) -> tuple[RasRank, ...]:
@@ -51,22 +54,42 @@ class RasReport:
     def healthy(self) -> bool:
         return bool(self.comms) and not self.missing
 
+    def world(self, size: int | None) -> "RasReport":
+        """The communicators whose ranks are the job's: as large as its world (``size``), else the largest."""
+        largest = max((c.ranks for c in self.comms), default=0)
+        keep = size if size and any(c.ranks == size for c in self.comms) else largest
+        return RasReport(tuple(c for c in self.comms if c.ranks == keep), self.version)
 
-def supported(nccl_version: str | None) -> bool:
-    """RAS's JSON exists from NCCL 2.28.7."""
-    try:
-        return tuple(int(p) for p in str(nccl_version).split(".")[:3]) >= MIN_NCCL
-    except ValueError:
-        return False
+
+VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def supported(nccl_version: str | None) -> bool | None:
+    """RAS's JSON exists from NCCL 2.28.7; None: the version is not known (then RAS is asked: an older NCCL's
+    ncclras refuses ``-f`` at once)."""
+    m = VERSION.search(str(nccl_version or ""))
+    return tuple(int(g) for g in m.groups()) >= MIN_NCCL if m else None
+
+
+# a value (a number, a string's quote, true/false's e, null's l) and the next line's key with no comma between
+MISSING_COMMA = re.compile(r'([0-9"el])([ \t]*\r?\n[ \t]*)("[^"\n]*"[ \t]*:)')
+
+
+def repaired(text: str) -> str:
+    return MISSING_COMMA.sub(r"\1,\2\3", text)
 
 
 def parse(raw: str | bytes) -> RasReport | None:
     """``ncclras -f json``'s output as a RasReport; None when it is not JSON of that shape."""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
     try:
-        data = json.loads(raw)
-    except (ValueError, TypeError):
-        return None
-    comms = data.get("communicators") if isinstance(data, dict) else data
+        data = json.loads(text)
+    except ValueError:
+        try:
+            data = json.loads(repaired(text))
+        except ValueError:
+            return None
+    comms = data.get("communicators") if isinstance(data, dict) else None
     if not isinstance(comms, list):
         return None
     out = []
@@ -75,34 +98,39 @@ def parse(raw: str | bytes) -> RasReport | None:
             continue
         missing = tuple(r for r in (_rank(m) for m in c.get("missing_ranks") or []) if r is not None)
         ranks = c.get("ranks")
-        count = len(ranks) if isinstance(ranks, list) else _int(c.get("nranks")) or 0
-        out.append(RasComm(str(c.get("comm_hash") or c.get("id") or i), count, missing))
-    return RasReport(tuple(out))
+        count = _int(c.get("size")) or (len(ranks) + len(missing) if isinstance(ranks, list) else 0)
+        out.append(RasComm(str(c.get("hash") or i), count, missing))
+    version = data.get("nccl_version")
+    return RasReport(tuple(out), str(version) if version else None)
 
 
 def _rank(m) -> RasRank | None:
     if not isinstance(m, dict) or _int(m.get("rank")) is None:
         return None
+    status = m.get("status") if isinstance(m.get("status"), dict) else {}
     gpu = m.get("cuda_dev", m.get("nvml_dev"))
     return RasRank(_int(m["rank"]), str(m["host"]) if m.get("host") else None, _int(m.get("pid")),
-                   str(gpu) if gpu is not None else None, bool(m.get("unresponsive")), bool(m.get("considered_dead")))
+                   str(gpu) if gpu is not None else None, bool(status.get("unresponsive")),
+                   bool(status.get("considered_dead")))
 
 
 def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def ask(timeout: float = TIMEOUT_S) -> RasReport | None:
-    """``ncclras -f json`` on this node, bounded; None when it is not installed, does not answer in time or says
-    nothing readable."""
-    exe = shutil.which("ncclras")
-    if exe is None:
-        return None
+def ask(exe: str, timeout: float = TIMEOUT_S) -> RasReport | str:
+    """``ncclras -f json`` on this node (``exe``: trust.program's), bounded: its report, else why not."""
     try:
-        done = subprocess.run([exe, "-f", "json"], capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse(done.stdout) if done.returncode == 0 else None
+        done = subprocess.run([exe, "-f", "json"], capture_output=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return (f"no answer within {timeout:g} s (RAS off with NCCL_RAS_ENABLE=0, or another port: "
+                "NCCL_RAS_ADDR)")
+    except OSError as exc:
+        return f"{exe} could not run ({exc.strerror or exc})"
+    if done.returncode != 0:
+        return f"{exe} -f json exited {done.returncode} (an NCCL before 2.28.7 has no -f json)"
+    return parse(done.stdout) or "it answered, not in the JSON shape NCCL 2.28-2.30 write"
 
 
 @dataclass(frozen=True)
@@ -138,28 +166,32 @@ def nccl_version(records: dict[int, dict | None]) -> tuple[bool, str | None]:
     return nccl, version
 
 
-def consult(records: dict[int, dict | None], culprits: list[int], asker=ask, installed=None) -> dict | None:
-    """NCCL RAS on a hang, for the verdict document: asked where the job runs NCCL >= 2.28.7 and ``ncclras`` is
-    on this node, fused with the ``culprits`` the records and stacks named; else why it was not asked. None: no
-    NCCL in the records (gloo: RAS has nothing to say)."""
+def consult(records: dict[int, dict | None], culprits: list[int], asker=ask, program=None,
+            world: int | None = None) -> dict | None:
+    """NCCL RAS on a hang, for the verdict document: asked where the job runs NCCL (not one older than 2.28.7,
+    where the records say its version) and a ``ncclras`` this process may run is on this node, fused with the
+    ``culprits`` the records and stacks named; else why it was not asked. None: no NCCL in the records (gloo: RAS
+    has nothing to say). ``program``: trust.program's answer, ``world``: the job's world size."""
+    from ... import trust
+
     nccl, version = nccl_version(records)
     if not nccl:
         return None
     out: dict = {"nccl_version": version, "asked": False, "answered": False}
-    if not supported(version):
-        out["said"] = (f"NCCL RAS not asked: NCCL {version or 'of unknown version'} "
-                       f"(its JSON needs NCCL >= {'.'.join(map(str, MIN_NCCL))})")
+    if supported(version) is False:
+        out["said"] = f"NCCL RAS not asked: NCCL {version} (its JSON needs NCCL >= {'.'.join(map(str, MIN_NCCL))})"
         return out
-    if not (installed if installed is not None else shutil.which("ncclras")):
-        out["said"] = "NCCL RAS not asked: no `ncclras` on this node (it comes with NCCL's tools)"
+    exe, why = program if program is not None else trust.program("ncclras")
+    if exe is None:
+        out["said"] = f"NCCL RAS not asked: {why} (it comes with NCCL's tools)"
         return out
     out["asked"] = True
-    report = asker()
-    if report is None:
-        out["said"] = (f"NCCL RAS asked, no answer within {TIMEOUT_S:g} s (RAS off with NCCL_RAS_ENABLE=0, or "
-                       "another port: NCCL_RAS_ADDR)")
+    report = asker(exe)
+    if isinstance(report, str):
+        out["said"] = f"NCCL RAS asked: {report}"
         return out
-    fused = fuse(report, culprits)
+    out["nccl_version"] = version or report.version
+    fused = fuse(report.world(world), culprits)
     out.update(answered=True, missing=[_rank_json(r) for r in fused.missing], agrees=fused.agrees,
                ras_only=list(fused.ras_only), healthy_while_disagree=fused.healthy_while_disagree,
                said=_said(fused, culprits))
