@@ -75,8 +75,8 @@ def _when(text) -> float | None:
 
 
 def _sacct(job: str, started: float) -> dict | None:
-    """The job's record, or, while the job itself still runs (a batch script's postmortem after its `srun
-    torchrun` step), the record of its step that ran the log dir's last attempt: `J.0` COMPLETED 0:0."""
+    """The record of the job's step that ran the log dir's last attempt (`J.0` COMPLETED 0:0), whether the job
+    still runs (a batch script's postmortem after its `srun torchrun` step) or has ended; else the job's own."""
     out = _run("sacct", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ExitCode,Start,End,UID")
     records = {}
     for line in (out or "").splitlines():
@@ -86,10 +86,12 @@ def _sacct(job: str, started: float) -> dict | None:
                                  "start": parts[3], "end": parts[4], "uid": int(parts[5]) if parts[5].isdigit() else None,
                                  "source": "sacct" if parts[0] == job else f"sacct, step {parts[0]}"}
     whole = records.pop(job, None)
-    if whole is None or whole["state"] != "RUNNING":
-        return whole
+    # The step that ran the log dir's last attempt says how torchrun ended, before the job's own record: that is
+    # the batch script's (`srun torchrun ...; echo done` is COMPLETED 0:0 with a failed step 0).
     steps = [r for r in records.values() if _not_this_job(dict(r, uid=None), started, None) is None]
-    return dict(steps[0], uid=whole["uid"]) if len(steps) == 1 else whole
+    if len(steps) == 1:
+        return dict(steps[0], uid=(whole or {}).get("uid"))
+    return whole
 
 
 def _scontrol(job: str, started: float) -> dict | None:
@@ -107,8 +109,8 @@ def _scontrol(job: str, started: float) -> dict | None:
 def _run(program: str, *args: str) -> str | None:
     """A SLURM command's output; None when it is not here, refused (as root: a program another user could change),
     slow or failing."""
-    path = shutil.which(program)
-    if path is None or (trust.as_root() and trust.file_refusal(path)):
+    path, _ = trust.program(program)
+    if path is None:
         return None
     try:
         p = subprocess.run([path, *args], capture_output=True, text=True, timeout=TIMEOUT_S, errors="replace",

@@ -59,6 +59,17 @@ def test_inside_the_running_job_its_step_that_ran_torchrun_says_the_end(bin_dir)
     assert scheduler_end.job_end("4242", started, uid, []).state == "RUNNING"
 
 
+def test_a_batch_script_that_completed_after_its_torchrun_step_failed_is_no_normal_end(bin_dir):
+    """`srun torchrun ...; echo done`: the job COMPLETED 0:0 (the script's last line), its step 0 FAILED (a rank
+    SIGKILLed): the step that ran this log dir's attempt says how it ended, never the script's exit."""
+    started, uid = time.time() - 300, os.getuid()
+    stand_in(bin_dir, "sacct", "\n".join([f"4242|COMPLETED|0:0|{local(started - 60)}|{local(started + 250)}|{uid}",
+                                          f"4242.batch|COMPLETED|0:0|{local(started - 60)}|{local(started + 250)}|",
+                                          f"4242.0|FAILED|9:0|{local(started - 5)}|{local(started + 200)}|"]))
+    end = scheduler_end.job_end("4242", started, uid, [])
+    assert end is not None and not end.normal and end.source == "sacct, step 4242.0", end
+
+
 def test_another_users_job_or_another_time_is_not_this_job(bin_dir):
     started = time.time() - 300
     stand_in(bin_dir, "sacct", f"4242|COMPLETED|0:0|{local(started - 30)}|{local(started + 200)}|65534")
