@@ -38,12 +38,13 @@ class WatchdogTimeout:
 
 
 def parse(text: str, rank: int | None = None) -> list[WatchdogTimeout]:
-    """Every watchdog timeout in a rank's log (``rank``: the log's rank when its lines do not say), in order;
+    """Every watchdog timeout in a rank's log (``rank``: the log's global rank; the lines' own "Rank N" is the
+    rank in the line's process group, used only where the log's rank is not known), in order;
     a legacy WorkNCCL line and its "Timeout at NCCL work" line become one."""
     out: list[WatchdogTimeout] = []
     for line in text.splitlines():
-        m_rank = RANK.search(line)
-        who = int(m_rank.group(1)) if m_rank else rank
+        m_rank = RANK.search(line)  # "[PG ... Rank N]" is the rank in that group: the log's own rank first
+        who = rank if rank is not None else int(m_rank.group(1)) if m_rank else None
         work, progress, nccl2 = WORK.search(line), PROGRESS.search(line), NCCL2.search(line)
         if work and "Watchdog caught" in line:
             out.append(WatchdogTimeout(who, "nccl", int(work[1]), work[2].lower(), _int(work[3]), _int(work[4])))

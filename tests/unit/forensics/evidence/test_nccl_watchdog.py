@@ -41,3 +41,10 @@ def test_nccl2_says_who_timed_out_but_not_where():
 
 def test_no_timeout_no_finding():
     assert wd.parse("loss 0.5\nRuntimeError: boom\n") == [] and wd.behind({0: []}, [0, 1]) is None
+
+
+def test_the_logs_global_rank_not_the_lines_group_rank():
+    """"[PG ID 1 PG GUID 1 Rank 1]" in global rank 5's log (a subgroup: its rank 1 there) is rank 5's timeout."""
+    line = ("[rank5]:[PG ID 1 PG GUID 1 Rank 1] Timeout at NCCL work: 3, last enqueued NCCL work: 3, "
+            "last completed NCCL work: 2.\n")
+    assert [t.rank for t in wd.parse(line, 5)] == [5] and [t.rank for t in wd.parse(line)] == [1]
