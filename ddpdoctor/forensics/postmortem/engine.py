@@ -38,8 +38,8 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
     own = run_records(logs)
     job_folders = known.folders_of(results, run_id, run_dir)  # the job's results folder (its run id's), its run dir
     # the dumps there are this job's too: run-trainer's nccl_trace_rank_<R> and its ranks' records at exit
-    fr_roots = list(dict.fromkeys([log_dir, *map(fr_dir, fr_dirs), *(f for f in job_folders if f.is_dir()),
-                                   *([own / "flight_recorder"] if own else [])]))
+    fr_roots = outermost([log_dir, *map(fr_dir, fr_dirs), *(f for f in job_folders if f.is_dir()),
+                          *([own / "flight_recorder"] if own else [])])
     with job_files.reading(fr_roots) as fr_notes:
         dumps = find_dumps(fr_roots)
         hang = judge_dumps(dumps, verdict.failures, own / STACKS if own else None, verdict.world)
@@ -73,6 +73,13 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
               {"verdict": hang.to_json()} if hang and outcome.verdict == "fail" else None),
         logs=str(logs), input_notes=notes + fr_notes,
         preflight=None)
+
+
+def outermost(roots: list[Path]) -> list[Path]:
+    """The folders to search, each once: a folder inside another one given is searched with it (a run-trainer
+    run's folder holds its logs and its flight_recorder/)."""
+    full = list(dict.fromkeys(p.absolute() for p in roots))
+    return [p for p in full if not any(o != p and o in p.parents for o in full)]
 
 
 def run_records(logs: Path) -> Path | None:
