@@ -95,7 +95,7 @@ def _prometheus(doc: dict, directory: str) -> None:
 
     try:
         common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
-        meeting = prometheus.meeting_samples(doc)
+        meeting = prometheus.meeting_samples(doc, before=prometheus.previous(directory, prometheus.MEETING_COMMAND))
         if meeting:  # a prolog that met or should have: its series replace the last meeting's
             prometheus.write(directory, meeting, prometheus.MEETING_COMMAND)
     except OSError as exc:  # the lock held past its bounded wait (TimeoutError) included

@@ -134,12 +134,13 @@ def previous(directory: str | os.PathLike, command: str) -> list[Sample]:
         return []
 
 
-def meeting_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
+def meeting_samples(doc: dict, hostname: str | None = None, before: list[Sample] | None = None) -> list[Sample]:
     """The prolog's meeting's series (command ``node-check-meeting``, so that a health check, which holds no
     meeting, leaves them as the last meeting wrote them): each failing link this node is one end of, with the
     other end as ``peer`` (the port and what answered are in the job's comment and the record: a port label would
-    start a new series at every job), and whether the meeting was skipped. [] where no meeting was wanted (no
-    cross_node, a one-node job)."""
+    start a new series at every job), and whether the meeting was skipped. A failing link the last meeting wrote
+    (``before``: previous()) stays until a meeting measures it again: one that met with that peer. [] where no
+    meeting was wanted (no cross_node, a one-node job)."""
     met = (doc.get("node_check") or {}).get("cross_node")
     if not isinstance(met, dict) or met.get("needed") is False:
         return []
@@ -152,6 +153,9 @@ def meeting_samples(doc: dict, hostname: str | None = None) -> list[Sample]:
             peer = nodes[1] if nodes[0] == me else nodes[0]
             out.append(("ddpdoctor_meeting_link_status", dict(base, peer=peer, check=str(link.get("check"))),
                         float(STATUS["fail"])))
+    measured = set() if met.get("skipped") else {str(n) for n in met.get("nodes") or []}
+    out += [s for s in before or [] if s[0] == "ddpdoctor_meeting_link_status"
+            and s[1].get("peer") not in measured and (s[0], s[1]) not in [(o[0], o[1]) for o in out]]
     skipped = 1.0 if met.get("skipped") else 0.0
     out.append(("ddpdoctor_meeting_skipped", dict(base), skipped))
     out.append(("ddpdoctor_meetings_skipped", dict(base), skipped))

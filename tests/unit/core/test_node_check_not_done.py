@@ -135,3 +135,26 @@ def test_the_shipped_rules_fire_on_a_skipped_meeting_a_failing_link_and_a_check_
     assert list(fired("DdpdoctorMeetingSkipped", prometheus.meeting_samples(skipped, "node1")).values()) == [1.0]
     assert fired("DdpdoctorCheckCouldNotRun", prometheus.node_check_samples(doc, "node1")) == {
         (("Hostname", "node1"), ("check", "gpu")): 1.0}
+
+
+def test_a_failing_links_series_stays_until_a_meeting_measures_that_link_again():
+    """A skipped meeting, or one node3 was not in, measured nothing of node1 -> node3: its alert stands; a meeting
+    with node3 that finds the link well clears it."""
+    from ddpdoctor.report import prometheus
+
+    failing = {"verdict": "fail", "nodes": ["node1", "node3"],
+               "links": [{"check": "mesh", "nodes": ["node1", "node3"], "summary": "timed out"}]}
+
+    def doc(met: dict) -> dict:
+        return {"node_check": {"context": "prolog", "node": "node1", "cross_node": met}}
+
+    def links(samples) -> list:
+        return [labels["peer"] for name, labels, _ in samples if name == "ddpdoctor_meeting_link_status"]
+
+    before = prometheus.meeting_samples(doc(failing), "node1")
+    assert links(before) == ["node3"]
+    assert links(prometheus.meeting_samples(doc({"skipped": "the nodes did not meet"}), "node1", before)) == ["node3"]
+    others = {"verdict": "pass", "nodes": ["node1", "node2"], "links": []}
+    assert links(prometheus.meeting_samples(doc(others), "node1", before)) == ["node3"]
+    again = {"verdict": "pass", "nodes": ["node1", "node3"], "links": []}
+    assert links(prometheus.meeting_samples(doc(again), "node1", before)) == []
