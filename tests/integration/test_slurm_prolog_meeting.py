@@ -123,6 +123,8 @@ def test_a_firewall_between_two_nodes_blames_neither_and_is_said_in_the_jobs_com
     for n, peer in ((1, "node3"), (3, "node1")):
         (line,) = prom_lines(c, n, "ddpdoctor_meeting_link_status")
         assert f'peer="{peer}"' in line and 'check="mesh"' in line and line.endswith(" 3.0"), line
+    (met2,) = prom_lines(c, 2, "ddpdoctor_meeting_skipped")  # node2 wrote its meeting's series: none of a link
+    assert met2.endswith(" 0.0"), met2
     assert prom_lines(c, 2, "ddpdoctor_meeting_link_status") == []
     states = dict(line.split() for line in c.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15).stdout.splitlines())
     assert not any("drain" in s for s in states.values()), states

@@ -141,8 +141,6 @@ def undecided_here(reads: list[RankRead]) -> str | None:
 
 # Not a verdict on the job: it moved ("pass"), or nothing moved and the rounds could not tell a long step from a
 # hang ("warn": said as it is, exit 0, no rank blamed); every other category is the judge's hang or desync.
-# the readings that are no verdict on a hang: the job moves, nothing tells yet, or no job (judge/decide.MOTION)
-MOTION_CATEGORIES = ("progressing", "no_movement", "no_job")
 
 
 def evidence_of(reads: list[RankRead], world_size: int | None) -> JobEvidence:
@@ -239,7 +237,7 @@ def _stands(r: RankRead) -> str:
 def outcome_of(diagnosis: dict):
     """The one Outcome (judge.decide) of what attach read: its motion, else the judge's hang verdict. Its state
     gives attach's verdict word and exit code (judge/outcome.STATE_TABLE)."""
-    from ..judge.decide import Context, Evidence, Failures, decide as decide_outcome
+    from ..judge.decide import MOTION_CATEGORIES, Context, Evidence, Failures, decide as decide_outcome
 
     category = str(diagnosis.get("category"))
     motion = category if category in MOTION_CATEGORIES else None

@@ -7,6 +7,7 @@ request; then the typed Outcome each document carries as ``outcome`` (STATE_TABL
 exit code), with the records behind it for the documents' older keys."""
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field, replace
 
 from ..evidence.model import RankFailure
@@ -21,6 +22,8 @@ from .verdict import Findings
 # attach's motion categories (attach/decide.py) as states: not a verdict on a hang
 MOTION = {"progressing": (State.PROGRESSING, Category.PROGRESSING),
           "no_job": (State.PROGRESSING, Category.NO_JOB)}
+# every reading that is no verdict on a hang: the job moves, no job, or nothing tells yet (no_movement)
+MOTION_CATEGORIES = (*MOTION, "no_movement")
 # a root cause that stands for the hang the judge described (the watchdog's, a stop while hung)
 HANG_ROOTS = {"hang"}
 # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) stays the
@@ -178,8 +181,6 @@ def _stopped_on_request(evidence: Evidence, findings: Findings, signum: int) -> 
 
 
 def _hung_at_stop(evidence: Evidence, signum: int) -> dict | None:
-    import signal
-
     if evidence.stalled_s is None or evidence.stalled_s < STALLED_S:
         return None
     hung = Findings(root_cause=None)

@@ -27,12 +27,12 @@ def gather(code: int, agent_stderr: str, logs: Path, run_dir: Path, hang_report:
         read = hang_report is None and (code != 0 or interrupted is not None)
         judged, stalled, timeouts = exit_dumps(findings, run_dir) if read else (None, None, ())
         mismatch = kept_sizes(run_dir) if hang_report is None and code != 0 and not interrupted else None
-        stacks = sigterm_stacks(run_dir)
+        failed = code != 0 or hang_report is not None or interrupted is not None
+        stacks = sigterm_stacks(run_dir) if failed else frozenset()  # only a failure's fix names a stack file
     evidence = Evidence(dumps=judged, sizes=mismatch, stalled_s=stalled, timeouts=tuple(timeouts),
                         stop_signal=findings.stopped_by, watchdog=hang_report, ranks=tuple(findings.world),
                         stacks=stacks, agent=(code, agent_stderr, str(logs)))
-    failed = code != 0 or hang_report is not None or interrupted is not None
-    context = Context("run-trainer", failed=failed, normal_end=code == 0 and not failed, interrupted=interrupted,
+    context = Context("run-trainer", failed=failed, normal_end=not failed, interrupted=interrupted,
                       threshold=(hang_report or {}).get("threshold"))
     return evidence, Failures(findings=findings), context, notes
 
