@@ -78,6 +78,7 @@ class Context:
     busy: tuple[int, ...] = ()              # attach: ranks working in their own code while others wait
     threshold: dict | None = None           # the limit that made silence a hang (run.json's hang.threshold)
     hung: bool = False                      # the watchdog judged the job hung (live), whatever the judge could name
+    logs: bool = True                       # the job's logs were read (postmortem --fr-dir alone: only its dumps)
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -129,14 +130,16 @@ def _nccl_timed_out(findings: Findings) -> None:
 
 def _attributed(evidence: Evidence, findings: Findings, context: Context) -> bool:
     """The dumps' culprit over a rank that only gave up, the kept sizes over the rank gloo aborted, a stop from
-    outside (hung or not), attach's saved word where the logs name no rank, and no pass without evidence of a
-    normal end (the launcher's exit unknown). True when attach's saved verdict named the root cause."""
+    outside (hung or not), attach's saved word where the logs name no rank, the dumps' verdict where they are
+    all there is (no logs), and no pass without evidence of a normal end (the launcher's exit unknown). True when attach's saved verdict named the root cause."""
     attribution.adopt(findings, evidence.dumps)
     sizes.adopt(findings, evidence.sizes)
     fix = STOPPED_FIX_TRAINER if context.entry == "run-trainer" else STOPPED_FIX
     stopped_from_outside(findings, evidence.dumps, evidence.stalled_s, evidence.stop_signal, fix=fix,
                          timeouts=list(evidence.timeouts))
     adopted = _attach_said(findings, evidence.attached, evidence.stop_signal)
+    if not context.logs:
+        end_rules.dumps_alone(findings, evidence.dumps, list(evidence.ranks))
     if context.failed is None:
         not_verified(findings, context.normal_end, list(evidence.ranks))
     return adopted

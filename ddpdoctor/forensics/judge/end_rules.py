@@ -1,6 +1,6 @@
 """The rules a finished job's end is decided by (judge/decide.py is their only caller): the watchdog's hang as the
-root cause, a stop on request, torchrun's own end when no rank left a record, and a fix true to the stack files
-present. Each takes the evidence a collector gathered and returns records; none reads a file."""
+root cause, a stop on request, torchrun's own end when no rank left a record, a fix true to the stack files
+present, and the dumps' verdict when they are all a postmortem was given. Each takes the evidence a collector gathered and returns records; none reads a file."""
 from __future__ import annotations
 
 import signal
@@ -10,6 +10,8 @@ from ...grouping import rank_ranges
 from ..evidence.model import RankFailure, is_library
 from . import attribution, nccl_timeout
 from .classify import FRAME, SIGNALS
+from .dumps import Judged
+from .verdict import Findings
 
 
 STACKS = "stacks/sigterm"  # where the bootstrap writes a rank's stack at the launcher's SIGTERM (beside run.json)
@@ -128,3 +130,36 @@ def said_before(root: dict | None) -> bool:
     if root["category"] == "signal":
         return root.get("signal") not in STOP_SIGNALS
     return root["category"] not in STOP_MARKS
+
+
+def dumps_alone(findings: Findings, hang: Judged | None, ranks: list[int]) -> None:
+    """`postmortem --fr-dir` without the job's logs (dumps copied off a cluster): the rank the dumps name is the
+    root cause, each other rank they name a culprit too; dumps that name none say what they show and that without
+    the logs nothing says how the job ended (not verified). ``ranks``: the ranks whose dumps were read."""
+    named = [c for c in hang.culprits if c.named] if hang and hang.verdict.no_culprit is None else []
+    if not named:
+        said = hang.summary() if hang else "no verdict"
+        findings.root_cause = RankFailure(
+            rank=None, local_rank=None, host=None, exit_code=None, category="unverified", error_type="not_verified",
+            message=(f"the flight-recorder dumps of rank(s) {rank_ranges(ranks)} name no rank ({said}); without "
+                     "the job's logs nothing says how it ended: not verified"),
+            fix="give `ddpdoctor postmortem` the job's torchrun log dir too (DIR, with --fr-dir), or rerun under "
+                "`ddpdoctor run-trainer`")
+        return
+    findings.root_cause = _dumps_culprit(hang, named[0])
+    findings.consequences = [_dumps_culprit(hang, c, first=named[0].rank) for c in named[1:]]
+
+
+def _dumps_culprit(hang: Judged, culprit, first: int | None = None) -> RankFailure:
+    """A rank the dumps name, as a record (its place: where its record or stack stands); ``first``: the root
+    cause's rank, when this one is a culprit beside it."""
+    place = hang.place(culprit)
+    where = place.get("where")
+    failure = RankFailure(rank=culprit.rank, local_rank=None, host=place.get("host"), exit_code=None,
+                          category="hang", error_type=hang.legacy_class,
+                          message=("likely: " if hang.verdict.likely else "") + hang.summary(),
+                          location=where if isinstance(where, str) else None, fix=hang.fix())
+    if first is not None:
+        failure.victim, failure.named = False, True
+        failure.reason = f"culprit too ({hang.legacy_class}): see the root cause (rank {first})"
+    return failure

@@ -13,10 +13,10 @@ from ...errors import UsageError
 from ...exitcodes import ExitCode
 from ...numbers import parse_int
 from ..evidence import ending, job_files, scheduler_end, user_code
-from ..evidence.model import RankFailure
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
 from ..judge.decide import Context, Evidence, Failures, decide
 from ..judge.dumps import judge_dumps
+from ..judge.verdict import Findings
 from . import analysis, known
 from .node_folders import rdzv_id_of
 from ..judge.end_rules import STACKS
@@ -121,9 +121,9 @@ def attach_saved(logs: Path, run_id: str, folders: list[Path], notes: list[str])
 
 
 def explain_dumps(fr_dirs: list[Path]) -> dict:
-    """`postmortem --fr-dir DIR` without a log dir: the verdict of the flight-recorder dumps alone. The rank they
-    name fails; dumps that name none are "not verified" (a dump says nothing of how the job ended); no dump at all
-    is a usage error."""
+    """`postmortem --fr-dir DIR` without a log dir: the flight-recorder dumps alone, decided as every job is
+    (judge/decide.py: the rank they name fails; dumps that name none are "not verified", a dump says nothing of
+    how the job ended); no dump at all is a usage error."""
     roots = [fr_dir(p) for p in fr_dirs]
     with job_files.reading(roots) as notes:
         dumps = find_dumps(roots)
@@ -131,40 +131,17 @@ def explain_dumps(fr_dirs: list[Path]) -> dict:
     if not dumps:
         raise UsageError(f"--fr-dir {', '.join(map(str, fr_dirs))}: no flight-recorder dump found (torch's "
                          "TORCH_FR_DUMP_TEMP_FILE files, nccl_trace_rank_<R>, rank<R>.json)")
-    named = [c for c in hang.culprits if c.named] if hang and hang.verdict.no_culprit is None else []
-    failed = bool(named)
-    root = (_dumps_root(hang, named[0]) if failed else _dumps_unverified(hang, sorted(dumps))).to_json()
-    culprits = [c.rank for c in named]
-    outcome = decide(Evidence(verdict=hang.to_json() if failed else None),
-                     Failures.of(root, [], culprits) if failed else Failures(),
-                     Context("postmortem", failed=failed, normal_end=False))
+    outcome = decide(Evidence(dumps=hang, ranks=tuple(sorted(dumps))), Failures(findings=Findings(root_cause=None)),
+                     Context("postmortem", logs=False))
+    record = outcome.record
     return documents.envelope(
         "run-trainer", run_id=documents.new_run_id(),
         config={"source": "postmortem", "log_dir": None, "agent_log": None, "fr_dirs": [str(p) for p in roots]},
         verdict=outcome.verdict, exit_code=outcome.exit_code(), outcome=outcome.to_json(),
         start=None, interrupted=None, torchrun_exit_code=None, restarts=0, attempts=[], wall_s=None, metrics={},
-        metrics_summary={}, checksums_equal=None, root_cause=root, consequences=[], culprit_ranks=culprits,
-        hang={"verdict": hang.to_json()} if hang else None, logs=None, input_notes=notes, preflight=None)
-
-
-def _dumps_root(hang, culprit) -> RankFailure:
-    """The rank the dumps name, as a root cause (its place: where its record or stack stands)."""
-    place = hang.place(culprit)
-    where = place.get("where")
-    return RankFailure(rank=culprit.rank, local_rank=None, host=place.get("host"), exit_code=None, category="hang",
-                       error_type=hang.legacy_class, message=("likely: " if hang.verdict.likely else "")
-                       + hang.summary(), location=where if isinstance(where, str) else None, fix=hang.fix())
-
-
-def _dumps_unverified(hang, ranks: list[int]) -> RankFailure:
-    """Dumps that name no rank: what they say, and that how the job ended is not known without its logs."""
-    said = hang.summary() if hang else "no verdict"
-    return RankFailure(
-        rank=None, local_rank=None, host=None, exit_code=None, category="unverified", error_type="not_verified",
-        message=(f"the flight-recorder dumps of rank(s) {', '.join(map(str, ranks))} name no rank ({said}); without "
-                 "the job's logs nothing says how it ended: not verified"),
-        fix="give `ddpdoctor postmortem` the job's torchrun log dir too (DIR, with --fr-dir), or rerun under "
-            "`ddpdoctor run-trainer`")
+        metrics_summary={}, checksums_equal=None, root_cause=record.root, consequences=list(record.consequences),
+        culprit_ranks=list(record.culprit_ranks), hang={"verdict": hang.to_json()} if hang else None, logs=None,
+        input_notes=notes, preflight=None)
 
 
 def last_attempt_ranks(logs: Path, verdict) -> list[int]:
