@@ -8,7 +8,7 @@ from rich.text import Text
 from ..rank_lists import MAX_CULPRIT_ROWS, ranks_text, total
 from .values import human, phrases
 from .console import T, other_node_line  # T: safe_text, then Text: another process's escapes shown, never obeyed
-from . import wording
+from . import outcome_of, wording
 
 
 def render(doc: dict, console: Console) -> None:
@@ -17,7 +17,7 @@ def render(doc: dict, console: Console) -> None:
     start = (f"run {doc.get('run_id')}, {describe_start(doc.get('start'))}" if doc.get("start") is not None
              else f"records in {human(doc.get('logs') or ', '.join((doc.get('config') or {}).get('fr_dirs') or []))}")
     where = records_line(doc)  # one path a line
-    if doc.get("verdict") == "pass":
+    if outcome_of.passed(doc):
         if "collectives" in s and doc.get("collectives"):
             parts = ["run-trainer: PASS", start, *collectives_line(doc["collectives"]).split(" · ")]
         else:
@@ -35,7 +35,7 @@ def render(doc: dict, console: Console) -> None:
             console.print(T(line, style="dim"), soft_wrap=True)
         return
     root = doc.get("root_cause") or {}
-    if root.get("category") == "unverified":
+    if outcome_of.state(doc) == "unverified":
         return _not_verified(doc, root, start, where, console)
     rc = {k: human(v) if k not in ("signal", "error_type", "location", "fix", "message", "exit_code") else v
           for k, v in root.items()}
@@ -118,11 +118,9 @@ def _title_and_fix(doc: dict, root: dict) -> tuple[str, str]:
     mismatch, one side of a tie, a rank that only lost its peer) is the first failure, not a root cause; a stop
     on request is neither. "nothing to fix" is never said under a root-cause title."""
     fix = root.get("fix") or ("none found in the records read" + (" (see the notes)" if doc.get("input_notes") else ""))
-    title = "root cause"
-    if "culprit_ranks" in doc and not doc["culprit_ranks"]:
-        title = "first failure, no culprit named" if root.get("rank") is not None else "no culprit rank named"
-    if root.get("category") == "interrupted":
-        return "stopped on request", fix
+    title = outcome_of.root_title(doc)
+    if title == "stopped on request":
+        return title, fix
     if fix.startswith(NOTHING):
         title = "first failure, no culprit named"
         fix = ("this rank only followed another failure; no rank's own failure is in the records read: the "

@@ -2,7 +2,7 @@
 the run in a line, the root cause and its consequences (pure; no HTML)."""
 from __future__ import annotations
 
-from .. import wording
+from .. import outcome_of, wording
 from ...numbers import parse_int
 from ..values import human
 from .common import _finite, single_group
@@ -87,9 +87,7 @@ def root_title(d: dict) -> dict:
     """What the root-cause box is called, as in the terminal's panel: a rank shown without being named the culprit
     (the rank gloo aborted on a mismatch without dumps) is the first failure, with the note that says why."""
     rc = d.get("root_cause") if isinstance(d.get("root_cause"), dict) else {}
-    title = "Root cause"
-    if isinstance(d.get("culprit_ranks"), list) and not d["culprit_ranks"]:
-        title = "First failure, no culprit named" if rc.get("rank") is not None else "No culprit rank named"
+    title = outcome_of.root_title(d).capitalize()
     note = rc.get("reason") if rc.get("reason") and rc.get("victim") is False else None
     return {"root_title": title, "root_note": note}
 
