@@ -26,6 +26,8 @@ MOTION = {"progressing": (State.PROGRESSING, Category.PROGRESSING),
 MOTION_CATEGORIES = (*MOTION, "no_movement")
 # a root cause that stands for the hang the judge described (the watchdog's, a stop while hung)
 HANG_ROOTS = {"hang"}
+# the evidence tag of an outcome whose root cause is attach's verdict saved while the job hung
+ATTACH_SAVED = "attach_saved_verdict"
 # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) stays the
 # cause over the watchdog's hang; not so a signal (the watchdog's own SIGKILL after the grace) or a timeout.
 NOT_ITS_OWN = ("unknown", "signal", "timeout", "hang")
@@ -93,13 +95,15 @@ def decide(evidence: Evidence, failures: Failures, context: Context) -> Outcome:
 def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outcome:
     """A finished (or stopped) job: the rules, in their one order, on the failures its logs hold."""
     _nccl_timed_out(findings)
+    attach_named = False  # attach's saved verdict named the root cause
     if evidence.watchdog is not None:
         root, consequences = _watchdog_hang(evidence.watchdog, findings)
     elif context.interrupted:
         root, consequences = _stopped_on_request(evidence, findings, context.interrupted)
     else:
-        if _attributed(evidence, findings, context):
-            context = replace(context, tags=context.tags + ("attach_saved_verdict",))
+        attach_named = _attributed(evidence, findings, context)
+        if attach_named:  # said in the evidence tags: the verdict is attach's, from while the job hung
+            context = replace(context, tags=context.tags + (ATTACH_SAVED,))
         root = findings.root_cause.to_json() if findings.root_cause else None
         consequences = [f.to_json() for f in findings.consequences]
     unverified = context.failed is None and root is not None and root.get("error_type") == "not_verified"
@@ -110,7 +114,7 @@ def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outco
     consequences = consequences if root else []
     culprits = _culprit_ranks(evidence.watchdog, root, consequences) if failed else []
     verdict = (evidence.watchdog or {}).get("verdict") if evidence.watchdog is not None else \
-        evidence.attached.diagnosis if "attach_saved_verdict" in context.tags and failed else \
+        evidence.attached.diagnosis if attach_named and failed else \
         evidence.dumps.to_json() if evidence.dumps is not None and failed else None
     said = failed or unverified  # an unverified end says what is known in its root cause too
     record = Record(root if said else None, tuple(consequences) if said else (), tuple(culprits))

@@ -14,7 +14,7 @@ from ...exitcodes import ExitCode
 from ...numbers import parse_int
 from ..evidence import ending, job_files, scheduler_end, user_code
 from ..evidence.fr_dumps import find_dumps, pg_timeouts_s, stalled_s
-from ..judge.decide import Context, Evidence, Failures, decide
+from ..judge.decide import ATTACH_SAVED, Context, Evidence, Failures, decide
 from ..judge.dumps import judge_dumps
 from ..judge.verdict import Findings
 from . import analysis, known
@@ -57,7 +57,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
                         stop_signal=verdict.stopped_by, ranks=tuple(ranks), stacks=stacks, attached=attached)
     outcome = decide(evidence, Failures(findings=verdict), Context("postmortem", normal_end=bool(normal)))
     record = outcome.record
-    adopted = "attach_saved_verdict" in outcome.evidence
+    adopted = ATTACH_SAVED in outcome.evidence  # the Outcome's own evidence: attach's saved verdict named the cause
     return documents.envelope(
         "run-trainer", run_id=run_id,
         config={"source": "postmortem", "log_dir": str(logs), "agent_log": str(agent_log) if agent_log else None},
