@@ -29,6 +29,8 @@ from .text import no_surrogates
 SCHEMA = "ddpdoctor"
 SCHEMA_VERSION = 1
 KINDS = ("preflight", "nccl-bench", "run-trainer", "attach")
+# attach's result for the whole job (the master's, or one node that read every rank); attach-<host>.json: a part
+ATTACH_WHOLE = "attach.json"
 
 # Where a run id comes from when a command is not given one: the workflow's own (--run-id sets it, so child
 # processes share it), then the scheduler's job id, then torchrun's. preflight, nccl-bench and run-trainer of

@@ -75,18 +75,15 @@ def attach(pid, job, interval, wait_s, timeout, stop, master, nnodes, node_rank,
                        render=render, save=save)
 
 
-WHOLE = "attach.json"  # one per job: the master's, or a one-node attach that read every rank of the job
-
-
 def result_name(doc: dict) -> str:
     """Where this node keeps its result in a shared run folder: attach.json for the whole job's verdict (the
     master's; one node that read every rank), attach-HOST.json for a part (a worker's, or one node's attach on a
     multi-node job), so three nodes writing one folder never leave a partial result in place of the whole."""
-    from ..documents import results_dir_name
+    from ..documents import ATTACH_WHOLE, results_dir_name
 
     whole = doc.get("role") == "master" or (doc.get("role") is None
                                             and not (doc.get("job") or {}).get("ranks_elsewhere"))
-    return WHOLE if whole else f"attach-{results_dir_name(str(doc.get('host') or 'node'))}.json"
+    return ATTACH_WHOLE if whole else f"attach-{results_dir_name(str(doc.get('host') or 'node'))}.json"
 
 
 @contextmanager

@@ -243,11 +243,13 @@ def result_files(run: Path) -> list[Path]:
     """The documents a command saves in a run's directory (run-trainer's own records beside them are not):
     the names above, and any other top-level JSON file whose envelope says it is a ddpdoctor document of a
     kind of its own (a command added later, such as attach, needs no entry here)."""
+    from ..documents import ATTACH_WHOLE
+
     files = sorted({p for pattern in SAVED for p in run.glob(pattern) if p.is_file() and not p.name.startswith(".")})
     others = sorted(p for p in run.glob("*.json") if p not in files and p.is_file() and not p.name.startswith("."))
     files += [p for p in others[:64] if kind_of(p) not in ("unknown", "preflight", "nccl-bench", "run-trainer")]
     if any(p.name == "cluster.json" for p in files):
         files = [p for p in files if not p.name.startswith("node-")]
-    if any(p.name == "attach.json" for p in files):  # the whole job's verdict stands for the nodes' parts
+    if any(p.name == ATTACH_WHOLE for p in files):  # the whole job's verdict stands for the nodes' parts
         files = [p for p in files if not p.name.startswith("attach-")]
     return files

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import trust
-from ...documents import results_dir_name
+from ...documents import ATTACH_WHOLE, results_dir_name
 from ...errors import UsageError
 from ..evidence.model import RankFailure
 
 DOC_BYTES = 8 << 20  # an attach.json of 10,000 ranks with their stacks is a few MiB
-WHOLE = "attach.json"  # the whole job's verdict (attach_cmd.WHOLE); attach-<host>.json: one node's part
 START_SLACK_S = 5.0  # a folder's mtime and the attach's clock: the same machine or NTP-close nodes
 HUNG = ("missing_rank", "missing_peer", "never_initialized", "desync", "process_stopped", "process_gone",
         "outside_collectives")  # the judge's categories that name the rank the others wait for
@@ -88,7 +87,7 @@ def candidates(folder: Path) -> list[Path]:
     except OSError:
         return []
     parts = [n for n in names if n.startswith("attach-") and n.endswith(".json")]
-    return [folder / n for n in ([WHOLE] if WHOLE in names else []) + parts]
+    return [folder / n for n in ([ATTACH_WHOLE] if ATTACH_WHOLE in names else []) + parts]
 
 
 def read_trusted(path: Path, notes: list[str]) -> dict | None:
