@@ -222,22 +222,34 @@ def held_paths(pid: int, wanted: Callable[[str], bool]) -> list[str]:
 WORKER_ANSWER_BYTES = 64 << 20
 
 
+_INSTANCES = None  # fr_backends.Memo: each rank's instances, by (pid, socket path), found once per attach
+
+
 def worker_record(rp, timeout: float = 5.0) -> dict | None:
-    """The rank's flight recorder through run-trainer's worker server (torch's `fr_trace_json` handler, each
-    instance a 2.15 torch keeps: fr_backends.py), asked with the job's rights; None when it does not answer or
-    is not the rank's."""
+    """The rank's flight recorder through run-trainer's worker server (torch's `fr_trace_json` handler, and
+    each other instance its torch keeps: ProcessGroupNCCL's, 2.15's per backend; fr_backends.py), asked with
+    the job's rights; None when it does not answer or is not the rank's."""
     from ..evidence import fr_backends
 
+    global _INSTANCES
     path = rp.worker_socket
     if not path:
         return None
-    return fr_backends.gather(lambda backend: _worker_answer(rp, path, fr_backends.handler(backend), timeout))
+    if _INSTANCES is None:
+        _INSTANCES = fr_backends.Memo()
+
+    def names():
+        return _worker_answer(rp, path, "GET", "/handler/", timeout, list)
+
+    instances = _INSTANCES.of((rp.pid, path), names)
+    return fr_backends.gather(lambda h: _worker_answer(rp, path, "POST", f"/handler/{h}", timeout, dict), instances)
 
 
-def _worker_answer(rp, path: str, handler: str, timeout: float) -> dict | None:
+def _worker_answer(rp, path: str, method: str, url: str, timeout: float, kind: type):
+    """The JSON answer (a ``kind``) of the rank's worker server to ``method url``; None when there is none."""
     import json
 
-    request = (f"POST /handler/{handler} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+    request = (f"{method} {url} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
                "Connection: close\r\n\r\n").encode()
 
     def work() -> bytes:
@@ -253,7 +265,7 @@ def _worker_answer(rp, path: str, handler: str, timeout: float) -> dict | None:
         data = json.loads(body)
     except ValueError:
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, kind) else None
 
 
 def held_file_head(rp, path: str, cap: int, timeout: float = 5.0) -> bytes | None:

@@ -22,6 +22,7 @@ MAX_FRAMES = 96  # a Lightning stack with its native frames (py-spy --native) is
 MAX_LOCALS = 24
 MAX_TEXT = 300
 MAX_RECORD_ENTRIES = 32  # a flight record's newest entries that travel: enough to place a rank around a hang
+MAX_VERSION = 32  # a record's comm_lib_version ("2.28.9"): the master's NCCL RAS needs it (nccl_ras.consult)
 
 
 class RanksCheck(Check):
@@ -102,12 +103,18 @@ def _peer_locals(pairs) -> list[list[str]]:
 
 def _thin_record(fr) -> dict | None:
     """The flight record a node read (worker server, torch's dump pipe), cut to what places the rank: its groups'
-    status and config and its newest entries, each entry's call sites few."""
+    status and config and its newest entries, each entry's call sites few; its NCCL version (RAS)."""
     if not isinstance(fr, dict):
         return None
     entries = [dict(e, frames=(e.get("frames") or [])[:8]) for e in (fr.get("entries") or [])[-MAX_RECORD_ENTRIES:]
                if isinstance(e, dict)]
-    return {"pg_status": fr.get("pg_status") or {}, "pg_config": fr.get("pg_config") or {}, "entries": entries}
+    return {"pg_status": fr.get("pg_status") or {}, "pg_config": fr.get("pg_config") or {}, "entries": entries,
+            "comm_lib_version": _version(fr.get("comm_lib_version"))}
+
+
+def _version(raw: Any) -> str:
+    """A record's NCCL version as it may travel: a short string, else none ("")."""
+    return raw if isinstance(raw, str) and len(raw) <= MAX_VERSION else ""
 
 
 def from_fact(fact: Any, node: str) -> RankRead | None:
@@ -153,6 +160,7 @@ def _record_of(rank: int, record: Any, node: str) -> RankState | None:
     if fr is None:
         return None
     fr["entries"] = fr["entries"][-MAX_RECORD_ENTRIES:]
+    fr["comm_lib_version"] = _version(record.get("comm_lib_version"))
     return flight_recorder.rank_state(rank, fr, Source.FLIGHT_RECORDER, live=True)
 
 

@@ -132,11 +132,12 @@ def run(request: AttachRequest) -> dict:
         notes=job_access.take_notes())
 
 
-def add_ras(diagnosis: dict, reads: list) -> None:
+def add_ras(diagnosis: dict, reads: list, world: int | None = None) -> None:
     """A hang's diagnosis gets NCCL RAS's view (``ras``: fused with the culprits, or why it was not asked) where
-    the ranks' flight records show NCCL."""
+    the ranks' flight records show NCCL; asked once, here (one ncclras answers for every node of the job's
+    communicators: the multi-node master asks it for all)."""
     ras = nccl_ras.consult({r.rank: r.recorded.raw.get("fr") for r in reads if r.recorded},
-                           [c["rank"] for c in diagnosis.get("culprits") or [] if isinstance(c, dict)])
+                           [c["rank"] for c in diagnosis.get("culprits") or [] if isinstance(c, dict)], world=world)
     if ras is not None:
         diagnosis["ras"] = ras
 
@@ -240,6 +241,8 @@ def cluster_doc(doc: dict, request: AttachRequest, sent: int | None = None) -> d
         "culprits": []}
     diagnosis["nodes_without_ranks"] = empty
     outcome = outcome_of(diagnosis)
+    if outcome.verdict == "fail" and reads:  # as one node's attach does: RAS fused with the whole job's verdict
+        add_ras(diagnosis, reads, world)
     return _with_auth(documents.envelope(
         "attach", run_id=doc.get("run_id"), verdict=outcome.verdict, exit_code=outcome.exit_code(), role="master",
         host=socket.gethostname(), job=job or None, interval_s=request.interval, nodes=sorted((doc.get("nodes") or {})),

@@ -1,32 +1,124 @@
-"""Which flight-recorder instances a rank has, and their records merged into one: torch 2.15 keeps one instance
-per recording backend and its debug handlers and ``_dump_fr_trace_json()`` answer for one, ``backend=`` naming
-it (default "gloo"): an nccl2 job (2.15's default "nccl", recorded through torchcomms' Python hook as
-``nccl2:<op>``) asked without it gives gloo's empty record. torch 2.13 and 2.14 have one instance and no
-``backend=``. Pure: the bootstrap (in the rank) and the worker-server clients (attach, the watchdog) share it."""
+"""Which flight-recorder instances a rank has, which of them to ask, and their records merged into one.
+
+torch keeps one instance per event type, and 2.15 one per recording backend:
+- gloo's, ``FlightRecorder<c10::Event>``: ``_dump_fr_trace_json()`` in the rank, the worker server's
+  ``fr_trace_json`` handler (every torch; 2.13/2.14 have no ``backend=``: the handler ignores ``?backend=``).
+- ProcessGroupNCCL's, ``FlightRecorder<at::cuda::CUDAEvent>``, only in CUDA builds (USE_C10D_NCCL): its own
+  dump, ``_dump_nccl_trace_json(includeCollectives=None, onlyActive=None)`` in the rank, handler
+  ``dump_nccl_trace_json`` over the worker server, whose only parameters are ``includecollectives`` and
+  ``onlyactive`` (any other one, ``?backend=`` too, is answered 400). Asked only gloo's instance, a real NCCL
+  job on torch 2.13 or 2.14 showed no NCCL collective, live or at exit.
+- 2.15: one more per hooked backend, ``backend=`` naming it (default "gloo"): an nccl2 job (2.15's default
+  "nccl", recorded through torchcomms' Python hook as ``nccl2:<op>``) asked without it gives gloo's empty record.
+
+Where that was read (the flight recorder is a template, one static instance per ``EventType``):
+- FlightRecorder.hpp:99-103 (``static FlightRecorder<EventType>* get()``), FlightRecorderDetail.hpp:507-597
+  (``dump_json``: the record's fields), ProcessGroupNCCL.hpp:1516 (``dump_nccl_trace_json``): the headers of the
+  torch 2.13.0 wheel (torch/include/torch/csrc/distributed/c10d/); 2.14.1's: FlightRecorderDetail.hpp:510,
+  ProcessGroupNCCL.hpp:1538.
+- pytorch/pytorch torch/csrc/distributed/c10d/FlightRecorderCuda.cpp (stored commit 4991dffe): lines 16-62
+  register ``dump_nccl_trace_pickle``, 64-107 ``dump_nccl_trace_json`` (params includecollectives, onlyactive;
+  "Invalid parameters - unexpected param passed in" for any other), line 120 instantiates
+  ``FlightRecorder<at::cuda::CUDAEvent>``; ProcessGroupNCCL.cpp ``using FlightRecorderCUDA =
+  FlightRecorder<at::cuda::CUDAEvent>`` and ``dump_nccl_trace_json`` -> ``FlightRecorderCUDA::get()->dump_json``;
+  FlightRecorder.cpp ``dump_fr_trace_json`` -> ``FlightRecorder<c10::Event>::get()``, ProcessGroupGloo.cpp
+  records into ``FlightRecorder<c10::Event>``. The source of the v2.13.0/v2.14.x tags themselves was not
+  readable here (the stored copies are of other commits); the wheels were.
+- The 2.14.1 CUDA wheel: libtorch_cuda.so holds ``dump_nccl_trace_json``, ``dump_nccl_trace_pickle``,
+  ``includecollectives``, ``onlyactive``; libtorch_python.so ``_dump_nccl_trace_json``; libtorch_cpu.so has
+  ``fr_trace_json`` and no ``fr_dump_file``. Its torch/distributed/debug/_debug_handlers.py reads NCCL through
+  ``dump_nccl_trace_json`` (``onlyactive=true``), gloo through ``fr_trace_json``.
+- The 2.15.0 CUDA wheel (run on CPU): ``_get_handler_names()`` = dump_nccl_trace_json, dump_nccl_trace_pickle,
+  dump_traceback, pyspy_dump, wait_counter_values, fr_dump_file, fr_trace_json, ping, c10d_health_check;
+  ``GET /handler/`` answers that list; ``dump_nccl_trace_json?backend=x`` answers 400. The 2.13.0 CPU wheel:
+  dump_traceback, pyspy_dump, wait_counter_values, fr_trace_json, ping.
+
+Which to ask is decided once per rank from its handler names (the worker server's ``GET /handler/``, torch's
+WorkerServer.cpp): ``fr_dump_file`` came with 2.15's per-backend instances (absent from 2.14.1), so without it
+only ``fr_trace_json`` is asked (2.13/2.14 answer the same record for every ``?backend=``);
+``dump_nccl_trace_json`` where the rank has it. Pure but for ``Memo``: the bootstrap (in the rank) and the
+worker-server clients (attach, the watchdog) share it."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 # Every name a 2.15 instance may be kept under (distributed_c10d.py: `_FR_SELF_RECORDING_BACKENDS` and the
 # hooked ones); an instance no backend of the job uses answers an empty record, which the merge drops.
 BACKENDS = ("gloo", "nccl", "nccl2", "nccl-legacy", "nccl-lazy")  # nccl-lazy: new_group(backend="nccl-lazy")
 DEFAULT = "gloo"
+NCCL_HANDLER = "dump_nccl_trace_json"  # ProcessGroupNCCL's instance; asked without parameters: the whole record
+NCCL_INSTANCE = "ProcessGroupNCCL"  # its name among a merged record's ``fr_backends``
+PER_BACKEND_MARK = "fr_dump_file"  # a handler 2.15 added with ``backend=``: its torch keeps several instances
+# Fields of one instance's own (FlightRecorderDetail.hpp dump_json: the NCCL version, each communicator's dump).
+OWN_FIELDS = ("comm_lib_version", "nccl_comm_state")
+MEMO_RANKS = 4096  # ranks remembered by one Memo (a node's, a job's): a bound, not a limit ever met
+
+
+@dataclass(frozen=True)
+class Instances:
+    """The instances one rank's torch keeps beside gloo's: one per backend (2.15), ProcessGroupNCCL's (CUDA)."""
+    per_backend: bool
+    nccl: bool
+
+
+UNKNOWN = Instances(per_backend=True, nccl=True)  # its handler names not known: ask every one (not remembered)
+
+
+def instances_of(names) -> Instances | None:
+    """The instances a rank has from its worker server's handler names (``GET /handler/``: a JSON list of
+    strings); None when that is not what came."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return Instances(per_backend=PER_BACKEND_MARK in names, nccl=NCCL_HANDLER in names)
 
 
 def handler(backend: str) -> str:
-    """The worker server's handler path for one instance (torch.distributed.debug asks ``?backend=<name>``)."""
+    """The worker server's handler path for one 2.15 instance (torch.distributed.debug asks ``?backend=<name>``)."""
     return "fr_trace_json" if backend == DEFAULT else f"fr_trace_json?backend={backend}"
 
 
-def gather(ask_one) -> dict | None:
-    """One rank's record from every instance (``ask_one(backend)``: that instance's parsed record, None when it
-    did not answer), merged; the default instance first: a rank that does not answer it is not asked the others."""
+def asks(instances: Instances) -> list[tuple[str, str]]:
+    """(instance name, handler path) of every instance to ask, gloo's first."""
+    out = [(DEFAULT, handler(DEFAULT))]
+    if instances.per_backend:
+        out += [(b, handler(b)) for b in BACKENDS[1:]]
+    if instances.nccl:
+        out.append((NCCL_INSTANCE, NCCL_HANDLER))
+    return out
+
+
+def gather(ask_one, instances: Instances = UNKNOWN) -> dict | None:
+    """One rank's record from every instance it has (``ask_one(handler path)``: that instance's parsed record,
+    None when it did not answer), merged; the default instance first: a rank that does not answer it is not
+    asked the others."""
     records = {}
-    for backend in BACKENDS:
-        records[backend] = ask_one(backend)
-        if backend == DEFAULT and records[backend] is None:
+    for name, path in asks(instances):
+        records[name] = ask_one(path)
+        if name == DEFAULT and records[name] is None:
             return None
     return merge(records)
+
+
+class Memo:
+    """Each rank's Instances, found once for the job (keyed by its worker socket: one rank's process): the
+    handler names do not change while the process lives, and asking them costs one request."""
+
+    def __init__(self) -> None:
+        self._known: dict = {}
+
+    def of(self, key, names) -> Instances:
+        """``key``'s Instances; ``names()`` (its handler names, None: no answer) is called only the first time.
+        A rank whose names did not come is asked every instance, and its names again next time."""
+        if key in self._known:
+            return self._known[key]
+        found = instances_of(names())
+        if found is None:
+            return UNKNOWN
+        if len(self._known) >= MEMO_RANKS:
+            self._known.clear()
+        self._known[key] = found
+        return found
 
 
 def _key(e: dict) -> tuple:
@@ -37,6 +129,7 @@ def _key(e: dict) -> tuple:
 def merge(records: dict[str, dict | None]) -> dict | None:
     """One record of the instances' (backend -> parsed record, None: no answer): the entries of all, oldest first,
     each once (a torch that ignores ``backend=`` answers the same record for every name); pg_config joined;
+    ``comm_lib_version`` and ``nccl_comm_state`` from the instance that has them (gloo's are empty);
     pg_status per group from the instance whose entries hold that group (else the first that has it).
     ``fr_backends`` lists the instances that had entries. One instance in use: its record unchanged. None when
     no instance answered."""
@@ -68,6 +161,9 @@ def merge(records: dict[str, dict | None]) -> dict | None:
             for k, v in record["pg_status"].items():
                 if str(k) in groups or k not in status:
                     status[k] = v
+    for field in OWN_FIELDS:  # NCCL's version and communicators come in ProcessGroupNCCL's record only
+        if not base.get(field):
+            base[field] = next((r[field] for r in answered.values() if r.get(field)), base.get(field))
     base["entries"] = sorted(entries, key=lambda e: _ns(e.get("time_created_ns")))
     base["pg_config"], base["pg_status"], base["fr_backends"] = config, status, used
     return base
@@ -82,25 +178,40 @@ def _ns(v) -> int:
 
 def dump_every_instance(c10d) -> bytes:
     """The rank's whole flight record as JSON bytes, as torch's own dump gives them: every instance its torch
-    keeps (2.15: one per backend, asked by ``backend=``; 2.13/2.14: the one, which takes no ``backend=``), merged
-    (``merge``). Called in the rank at its exit and at the launcher's SIGTERM (launch/bootstrap.py), which writes
-    the bytes as they are."""
+    keeps (2.15: one per backend, asked by ``backend=``; 2.13/2.14: gloo's, which takes no ``backend=``; a CUDA
+    build: ProcessGroupNCCL's too, ``_dump_nccl_trace_json``), merged (``merge``). Called in the rank at its exit
+    and at the launcher's SIGTERM (launch/bootstrap.py), which writes the bytes as they are."""
     try:
         first = c10d._dump_fr_trace_json(backend=DEFAULT)
-    except TypeError:  # torch 2.13/2.14: one instance
-        return _bytes(c10d._dump_fr_trace_json())
-    records = {}
-    try:
-        records[DEFAULT] = json.loads(first)
-    except ValueError:
-        pass
-    for backend in BACKENDS[1:]:
-        try:
-            records[backend] = json.loads(c10d._dump_fr_trace_json(backend=backend))
-        except Exception:  # noqa: BLE001 - an instance that cannot answer is left out
-            continue
+        others = BACKENDS[1:]
+    except TypeError:  # torch 2.13/2.14: one instance per event type
+        first = c10d._dump_fr_trace_json()
+        others = ()
+    records = {DEFAULT: _parsed(first)}
+    for backend in others:
+        records[backend] = _asked(lambda b=backend: c10d._dump_fr_trace_json(backend=b))
+    nccl = getattr(c10d, "_dump_nccl_trace_json", None)  # CUDA builds only (USE_C10D_NCCL)
+    if nccl is not None:
+        records[NCCL_INSTANCE] = _asked(nccl)
     merged = merge(records)
-    return json.dumps(merged).encode() if merged is not None else _bytes(first)
+    if merged is None or merged is records[DEFAULT]:
+        return _bytes(first)
+    return json.dumps(merged).encode()
+
+
+def _parsed(raw) -> dict | None:
+    try:
+        data = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _asked(dump) -> dict | None:
+    try:
+        return _parsed(dump())
+    except Exception:  # noqa: BLE001 - an instance that cannot answer is left out
+        return None
 
 
 def _bytes(raw: bytes | str) -> bytes:

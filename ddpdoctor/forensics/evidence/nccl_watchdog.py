@@ -6,7 +6,9 @@ Legacy ProcessGroupNCCL (torch 2.13, 2.14, 2.15's "nccl-legacy") writes
 ``[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=4,
 NumelOut=4, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.`` and
 ``[PG ID 0 PG GUID 0(default_pg) Rank 1] Timeout at NCCL work: 5, last enqueued NCCL work: 5, last completed
-NCCL work: 4.``; torch 2.15's nccl2 writes ``Watchdog caught collective operation timeout: NCCL operation timed
+NCCL work: 4.``: a SeqNum counts one process group's works (the "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
+prefix names the group; the GUID is the same on every rank), so lines of different groups are never compared.
+torch 2.15's nccl2 writes ``Watchdog caught collective operation timeout: NCCL operation timed
 out`` and ``Operation timed out after <N> ms`` with no sequence numbers (the rank is known, its place is not).
 Pure: text in, typed facts out; ``behind`` is the rule a caller (the judge's decide) applies."""
 from __future__ import annotations
@@ -15,6 +17,8 @@ import re
 from dataclasses import dataclass
 
 RANK = re.compile(r"\[(?:PG ID \S+ PG GUID \S+ )?Rank (\d{1,7})\]")
+GROUP = re.compile(r"\[PG ID \S+ PG GUID ([^\s(]+)(?:\(([^)\s]*)\))? Rank \d{1,7}\]")  # GUID, its description
+DEFAULT_GROUPS = ("0", "default_pg")  # the default group's GUID and description: every rank of the job is in it
 WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=([A-Z_]+)(?:,[^)]*?Timeout\(ms\)=(\d+))?[^)]*\)"
                   r"(?: ran for (\d+) milliseconds)?")
 PROGRESS = re.compile(r"Timeout at NCCL work: (-?\d+), last enqueued NCCL work: (-?\d+), "
@@ -26,7 +30,8 @@ NCCL2 = re.compile(r"Watchdog caught collective operation timeout: NCCL operatio
 @dataclass(frozen=True)
 class WatchdogTimeout:
     """One rank's NCCL watchdog timeout. ``seq``/``op``: the work it timed out in (legacy only); ``enqueued``/
-    ``completed``: its last enqueued and completed work; ``backend``: "nccl" (legacy) or "nccl2"."""
+    ``completed``: its last enqueued and completed work; ``backend``: "nccl" (legacy) or "nccl2"; ``group``: the
+    process group's GUID and ``group_desc`` its description, when the lines say them."""
     rank: int | None
     backend: str
     seq: int | None = None
@@ -35,6 +40,8 @@ class WatchdogTimeout:
     ran_ms: int | None = None
     enqueued: int | None = None
     completed: int | None = None
+    group: str | None = None
+    group_desc: str | None = None
 
 
 def parse(text: str, rank: int | None = None) -> list[WatchdogTimeout]:
@@ -46,14 +53,20 @@ def parse(text: str, rank: int | None = None) -> list[WatchdogTimeout]:
         m_rank = RANK.search(line)  # "[PG ... Rank N]" is the rank in that group: the log's own rank first
         who = rank if rank is not None else int(m_rank.group(1)) if m_rank else None
         work, progress, nccl2 = WORK.search(line), PROGRESS.search(line), NCCL2.search(line)
+        m_group = GROUP.search(line)
+        group, desc = (m_group[1], m_group[2]) if m_group else (None, None)
         if work and "Watchdog caught" in line:
-            out.append(WatchdogTimeout(who, "nccl", int(work[1]), work[2].lower(), _int(work[3]), _int(work[4])))
+            out.append(WatchdogTimeout(who, "nccl", int(work[1]), work[2].lower(), _int(work[3]), _int(work[4]),
+                                       group=group, group_desc=desc))
         elif progress:
             seq, enq, done = (int(g) for g in progress.groups())
             last = out[-1] if out and out[-1].rank == who and out[-1].backend == "nccl" else None
+            if last is not None and (last.seq != seq or None not in (last.group, group) and last.group != group):
+                last = None  # another work's, or another group's: not the WorkNCCL line above
             base = last or WatchdogTimeout(who, "nccl", seq)
             merged = WatchdogTimeout(base.rank, "nccl", base.seq if base.seq is not None else seq, base.op,
-                                     base.timeout_ms, base.ran_ms, enq, done)
+                                     base.timeout_ms, base.ran_ms, enq, done, group or base.group,
+                                     desc or base.group_desc)
             if last is not None:
                 out[-1] = merged
             else:
@@ -73,31 +86,56 @@ def _int(v) -> int | None:
 
 @dataclass(frozen=True)
 class Behind:
-    """What the timeouts say of the ranks: ``behind`` never enqueued the work the others timed out in (named),
-    ``timed_out`` the ranks whose watchdog fired, ``seq`` that work; ``aborted_itself``: the job ended on its own
-    NCCL timeout (not stopped from outside)."""
+    """What the timeouts of one process group say of its ranks: ``behind`` never enqueued the work the others
+    timed out in, by its own line (named); ``likely`` wrote no timeout line at all (a rank's silence is no proof:
+    its log may be cut, it may have died first; only the likely one, not named); ``timed_out`` the ranks whose
+    watchdog fired in it, ``seq`` that work, ``group`` its GUID (None: the lines name none); ``aborted_itself``:
+    the job ended on its own NCCL timeout (not stopped from outside)."""
     seq: int | None
     behind: tuple[int, ...]
     timed_out: tuple[int, ...]
     aborted_itself: bool
+    likely: tuple[int, ...] = ()
+    group: str | None = None
 
 
 def behind(timeouts: dict[int, list[WatchdogTimeout]], world: list[int]) -> Behind | None:
-    """From every rank's timeouts (rank -> parse(its log)) and the job's ranks: the work the most ranks timed out
-    in (of equally many, the furthest: a rank that timed out in an earlier one is behind it), and the ranks
-    behind it: a rank whose last enqueued work is below it (its own line says so), or, when
-    every rank that timed out has sequence numbers, a rank of the job that timed out in nothing or in an earlier
-    work. nccl2's lines carry no numbers: only ``timed_out`` and ``aborted_itself`` are said. None: no timeout."""
-    last = {r: ts[-1] for r, ts in timeouts.items() if ts}
-    if not last:
+    """From every rank's timeouts (rank -> parse(its log)) and the job's ranks: per process group (a SeqNum is one
+    group's), the work the most of its ranks timed out in (of equally many, the furthest), and the ranks behind
+    it by their own lines: a last enqueued work below it, or a timeout in an earlier work that it never enqueued
+    past. A rank of the job with no timeout line at all is only the ``likely`` one, and only for the default
+    group (the one every rank is in), when every timeout there has sequence numbers. The group reported: one
+    that names a rank, else the one most ranks timed out in. nccl2's lines carry no numbers: only
+    ``timed_out`` and ``aborted_itself`` are said, as for lines that name no group. None: no timeout."""
+    groups: dict = {}
+    for r, ts in timeouts.items():
+        for t in ts:  # each rank's last timeout in each group
+            groups.setdefault(_group_key(t), {})[r] = t
+    if not groups:
         return None
+    found = [_one_group(key, last, timeouts, world) for key, last in groups.items()]
+    return max(found, key=lambda b: (bool(b.behind), bool(b.likely), len(b.timed_out) + len(b.behind),
+                                     b.group in DEFAULT_GROUPS))
+
+
+def _group_key(t: WatchdogTimeout) -> str | None:
+    """The group a timeout is compared within: its GUID; None: the lines name none (nothing is compared)."""
+    return t.group
+
+
+def _one_group(key, last: dict[int, WatchdogTimeout], timeouts: dict, world: list[int]) -> Behind:
     seqs = [t.seq for t in last.values() if t.seq is not None]
     seq = max(set(seqs), key=lambda s: (seqs.count(s), s)) if seqs else None  # a tie: the furthest work
     named: set[int] = set()
-    if seq is not None:
+    likely: set[int] = set()
+    group = key
+    if seq is not None and group is not None:
         named |= {r for r, t in last.items() if t.enqueued is not None and t.enqueued < seq}
-        named |= {r for r, t in last.items() if t.seq is not None and t.seq < seq}
-        if all(t.seq is not None for t in last.values()):
-            named |= {r for r in world if r not in last}
-    timed_out = tuple(sorted(r for r, t in last.items() if r not in named))
-    return Behind(seq, tuple(sorted(named)), timed_out, aborted_itself=True)
+        named |= {r for r, t in last.items() if t.seq is not None and t.seq < seq
+                  and (t.enqueued is None or t.enqueued < seq)}
+        default = any(t.group in DEFAULT_GROUPS or t.group_desc in DEFAULT_GROUPS for t in last.values())
+        if default and all(t.seq is not None for t in last.values()):
+            likely = {r for r in world if not timeouts.get(r)}
+    timed_out = tuple(sorted(r for r in last if r not in named))
+    return Behind(seq, tuple(sorted(named)), timed_out, aborted_itself=True, likely=tuple(sorted(likely)),
+                  group=group)

@@ -27,9 +27,22 @@ class _UnixHTTP(http.client.HTTPConnection):
 
 def ask(path: str | os.PathLike, handler: str, timeout: float = 5.0) -> str | None:
     """POST /handler/<name> on a worker server's socket (torch.distributed.debug's protocol); None: no answer."""
+    return _request(path, "POST", f"/handler/{handler}", timeout)
+
+
+def handler_names(path: str | os.PathLike, timeout: float = 5.0) -> list | None:
+    """The handlers the rank's torch registered (GET /handler/, torch's WorkerServer.cpp: a JSON list)."""
+    body = _request(path, "GET", "/handler/", timeout)
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
+def _request(path: str | os.PathLike, method: str, url: str, timeout: float) -> str | None:
     conn = _UnixHTTP(str(path), timeout)
     try:
-        conn.request("POST", f"/handler/{handler}")
+        conn.request(method, url)
         resp = conn.getresponse()
         body = resp.read().decode(errors="replace")
         return body if resp.status == 200 else None
@@ -39,20 +52,29 @@ def ask(path: str | os.PathLike, handler: str, timeout: float = 5.0) -> str | No
         conn.close()
 
 
+_INSTANCES = None  # fr_backends.Memo: this process's ranks' instances, by socket path (made at first use)
+
+
 def flight_record(path: str | os.PathLike, timeout: float = 5.0) -> dict | None:
     """The rank's flight recorder (torch's `fr_trace_json` handler: entries and per-group status), every
-    instance its torch keeps (2.15: one per backend, ``?backend=``), merged (fr_backends.py). The default
-    instance first: a rank that does not answer it is not asked the others."""
+    instance its torch keeps (ProcessGroupNCCL's on a CUDA build, 2.15's one per backend), merged
+    (fr_backends.py); which ones from its handler names, asked once per rank. The default instance first: a
+    rank that does not answer it is not asked the others."""
     from . import fr_backends
 
-    def one(backend: str) -> dict | None:
-        body = ask(path, fr_backends.handler(backend), timeout)
+    global _INSTANCES
+    if _INSTANCES is None:
+        _INSTANCES = fr_backends.Memo()
+
+    def one(handler: str) -> dict | None:
+        body = ask(path, handler, timeout)
         try:
             return json.loads(body) if body else None
         except ValueError:
             return None
 
-    return fr_backends.gather(one)
+    instances = _INSTANCES.of(str(path), lambda: handler_names(path, timeout))
+    return fr_backends.gather(one, instances)
 
 
 def completed(fr: dict | None) -> int | None:

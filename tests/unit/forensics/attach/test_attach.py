@@ -522,6 +522,63 @@ def test_a_ranks_read_travels_to_the_master_as_json_with_its_flight_record():
     assert kept.recorded is None and kept.state is not None
 
 
+def nccl_doc(enqueued, completed, version="2.28.9"):
+    """An NCCL rank's record: ProcessGroupNCCL's ``nccl:`` names and its NCCL version in ``comm_lib_version``
+    (torch's FlightRecorderDetail.hpp dump_json, line 515 of the 2.13.0 wheel's header)."""
+    fr = fr_doc(enqueued, completed)
+    for e in fr["entries"]:
+        e["profiling_name"] = "nccl:all_reduce"
+    return dict(fr, comm_lib_version=version)
+
+
+def test_the_multi_node_master_asks_nccl_ras_once_and_fuses_it_with_the_jobs_verdict(monkeypatch):
+    """Two nodes' ranks meet at the master (nodes' JSON facts); RAS JSON as NCCL 2.28.9 writes it for
+    ``ncclras -f json`` (tests/unit/forensics/evidence/test_nccl_ras.py's ONE_DEAD: rank 1 missing, dead)."""
+    from ddpdoctor import trust
+    from ddpdoctor.forensics.attach import nodes
+    from ddpdoctor.forensics.attach.sample import add_record
+    from ddpdoctor.forensics.evidence import nccl_ras
+
+    dead = {"nccl_version": "2.28.9", "communicators": [{
+        "hash": "0x5a1e", "size": 2, "ranks": [{"rank": 0, "collective_counts": {"AllReduce": 6}}],
+        "missing_ranks": [{"rank": 1, "host": "n2", "pid": 101, "cuda_dev": 0, "nvml_dev": 0,
+                           "status": {"unresponsive": True, "considered_dead": True}}]}]}
+    asked = []
+
+    def ask(exe):
+        asked.append(exe)
+        return nccl_ras.parse(json.dumps(dead))
+
+    real = nccl_ras.consult
+    monkeypatch.setattr(trust, "program", lambda name: ("/usr/bin/ncclras", None))
+    monkeypatch.setattr(nccl_ras, "consult", lambda *a, **k: real(*a, **dict(k, asker=ask)))
+    waiter, late = read(0, "allreduce_waiter"), read(1, "own_code")
+    add_record(waiter, nccl_doc(6, 5), nccl_doc(6, 5))
+    add_record(late, nccl_doc(5, 5), nccl_doc(5, 5))
+    facts = {"n1": [nodes.to_fact(waiter)], "n2": [nodes.to_fact(late)]}
+    cluster = {"role": "master", "run_id": "r", "nodes": {
+        n: {"facts": {nodes.CHECK: {"ranks": json.loads(json.dumps(f)),
+                                    "job": {"world_size": 2, "launcher": "torchrun"}}}} for n, f in facts.items()}}
+    doc = attach_run.cluster_doc(cluster, attach_run.AttachRequest(master="n1:29500"))
+    ras = doc["diagnosis"]["ras"]
+    assert doc["verdict"] == "fail" and doc["diagnosis"]["named"] == [1]
+    assert len(asked) == 1 and ras["asked"] and ras["answered"] and ras["nccl_version"] == "2.28.9"
+    assert ras["agrees"] and [m["rank"] for m in ras["missing"]] == [1] and ras["missing"][0]["host"] == "n2"
+
+
+def test_a_records_nccl_version_travels_to_the_master_and_junk_does_not():
+    """The master decides whether RAS can answer from the NCCL version the records say (older than 2.28.7: not)."""
+    from ddpdoctor.forensics.attach import nodes
+    from ddpdoctor.forensics.attach.sample import add_record
+
+    r = read(0, "allreduce_waiter")
+    add_record(r, dict(fr_doc(3, 2), comm_lib_version="x" * 4000), None)
+    assert nodes.to_fact(r)["record"]["comm_lib_version"] == ""  # junk does not travel
+    add_record(r, nccl_doc(3, 2), None)
+    back = nodes.from_fact(json.loads(json.dumps(nodes.to_fact(r))), "n1")
+    assert back.recorded.raw["fr"]["comm_lib_version"] == "2.28.9"
+
+
 def member(pid, rank, uid, parent, world=4):
     rp = disc.RankProcess(pid, rank, rank, world, 0, "python t.py", f"user{uid}", uid=uid, gid=uid, started=1.0,
                           parent=parent)

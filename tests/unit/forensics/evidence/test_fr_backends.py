@@ -63,3 +63,96 @@ def test_the_exit_record_asks_every_instance_on_2_15_and_the_one_on_2_13():
     assert got["entries"] and all(e["profiling_name"].startswith("nccl2:") for e in got["entries"])
     assert json.loads(fr_backends.dump_every_instance(FakeC10d213())) == GLOO
     assert isinstance(fr_backends.dump_every_instance(FakeC10d213()), bytes)
+
+
+# ---------------------------------------------------------------- ProcessGroupNCCL's own instance (CUDA builds)
+# An NCCL record as torch's writer lays it out: FlightRecorderDetail.hpp's dump_json (torch 2.13.0 wheel's
+# torch/include/torch/csrc/distributed/c10d/, lines 507-596) writes the same fields for every instance:
+# version (514), comm_lib_version (515: ProcessGroupNCCL records its NCCL version there), pg_config (516),
+# pg_status (517), each entry's fields (527-584), nccl_comm_state (594: the communicators' dump map,
+# ProcessGroupNCCL.cpp's getNCCLCommDumpMap). Entries are the real gloo dump's, renamed "nccl:" as
+# ProcessGroupNCCL names them (torch/distributed/flight_recorder/components/types.py reads "nccl:<op>").
+NCCL_VERSION = "2.27.5"
+
+
+def nccl_record(pg: int = 0):
+    fr = json.loads(json.dumps(GLOO))
+    for e in fr["entries"]:
+        e["profiling_name"] = e["profiling_name"].replace("gloo:", "nccl:")
+        e["pg_id"] = pg
+        e["time_created_ns"] += 7
+    fr["pg_status"] = {str(pg): fr["pg_status"]["0"]}
+    fr["comm_lib_version"] = NCCL_VERSION
+    fr["nccl_comm_state"] = {"a1b2c3": {"nccl_comm_state": "ncclSuccess"}}
+    return fr
+
+
+class FakeC10dCuda213:
+    """A CUDA build of 2.13/2.14: gloo's instance without backend= and ProcessGroupNCCL's own dump (init.cpp's
+    ``_dump_nccl_trace_json(includeCollectives=None, onlyActive=None)``); an NCCL job's entries are there only."""
+    def __init__(self, gloo=EMPTY):
+        self.gloo = gloo
+
+    def _dump_fr_trace_json(self, includeCollectives=None, onlyActive=None):
+        return json.dumps(self.gloo).encode()
+
+    def _dump_nccl_trace_json(self, includeCollectives=None, onlyActive=None):
+        return json.dumps(nccl_record()).encode()
+
+
+class FakeC10dCuda215(FakeC10d215):
+    """The 2.15 CUDA wheel: per-backend instances and ProcessGroupNCCL's (nccl-legacy records there)."""
+    def _dump_nccl_trace_json(self, includeCollectives=None, onlyActive=None):
+        return json.dumps(nccl_record(pg=2)).encode()
+
+
+def names(got):
+    return [e["profiling_name"] for e in got["entries"]]
+
+
+def test_the_exit_record_of_an_nccl_job_on_a_cuda_213_build_holds_its_nccl_collectives():
+    got = json.loads(fr_backends.dump_every_instance(FakeC10dCuda213()))
+    assert names(got) and all(n.startswith("nccl:") for n in names(got))  # gloo's instance alone: nothing
+    assert got["comm_lib_version"] == NCCL_VERSION
+
+
+def test_gloo_and_nccl_groups_of_one_rank_are_merged_nccls_version_kept():
+    got = json.loads(fr_backends.dump_every_instance(FakeC10dCuda213(gloo=GLOO)))
+    assert len(got["entries"]) == 2 * len(GLOO["entries"])
+    assert {n.split(":")[0] for n in names(got)} == {"gloo", "nccl"}
+    assert got["fr_backends"] == ["gloo", fr_backends.NCCL_INSTANCE]
+    assert got["comm_lib_version"] == NCCL_VERSION and got["nccl_comm_state"]  # gloo's own are empty
+
+
+def test_the_215_cuda_build_is_asked_every_instance_and_nccl_legacys():
+    got = json.loads(fr_backends.dump_every_instance(FakeC10dCuda215()))
+    assert {n.split(":")[0] for n in names(got)} == {"nccl", "nccl2"}
+
+
+def test_which_instances_come_from_the_handler_names():
+    """The handler names as the wheels answer ``GET /handler/`` (2.13.0 CPU, 2.15.0 CUDA, read here)."""
+    cpu_213 = ["dump_traceback", "pyspy_dump", "wait_counter_values", "fr_trace_json", "ping"]
+    cuda_214 = cpu_213 + ["dump_nccl_trace_json", "dump_nccl_trace_pickle"]
+    cuda_215 = ["dump_nccl_trace_json", "dump_nccl_trace_pickle", "dump_traceback", "pyspy_dump",
+                "wait_counter_values", "fr_dump_file", "fr_trace_json", "ping", "c10d_health_check"]
+    assert fr_backends.asks(fr_backends.instances_of(cpu_213)) == [("gloo", "fr_trace_json")]
+    assert fr_backends.asks(fr_backends.instances_of(cuda_214)) == [("gloo", "fr_trace_json"),
+                                                                    ("ProcessGroupNCCL", "dump_nccl_trace_json")]
+    paths = [p for _, p in fr_backends.asks(fr_backends.instances_of(cuda_215))]
+    assert paths[0] == "fr_trace_json" and "fr_trace_json?backend=nccl2" in paths and paths[-1] == "dump_nccl_trace_json"
+    assert fr_backends.instances_of(None) is None and fr_backends.instances_of({"a": 1}) is None
+
+
+def test_a_ranks_instances_are_asked_once_and_an_unanswered_listing_again():
+    memo, calls = fr_backends.Memo(), []
+
+    def listing(answer):
+        def names():
+            calls.append(answer)
+            return answer
+        return names
+
+    assert memo.of("r0", listing(None)) == fr_backends.UNKNOWN  # no answer: every instance, asked again later
+    assert memo.of("r0", listing(["fr_trace_json"])) == fr_backends.Instances(per_backend=False, nccl=False)
+    assert memo.of("r0", listing(["fr_dump_file"])) == fr_backends.Instances(per_backend=False, nccl=False)
+    assert calls == [None, ["fr_trace_json"]]

@@ -26,8 +26,40 @@ def test_the_rank_that_never_enqueued_the_work_is_behind():
     assert found.seq == 7 and found.behind == (1,) and found.timed_out == (0, 2) and found.aborted_itself
 
 
-def test_a_silent_rank_is_behind_when_every_timeout_has_numbers():
-    assert wd.behind({0: wd.parse(R0)}, [0, 1]).behind == (1,)
+def test_a_silent_rank_is_only_the_likely_one():
+    """It was named "behind" before: a rank that wrote no timeout line proves nothing (its log cut, its process
+    gone first); only a rank's own line ("last enqueued NCCL work" below the work) names it."""
+    found = wd.behind({0: wd.parse(R0)}, [0, 1])
+    assert found.behind == () and found.likely == (1,) and found.timed_out == (0,) and found.group == "0"
+
+
+# A subgroup's lines: its SeqNums count its own works (GUID 1), not the default group's.
+SUB = ("[rank{r}]:[PG ID 1 PG GUID 1(tp) Rank {g}] Timeout at NCCL work: {s}, last enqueued NCCL work: {e}, "
+       "last completed NCCL work: 2.\n")
+
+
+def test_lines_of_different_process_groups_are_never_compared():
+    """Rank 1 timed out in the subgroup's work 3, ranks 0 and 2 in the default group's 7: 3 < 7 is no lag."""
+    r1 = SUB.format(r=1, g=0, s=3, e=3)
+    found = wd.behind({0: wd.parse(R0, 0), 1: wd.parse(r1, 1), 2: wd.parse(R0.replace("Rank 0", "Rank 2"), 2)},
+                      [0, 1, 2])
+    assert found.behind == () and 1 not in found.timed_out and found.group == "0"
+    assert found.likely == ()  # rank 1 wrote a timeout line (in another group): not silent
+
+
+def test_within_a_subgroup_the_rank_that_enqueued_less_is_behind_and_no_silent_rank_is_likely():
+    lines = {1: SUB.format(r=1, g=0, s=3, e=3), 3: SUB.format(r=3, g=1, s=2, e=2)}
+    found = wd.behind({r: wd.parse(t, r) for r, t in lines.items()}, [0, 1, 2, 3])
+    assert (found.group, found.seq, found.behind, found.timed_out) == ("1", 3, (3,), (1,))
+    alone = wd.behind({1: wd.parse(lines[1], 1)}, [0, 1, 2, 3])
+    assert alone.likely == () and alone.behind == ()  # who else is in "tp" the lines do not say
+
+
+def test_lines_that_name_no_group_are_not_compared():
+    bare = ("[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={s}, OpType=ALLREDUCE, "
+            "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n")
+    found = wd.behind({0: wd.parse(bare.format(r=0, s=7), 0), 1: wd.parse(bare.format(r=1, s=5), 1)}, [0, 1, 2])
+    assert found.behind == () and found.likely == () and found.timed_out == (0, 1) and found.group is None
 
 
 def test_nccl2_says_who_timed_out_but_not_where():
