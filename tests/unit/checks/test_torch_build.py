@@ -89,3 +89,24 @@ def test_the_nccl_backend_of_this_torch():
     has_nccl2 = hasattr(dist.distributed_c10d, "_create_nccl2_process_group")
     assert got == ("ProcessGroupNCCL2" if has_nccl2 and "nccl" not in dist.distributed_c10d._FR_SELF_RECORDING_BACKENDS
                    else "ProcessGroupNCCL")
+
+
+def test_a_truncated_library_of_torchs_is_a_fail_without_importing_it(monkeypatch):
+    """Importing a truncated library kills the health check itself (SIGBUS): the check reads it first."""
+    real_import = builtins.__import__
+    tried = []
+
+    def recording(name, *a, **kw):
+        if name == "torch" or name.startswith("torch."):
+            tried.append(name)
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(torch_build, "torch_damage", lambda: "/x/torch/lib/libtorch_cpu.so is truncated: 4,194,304 "
+                        "of the 434,184,800 bytes its ELF header says")
+    monkeypatch.setattr(builtins, "__import__", recording)
+    facts = torch_build.TorchBuildCheck().gather(ctx())
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert tried == [] and facts["torch_error"].startswith("not imported: /x/torch/lib/libtorch_cpu.so is truncated")
+    (r,) = judge_torch(facts)
+    assert r.level is Level.FAIL and "does not import" in r.summary and "libtorch_cpu.so" in r.summary
+    assert "pip install --force-reinstall torch" in r.fix, r.fix  # `pip install torch` keeps the damaged one
