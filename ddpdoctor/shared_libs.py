@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 ELF_MAGIC = b"\x7fELF"
 HEADER_BYTES = 64  # an ELF64 header; an ELF32 one is 52
@@ -57,23 +58,41 @@ def truncated(folder: str) -> list[str]:
     return out
 
 
-def torch_lib_folder() -> str | None:
-    """torch/lib of the torch that `import torch` would load here, found without importing it."""
+# Imports this process refused, and why (refuse): sys.modules holds None for each, so a later `import` raises
+# ImportError instead of loading the damaged library; what a check then reports reads the reason here
+REFUSED: dict[str, str] = {}
+
+
+def package_damage(name: str) -> str | None:
+    """Why importing package ``name`` would crash this process (a truncated shared library in its folder or its
+    lib/ folder, as torch's), else None; None too when it is imported already or not installed."""
+    if name in REFUSED:
+        return REFUSED[name]
+    if name in sys.modules:
+        return None
     from importlib.util import find_spec
 
     try:
-        spec = find_spec("torch")
+        spec = find_spec(name)
     except (ImportError, ValueError):
         return None
     origin = getattr(spec, "origin", None) if spec is not None else None
-    return os.path.join(os.path.dirname(origin), "lib") if origin else None
-
-
-def torch_damage() -> str | None:
-    """Why `import torch` would crash this process (a truncated library of torch's), else None."""
-    folder = torch_lib_folder()
-    found = truncated(folder) if folder else []
+    if not origin or not origin.endswith("__init__.py"):
+        return None
+    folder = os.path.dirname(origin)
+    found = truncated(folder) + truncated(os.path.join(folder, "lib"))
     if not found:
         return None
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     return found[0] + more
+
+
+def refuse(name: str, why: str) -> None:
+    """Never import ``name`` in this process (its library would kill it): `import name` raises ImportError."""
+    REFUSED[name] = why
+    sys.modules[name] = None  # type: ignore[assignment]
+
+
+def torch_damage() -> str | None:
+    """Why `import torch` would crash this process (a truncated library of torch's), else None."""
+    return package_damage("torch")

@@ -110,3 +110,15 @@ def test_a_truncated_library_of_torchs_is_a_fail_without_importing_it(monkeypatc
     (r,) = judge_torch(facts)
     assert r.level is Level.FAIL and "does not import" in r.summary and "libtorch_cpu.so" in r.summary
     assert "pip install --force-reinstall torch" in r.fix, r.fix  # `pip install torch` keeps the damaged one
+
+
+def test_a_node_whose_torch_has_a_truncated_library_gets_its_record_not_a_crash(truncated_torch):
+    """The checks' imports come first (runner.Imports): a truncated library is not loaded (SIGBUS killed the whole
+    preflight, the unattended health check with it: no record, no drain); torch-build fails naming it."""
+    from tests.unit.helpers import run_process
+
+    p = run_process("preflight", "--only", "torch-build", "--json", "--no-save", env={"PYTHONPATH": truncated_torch},
+                    timeout=60)
+    assert p.returncode > 0, (p.returncode, p.stderr[-2000:])
+    (r,) = [r for r in json.loads(p.stdout)["results"] if r["check"] == "torch-build"]
+    assert r["level"] == "fail" and "libtruncated.so is truncated" in r["summary"], r
