@@ -9,14 +9,20 @@ import re
 import sys
 from shlex import quote
 
-from ddpdoctor.api import Check, Option, parse_int, passed_if_quiet, per_node
+from ddpdoctor.api import Check, Option, parse_int, passed_if_quiet, per_node, torch_damage
 
 # An NVIDIA driver leaves these behind; a cheap way to know GPUs exist without asking NVML (the gpu check does).
 NVIDIA_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidia0")
 # Facts that differ per node by nature (where things are installed, how long gathering took): not compared.
 NOT_COMPARED = ("path", "file", "executable", "prefix", "dir", "seconds", "error")
+DAMAGED = "not imported: "  # torch_error's start when a library of torch's is truncated (shared_libs.torch_damage)
 CPU_WHEEL_FIX = ("pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126 "
                  "(pick the CUDA version your driver supports: nvidia-smi shows it)")
+
+
+def _pip(facts: dict) -> str:
+    """The install that mends it: a damaged torch (a truncated library) is installed, and `pip install` keeps it."""
+    return "pip install --force-reinstall torch" if str(facts.get("torch_error")).startswith(DAMAGED) else "pip install torch"
 
 
 def _nccl_version(torch) -> str | None:
@@ -88,6 +94,10 @@ class TorchBuildCheck(Check):
             "nvidia_driver_present": any(os.path.exists(p) for p in NVIDIA_MARKERS),
             "torch_error": None,
         }
+        damage = torch_damage()  # importing a truncated library kills this whole process (SIGBUS): say it instead
+        if damage:
+            facts["torch_error"] = f"{DAMAGED}{damage}"
+            return facts
         try:
             facts.update(_torch_facts())
         except Exception as exc:  # noqa: BLE001 - a broken torch is this check's finding, not a crash
@@ -119,7 +129,7 @@ class TorchBuildCheck(Check):
         if f.get("torch_error"):
             out.append(self.fail(f"torch does not import: {f['torch_error']}", [node], actual=f["torch_error"],
                                  expected="import torch succeeds",
-                                 fix=f"{quote(str(f.get('python_executable') or 'python3'))} -m pip install torch "
+                                 fix=f"{quote(str(f.get('python_executable') or 'python3'))} -m {_pip(f)} "
                                      "(in the environment the job runs in)"))
             return out
         want = opts["torch_version"]

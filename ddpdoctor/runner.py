@@ -168,7 +168,14 @@ class Imports:
     def _work(self) -> None:
         import importlib
 
+        from .shared_libs import package_damage, refuse
+
         for name in self.names:
+            damage = package_damage(name)
+            if damage:  # loading it would kill this process (SIGBUS): its checks' own imports raise instead
+                refuse(name, damage)
+                self.done.add(name)
+                continue
             try:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the check that needs it reports the failure itself

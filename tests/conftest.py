@@ -94,3 +94,20 @@ def broken_torch(tmp_path) -> str:
     (pkg / "__init__.py").write_text(
         'raise ImportError("libtorch_cpu.so: cannot open shared object file: No such file or directory")\n')
     return str(pkg.parent)
+
+
+@pytest.fixture
+def truncated_torch(tmp_path) -> str:
+    """A directory to put first on a node's PYTHONPATH: its `torch` loads torch/lib/libtruncated.so, the first quarter
+    of a real shared library of torch's (a library truncated in place: loading it kills the process with SIGBUS,
+    not an ImportError)."""
+    import torch
+
+    real = Path(torch.__file__).parent / "lib" / "libtorch_global_deps.so"
+    lib = tmp_path / "truncated" / "torch" / "lib"
+    lib.mkdir(parents=True)
+    body = real.read_bytes()
+    (lib / "libtruncated.so").write_bytes(body[: len(body) // 4])  # within its first page: SIGBUS (measured)
+    (lib.parent / "__init__.py").write_text(
+        "import ctypes, os\nctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libtruncated.so'))\n")
+    return str(lib.parent.parent)

@@ -93,11 +93,16 @@ def _prometheus(doc: dict, directory: str) -> None:
     from ..errors import UsageError
     from ..report import prometheus
 
-    try:
-        common.say_wrote("metrics", prometheus.write(directory, prometheus.node_check_samples(doc), "node-check"))
-        meeting = prometheus.meeting_samples(doc, before=prometheus.previous(directory, prometheus.MEETING_COMMAND))
+    def series(old: list) -> dict:
+        out = {"node-check": prometheus.node_check_samples(doc)}
+        before = [s for s in old if s[1].get("command") == prometheus.MEETING_COMMAND]
+        meeting = prometheus.meeting_samples(doc, before=before)
         if meeting:  # a prolog that met or should have: its series replace the last meeting's
-            prometheus.write(directory, meeting, prometheus.MEETING_COMMAND)
+            out[prometheus.MEETING_COMMAND] = meeting
+        return out
+
+    try:
+        common.say_wrote("metrics", prometheus.update(directory, series))  # one write, under the lock
     except OSError as exc:  # the lock held past its bounded wait (TimeoutError) included
         common.warn_line(f"prometheus_textfile {directory}: not written ({exc.strerror or exc}); the verdict stands")
     except UsageError as exc:  # as root, a directory another user can write: refused

@@ -17,6 +17,7 @@ import sys
 from typing import Callable
 
 from ..errors import ClusterNotAssembled
+from ..shared_libs import torch_damage
 from . import endpoint as ep
 from .budget import Budget
 from .config import JoinConfig, from_request
@@ -53,18 +54,28 @@ def run_node(cfg: JoinConfig, plan) -> dict:
     # TCPStore client logs every failed connect to a master that is not ddpdoctor's (an HTTP server, junk) with
     # a C++ backtrace at ERROR before it raises, and the engine words that failure in one line
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    damage = torch_damage()  # a truncated library of torch's kills the importing process (SIGBUS): no line, no result
+    if damage:
+        _no_torch(f"not imported: {damage}", is_master, reinstall=True)
     try:
         _import_torch_distributed()
     except Exception as exc:  # noqa: BLE001 - a broken torch: ImportError, a missing shared library, ...
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        seen = "the other nodes report the master unreachable" if is_master else "the master reports it missing"
-        raise ClusterNotAssembled(f"{NO_TORCH} ({reason}); the nodes meet "
-                                  f"on torch's TCPStore, so {seen}. Fix: `{sys.executable} -m pip install torch` in "
-                                  "the environment the job runs in (`ddpdoctor preflight` alone lists this node's "
-                                  "other findings)") from exc
+        _no_torch(reason, is_master, exc)
 
     role = Master if is_master else Worker
     return role(cfg, plan, budget).run()
+
+
+def _no_torch(reason: str, is_master: bool, exc: BaseException | None = None, reinstall: bool = False) -> None:
+    """This node cannot join: the one line that says why (the prolog's meeting fails its node on NO_TORCH).
+    ``reinstall``: torch is installed but damaged, and a plain `pip install torch` would find it there."""
+    seen = "the other nodes report the master unreachable" if is_master else "the master reports it missing"
+    pip = "pip install --force-reinstall torch" if reinstall else "pip install torch"
+    raise ClusterNotAssembled(f"{NO_TORCH} ({reason}); the nodes meet "
+                              f"on torch's TCPStore, so {seen}. Fix: `{sys.executable} -m {pip}` in "
+                              "the environment the job runs in (`ddpdoctor preflight` alone lists this node's "
+                              "other findings)") from exc
 
 
 NO_TORCH = "this node cannot join: torch does not import here"  # the prolog's meeting fails its node on these words

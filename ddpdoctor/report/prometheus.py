@@ -28,7 +28,7 @@ import datetime as _dt
 import os
 import socket
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..launchers import job_id as scheduler_job_id
 
@@ -236,6 +236,23 @@ def write(directory: str | os.PathLike, new: list[Sample], command: str) -> Path
     with textfile.Folder(directory) as folder, folder.locked(LOCK):
         old = _parse(folder.read(FILE))
         kept = [s for s in old if s[1].get("command") != command]
+        folder.replace(FILE, _render(kept + _counted(new, old)))
+    return path
+
+
+def update(directory: str | os.PathLike, make: Callable[[list[Sample]], dict[str, list[Sample]]]) -> Path:
+    """DIR/ddpdoctor.prom read, changed and written once, all under its lock: ``make`` gets the series in the file
+    and returns each command's new series (a command it leaves out keeps its own). One write per run (a prolog's
+    node-check and meeting series together), and what a run carries from the last one (the meeting's failing
+    links) is read under the same lock as it is written: two checks at once never lose each other's update."""
+    from . import textfile
+
+    path = Path(directory) / FILE
+    with textfile.Folder(directory) as folder, folder.locked(LOCK):
+        old = _parse(folder.read(FILE))
+        by_command = make(old)
+        kept = [s for s in old if s[1].get("command") not in by_command]
+        new = [sample for samples in by_command.values() for sample in samples]
         folder.replace(FILE, _render(kept + _counted(new, old)))
     return path
 

@@ -89,3 +89,36 @@ def test_the_nccl_backend_of_this_torch():
     has_nccl2 = hasattr(dist.distributed_c10d, "_create_nccl2_process_group")
     assert got == ("ProcessGroupNCCL2" if has_nccl2 and "nccl" not in dist.distributed_c10d._FR_SELF_RECORDING_BACKENDS
                    else "ProcessGroupNCCL")
+
+
+def test_a_truncated_library_of_torchs_is_a_fail_without_importing_it(monkeypatch):
+    """Importing a truncated library kills the health check itself (SIGBUS): the check reads it first."""
+    real_import = builtins.__import__
+    tried = []
+
+    def recording(name, *a, **kw):
+        if name == "torch" or name.startswith("torch."):
+            tried.append(name)
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(torch_build, "torch_damage", lambda: "/x/torch/lib/libtorch_cpu.so is truncated: 4,194,304 "
+                        "of the 434,184,800 bytes its ELF header says")
+    monkeypatch.setattr(builtins, "__import__", recording)
+    facts = torch_build.TorchBuildCheck().gather(ctx())
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert tried == [] and facts["torch_error"].startswith("not imported: /x/torch/lib/libtorch_cpu.so is truncated")
+    (r,) = judge_torch(facts)
+    assert r.level is Level.FAIL and "does not import" in r.summary and "libtorch_cpu.so" in r.summary
+    assert "pip install --force-reinstall torch" in r.fix, r.fix  # `pip install torch` keeps the damaged one
+
+
+def test_a_node_whose_torch_has_a_truncated_library_gets_its_record_not_a_crash(truncated_torch):
+    """The checks' imports come first (runner.Imports): a truncated library is not loaded (SIGBUS killed the whole
+    preflight, the unattended health check with it: no record, no drain); torch-build fails naming it."""
+    from tests.unit.helpers import run_process
+
+    p = run_process("preflight", "--only", "torch-build", "--json", "--no-save", env={"PYTHONPATH": truncated_torch},
+                    timeout=60)
+    assert p.returncode > 0, (p.returncode, p.stderr[-2000:])
+    (r,) = [r for r in json.loads(p.stdout)["results"] if r["check"] == "torch-build"]
+    assert r["level"] == "fail" and "libtruncated.so is truncated" in r["summary"], r

@@ -26,7 +26,8 @@ DOCUMENTS = {"ddpdoctor", "ddpdoctor.api", "ddpdoctor.errors", "ddpdoctor.exitco
              "ddpdoctor.shapes", "ddpdoctor.inputs", "ddpdoctor.grouping", "ddpdoctor.devices",
              "ddpdoctor.exports", "ddpdoctor.registry", "ddpdoctor.settings", "ddpdoctor.baseline",
              "ddpdoctor.lifetime", "ddpdoctor.text", "ddpdoctor.majority", "ddpdoctor.options",
-             "ddpdoctor.check_helpers", "ddpdoctor.numbers", "ddpdoctor.human", "ddpdoctor.rank_lists", "ddpdoctor.trust"}
+             "ddpdoctor.check_helpers", "ddpdoctor.numbers", "ddpdoctor.human", "ddpdoctor.rank_lists", "ddpdoctor.trust",
+             "ddpdoctor.shared_libs"}
 # The launcher table (one module per launcher) sits with the documents: checks reach it through ddpdoctor.api;
 # so does redaction (one module per rule set), which everything applies before a fact or a text leaves.
 DOCUMENT_PACKAGES = ("ddpdoctor.launchers", "ddpdoctor.redaction")

@@ -158,3 +158,28 @@ def test_a_failing_links_series_stays_until_a_meeting_measures_that_link_again()
     assert links(prometheus.meeting_samples(doc(others), "node1", before)) == ["node3"]
     again = {"verdict": "pass", "nodes": ["node1", "node3"], "links": []}
     assert links(prometheus.meeting_samples(doc(again), "node1", before)) == []
+
+
+def test_a_prolog_writes_the_textfile_once_and_carries_its_links_under_the_lock(tmp_path, monkeypatch):
+    """The node check's and the meeting's series in one write (it was two, and the meeting's last links were read
+    before the lock was taken: a check beside it could replace them in between); the health check's series of
+    another command in the file are kept."""
+    from ddpdoctor.cli import node_check_cmd
+    from ddpdoctor.report import prometheus, textfile
+
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    prometheus.write(prom, [("ddpdoctor_meeting_link_status", {"peer": "node3", "check": "mesh"}, 3.0)],
+                     prometheus.MEETING_COMMAND)
+    prometheus.write(prom, [("ddpdoctor_check_status", {"check": "gpu"}, 0.0)], "preflight")
+    replaced = []
+    real = textfile.Folder.replace
+    monkeypatch.setattr(textfile.Folder, "replace", lambda self, *a: (replaced.append(a[0]), real(self, *a))[1])
+    skipped = {"verdict": "pass", "nodes": ["node1", "node2"], "links": [], "skipped": "the nodes did not meet"}
+    doc = {"created": "2026-01-01T00:00:00+00:00", "verdict": "pass", "results": [], "nodes": {},
+           "node_check": {"context": "prolog", "node": "node1", "cross_node": skipped, "unkept_pending": {"count": 0}}}
+    node_check_cmd._prometheus(doc, str(prom))
+    assert replaced == [prometheus.FILE], replaced  # one write
+    assert _series(prom, "ddpdoctor_meeting_link_status") == {"check=mesh,peer=node3": 3.0}  # carried, not re-measured
+    assert _series(prom, "ddpdoctor_check_status") == {"check=gpu": 0.0}  # another command's, kept
+    assert _series(prom, "ddpdoctor_meeting_skipped") == {"": 1.0}
