@@ -128,12 +128,19 @@ def job_comment(node: str, check: str, finding: str) -> str:
     return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
 
 
-def link_comment(check: str, finding: str) -> str:
+def link_comment(check: str, finding: str, nodes: list[str]) -> str:
     """The job's comment when its prologs' meeting finds a link failing and blames no node: 'ddpdoctor: the meeting
-    of the job nodes found mesh: link node1 -> node3 timed out (TCP to ADDR:PORT); no node drained (a link names
-    two); the job was not requeued (it would get the same nodes and the same link)' (no quotes: as job_comment)."""
-    text = _one_line(f"{OWNER} the meeting of the job nodes found {check}: {finding}; no node drained (a link names "
-                     "two); the job was not requeued (it would get the same nodes and the same link)")
+    of the job nodes found mesh: link node1 -> node3 timed out (TCP to ADDR:PORT); no node drained (a link names two
+    nodes); not requeued (same nodes, same link): resubmit with --exclude=node3 (or node1)' (no quotes: as
+    job_comment). Cut to fit in the finding, never in the advice after it."""
+    advice = "; no node drained (a link names two nodes); not requeued (same nodes, same link)"
+    if len(nodes) == 2:
+        advice += f": resubmit with --exclude={nodes[1]} (or {nodes[0]})"
+    head = f"{OWNER} the meeting of the job nodes found {check}: "
+    room = MAX_COMMENT - len(head) - len(advice)
+    said = _one_line(finding)
+    said = said if len(said) <= room else said[: max(0, room - 3)].rstrip() + "..."
+    text = _one_line(head + said + advice)
     return text if len(text) <= MAX_COMMENT else text[: MAX_COMMENT - 3].rstrip() + "..."
 
 

@@ -230,14 +230,15 @@ def _link_comment(record: dict | None, at: Where, cfg: site.SiteConfig, env: Map
     link: meet.link_commenter). The job is not failed nor requeued for it: a failing prolog drains its node (SLURM
     drains a node whose prolog exits non-zero), which would blame a node the meeting could not blame, and a requeue
     without a drain gets the same nodes and the same link again. The user whose job then ends in SLURM's
-    "Communication connection failure" reads the link in `squeue -o %k`; the link series alerts the admin."""
+    "Communication connection failure" reads the link, and the --exclude that keeps the next job off it, in
+    `squeue -o %k`; the link series alerts the admin."""
     from . import meet
 
     if not at.job_id or meet.link_commenter(record) != at.node:
         return
     link = record["links"][0]
     bound.stage = "scontrol (the job's comment: a failing link)"
-    text = slurm_node.link_comment(link["check"], link["summary"])
+    text = slurm_node.link_comment(link["check"], link["summary"], link["nodes"])
     out = slurm_node.comment(at.job_id, text, scontrol=slurm_node.scontrol_path(cfg.scontrol, env),
                              env=cfg.scontrol_env(env), timeout=bound.remaining())
     done["comment"] = {"command": out.command, "ok": out.ok, "error": out.message or None}
