@@ -324,9 +324,10 @@ def timeline(title: str, checks: list[str], runs: list[dict], *, first_run: int 
                        f'<text x="{cx:.1f}" y="{top - 8}" class="legend" text-anchor="middle" fill="{color}">'
                        f"{escape(word.split()[0])}<title>{escape(where)}: {escape(word)}{escape(why)}</title></text>")
     axis_y = top + row_h * len(rows) + 12
-    for t in _time_ticks(t0, t1):
+    ticks, step = _time_ticks(t0, t1)
+    for t in ticks:
         x = left + (t - t0) * scale + cell / 2
-        out.append(f'<text x="{x:.1f}" y="{axis_y}" class="tick" text-anchor="middle">{escape(_clock(t, t1 - t0))}'
+        out.append(f'<text x="{x:.1f}" y="{axis_y}" class="tick" text-anchor="middle">{escape(_clock(t, t1 - t0, step))}'
                    "</text>")
     legend = " · ".join(f"{k}" for k in LEVEL_FILL) + " · ▼ drained · ▲ resumed"
     out.append(f'<text x="4" y="{axis_y + 16}" class="axis">UTC time, {escape(utc_text(t0))} → '
@@ -345,20 +346,31 @@ def utc_text(epoch, missing: str = "?") -> str:
     return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _clock(epoch: float, span_s: float) -> str:
-    """A tick's label: the time of day within two days, the date beyond."""
+DAY_S, WEEK_S = 86400, 604800
+# A time axis's tick spacings, a second to a week; a longer span ticks whole weeks, as many as keep six ticks
+TIME_STEPS_S = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, DAY_S, 2 * DAY_S, WEEK_S)
+
+
+def _clock(epoch: float, span_s: float, step_s: float) -> str:
+    """A tick's label, as precise as its spacing: seconds within ten minutes, the time of day within two days,
+    the date and time when the ticks are hours apart over days, the date beyond (with the year past 300 days)."""
     import datetime as dt
 
     t = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
-    return t.strftime("%H:%M:%S" if span_s < 600 else "%H:%M") if span_s < 2 * 86400 else t.strftime("%m-%d")
+    if span_s < 600:
+        return t.strftime("%H:%M:%S")
+    if step_s < DAY_S:
+        return t.strftime("%H:%M" if span_s < 2 * DAY_S else "%m-%d %H:%M")
+    return t.strftime("%Y-%m-%d" if span_s > 300 * DAY_S else "%m-%d")
 
 
-def _time_ticks(t0: float, t1: float, most: int = 6) -> list[float]:
-    """Round times between t0 and t1 (a minute, 5, 15, an hour, ... a day apart), at most ``most``."""
+def _time_ticks(t0: float, t1: float, most: int = 6) -> tuple[list[float], float]:
+    """Round times between t0 and t1 (a second, a minute, 5, ... a day, a week apart, whole weeks beyond), at
+    most ``most`` and their spacing."""
     if t1 <= t0:
-        return [t0]
-    for step in (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 604800):
-        if (t1 - t0) / step <= most:
-            break
+        return [t0], 1.0
+    step = next((s for s in TIME_STEPS_S if (t1 - t0) / s <= most), None)
+    if step is None:
+        step = WEEK_S * math.ceil((t1 - t0) / (most * WEEK_S))
     first = -(-t0 // step) * step
-    return [first + i * step for i in range(int((t1 - first) // step) + 1)]
+    return [first + i * step for i in range(int((t1 - first) // step) + 1)], step

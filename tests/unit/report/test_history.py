@@ -198,3 +198,20 @@ def test_the_page_names_each_drains_reason_and_time_and_the_meetings_checks_and_
     assert "Check states over time" in page and "UTC time, 2026-11-01 00:00:00Z → 2026-11-01 00:20:00Z" in page
     ticks = re.findall(r'class="tick" text-anchor="middle">([^<]+)<', page)
     assert ticks[:3] == ["00:00", "00:05", "00:10"], ticks
+
+
+def test_the_timelines_time_axis_reads_at_every_span():
+    """Over days the ticks were dates that repeat (12 h apart, 'm-d' twice); over a year 57 overlapping ticks: now
+    at most six, each label as precise as its spacing, none twice."""
+    import re
+
+    from ddpdoctor.report import svg
+
+    t0 = 1_764_000_000.0
+    for days in (0.003, 1, 3, 10, 40, 400, 2000):
+        runs = [{"run_id": str(i), "created": t0 + i * days * 86400 / 4, "verdict": "pass", "levels": {}}
+                for i in range(5)]
+        page = svg.timeline("node1", [], runs)
+        labels = re.findall(r'class="tick" text-anchor="middle">([^<]+)</text>', page)
+        assert 1 <= len(labels) <= 7 and len(set(labels)) == len(labels), (days, labels)
+    assert re.search(r">\d{4}-\d\d-\d\d</text>", page), "a span of years shows the year"
