@@ -41,12 +41,16 @@ def culprit_ranks(doc: dict) -> list | None:
 
 
 def root_title(doc: dict) -> str:
-    """What the root-cause box is called: a stop on request is neither a root cause nor a failure; with no rank
-    named, a rank shown (the rank gloo aborted, one side of a tie, a rank that only lost its peer) is the first
+    """What the root-cause box is called: a stop on request is neither a root cause nor a failure; a rank the
+    outcome names only as the likely one is the likely root cause; with no rank named, a rank shown (the rank gloo aborted, one side of a tie, a rank that only lost its peer) is the first
     failure, and without one there is no culprit rank."""
     if state(doc) == "interrupted":
         return "stopped on request"
     ranks = culprit_ranks(doc)
     if ranks is not None and not ranks:
         return "first failure, no culprit named" if _root(doc).get("rank") is not None else "no culprit rank named"
+    out = _outcome(doc)
+    culprits = [c for c in (out or {}).get("culprits") or [] if isinstance(c, dict)]
+    if culprits and not any(c.get("named") is not False for c in culprits):
+        return "likely root cause"  # the records name the rank(s) only as the likely one(s)
     return "root cause"

@@ -28,6 +28,9 @@ MOTION_CATEGORIES = (*MOTION, "no_movement")
 HANG_ROOTS = {"hang"}
 # the evidence tag of an outcome whose root cause is attach's verdict saved while the job hung
 ATTACH_SAVED = "attach_saved_verdict"
+# The prefix of the error types a rule gives a rank the records name only as the likely one (attribution's
+# likely_missing_rank, nccl_timeout's likely_nccl_timeout_behind): a culprit in the Outcome, not named
+LIKELY = "likely_"
 # A rank that failed of its own as the job stalled (an exception, a C++ abort on a collective mismatch) stays the
 # cause over the watchdog's hang; not so a signal (the watchdog's own SIGKILL after the grace) or a timeout.
 NOT_ITS_OWN = ("unknown", "signal", "timeout", "hang")
@@ -225,7 +228,8 @@ def _shape(verdict: dict | None, failures: Failures, context: Context, failed: b
         return Outcome(state, Category.NORMAL_END if context.normal_end else Category.UNKNOWN, **common)
     hang = (verdict is not None or context.hung) and (root is None or root.category in HANG_ROOTS)
     category = Category.of((verdict or {}).get("category")) if hang else Category.of(root.category if root else None)
-    ranks = failures.culprit_ranks or tuple(c["rank"] for c in (verdict or {}).get("culprits") or ())
+    ranks = failures.culprit_ranks or tuple(c["rank"] for c in (verdict or {}).get("culprits") or ()) or \
+        ((root.rank,) if _likely(root) and root.rank is not None else ())
     places = _places(verdict, root)
     culprits = tuple(places(rank) for rank in ranks)
     return Outcome(State.HANG if hang else State.FAIL, category, culprits, _consequences(failures), **common)
@@ -245,11 +249,16 @@ def _places(verdict: dict | None, root: RankFailure | None):
             return Place(rank, c.get("host"), c.get("node"), c.get("where") or c.get("last_seen_where"),
                          c.get("function"), named=rank in named or certain, why=str(c.get("why") or ""))
         if root is not None and root.rank == rank:
-            return Place(rank, root.host, None, root.location, None, named=root.named is not False,
-                         why=root.category)
+            return Place(rank, root.host, None, root.location, None,
+                         named=root.named is not False and not _likely(root), why=root.category)
         return Place(rank)
 
     return place
+
+
+def _likely(root: RankFailure | None) -> bool:
+    """The records name this root cause's rank only as the likely one."""
+    return root is not None and (root.error_type or "").startswith(LIKELY)
 
 
 def _consequences(failures: Failures) -> tuple[Place, ...]:

@@ -56,3 +56,8 @@ def test_an_older_document_without_outcome_reads_its_older_keys():
     assert outcome_of.root_title({"verdict": "fail", "root_cause": dict(ROOT, category="interrupted")}) == \
         "stopped on request"
     assert outcome_of.culprit_ranks({"verdict": "fail"}) is None
+
+
+def test_a_likely_culprit_is_the_likely_root_cause():
+    doc = {"verdict": "fail", "root_cause": ROOT, "outcome": dict(outcome("fail"), culprits=[{"rank": 1, "named": False}])}
+    assert outcome_of.root_title(doc) == "likely root cause" and "FAIL — likely root cause" in shown(doc)

@@ -110,3 +110,13 @@ def test_nothing_failed_and_no_normal_end_is_unverified_and_a_normal_end_passes(
     passed = decide(Evidence(ranks=(0, 1)), Failures(findings=Findings(root_cause=None)),
                     Context("postmortem", normal_end=True))
     assert passed.state is State.PASS and passed.category is Category.NORMAL_END and passed.exit_code() == 0
+
+
+def test_a_rank_the_records_name_only_as_likely_is_the_outcomes_likely_culprit():
+    """One convention for "likely" in the Outcome: a culprit whose Place is not named, whichever rule said it (the
+    logs' likely missing rank had named=True, the NCCL-silent rank was left out of the culprits)."""
+    for named in (None, False):
+        root = RankFailure(rank=2, local_rank=None, host="n2", exit_code=None, category="hang",
+                           error_type="likely_missing_rank", message="likely rank 2: ...", named=named)
+        outcome = decide(Evidence(), Failures(findings=Findings(root_cause=root)), Context("postmortem"))
+        assert [(c.rank, c.named) for c in outcome.culprits] == [(2, False)], (named, outcome.culprits)
