@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import stat
 import subprocess
 import time
@@ -96,12 +97,31 @@ def meet(at: Where, cfg: SiteConfig, env: Mapping[str, str], deadline: float) ->
 
         if NO_TORCH in said:  # this node's own fault, whatever its peers do: its jobs would die on the same import
             return [Finding(MEETING, "fail", said[said.index(NO_TORCH):][:400], FROM_MEETING)], record
+        crashed = crash_of(p.returncode)
+        if crashed:
+            return [Finding(MEETING, "fail", crashed, FROM_MEETING)], record
         return [], record
     return mine(doc, at.node, judges), dict(record, verdict=doc.get("verdict"), exit_code=p.returncode,
                                     results=[{k: r.get(k) for k in ("check", "level", "summary", "nodes")}
                                              for r in doc.get("results") or [] if r.get("level") in ("warn", "fail", "skip")],
                                     links=failing_links(doc, judges),
                                     blamed=sorted(n for n in nodes if mine(doc, n, judges)))
+
+
+# The signals a Python process dies of when native code it loaded crashed (a truncated or mismatched library,
+# a broken CPU feature): this node's own fault, as an import that fails. Not SIGKILL (the OOM killer, our own
+# budget), SIGTERM/SIGINT (a stop), nor SIGABRT (torch's own abort on an error it reports).
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+
+
+def crash_of(returncode: int | None) -> str | None:
+    """What the meeting's child dying of a native crash says of this node, or None."""
+    if returncode is None or -returncode not in CRASH_SIGNALS:
+        return None
+    name = signal.Signals(-returncode).name
+    return (f"this node cannot join: the meeting's child (python -m ddpdoctor preflight, which imports torch) died "
+            f"of {name} here, as a job's `import torch` would; fix: run `python -c 'import torch'` in the job's "
+            "environment on this node, then `python -m pip install --force-reinstall torch` there")
 
 
 def meeting_checks(installed: Mapping | None = None) -> tuple[list[str], frozenset[str]]:

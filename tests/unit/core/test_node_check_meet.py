@@ -144,6 +144,23 @@ def test_a_node_whose_torch_does_not_import_fails_its_own_prolog_with_that_reaso
     assert found == []  # a peer's or the network's business: the meeting is skipped, this node not blamed
 
 
+def test_a_meeting_child_that_dies_of_a_native_crash_fails_its_node_and_one_stopped_or_killed_does_not(
+        monkeypatch, tmp_path):
+    """A child killed by SIGBUS or SIGSEGV (native code it loaded crashed: a library cut short or mismatched) was a
+    skipped meeting and the node passed; its jobs' `import torch` die the same way. SIGKILL (the OOM killer, the
+    budget) and SIGTERM (a stop) say nothing of the node: still skipped."""
+    import signal
+
+    for sig in (signal.SIGBUS, signal.SIGSEGV):
+        _, found, record = _run_meet_capturing(monkeypatch, tmp_path, (-sig, "", ""))
+        (f,) = found
+        assert f.level == "fail" and f"died of {sig.name}" in f.summary and "--force-reinstall torch" in f.summary
+        assert "skipped" in record
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGABRT):
+        _, found, record = _run_meet_capturing(monkeypatch, tmp_path, (-sig, "", ""))
+        assert found == [] and "skipped" in record, sig
+
+
 def test_the_prolog_gives_the_meeting_its_whole_budget_and_keeps_its_own_after_it():
     from ddpdoctor.unattended import entry
     from ddpdoctor.unattended.node_check import Where
