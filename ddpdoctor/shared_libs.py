@@ -34,7 +34,9 @@ def expected_size(header: bytes) -> int | None:
 
 def truncated(folder: str) -> list[str]:
     """One line per shared library in ``folder`` (torch/lib) that is shorter than its ELF header says, or too short
-    to hold the header: what importing it would die of. Unreadable entries are not judged (the import says)."""
+    to hold the header: what importing it would die of. Each line starts with the library's name and ends with its
+    path, so that a line cut short (a drain reason holds a few hundred characters, a venv's path can be long) still
+    names what broke. Unreadable entries are not judged (the import says)."""
     out = []
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -50,11 +52,11 @@ def truncated(folder: str) -> list[str]:
         except OSError:
             continue
         if size < 52:
-            out.append(f"{e.path} is truncated: {size} bytes, too short for an ELF header")
+            out.append(f"{e.name} is truncated: {size} bytes, too short for an ELF header ({e.path})")
             continue
         want = expected_size(header)
         if want is not None and size < want:
-            out.append(f"{e.path} is truncated: {size:,} of the {want:,} bytes its ELF header says")
+            out.append(f"{e.name} is truncated: {size:,} of the {want:,} bytes its ELF header says ({e.path})")
     return out
 
 

@@ -101,12 +101,12 @@ def test_a_truncated_library_of_torchs_is_a_fail_without_importing_it(monkeypatc
             tried.append(name)
         return real_import(name, *a, **kw)
 
-    monkeypatch.setattr(torch_build, "torch_damage", lambda: "/x/torch/lib/libtorch_cpu.so is truncated: 4,194,304 "
-                        "of the 434,184,800 bytes its ELF header says")
+    monkeypatch.setattr(torch_build, "torch_damage", lambda: "libtorch_cpu.so is truncated: 4,194,304 "
+                        "of the 434,184,800 bytes its ELF header says (/x/torch/lib/libtorch_cpu.so)")
     monkeypatch.setattr(builtins, "__import__", recording)
     facts = torch_build.TorchBuildCheck().gather(ctx())
     monkeypatch.setattr(builtins, "__import__", real_import)
-    assert tried == [] and facts["torch_error"].startswith("not imported: /x/torch/lib/libtorch_cpu.so is truncated")
+    assert tried == [] and facts["torch_error"].startswith("not imported: libtorch_cpu.so is truncated")
     (r,) = judge_torch(facts)
     assert r.level is Level.FAIL and "does not import" in r.summary and "libtorch_cpu.so" in r.summary
     assert "pip install --force-reinstall torch" in r.fix, r.fix  # `pip install torch` keeps the damaged one

@@ -29,8 +29,8 @@ def test_a_library_shorter_than_its_header_says_is_named(tmp_path):
     (tmp_path / "notes.txt").write_bytes(b"")  # not a library
     (tmp_path / "libtext.so").write_bytes(b"INPUT(-lfoo)\n" * 10)  # a linker script: not judged
     found = shared_libs.truncated(str(tmp_path))
-    assert found == [f"{tmp_path}/libcut.so.1 is truncated: 164 of the 1,640 bytes its ELF header says",
-                     f"{tmp_path}/libempty.so is truncated: 0 bytes, too short for an ELF header"], found
+    assert found == [f"libcut.so.1 is truncated: 164 of the 1,640 bytes its ELF header says ({tmp_path}/libcut.so.1)",
+                     f"libempty.so is truncated: 0 bytes, too short for an ELF header ({tmp_path}/libempty.so)"], found
 
 
 def test_this_torch_is_whole_and_a_real_library_cut_in_half_is_not(truncated_torch):
