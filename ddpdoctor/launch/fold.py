@@ -8,11 +8,13 @@ import re
 
 MAX_HELD = 2000  # lines held for one traceback at most: a longer one is relayed as it is
 # torchrun's --tee prefixes each line with the rank ("[default1]:[rank1]: ", "[rank1]:"); its own lines have none.
-# torchrun 2.14+'s --log-line-prefix-template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) writes any template of
-# ${hostname}, ${role_name}, ${rank}, ${local_rank}: "node7:3: ", "default3: " as words ending in the rank, a
-# colon and a space (an exception line, "RuntimeError: boom", has no rank there and is no prefix).
-PREFIX = re.compile(r"^(?P<prefix>(?:\[[^\]\n]{1,40}\]:){1,4}|(?:[\w.\-]{0,64}:){0,2}[\w.\-]{0,64}?\d{1,6}: )?"
-                    r"(?P<rest>.*)$", re.S)
+# torchrun's --log-line-prefix-template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) puts any template of ${hostname},
+# ${role_name}, ${rank}, ${local_rank} in place of "[default1]:": "node7:3: ", "default3: " as words ending in the
+# rank, a colon and a space (an exception line, "RuntimeError: boom", has no rank there and is no prefix), and a
+# traceback's lines keep the rank's own "[rank1]:" after it ("node7:1: [rank1]: Traceback ..."). torch 2.13 has no
+# ${hostname} and writes the word as it is ("${hostname}:1: ").
+TEMPLATE = r"(?:[^\s:\[\]]{0,64}:){0,2}[^\s:\[\]]{0,64}?\d{1,6}: "
+PREFIX = re.compile(r"^(?P<prefix>(?:" + TEMPLATE + r")?(?:\[[^\]\n]{1,40}\]:){0,4})(?P<rest>.*)$", re.S)
 HEADER = "Traceback (most recent call last):"
 
 

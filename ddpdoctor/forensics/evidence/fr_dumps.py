@@ -25,7 +25,8 @@ DUMP_IN_NAME = re.compile(r"_dump_(\d{1,6})(?=$|[^0-9])")
 TRAILING_RANK = re.compile(r"(?:^|[^0-9])(\d{1,6})$")
 DUMP_SUFFIXES = ("", ".json", ".pkl", ".pickle", ".bin")
 # other files a run's folders hold beside the dumps (a host part after the rank, rank_3.node7, is no suffix)
-NOT_DUMPS = (".calls", ".log", ".txt", ".out", ".err", ".py", ".html", ".csv", ".prom", ".lock", ".pid", ".tmp")
+NOT_DUMPS = (".calls", ".jsonl", ".log", ".txt", ".out", ".err", ".py", ".html", ".csv", ".prom", ".lock", ".pid",
+             ".tmp")
 KNOWN_VERSIONS = ("2.10",)  # the writer's `version` in torch 2.13, 2.14.1 and 2.15.0 (torchcomms' hook too)
 _PlainUnpickler = job_files.PlainUnpickler  # the name tests and callers know
 

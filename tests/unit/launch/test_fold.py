@@ -62,3 +62,19 @@ def test_a_traceback_under_torchruns_prefix_template_is_folded():
     assert out[0] == "node1:0: loss 0.5\n"
     assert out[1].startswith("node7:3: RuntimeError: boom  [traceback folded: 1 frame") and len(out) == 2
     assert f.feed("RuntimeError: no prefix\n") == ["RuntimeError: no prefix\n"]  # an exception line is no prefix
+
+
+def test_the_template_prefix_before_the_ranks_own_prefix_is_one_stream():
+    """What torchrun writes with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='${hostname}:${rank}: ' (a reference-trainer
+    crash, read from run-trainer's output): the template, then the rank's "[rank1]:" on every traceback line. torch
+    2.15 puts the host name there, 2.13 the word as it is; each traceback was relayed whole (15 lines a rank)."""
+    for prefix in ("vm:1: [rank1]: ", "${hostname}:1: [rank1]: ", "node-7.cluster:default:12: [rank12]: "):
+        f = Folder("logs")
+        out = fed(f, tb(prefix, 4, "InjectedFailure: injected failure at step 5 on rank 1"))
+        assert out == [f"{prefix}InjectedFailure: injected failure at step 5 on rank 1  [traceback folded: 4 frames, "
+                       "the whole one in logs; -v shows it]\n"], (prefix, out)
+    f = Folder("logs")
+    mixed = tb("vm:1: [rank1]: ", 3)
+    mixed.insert(2, "vm:0: training 0.11M parameters on 2 rank(s)\n")  # another rank's line between
+    out = fed(f, mixed)
+    assert out[0] == "vm:0: training 0.11M parameters on 2 rank(s)\n" and len(out) == 2 and "3 frames" in out[1]

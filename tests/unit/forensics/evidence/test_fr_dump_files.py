@@ -37,9 +37,20 @@ def test_a_dump_is_found_whatever_its_name(tmp_path, name, rank):
     assert list(found) == [rank] and found[rank][0].name == name
 
 
-@pytest.mark.parametrize("name", ["train.log.3", "rank0.calls", "rank1.txt", "stderr.log", "x.json"])
+@pytest.mark.parametrize("name", ["train.log.3", "rank0.calls", "rank1.txt", "stderr.log", "x.json",
+                                  "rank0.jsonl"])  # run-trainer's metrics/rank<R>.jsonl
 def test_other_files_of_a_run_are_no_dump_candidates(name):
     assert fr_dumps.rank_of_name(name) is None
+
+
+def test_run_trainers_metrics_are_read_in_silence(tmp_path):
+    """postmortem of a run-trainer run's logs searches its run folder: metrics/rank<R>.jsonl (one JSON object a
+    line) was read as a dump and said 'skipped ...: not valid UTF-8 JSON' in every verdict."""
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "rank0.jsonl").write_text('{"step": 1, "loss": 4.8}\n{"step": 2, "loss": 4.7}\n')
+    with job_files.reading([tmp_path]) as notes:
+        assert fr_dumps.find_dumps([tmp_path]) == {}
+    assert notes == []
 
 
 def test_an_explicit_rank_name_wins_over_trailing_digits(tmp_path):
