@@ -74,18 +74,9 @@ def unkept_before(cfg) -> dict:
     Prometheus textfile (results_dir is what failed: the textfile is the only place left to carry them)."""
     from ..report import prometheus
 
-    out: dict = {}
     if not cfg.prometheus_textfile:
-        return out
-    for name, labels, value in prometheus.previous(cfg.prometheus_textfile, "node-check"):
-        if name == "ddpdoctor_records_unkept" and value > 0:
-            out.update(count=int(value), why=labels.get("why", ""))
-        elif name == "ddpdoctor_records_unkept_since_timestamp_seconds" and value > 0:
-            import datetime as dt
-
-            out.update(since_s=value, since=dt.datetime.fromtimestamp(value, dt.timezone.utc)
-                       .isoformat(timespec="seconds"))
-    return out
+        return {}
+    return prometheus.unkept_in(prometheus.previous(cfg.prometheus_textfile, "node-check"))
 
 
 def _prometheus(doc: dict, directory: str) -> None:
@@ -94,7 +85,7 @@ def _prometheus(doc: dict, directory: str) -> None:
     from ..report import prometheus
 
     def series(old: list) -> dict:
-        out = {"node-check": prometheus.node_check_samples(doc)}
+        out = {"node-check": prometheus.node_check_samples(prometheus.recount_unkept(doc, old))}
         before = [s for s in old if s[1].get("command") == prometheus.MEETING_COMMAND]
         meeting = prometheus.meeting_samples(doc, before=before)
         if meeting:  # a prolog that met or should have: its series replace the last meeting's

@@ -122,6 +122,35 @@ def _not_done(doc: dict, nc: dict, base: dict) -> list[Sample]:
     return out
 
 
+def unkept_in(old: list[Sample]) -> dict:
+    """The count of records not kept, why and since when, as a node check's series in ``old`` hold them ({} when
+    none): what the next run carries."""
+    out: dict = {}
+    for name, labels, value in old:
+        if labels.get("command") != "node-check" or value <= 0:
+            continue
+        if name == "ddpdoctor_records_unkept":
+            out.update(count=int(value), why=labels.get("why", ""))
+        elif name == "ddpdoctor_records_unkept_since_timestamp_seconds":
+            out.update(since_s=value, since=_dt.datetime.fromtimestamp(value, _dt.timezone.utc)
+                       .isoformat(timespec="seconds"))
+    return out
+
+
+def recount_unkept(doc: dict, old: list[Sample]) -> dict:
+    """``doc`` with its count of records not kept taken from ``old``, the file as read under its lock: the count the
+    run read when it started is stale when another check failed to keep its record meanwhile (two at once would
+    both write 1). A run that kept its record writes 0 whatever the file held; ``doc`` itself is not changed."""
+    nc = doc.get("node_check") or {}
+    if not nc.get("record_not_kept") or not isinstance(nc.get("unkept_pending"), dict):
+        return doc
+    now = unkept_in(old)
+    pending = nc["unkept_pending"]
+    recounted = {"count": now.get("count", 0) + 1, "why": now.get("why") or pending.get("why") or "",
+                 "since_s": now.get("since_s") or pending.get("since_s") or 0.0}
+    return dict(doc, node_check=dict(nc, unkept_pending=recounted))
+
+
 def previous(directory: str | os.PathLike, command: str) -> list[Sample]:
     """The series ``command`` wrote last in DIR/ddpdoctor.prom ([] when none, or it cannot be read): what the node
     check carries from run to run (the records it could not keep, where results_dir itself is full)."""

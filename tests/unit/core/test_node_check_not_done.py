@@ -183,3 +183,29 @@ def test_a_prolog_writes_the_textfile_once_and_carries_its_links_under_the_lock(
     assert _series(prom, "ddpdoctor_meeting_link_status") == {"check=mesh,peer=node3": 3.0}  # carried, not re-measured
     assert _series(prom, "ddpdoctor_check_status") == {"check=gpu": 0.0}  # another command's, kept
     assert _series(prom, "ddpdoctor_meeting_skipped") == {"": 1.0}
+
+
+def test_two_checks_that_fail_to_keep_at_once_count_two_not_one(tmp_path):
+    """The count read when a run starts is stale when another check failed to keep its record meanwhile: the count
+    written is the file's, read under its lock, plus this run's one (before, both wrote 1). A run that keeps its
+    record writes 0."""
+    from ddpdoctor.cli.node_check_cmd import _prometheus
+
+    prom = tmp_path / "prom"
+    prom.mkdir()
+
+    def doc(kept: bool) -> dict:
+        nc = {"context": "health_check", "node": "n1"}
+        if kept:
+            nc["unkept_pending"] = {"count": 0, "why": "", "since_s": 0.0}
+        else:  # each run read 0 at its start: the other one had not written yet
+            nc.update(record_not_kept="record not kept: (No space left on device)",
+                      unkept_pending={"count": 1, "why": "No space left on device", "since_s": 1700000000.0})
+        return {"created": "2026-12-03T10:00:00+00:00", "results": [], "node_check": nc}
+
+    _prometheus(doc(kept=False), str(prom))
+    _prometheus(doc(kept=False), str(prom))
+    assert _series(prom, "ddpdoctor_records_unkept") == {"why=No space left on device": 2.0}
+    assert _series(prom, "ddpdoctor_records_unkept_since_timestamp_seconds") == {"": 1700000000.0}
+    _prometheus(doc(kept=True), str(prom))
+    assert _series(prom, "ddpdoctor_records_unkept") == {"why=": 0.0}
