@@ -226,9 +226,9 @@ class SlurmCluster:
         for i, ns in enumerate(self.namespaces, start=1):
             self.slurmd[i] = self._spawn(self._in_namespaces(f"node{i}", f"slurmd -D -f {self.conf} -N node{i}", ns),
                                          f"slurmd-node{i}.out")
-        self._wait(self._all_idle, 40, "every node idle in sinfo")
+        self._wait(self.all_idle, 40, "every node idle in sinfo")
 
-    def _all_idle(self) -> bool:
+    def all_idle(self) -> bool:
         out = _sh("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=10, env=self.env())
         states = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
         return len(states) == self.nnodes and all(s == "idle" for s in states.values())
@@ -298,7 +298,7 @@ exec nsenter --net=/run/netns/$ns unshare --uts --mount sh -c \\
 
     def wait_idle(self, limit: float = 30) -> None:
         """Back-to-back jobs: the previous job's nodes may still be completing."""
-        self._wait(self._all_idle, limit, "the nodes to be idle again")
+        self._wait(self.all_idle, limit, "the nodes to be idle again")
 
     # ------------------------------------------------------------------------------------------------
     def down(self) -> None:

@@ -44,7 +44,7 @@ def test_teardown_leaves_nothing_behind_even_when_the_test_fails():
         with cluster:
             job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "sleep", "300"], env=cluster.env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            cluster._wait(lambda: not cluster._all_idle(), 20, "the job to start")
+            cluster._wait(lambda: not cluster.all_idle(), 20, "the job to start")
             assert any(Path(cluster.tmp).iterdir())
             raise RuntimeError("the test failed")
     # the srun client is the test's own process (the login node's): it keeps retrying a controller that is gone
