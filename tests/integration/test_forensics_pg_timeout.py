@@ -18,8 +18,10 @@ from tests.integration.test_trainer import run_bounded, run_trainer, two_nodes
 
 pytestmark = pytest.mark.slow
 PG_TIMEOUT = 10
-# run.json is written once the job is stopped after the evidence: under a loaded 2-core CI that took up to 5.8 s
-# past the timeout, so the bound on `waited` is the timeout + 10 s (issue 32: no bound tighter than 3x quiet)
+# run.json is written once the job has ended after the evidence: under a loaded 2-core CI that took up to 5.8 s
+# past the timeout on one node, so the bound there is the timeout + 10 s, and 11.9 s with two nodes (4 ranks, two
+# torchruns, an exchange), bound at the timeout + 25 s (issue 32: no bound tighter than 3x quiet); that the
+# evidence came before the timeout is asserted on its own age
 
 
 @pytest.fixture
@@ -217,7 +219,7 @@ def test_healthy_run_with_a_short_timeout_is_no_alarm(tmp_path, job):
 def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monkeypatch):
     """2 nodes x 2 ranks, rank 3 (node 1) sleeps in data loading, default settings: node 1's only other rank
     waits, node 0's two wait; the user's 10 s timeout arms both watchdogs, they swap evidence through the shared
-    run dir, and both name rank 3 with file:line within the timeout + 5 s."""
+    run dir, and both name rank 3 with file:line from evidence taken before the timeout expired."""
     stall = tmp_path / "stall"
     for key, value in env([3], stall).items():
         monkeypatch.setenv(key, value)
@@ -229,8 +231,12 @@ def test_two_nodes_name_the_culprit_before_the_users_timeout(tmp_path, job, monk
         assert v["culprits"][0]["where"] == f"{job}:{LINE['sleep']}" and v["missing_nodes"] == 0, v
         assert doc["hang"]["threshold"]["source"] == "process-group timeout" and doc["culprit_ranks"] == [3]
         assert sorted(c["rank"] for c in doc["consequences"]) == [0, 1, 2], doc["consequences"]
-        waited = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
-        assert waited < PG_TIMEOUT + 10, waited
+        # the evidence that names rank 3 was taken before the user's timeout expired ...
+        assert doc["hang"]["stalled_s"] < PG_TIMEOUT, doc["hang"]["stalled_s"]
+        # ... and the verdict written soon after it: 1.6-1.8 s past it here quiet and with four busy loops, 11.9 s
+        # on a loaded 2-core CI (both nodes' torchruns tear down 4 ranks' tracebacks, then swap their evidence)
+        ended = Path(doc["run_json"]).stat().st_mtime - float(stall.read_text().split()[0])
+        assert ended < PG_TIMEOUT + 25, ended
 
 
 PAIRS = '''\
