@@ -129,16 +129,19 @@ def _key(e: dict) -> tuple:
 def merge(records: dict[str, dict | None]) -> dict | None:
     """One record of the instances' (backend -> parsed record, None: no answer): the entries of all, oldest first,
     each once (a torch that ignores ``backend=`` answers the same record for every name); pg_config joined;
-    ``comm_lib_version`` and ``nccl_comm_state`` from the instance that has them (gloo's are empty);
-    pg_status per group from the instance whose entries hold that group (else the first that has it).
+    ``comm_lib_version`` and ``nccl_comm_state`` from the instance that has them (gloo's are empty).
     ``fr_backends`` lists the instances that had entries. One instance in use: its record unchanged. None when
-    no instance answered."""
+    no instance answered.
+
+    Two instances in use keep their groups apart (``_apart``): a group with two backends (the default group of
+    ``init_process_group("cpu:gloo,cuda:nccl")``) is one name in both instances, with a sequence count and a
+    pg_status each; merged under one name, gloo's all_reduce #5 and NCCL's #5 would be one collective."""
     answered = {b: r for b, r in records.items() if isinstance(r, dict)}
     if not answered:
         return None
-    distinct = []
+    distinct = []  # the instances in use, each once (a group's config counts: it is there before any entry)
     for r in answered.values():
-        if (r.get("entries") or r.get("pg_status")) and r not in distinct:
+        if (r.get("entries") or r.get("pg_status") or r.get("pg_config")) and r not in distinct:
             distinct.append(r)
     if len(distinct) <= 1:  # one instance in use (or a torch that ignores backend=): its record as it came
         return distinct[0] if distinct else answered.get(DEFAULT) or next(iter(answered.values()))
@@ -146,27 +149,100 @@ def merge(records: dict[str, dict | None]) -> dict | None:
     entries, seen, used = [], set(), []
     config: dict = {}
     status: dict = {}
-    for backend, record in answered.items():
-        own = [e for e in record.get("entries") or [] if isinstance(e, dict)]
-        fresh = [e for e in own if _key(e) not in seen]
+    named: set[str] = set()  # the group names the instances merged so far configure
+    taken: set[str] = set()  # and the pg_ids they number their groups with
+    for index, record in enumerate(distinct):
+        backend = next(b for b, r in answered.items() if r == record)
+        clash = frozenset(named & _configured(record))
+        # a renamed group's pg_id moves too: a rank reads pg_id 0 as the default group, whatever its name
+        shift = index * PG_ID_APART if clash or _pg_ids(record) & taken else 0
+        apart = _apart(backend, shift, clash)
+        fresh = [e for e in record.get("entries") or [] if isinstance(e, dict) and _key(e) not in seen]
         seen.update(_key(e) for e in fresh)
-        entries += fresh
         if fresh:
             used.append(backend)
+        entries += [apart.entry(e) for e in fresh]
         if isinstance(record.get("pg_config"), dict):
             for k, v in record["pg_config"].items():
-                config.setdefault(k, v)
+                config.setdefault(apart.config_key(k, v), apart.config(v))
         if isinstance(record.get("pg_status"), dict):
-            groups = {str(e.get("pg_id")) for e in own}
             for k, v in record["pg_status"].items():
-                if str(k) in groups or k not in status:
-                    status[k] = v
+                status.setdefault(apart.pg_id(k), v)
+        named |= _configured(record)
+        taken |= {str(apart.pg_id(i)) for i in _pg_ids(record)}
     for field in OWN_FIELDS:  # NCCL's version and communicators come in ProcessGroupNCCL's record only
         if not base.get(field):
             base[field] = next((r[field] for r in answered.values() if r.get(field)), base.get(field))
     base["entries"] = sorted(entries, key=lambda e: _ns(e.get("time_created_ns")))
     base["pg_config"], base["pg_status"], base["fr_backends"] = config, status, used
     return base
+
+
+# A later instance whose pg_ids an earlier one uses has them moved up by this much times its place: pg_id is the
+# rank's own numbering of its groups (groups are matched across ranks by name), so moving it changes no match,
+# and no job makes a million groups.
+PG_ID_APART = 1 << 20
+
+
+def _pg_ids(record: dict) -> set[str]:
+    """The pg_ids one instance's record numbers its groups with (its pg_status keys, its entries')."""
+    status = record.get("pg_status") if isinstance(record.get("pg_status"), dict) else {}
+    return {str(k) for k in status} | {str(e["pg_id"]) for e in record.get("entries") or []
+                                       if isinstance(e, dict) and "pg_id" in e}
+
+
+def _configured(record: dict) -> set[str]:
+    """The group names an instance's pg_config holds (written when a group is made, on every member: the same on
+    every rank, whatever it recorded since); torch 2.13's gloo names the default group "" there."""
+    config = record.get("pg_config")
+    if not isinstance(config, dict):
+        return set()
+    return {_group_name(v.get("name", k) if isinstance(v, dict) else k) for k, v in config.items()}
+
+
+def _group_name(name) -> str:
+    return str(name) or "0"
+
+
+@dataclass(frozen=True)
+class _apart:
+    """How one instance's groups are renamed in a merged record: its pg_ids moved up by ``shift`` (where an
+    earlier instance numbers its groups alike); a group an earlier instance also configures (``clash``: the same
+    name, another backend) named ``<name>@<backend>`` in its entries and pg_config, on every rank alike."""
+    backend: str
+    shift: int
+    clash: frozenset
+
+    def pg_id(self, value):
+        try:
+            moved = int(value) + self.shift
+        except (TypeError, ValueError):
+            return value
+        return moved if isinstance(value, int) else str(moved)
+
+    def name(self, value) -> str:
+        name = _group_name(value)
+        return f"{name}@{self.backend}" if name in self.clash else str(value)
+
+    def entry(self, e: dict) -> dict:
+        if not self.shift and not self.clash:
+            return e
+        out = dict(e)
+        if "pg_id" in out:
+            out["pg_id"] = self.pg_id(out["pg_id"])
+        pg = out.get("process_group")
+        if isinstance(pg, (list, tuple)) and pg:
+            out["process_group"] = [self.name(pg[0]), *pg[1:]]
+        return out
+
+    def config_key(self, key, value) -> str:
+        name = value.get("name", key) if isinstance(value, dict) else key
+        return self.name(name) if _group_name(name) in self.clash else key
+
+    def config(self, value):
+        if not isinstance(value, dict) or _group_name(value.get("name", "")) not in self.clash:
+            return value
+        return {**value, "name": self.name(value.get("name", ""))}
 
 
 def _ns(v) -> int:

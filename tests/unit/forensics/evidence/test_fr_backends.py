@@ -36,7 +36,10 @@ def test_two_instances_in_use_are_merged_oldest_first_each_entry_once():
     merged = fr_backends.merge({"gloo": GLOO, "nccl": EMPTY, "nccl2": nccl2_record(), "nccl-legacy": GLOO})
     names = [e["profiling_name"] for e in merged["entries"]]
     assert len(names) == 2 * len(GLOO["entries"]) and names[:2] == ["gloo:all_reduce", "nccl2:all_reduce"]
-    assert set(merged["pg_status"]) == {"0", "1"} and merged["fr_backends"] == ["gloo", "nccl2"]
+    assert merged["fr_backends"] == ["gloo", "nccl2"]
+    # both configure the default group (one group, two backends): nccl2's half is kept apart, its pg_id moved
+    assert set(merged["pg_status"]) == {"0", str(1 + fr_backends.PG_ID_APART)}
+    assert {e["process_group"][0] for e in merged["entries"]} == {"0", "0@nccl2"}
 
 
 def test_a_torch_that_ignores_backend_answers_its_one_record_unchanged():
@@ -156,3 +159,49 @@ def test_a_ranks_instances_are_asked_once_and_an_unanswered_listing_again():
     assert memo.of("r0", listing(["fr_trace_json"])) == fr_backends.Instances(per_backend=False, nccl=False)
     assert memo.of("r0", listing(["fr_dump_file"])) == fr_backends.Instances(per_backend=False, nccl=False)
     assert calls == [None, ["fr_trace_json"]]
+
+
+# ---------------------------------------------------------------- one group, two backends ("cpu:gloo,cuda:nccl")
+# init_process_group("cpu:gloo,cuda:nccl") makes the default group "0" with a gloo and an NCCL backend, each
+# recording into its own instance with its own sequence count and pg_status, under the same name and pg_id.
+def gloo_and_nccl_of_one_group(nccl_done: int):
+    nccl = nccl_record(pg=0)
+    for e in nccl["entries"]:
+        e["state"] = "started" if e["collective_seq_id"] > nccl_done else "completed"
+    nccl["pg_status"]["0"] = {"last_completed_collective": str(nccl_done), "last_enqueued_collective": "4",
+                              "last_started_collective": "4"}
+    return fr_backends.merge({"gloo": GLOO, fr_backends.NCCL_INSTANCE: nccl})
+
+
+def test_one_group_with_two_backends_keeps_each_backends_collectives_and_status_apart():
+    """Before: one pg_status "0" (NCCL's, for the group its entries hold) and one group "0", so gloo's completed
+    all_reduce #1..#4 read as NCCL's counter said (2 done), and gloo's #3 and NCCL's #3 were one collective."""
+    from ddpdoctor.forensics.evidence.flight_recorder import calls_of
+
+    merged = gloo_and_nccl_of_one_group(nccl_done=2)
+    calls = calls_of(merged)
+    gloo = [c for c in calls if c.group.name == "0"]
+    nccl = [c for c in calls if c.group.name == f"0@{fr_backends.NCCL_INSTANCE}"]
+    assert [c.seq for c in gloo] == [c.seq for c in nccl] == [1, 2, 3, 4]
+    assert all(c.completed for c in gloo)  # gloo's own counter: all 4 done (its status says op_id 7)
+    assert [c.completed for c in nccl] == [True, True, False, False]
+    assert len(merged["pg_status"]) == 2 and merged["pg_status"]["0"] == GLOO["pg_status"]["0"]
+    assert all(g.ranks == (0, 1) for g in {c.group for c in calls})  # each group's members from its own config
+
+
+def test_the_renaming_is_the_same_on_every_rank_whatever_each_recorded():
+    """A rank whose gloo backend recorded nothing yet (only its config, written when the group was made) names
+    NCCL's half of the group as the rank that recorded both does: groups are matched across ranks by name."""
+    from ddpdoctor.forensics.evidence.flight_recorder import calls_of
+
+    quiet_gloo = {**GLOO, "entries": [], "pg_status": {}}
+    merged = fr_backends.merge({"gloo": quiet_gloo, fr_backends.NCCL_INSTANCE: nccl_record(pg=0)})
+    assert {c.group.name for c in calls_of(merged)} == {f"0@{fr_backends.NCCL_INSTANCE}"}
+    busy = {c.group.name for c in calls_of(gloo_and_nccl_of_one_group(nccl_done=4))}
+    assert busy == {"0", f"0@{fr_backends.NCCL_INSTANCE}"}
+
+
+def test_an_nccl_only_job_keeps_its_record_as_torch_wrote_it():
+    """gloo's instance empty (no gloo group at all): nothing renamed, pg_ids as they came."""
+    fr = nccl_record(pg=0)
+    assert fr_backends.merge({"gloo": EMPTY, fr_backends.NCCL_INSTANCE: fr}) == fr
