@@ -48,6 +48,8 @@ class Watchdog:
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
         self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
+        self.last_cpu: dict[int, float] = {}  # that poll's CPU times per rank, and how many polls saw the waiting
+        self.cpu_ticks = 0  # ranks work (stall.motion)
         self.moved_ranks: list[int] = []  # the ranks the last movement check saw move or work (movement)
         self.busy = BusyWait(busy_timeout)  # ranks waiting on a busy one (judge.policy): said, not stopped
         self.last_reading: policy.Reading | None = None
@@ -337,7 +339,10 @@ class Watchdog:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""
         stacks = stacks_of(self.sockets, askable(self.run_dir, procs, running))
         self.stack_waiting = stack_waits(stacks)
-        moved = motion(stacks, cpu_seconds(procs, running))
+        cpu = cpu_seconds(procs, running)
+        where, worked = motion(stacks, cpu, self.last_cpu)
+        self.last_cpu, self.cpu_ticks = cpu, self.cpu_ticks + worked  # each sample that worked is a change
+        moved = (where, self.cpu_ticks)
         if moved != self.last_motion:  # moving, not hung: no flight record times a send/recv, the stacks do
             self.stragglers.sample(own_code(stacks), time.time(), self.poll)
         self.last_motion = moved

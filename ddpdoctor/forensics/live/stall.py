@@ -113,12 +113,15 @@ def past_start_up(stacks: dict[int, str | None], ranks: list[int]) -> bool:
 
 # A job whose ranks only send and receive (a pipeline: gloo's flight recorder records no send/recv, so its
 # record shows no progress at all): its motion is read from the ranks' stacks and CPU time instead.
-def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
-    """What changes while a send/recv-only job moves: where each waiting rank waits (its frames, lines included)
-    and which ranks wait; a rank in its own code counts as "own" whatever its line (a rank spinning or sleeping
-    there is no progress of the job); and the waiting ranks' CPU time in steps of policy.CPU_MOVES_S per rank (a healthy
-    pipeline's ranks compute between their waits, and a sampled stack may land on the same line twice; a rank
-    blocked in recv uses none, and a stuck rank's own CPU is not counted)."""
+def motion(stacks: dict[int, str | None], cpu_s: dict[int, float], before: dict[int, float] | None = None) -> tuple:
+    """What changes while a send/recv-only job moves: (where each waiting rank waits (its frames, lines included)
+    and which ranks wait, whether the waiting ranks worked since ``before``, the previous sample's CPU times). A rank
+    in its own code counts as "own" whatever its line (a rank spinning or sleeping there is no progress of the job).
+    Worked: the waiting ranks' CPU time grew by policy.CPU_MOVES_S per rank since the previous sample (a healthy
+    pipeline's ranks compute between their waits, and a sampled stack may land on the same line twice; a stuck
+    rank's own CPU is not counted). Between two samples, not in total: a rank blocked in recv still spends a few ms a
+    second (gloo's threads, the worker server answering these very polls: 3 ms/s a rank, measured), and a total
+    counted in steps crossed one every 15-30 s, each crossing read as progress that restarted the silence."""
     from ..evidence.model import WaitKind
     from ..evidence.stacks import main_thread, wait_of
 
@@ -130,8 +133,9 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple:
         where.append((rank, "own" if own else tuple((f.file, f.line, f.function) for f in frames)))
         if not own:
             waiting.append(rank)
-    step = policy.CPU_MOVES_S * max(1, len(waiting))
-    return tuple(where), int(sum(cpu_s.get(r, 0.0) for r in waiting) / step)
+    before = before or {}
+    grown = sum(cpu_s[r] - before[r] for r in waiting if r in cpu_s and r in before)
+    return tuple(where), grown >= policy.CPU_MOVES_S * max(1, len(waiting))
 
 
 def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:

@@ -486,10 +486,24 @@ def test_a_send_recv_only_job_moves_by_its_stacks_and_cpu_not_by_a_stuck_rank_s_
     recv = fh_stack((C10D, 2400, "recv"), ("/u/train.py", 41, "main"))
     own = {0: recv, 1: OWN_CODE}
     spinning = {0: recv, 1: fh_stack(("/u/train.py", 6, "load_config"), ("/u/train.py", 10, "main"))}
-    assert stall.motion(own, {0: 1.0, 1: 5.0}) == stall.motion(spinning, {0: 1.0, 1: 9.0})
-    assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion({0: recv, 1: recv}, {0: 1.0, 1: 5.0})
-    assert stall.motion(own, {0: 1.0, 1: 5.0}) != stall.motion(own, {0: 1.5, 1: 5.0})  # computing: CPU time
+    before = {0: 1.0, 1: 5.0}
+    assert stall.motion(own, before, before) == stall.motion(spinning, {0: 1.0, 1: 9.0}, before)
+    assert stall.motion(own, before, before) != stall.motion({0: recv, 1: recv}, before, before)
+    assert stall.motion(own, {0: 1.5, 1: 5.0}, before)[1] is True  # rank 0 computed between its waits
     assert stall.stack_waits(own) and not stall.stack_waits({1: OWN_CODE})
+
+
+def test_a_blocked_ranks_few_ms_a_second_never_read_as_work():
+    """A rank blocked in recv spends ~3 ms a second (gloo's threads, the worker server answering the polls;
+    measured on the pipelining job's hang): before, the total counted in 0.05 s steps crossed one every 15-30 s
+    and each crossing restarted the silence, so under load the hang went unnamed until the job's own timeout."""
+    recv = fh_stack((C10D, 2400, "recv"), ("/u/train.py", 41, "main"))
+    stacks = {0: recv, 1: OWN_CODE, 2: recv}
+    cpu = {0: 2.00, 1: 1.40, 2: 2.01}
+    for _ in range(60):  # a minute of 1 s polls
+        after = {r: t + (0.003 if r != 1 else 0.0) for r, t in cpu.items()}
+        assert stall.motion(stacks, after, cpu)[1] is False
+        cpu = after
 
 
 RECV_STACK = ('Thread 0x00007f6cd6c36b80 (most recent call first):\n'
