@@ -14,8 +14,8 @@ from ..evidence.procs import (askable, exit_record, failed_at, rank_per_process,
                               record_at_exit, stop_agent, workers)
 from ..judge import policy
 from ..judge.decide import Context, Evidence, Failures, decide
-from .stall import (Threshold, behind, cpu_seconds, in_init, last_steps, motion, movement, own_code, p2p_waiting,
-                    progress_mark, stack_waits, stacks_of)
+from .stall import (SendRecvMotion, Threshold, behind, cpu_seconds, in_init, last_steps, movement, own_code,
+                    p2p_waiting, progress_mark, stack_waits, stacks_of)
 from . import early, exchange
 from ..evidence import nccl_ras
 from .busy import BusyWait
@@ -47,9 +47,8 @@ class Watchdog:
         self.stragglers = Live()  # fed by each poll's flight records (stragglers.py); run.py sets its `say`
         self.init_armed = False  # armed by ranks waiting inside init_process_group (stall.past_start_up)
         self.p2p_only = False  # initialised, no collective recorded, a rank seen waiting: motion from its stacks
-        self.stack_waiting, self.last_motion = False, None  # the last stack poll (p2p_only): a rank waited; its motion
-        self.last_cpu: dict[int, float] = {}  # that poll's CPU times per rank, and how many polls saw the waiting
-        self.cpu_ticks = 0  # ranks work (stall.motion)
+        self.stack_waiting = False  # the last stack poll (p2p_only): a rank waited
+        self.p2p_motion = SendRecvMotion()  # its motion, poll after poll
         self.moved_ranks: list[int] = []  # the ranks the last movement check saw move or work (movement)
         self.busy = BusyWait(busy_timeout)  # ranks waiting on a busy one (judge.policy): said, not stopped
         self.last_reading: policy.Reading | None = None
@@ -339,13 +338,9 @@ class Watchdog:
         """A send/recv-only job's motion (stall.motion): each rank's stack from its worker server, its CPU time."""
         stacks = stacks_of(self.sockets, askable(self.run_dir, procs, running))
         self.stack_waiting = stack_waits(stacks)
-        cpu = cpu_seconds(procs, running)
-        where, worked = motion(stacks, cpu, self.last_cpu)
-        self.last_cpu, self.cpu_ticks = cpu, self.cpu_ticks + worked  # each sample that worked is a change
-        moved = (where, self.cpu_ticks)
-        if moved != self.last_motion:  # moving, not hung: no flight record times a send/recv, the stacks do
+        moved, changed = self.p2p_motion.read(stacks, cpu_seconds(procs, running))
+        if changed:  # moving, not hung: no flight record times a send/recv, the stacks do
             self.stragglers.sample(own_code(stacks), time.time(), self.poll)
-        self.last_motion = moved
         return moved
 
     def fire(self, stalled_s: float) -> dict:

@@ -138,6 +138,23 @@ def motion(stacks: dict[int, str | None], cpu_s: dict[int, float], before: dict[
     return tuple(where), grown >= policy.CPU_MOVES_S * max(1, len(waiting))
 
 
+class SendRecvMotion:
+    """A send/recv-only job's motion poll after poll (``motion``): the previous poll's CPU times, and a count of the
+    polls whose waiting ranks worked, so that each such poll is a change of the watchdog's progress mark."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[int, float] = {}
+        self.worked = 0
+        self.last: tuple | None = None
+
+    def read(self, stacks: dict[int, str | None], cpu_s: dict[int, float]) -> tuple[tuple, bool]:
+        """(the motion now, whether it changed since the previous poll)."""
+        where, worked = motion(stacks, cpu_s, self.cpu)
+        self.cpu, self.worked = cpu_s, self.worked + worked
+        moved, before, self.last = (where, self.worked), self.last, (where, self.worked)
+        return moved, moved != before
+
+
 def own_code(stacks: dict[int, str | None]) -> dict[int, bool]:
     """Per rank whose stack answered: it stands in its own code (not in a wait)."""
     from ..evidence.model import WaitKind

@@ -506,6 +506,15 @@ def test_a_blocked_ranks_few_ms_a_second_never_read_as_work():
         cpu = after
 
 
+def test_each_poll_whose_waiting_ranks_work_is_a_change_of_the_progress_mark():
+    recv = fh_stack((C10D, 2400, "recv"), ("/u/train.py", 41, "main"))
+    stacks = {0: recv, 1: recv}
+    polls = stall.SendRecvMotion()
+    assert polls.read(stacks, {0: 1.0, 1: 1.0})[1] is True  # the first poll: nothing to compare with
+    assert [polls.read(stacks, {0: 1.0 + 0.003 * i, 1: 1.0})[1] for i in range(1, 20)] == [False] * 19  # blocked
+    assert [polls.read(stacks, {0: 2.0 + 0.3 * i, 1: 1.0})[1] for i in range(5)] == [True] * 5  # computing
+
+
 RECV_STACK = ('Thread 0x00007f6cd6c36b80 (most recent call first):\n'
               '  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 2790 in recv\n'
               '  File "/home/u/pipe.py", line 41 in stage\n  File "/home/u/pipe.py", line 90 in <module>\n')
