@@ -12,18 +12,15 @@ flight-recorder dumps. A rank that timed out inside a collective waited; it is n
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from ...grouping import rank_ranges
-from ...numbers import parse_int
 from ..evidence.model import RankFailure
 from .reraised import named_by_the_library
 from .dumps import Judged
 from .verdict import Category, Findings
 from .vote import odd_ones
 from .classify import stopped_in_own_code, waited_call  # noqa: F401 - tests name them here
-from ..evidence.job_files import global_rank_of
-from .stopped import TELL_APART
+from .stopped import TELL_APART, stop_explains
 
 # gloo: "Timed out waiting 15000ms for recv operation"; NCCL: "WorkNCCL(..., Timeout(ms)=600000)"; c10d: "timeout=...".
 # The store's (init_process_group, a barrier on it): "DistStoreError: wait timeout after 30000ms".
@@ -93,13 +90,31 @@ def judge(failures: list[RankFailure]) -> tuple[RankFailure | None, list[RankFai
     return root, rest
 
 
-def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_dir: Path | None,
-                     host: str | None, listed: bool = True, closing_signals: int = 0,
-                     silent: list[RankFailure] | None = None) -> tuple[RankFailure | None, list[RankFailure]]:
+def attribute(findings: Findings, stopped_by: str | None = None) -> None:
+    """Each attempt's root cause and consequences from its records as read (``findings.records``), the last
+    attempt's as the job's; once (decide() calls it, the collectors never do). ``stopped_by``: torchrun itself was
+    stopped from outside, so a last attempt whose every failure the stop makes has no root cause of its own."""
+    if findings.attributed:
+        return
+    findings.attributed = True
+    for rec in findings.records:
+        root, rest = blame_the_absent(*judge(list(rec.failures)), list(rec.silent), rec.host, listed=rec.listed,
+                                      closing_signals=rec.closing_signals)
+        if rec.last and stopped_by and root is not None and stop_explains([root, *rest]):
+            root, rest = None, [root, *rest]  # consequences of the stop from outside, which decide then judges
+        findings.attempts.append({"attempt": rec.attempt, "root_cause": root.to_json() if root else None,
+                                  "consequences": [f.to_json() for f in rest]})
+        if rec.last:
+            findings.root_cause, findings.consequences = root, rest
+
+
+def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], silent: list[RankFailure],
+                     host: str | None, listed: bool = True,
+                     closing_signals: int = 0) -> tuple[RankFailure | None, list[RankFailure]]:
     """No flight-recorder dump: read who waited. Applies only when every rank that failed of its own timed
     out in a collective (anything else, an exception, a SIGKILL, is a cause in its own right). ``closing_signals``:
     how many ranks torchrun says it sent its closing signal (those leave no record either: not ranks that left).
-    ``silent``: the ranks with no record, when the caller read several nodes' folders (else this attempt's)."""
+    ``silent``: the attempt's ranks with no record, as the collector read its folders."""
     fails = ([root] if root else []) + rest
     if root is not None and root.category == "desync" and root.signal == "SIGABRT":
         root.reason, root.named = DETECTOR, False  # gloo aborts the rank that receives a message of another size
@@ -107,7 +122,7 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     if fails and any(f.category == "peer_lost" for f in fails) and all(
             f.category == "peer_lost" or (f.category == "signal" and f.victim and f.signal in ("SIGTERM", "SIGINT"))
             for f in fails):
-        departed = silent if silent is not None else _ranks_without_record(attempt_dir, fails, host)
+        departed = silent
         # torchrun stops the ranks still running after the first failure and lists none of them: as many
         # closing signals as silent ranks (a node lost, a network split) means they were stopped, not departed
         if departed and closing_signals < len(departed):
@@ -121,7 +136,6 @@ def blame_the_absent(root: RankFailure | None, rest: list[RankFailure], attempt_
     stopped = [f for f in fails if f.rank not in waited and ((f.category in ("signal", "unknown")
                and (f.signal in ("SIGTERM", "SIGINT") or (f.exit_code in (130, 143) and not f.message)
                     or (f.signal == "SIGKILL" and f.victim))) or stopped_in_own_code(f))]
-    silent = silent if silent is not None else _ranks_without_record(attempt_dir, fails, host)
     pg = next((t for t in (timeout_s("\n".join((f.message or "", f.traceback, f.log_tail))) for f in timed_out) if t), None)
     # Inside a collective when the job ended: the ranks that timed out, and those whose wait a peer's exit
     # broke (their traceback runs through the collective).
@@ -253,31 +267,6 @@ def _stuck_collective(fails: list[RankFailure], timed_out: list[RankFailure], ca
         f.victim = True
         f.reason = f"waited in {calls[f.rank][0]}" if f.rank in calls else f.reason
     return new, fails
-
-
-def _ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], host: str) -> list[RankFailure]:
-    """Local ranks of this attempt (torchrun's per-rank dirs) with no failure record at all: the launcher
-    stopped them (without its failure table, that is all their silence can mean)."""
-    if attempt_dir is None or not attempt_dir.is_dir():
-        return []
-    known = {f.local_rank for f in fails}
-    offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
-    out = []
-    try:
-        dirs = sorted((p for p in attempt_dir.iterdir() if parse_int(p.name, hi=999_999_999, strip=False) is not None
-                       and p.is_dir()), key=lambda p: int(p.name))
-    except OSError:
-        return []
-    for d in dirs[:4096]:
-        local = int(d.name)
-        if local in known:
-            continue
-        rank = global_rank_of(d)
-        if rank is None and len(offsets) == 1:
-            rank = local + next(iter(offsets))
-        out.append(RankFailure(rank=rank, local_rank=local, host=host, exit_code=None, category="signal",
-                               reason="left no error record"))
-    return out
 
 
 def adopt(verdict: Findings, hang: Judged | None) -> None:

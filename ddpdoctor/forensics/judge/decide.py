@@ -97,6 +97,7 @@ def decide(evidence: Evidence, failures: Failures, context: Context) -> Outcome:
 
 def _finished(evidence: Evidence, findings: Findings, context: Context) -> Outcome:
     """A finished (or stopped) job: the rules, in their one order, on the failures its logs hold."""
+    attribution.attribute(findings, findings.stopped_by)  # each attempt's root cause from its records as read
     _nccl_timed_out(findings)
     attach_named = False  # attach's saved verdict named the root cause
     if evidence.watchdog is not None:

@@ -72,13 +72,30 @@ class Verdict:
         return self.no_culprit == NoCulprit.TIE or "tie_new_call" in self.evidence
 
 
+@dataclass(frozen=True)
+class AttemptRecords:
+    """One attempt's failure records as a collector read them (postmortem/analysis.py), with what their
+    attribution needs to know of the folders they came from; attributed in decide() only (judge/attribution.py
+    ``attribute``), never by the collector."""
+    attempt: int
+    failures: tuple[RankFailure, ...]
+    silent: tuple[RankFailure, ...]  # the attempt's ranks that left no failure record (none: a stop explains them)
+    host: str | None                 # this machine, where its folders are its own (None: several nodes' folders)
+    listed: bool                     # torchrun's failure tables cover every node: a rank they omit did not fail
+    closing_signals: int             # ranks torchrun says it sent its closing signal, beyond those it lists
+    last: bool
+
+
 @dataclass
 class Findings:
-    """A finished job's failures attributed (judge.attribution): the root cause and its consequences, each
-    attempt's, and the records they were read from. The hang's own verdict is ``Verdict`` above."""
+    """A finished job's failures: each attempt's records as read (``records``), then, once decide() attributed
+    them (judge.attribution.attribute), the root cause and its consequences, each attempt's. The hang's own
+    verdict is ``Verdict`` above."""
     root_cause: RankFailure | None
     consequences: list[RankFailure] = field(default_factory=list)
     attempts: list[dict] = field(default_factory=list)
+    records: list[AttemptRecords] = field(default_factory=list)
+    attributed: bool = False
     # The last attempt's failure records as read (before attribution), and every rank of that attempt its log
     # dir shows: the evidence the judge (forensics.judge) reads beside the flight-recorder dumps.
     failures: list[RankFailure] = field(default_factory=list)

@@ -1,8 +1,8 @@
 """Post-mortem of a torchrun job: which rank failed first, on which host, why, and what to do.
 
-Three parts: reading torch's records (here, through ``evidence_io``'s bounded reads), classifying each
-rank's failure (``classify``: the rules, exception parsing) and attributing (``attribution``: the root cause
-versus its consequences, the ranks that never failed but were waited for).
+Two parts here: reading torch's records (through ``job_files``' bounded reads) and classifying each rank's
+failure (``classify``: the rules, exception parsing). Attributing them (the root cause versus its consequences,
+the ranks that never failed but were waited for) is decide()'s (judge/attribution.py ``attribute``).
 
 Sources, all written by torch itself: the agent's failure summary (rank, host, exit code, error file),
 every rank's error.json (@record: exception, traceback, timestamp) and its stderr log. The root cause is the
@@ -19,11 +19,11 @@ from ..evidence import job_files
 from ..evidence.job_files import global_rank_of
 from ..judge import attribution
 from ..evidence.model import RankFailure
-from ..judge.stopped import stop_explains
-from ..judge.verdict import Findings
+from ..judge.verdict import AttemptRecords, Findings
 from ..judge.classify import (ABORT, classify, exception_line, last_traceback,
                               user_frame)
-from .node_folders import attempts, other_nodes, rank_dir_of, same_job_runs, silent_ranks  # noqa: F401 (engine's too)
+from .node_folders import (attempts, other_nodes, rank_dir_of, ranks_without_record,  # noqa: F401 (engine's too)
+                           same_job_runs, silent_ranks)
 
 TAIL_LINES = 40
 # Line breaks as [ \t]*\r?\n[ \t]*, never \s*\n\s* (both \s* can take the newlines: quadratic on a run of blank
@@ -200,6 +200,8 @@ def node_summary(attempt_dir: Path, logs: Path) -> list[dict] | None:
 
 
 def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
+    """Every attempt's failure records as read, with what their attribution needs (AttemptRecords): attributed in
+    decide() only (judge/decide.py), never here."""
     dirs = attempts(logs)
     summary = parse_agent_summary(agent_stderr)
     # closing signals to ranks the table lists (they failed too) say nothing about the ranks it does not list
@@ -213,22 +215,19 @@ def analyse(logs: Path, agent_stderr: str, host: str | None) -> Findings:
         last = i == len(dirs) - 1
         fails = (last_failures(logs, d, i, host, summary, siblings, rank_lines(agent_stderr)) if last
                  else failures_of_attempt(d, i, host, None))
-        attribution.refine_timeouts(fails)
+        attribution.refine_timeouts(fails)  # each record's own words (a timeout's), as classify reads them
         if last:
             verdict.failures = list(fails)
             verdict.world = sorted({r for a in (d, *siblings) for r in attempt_ranks(a, fails)})
-        silent = silent_ranks([d, *siblings], fails) if last and siblings else None  # over the job's folders
         if last and verdict.stopped_by:  # torchrun was stopped from outside: the stop explains every silent rank
             silent = []
-        root, rest = attribution.blame_the_absent(*attribution.judge(fails), d, host,
-                                                  listed=last and tables_cover(summary, 1 + len(siblings)),
-                                                  closing_signals=closing_signals, silent=silent)
-        if last and verdict.stopped_by and root is not None and stop_explains([root, *rest]):
-            root, rest = None, [root, *rest]  # consequences of the stop from outside, which engine then judges
-        verdict.attempts.append({"attempt": i, "root_cause": root.to_json() if root else None,
-                                 "consequences": [f.to_json() for f in rest]})
-        if last:
-            verdict.root_cause, verdict.consequences = root, rest
+        elif last and siblings:
+            silent = silent_ranks([d, *siblings], fails)  # over the job's folders
+        else:
+            silent = ranks_without_record(d, fails, host)
+        verdict.records.append(AttemptRecords(i, tuple(fails), tuple(silent), host,
+                                              listed=last and tables_cover(summary, 1 + len(siblings)),
+                                              closing_signals=closing_signals, last=last))
     return verdict
 
 

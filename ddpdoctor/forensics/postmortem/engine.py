@@ -50,7 +50,7 @@ def explain(log_dir: Path, agent_log: Path | None, fr_dirs: list[Path], results:
         normal = ("torchrun's output: its worker group SUCCEEDED" if ending.agent_succeeded(agent_text) else
                   "every rank's record at exit: exit code 0"
                   if own and ending.ranks_ended_normally(own / "flight_recorder", ranks) else None)
-    if normal is None and verdict.root_cause is None:  # torchrun and srun say nothing of a normal end by default
+    if normal is None and not verdict.failures:  # torchrun and srun say nothing of a normal end by default
         normal = scheduler_said(logs, run_id, notes)
     attached = None if normal else attach_saved(logs, run_id, job_folders, notes)
     evidence = Evidence(dumps=hang, sizes=mismatch, stalled_s=stalled_s(dumps), timeouts=tuple(pg_timeouts_s(dumps)),

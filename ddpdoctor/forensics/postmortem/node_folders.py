@@ -124,3 +124,28 @@ def silent_ranks(folders: list[Path], fails: list[RankFailure]) -> list[RankFail
     named = {f.rank for f in fails}
     return [RankFailure(rank=rank, local_rank=None, host=None, exit_code=None, category="signal",
                         reason="left no error record") for rank in range(count) if rank not in named]
+
+
+def ranks_without_record(attempt_dir: Path | None, fails: list[RankFailure], host: str) -> list[RankFailure]:
+    """Local ranks of this attempt (torchrun's per-rank dirs) with no failure record at all: the launcher
+    stopped them (without its failure table, that is all their silence can mean)."""
+    if attempt_dir is None or not attempt_dir.is_dir():
+        return []
+    known = {f.local_rank for f in fails}
+    offsets = {f.rank - f.local_rank for f in fails if f.rank is not None and f.local_rank is not None}
+    out = []
+    try:
+        dirs = sorted((p for p in attempt_dir.iterdir() if parse_int(p.name, hi=999_999_999, strip=False) is not None
+                       and p.is_dir()), key=lambda p: int(p.name))
+    except OSError:
+        return []
+    for d in dirs[:4096]:
+        local = int(d.name)
+        if local in known:
+            continue
+        rank = global_rank_of(d)
+        if rank is None and len(offsets) == 1:
+            rank = local + next(iter(offsets))
+        out.append(RankFailure(rank=rank, local_rank=local, host=host, exit_code=None, category="signal",
+                               reason="left no error record"))
+    return out

@@ -43,8 +43,12 @@ def summary(error_file: str, rank: int = 1, code: int = 1) -> str:
 
 
 def analyse(logs: Path, agent: str = ""):
+    """postmortem's collector, then the attribution decide() runs first on what it read."""
+    from ddpdoctor.forensics.judge import attribution
+
     with job_files.reading(logs.parent) as notes:
         verdict = analysis.analyse(logs, agent, "node7")
+    attribution.attribute(verdict, verdict.stopped_by)
     return verdict, notes
 
 
@@ -141,8 +145,10 @@ def test_a_1_gib_stderr_log_is_read_by_its_tail_in_small_memory(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         from pathlib import Path
+        from ddpdoctor.forensics.judge import attribution
         from ddpdoctor.forensics.postmortem import analysis
         v = analysis.analyse(Path({str(logs)!r}), "", "h")
+        attribution.attribute(v, v.stopped_by)
         assert v.root_cause.error_type == "ValueError", v.root_cause
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork+exec, so a big pytest parent would show
         print(next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")).split()[1])  # KiB

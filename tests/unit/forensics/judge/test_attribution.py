@@ -19,6 +19,16 @@ from ddpdoctor.forensics.judge.verdict import Findings
 USER = "/home/u/train.py"
 
 
+
+def judged_with_silent(fails, folder):
+    """(root, rest, the silent ranks): attribution.judge's answer and the attempt folder's ranks with no record, as
+    postmortem's collector reads them (node_folders.ranks_without_record) for decide's attribution."""
+    from ddpdoctor.forensics.postmortem.node_folders import ranks_without_record
+
+    silent = ranks_without_record(folder, fails, "h")
+    root, rest = attribution.judge(fails)
+    return root, rest, silent
+
 def entry(seq, op="all_reduce", dtype="Float", sizes=((16,),), line=20, created=None, timeout_ms=15000):
     return {"collective_seq_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "profiling_name": f"gloo:{op}",
             "input_sizes": [list(s) for s in sizes], "input_dtypes": [dtype] * len(sizes), "is_p2p": False,
@@ -126,7 +136,7 @@ def test_no_dump_the_rank_stopped_without_timing_out_is_the_likely_culprit(tmp_p
     stopped = classify(RankFailure(rank=1, local_rank=1, host="h", exit_code=-15))
     fails = [timed_out(0), stopped, timed_out(2)]
     attribution.refine_timeouts(fails)
-    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], [], "h")
     assert root.rank == 1 and root.error_type == "likely_missing_rank" and root.message.startswith("likely rank 1")
     assert sorted(f.rank for f in rest) == [0, 2] and all(f.victim and "waited in all_reduce" in f.reason for f in rest)
     assert "--hang-timeout 7" in root.fix and "300" not in root.fix  # below the user's 15 s timeout
@@ -136,31 +146,35 @@ def test_no_dump_and_no_agent_log_a_rank_dir_without_any_record_is_the_likely_cu
     for r in range(3):
         (tmp_path / str(r)).mkdir()
         (tmp_path / str(r) / "stderr.log").write_text("")
-    root, rest = attribution.blame_the_absent(timed_out(0), [timed_out(2)], tmp_path, "h")
+    from ddpdoctor.forensics.postmortem.node_folders import ranks_without_record
+
+    fails = [timed_out(0), timed_out(2)]
+    silent = ranks_without_record(tmp_path, fails, "h")  # the collector reads the folders, the judge the ranks
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], silent, "h")
     assert root.rank == 1 and "left no error" in root.message
 
 
 def test_no_dump_every_rank_timed_out_the_minority_call_is_odd():
     fails = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2)]
-    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], [], "h")
     assert root.rank == 0 and root.error_type == "likely_desync" and root.location == f"{USER}:31"
     two = [timed_out(0, op="barrier", line=31), timed_out(1)]
-    root, _ = attribution.blame_the_absent(two[0], two[1:], None, "h")
+    root, _ = attribution.blame_the_absent(two[0], two[1:], [], "h")
     assert root.rank is None and root.error_type == "desync_no_majority"  # two ranks: nobody picked by order
     same = [timed_out(0), timed_out(1)]
-    assert attribution.blame_the_absent(same[0], same[1:], None, "h")[0].error_type == "stuck_collective"
+    assert attribution.blame_the_absent(same[0], same[1:], [], "h")[0].error_type == "stuck_collective"
 
 
 def test_no_dump_the_odd_call_s_rank_is_not_its_own_consequence():
     """3 ranks, rank 0 alone in a barrier (all timed out): rank 0 is the likely culprit and not also listed as
     'timed out in barrier'; the others waited for it. Two odd ranks out of five: the second is a culprit too."""
     fails = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2)]
-    root, rest = attribution.blame_the_absent(fails[0], fails[1:], None, "h")
+    root, rest = attribution.blame_the_absent(fails[0], fails[1:], [], "h")
     assert root.rank == 0 and root.exit_code == 1 and [f.rank for f in rest] == [1, 2], [f.rank for f in rest]
     assert all(f.victim and f.reason == "timed out in all_reduce for rank 0" for f in rest)
     five = [timed_out(0, op="barrier", line=31), timed_out(1), timed_out(2), timed_out(3, op="barrier", line=31),
             timed_out(4)]
-    root, rest = attribution.blame_the_absent(five[0], five[1:], None, "h")
+    root, rest = attribution.blame_the_absent(five[0], five[1:], [], "h")
     assert root.rank == 0 and 0 not in [f.rank for f in rest]
     assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == [0, 3]
     assert all("for rank 0, rank 3" in f.reason for f in rest if f.victim)
@@ -170,7 +184,7 @@ def test_dumps_replace_the_logs_rankless_guess_instead_of_listing_it_as_a_conseq
     """2 ranks, rank 0 alone in a barrier: the logs alone name no rank (no majority); the dumps (the barrier seen
     nowhere earlier) name rank 0, and the logs' rankless guess is not kept as a consequence 'rank —'."""
     two = [timed_out(0, op="barrier", line=31), timed_out(1)]
-    root, rest = attribution.blame_the_absent(two[0], two[1:], None, "h")
+    root, rest = attribution.blame_the_absent(two[0], two[1:], [], "h")
     assert root.rank is None
     verdict = Findings(root_cause=root, consequences=rest)
     hist = [entry(i) for i in range(1, 4)]
@@ -184,7 +198,7 @@ def test_dumps_replace_the_logs_rankless_guess_instead_of_listing_it_as_a_conseq
 
 def test_an_exception_stays_the_root_cause():
     real = RankFailure(rank=1, local_rank=1, host="h", exit_code=1, category="exception", error_type="ValueError")
-    root, rest = attribution.blame_the_absent(real, [timed_out(0)], None, "h")
+    root, rest = attribution.blame_the_absent(real, [timed_out(0)], [], "h")
     assert root is real
 
 
@@ -260,7 +274,7 @@ def test_a_rank_torchrun_sigkilled_after_its_sigterm_is_no_oom_but_the_likely_cu
     assert "killed by torchrun" in killed.message
     fails = [store_timeout(0), killed, store_timeout(2)]
     attribution.refine_timeouts(fails)
-    root, rest = attribution.blame_the_absent(*attribution.judge(fails), None, "h")
+    root, rest = attribution.blame_the_absent(*attribution.judge(fails), [], "h")
     assert root.rank == 1 and root.message.startswith("likely rank 1") and "ignoring its SIGTERM" in root.message
     assert "init_process_group" in root.message  # the call the user made, not torch's internal helper
     assert "--hang-timeout 15" in root.fix  # the store's "wait timeout after 30000ms" is the user's timeout
@@ -309,16 +323,16 @@ def test_plain_torchrun_a_rank_that_left_no_record_while_the_others_lost_it_ende
         (tmp_path / str(r) / "stderr.log").write_text("")
     fails = [peer_lost(0), peer_lost(1)]
     assert all(f.category == "peer_lost" for f in fails)
-    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    root, rest = attribution.blame_the_absent(*judged_with_silent(fails, tmp_path), "h")
     assert root.rank == 2 and root.error_type == "likely_ended_early" and "exit code 0" in root.message
     assert "Join" in root.fix and "see the root cause" not in root.fix
     assert sorted(f.rank for f in rest) == [0, 1] and all(f.victim and "broke when rank 2 left" in f.reason for f in rest)
     assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == [2]
     # without torchrun's table, a rank killed without a trace looks the same: said so
-    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", listed=False)
+    root, _ = attribution.blame_the_absent(*judged_with_silent([peer_lost(0), peer_lost(1)], tmp_path), "h", listed=False)
     assert root.rank == 2 and "or was killed without a trace" in root.message
     # every rank has a record: nothing to infer, unchanged
-    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1), peer_lost(2)]), tmp_path, "h")
+    root, _ = attribution.blame_the_absent(*judged_with_silent([peer_lost(0), peer_lost(1), peer_lost(2)], tmp_path), "h")
     assert root.category == "peer_lost"
 
 
@@ -330,7 +344,7 @@ def test_several_silent_ranks_of_a_log_dir_alone_name_no_rank_and_say_what_tells
     for r in range(4):
         (tmp_path / str(r)).mkdir()
         (tmp_path / str(r) / "stderr.log").write_text("")
-    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(2)]), tmp_path, "h", listed=False)
+    root, rest = attribution.blame_the_absent(*judged_with_silent([peer_lost(2)], tmp_path), "h", listed=False)
     assert root.rank is None and root.error_type == "no_culprit_candidates", root
     assert "rank 0, rank 1, rank 3" in root.message and "--agent-log" in root.message and "flight-recorder" in root.fix
     assert attribution.culprit_ranks(root.to_json(), [f.to_json() for f in rest]) == []
@@ -344,10 +358,10 @@ def test_ranks_torchrun_stopped_after_a_lost_peer_are_not_ranks_that_ended_early
     for r in range(4):
         (tmp_path / str(r)).mkdir()
         (tmp_path / str(r) / "stderr.log").write_text("")
-    root, rest = attribution.blame_the_absent(*attribution.judge([peer_lost(0)]), tmp_path, "h", closing_signals=3)
+    root, rest = attribution.blame_the_absent(*judged_with_silent([peer_lost(0)], tmp_path), "h", closing_signals=3)
     assert root.category == "peer_lost" and root.rank == 0 and root.error_type != "likely_ended_early"
     # fewer closing signals than silent ranks: one of them did leave early (rank 2 exited 0 before the stop)
-    root, _ = attribution.blame_the_absent(*attribution.judge([peer_lost(0), peer_lost(1)]), tmp_path, "h", closing_signals=1)
+    root, _ = attribution.blame_the_absent(*judged_with_silent([peer_lost(0), peer_lost(1)], tmp_path), "h", closing_signals=1)
     assert root.error_type == "likely_ended_early"
 
 
@@ -494,7 +508,7 @@ def test_a_rank_lightning_s_sigterm_handler_interrupted_in_its_own_code_is_the_l
     fails = [from_traceback(0, waiting), from_traceback(1, tb)]
     assert attribution.stopped_in_own_code(fails[1]) and not attribution.stopped_in_own_code(fails[0])
     assert attribution.waited_call(fails[0])[0].startswith("DDP's gradient all_reduce")
-    root, rest = attribution.blame_the_absent(*attribution.judge(fails), tmp_path, "h")
+    root, rest = attribution.blame_the_absent(*judged_with_silent(fails, tmp_path), "h")
     assert root.rank == 1 and root.location == "/u/faults.py:50", root
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ddpdoctor.forensics.judge import attribution
 from ddpdoctor.errors import UsageError
 from ddpdoctor.forensics.judge import classify as rules
 from ddpdoctor.forensics.postmortem import analysis
@@ -247,6 +248,10 @@ Root Cause (first observed failure):
   traceback : Signal 15 (SIGTERM) received by PID 7774
 """
     verdict = analysis.analyse(tmp_path / "logs", summary, "node7")
+    # the collector only reads: each attempt's records, no root cause until decide() attributes them (issue 53)
+    assert verdict.root_cause is None and verdict.attempts == [] and not verdict.attributed
+    assert [(r.attempt, sorted(f.rank for f in r.failures), r.last) for r in verdict.records] == [(0, [0, 1], True)]
+    attribution.attribute(verdict, verdict.stopped_by)  # decide()'s first step
     rc = verdict.root_cause
     assert rc.rank == 1 and rc.error_type == "InjectedFailure" and rc.category == "exception", rc
     assert [(c.rank, c.category) for c in verdict.consequences] == [(0, "peer_lost")]

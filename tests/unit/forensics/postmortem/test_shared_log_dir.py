@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+from ddpdoctor.forensics.judge import attribution
 from ddpdoctor.forensics.postmortem import analysis, node_folders
 from tests.unit.helpers import run_cli
 
@@ -126,6 +127,7 @@ def test_run_trainer_reads_the_other_node_s_own_table_for_a_rank_killed_there(tm
         (rank_dir / "stderr.log").write_text("" if rank == 1 else PEER_LOST.format(r=rank))
     (run / "node2-node-854" / "agent.stderr.log").write_text(table(1, -9))
     verdict = analysis.analyse(run / "node1-node-856", table(0, 1), "node1")
+    attribution.attribute(verdict, verdict.stopped_by)  # decide()'s first step
     assert (verdict.root_cause.rank, verdict.root_cause.signal) == (1, "SIGKILL"), verdict.root_cause
     assert [(f.rank, f.category) for f in verdict.consequences] == [(0, "peer_lost")]
 
