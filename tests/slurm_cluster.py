@@ -83,7 +83,9 @@ MpiDefault=none
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=5
+# SIGTERM to SIGKILL: 15 s (SLURM's default is 30): at 5 s a loaded CI's rank had not written its flight record
+# on the time limit's SIGTERM before the SIGKILL (tests/integration/test_slurm.py, the time-limit test)
+KillWait=15
 MinJobAge=2
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
