@@ -13,7 +13,7 @@ from ddpdoctor.report.html import write_history_html
 from tests import report_fixtures as fx
 from tests.browser.test_report_browser import chromium, console_errors, shoot
 from tests.history_fixtures import write_history
-from tests.unit.report.test_history import LIB, _drain_loop
+from tests.unit.history.test_history import LIB, _drain_loop
 
 pytestmark = pytest.mark.browser
 PROBE = ("document.documentElement.dataset.timelines=[...document.querySelectorAll('svg.timeline')].map(s=>{"

@@ -3,7 +3,7 @@ no finding, however wide gloo's run-to-run spread on a loaded 2-core machine (0.
 old rule, 80 % of the median alone, called the fourth run slower). About 1 min: four runs of nccl-bench. The other
 half, runs pinned to a core busy loops hold found within three runs, is tests/benchmarks/bench_history_real_runs.py
 (its loops slowed the whole suite, and a loaded machine's spread hid the fall: it failed the suite once at load 8);
-the rule itself is unit-tested on numbers (tests/unit/report/test_history.py)."""
+the rule itself is unit-tested on numbers (tests/unit/history/test_history.py)."""
 from __future__ import annotations
 
 import json
