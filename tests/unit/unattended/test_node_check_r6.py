@@ -11,20 +11,6 @@ from ddpdoctor import registry
 from tests.unit.helpers import run_cli
 
 
-@pytest.fixture
-def slurm_idle(tmp_path):
-    """A stand-in scontrol: the node idle; every `update` recorded."""
-    calls = tmp_path / "calls.txt"
-    script = tmp_path / "scontrol"
-    script.write_text("#!/bin/sh\nif [ \"$1\" = show ]; then echo \"NodeName=$4 State=IDLE Reason=(null)\"; exit 0; "
-                      f"fi\nprintf '%s|' \"$@\" >> {calls}\n")
-    script.chmod(0o755)
-    calls.write_text("")
-    cfg = tmp_path / "site.toml"
-    cfg.write_text(f'[node-check]\nresults_dir = "{tmp_path / "results"}"\nscontrol = "{script}"\n')
-    return cfg, calls
-
-
 def test_6_a_plugin_that_fails_to_import_never_drains_the_node(slurm_idle, monkeypatch, tmp_path):
     """An upgrade broke one plugin on every node: a prolog says so in its record and drains nothing."""
     cfg, calls = slurm_idle

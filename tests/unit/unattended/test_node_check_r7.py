@@ -16,20 +16,6 @@ from tests.unit.helpers import run_cli
 FAILING = 'only = ["resources"]\n[checks.resources]\nmin_shm_mib = 1000000000\nfail_shm_mib = 1000000000\n'
 
 
-@pytest.fixture
-def slurm_idle(tmp_path):
-    """A stand-in scontrol: the node idle; every `update` and `requeue` recorded."""
-    calls = tmp_path / "calls.txt"
-    script = tmp_path / "scontrol"
-    script.write_text("#!/bin/sh\nif [ \"$1\" = show ]; then echo \"NodeName=$4 State=IDLE Reason=(null)\"; exit 0; "
-                      f"fi\nprintf '%s|' \"$@\" >> {calls}\n")
-    script.chmod(0o755)
-    calls.write_text("")
-    cfg = tmp_path / "site.toml"
-    cfg.write_text(f'[node-check]\nresults_dir = "{tmp_path / "results"}"\nscontrol = "{script}"\n')
-    return cfg, calls
-
-
 @pytest.mark.parametrize("job", ["4242,5000", "4242 5000", "\u00b2\u00b3", "4242\n5000", "-1"])
 def test_6_a_job_id_slurm_never_gives_touches_no_job(slurm_idle, job):
     cfg, calls = slurm_idle
