@@ -139,20 +139,19 @@ def merge(records: dict[str, dict | None]) -> dict | None:
     answered = {b: r for b, r in records.items() if isinstance(r, dict)}
     if not answered:
         return None
-    distinct = []  # the instances in use, each once (a group's config counts: it is there before any entry)
-    for r in answered.values():
-        if (r.get("entries") or r.get("pg_status") or r.get("pg_config")) and r not in distinct:
-            distinct.append(r)
+    distinct: dict[str, dict] = {}  # the instances in use, each record once (a group's config counts: it is there
+    for backend, r in answered.items():  # before any entry)
+        if (r.get("entries") or r.get("pg_status") or r.get("pg_config")) and r not in distinct.values():
+            distinct[backend] = r
     if len(distinct) <= 1:  # one instance in use (or a torch that ignores backend=): its record as it came
-        return distinct[0] if distinct else answered.get(DEFAULT) or next(iter(answered.values()))
+        return next(iter(distinct.values()), None) or answered.get(DEFAULT) or next(iter(answered.values()))
     base = dict(answered.get(DEFAULT) or next(iter(answered.values())))
     entries, seen, used = [], set(), []
     config: dict = {}
     status: dict = {}
     named: set[str] = set()  # the group names the instances merged so far configure
     taken: set[str] = set()  # and the pg_ids they number their groups with
-    for index, record in enumerate(distinct):
-        backend = next(b for b, r in answered.items() if r == record)
+    for index, (backend, record) in enumerate(distinct.items()):
         clash = frozenset(named & _configured(record))
         # a renamed group's pg_id moves too: a rank reads pg_id 0 as the default group, whatever its name
         shift = index * PG_ID_APART if clash or _pg_ids(record) & taken else 0
