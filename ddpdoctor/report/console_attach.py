@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..human import human_bytes
 from ..rank_lists import MAX_CULPRIT_ROWS, ranks_text, total
 from ..text import safe_text
 from .console import auth_line
@@ -58,14 +59,14 @@ def render(doc: dict, console: Console) -> None:
         console.print(safe_text(str(diag["ras"]["said"])), soft_wrap=True)
     console.print(Text("Fix: ", style="bold").append(safe_text(diag.get("fix", ""))), soft_wrap=True)
     table = Table(box=None, pad_edge=False)
-    for name in ("rank", "pid", "in", "where", "moved", "cpu"):
-        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved", "cpu"))
+    for name in ("rank", "pid", "in", "where", "moved", "cpu", "i/o"):
+        table.add_column(name, overflow="fold", no_wrap=name in ("rank", "pid", "moved", "cpu", "i/o"))
     for r in doc.get("ranks") or []:
         wait = r.get("wait") or {}
         what = r.get("failure") and f"not read: {r.get('error')}" or _what(wait)
         table.add_row(str(r.get("rank")), str(r.get("pid")), safe_text(what),
                       safe_text(f"{r.get('where') or ''}" + (f" ({r['function']})" if r.get("function") else "")),
-                      {True: "yes", False: "no"}.get(r.get("moved"), "-"), _cpu(r.get("cpu")))
+                      {True: "yes", False: "no"}.get(r.get("moved"), "-"), _cpu(r.get("cpu")), _io(r.get("io_bytes_s")))
     console.print(table)
     for line in doc.get("notes") or []:  # what a job named that attach did not use, and why
         console.print(Text(f"note: {safe_text(line)}", style="yellow"), soft_wrap=True)
@@ -90,6 +91,13 @@ def _cpu(share) -> str:
     if isinstance(share, bool) or not isinstance(share, (int, float)):
         return "-"
     return f"{share * 100:.0f} %"
+
+
+def _io(rate) -> str:
+    """The bytes a rank read and wrote per second over the last window, as a person reads them."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+        return "-"
+    return f"{human_bytes(int(rate))}/s"
 
 
 def _ranks(values) -> str:

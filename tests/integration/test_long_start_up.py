@@ -7,7 +7,10 @@ job (long_start.py compile) is run by hand, not here: on torch 2.13 its compile 
 between DDP's collectives, before the movement rule or after (45 s of the suite for no discrimination)."""
 from __future__ import annotations
 
+import http.server
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +22,11 @@ JOB = Path(__file__).parent / "start_up_jobs" / "long_start.py"
 HANG_TIMEOUT = "6"  # well under each start-up below
 
 
-def run(tmp_path: Path, mode: str, seconds: float = 12):  # twice the threshold: a stop would come mid-start-up
-    work = tmp_path / "work"
+def run(tmp_path: Path, mode: str, seconds: float = 12, env: dict | None = None):  # twice the threshold: a stop
+    work = tmp_path / "work"                                                           # would come mid-start-up
     work.mkdir()
     env = {"START_UP_DIR": str(work), "IMPORT_S": str(seconds), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", **(env or {})}
     return run_trainer("--nproc-per-node", "2", "--hang-timeout", HANG_TIMEOUT, "--", str(JOB), mode,
                        run_dir=tmp_path / "run", timeout=420, env=env)
 
@@ -67,3 +70,44 @@ def test_ranks_waiting_on_a_busy_rank_are_said_live_and_not_stopped(tmp_path):
     said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
     assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
     assert "in own_compute" in said[0] and "not a hang" in said[0], said
+
+
+class SlowFile(http.server.BaseHTTPRequestHandler):
+    """A hub over a slow link: 20 KB every 0.1 s (200 KB/s) for SECONDS."""
+    SECONDS = 14
+
+    def do_GET(self):
+        chunks = int(self.SECONDS / 0.1)
+        self.send_response(200)
+        self.send_header("Content-Length", str(chunks * 20_000))
+        self.end_headers()
+        for _ in range(chunks):
+            self.wfile.write(b"w" * 20_000)
+            self.wfile.flush()
+            time.sleep(0.1)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_hub():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowFile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/model.bin"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.timeout(300)
+def test_ranks_waiting_on_a_rank_that_downloads_are_not_stopped(tmp_path, slow_hub):
+    """Rank 0 downloads a file at 200 KB/s for 14 s (more than twice the threshold) while rank 1 waits in a
+    barrier: its stack stands in one read and it uses almost no CPU; its bytes move (judge.policy's I/O rule).
+    Before it: stopped at the threshold, "rank(s) 0 never entered barrier"."""
+    p, doc = run(tmp_path, "download0", env={"DOWNLOAD_URL": slow_hub})
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+    assert (tmp_path / "work" / "model.bin").stat().st_size == 140 * 20_000
+    said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
+    assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from ...grouping import rank_ranges
+from ...human import human_bytes
 from ..evidence import lagging
 from ..evidence.model import JobEvidence, RankState, WaitKind
 from ..judge import judge, policy, words
 from .sample import RankRead, is_wait
-
 
 
 class Motion(str, Enum):
@@ -51,7 +51,7 @@ def activity(r: RankRead) -> policy.Activity:
         return policy.Activity.WAITING
     if busy(r) and policy.start_up_work(r.state.frames):
         return policy.Activity.STARTING
-    if busy(r) or r.moved:
+    if busy(r) or r.moved or policy.io_rate_works(r.io):
         return policy.Activity.WORKING
     return policy.Activity.IDLE
 
@@ -94,10 +94,12 @@ def motion(reads: list[RankRead]) -> Reading:
 
 
 def _working(reads: list[RankRead], ranks: list[int]) -> str:
-    """How the busy ranks work: using the CPU, or their stack moving between the rounds."""
+    """How the busy ranks work: using the CPU, reading or writing, or their stack moving between the rounds."""
     cpu = [r.rank for r in reads if r.rank in ranks and busy(r)]
-    stack = [r for r in ranks if r not in cpu]
+    io = [r.rank for r in reads if r.rank in ranks and r.rank not in cpu and policy.io_rate_works(r.io)]
+    stack = [r for r in ranks if r not in cpu and r not in io]
     parts = ([f"rank(s) {rank_ranges(cpu)} use the CPU"] if cpu else []) + \
+        ([f"rank(s) {rank_ranges(io)} read or write"] if io else []) + \
         ([f"rank(s) {rank_ranges(stack)} move"] if stack else [])
     return " and ".join(parts)
 
@@ -228,10 +230,13 @@ def _no_movement(reads: list[RankRead], evidence: JobEvidence, reading: Reading,
 
 def _stands(r: RankRead) -> str:
     d = r.to_json()
-    verb = "uses the CPU inside its wait" if _waiting(r) else "computes"
+    io = policy.io_rate_works(r.io)
+    verb = ("uses the CPU inside its wait" if _waiting(r) else "reads or writes" if io and not busy(r)
+            else "computes")
     where = f" at {d['where']}" + (f" in {d['function']}" if d.get("function") else "") if d.get("where") else ""
-    cpu = f" ({r.cpu * 100:.0f} % of a core)" if r.cpu is not None else ""
-    return f"rank {r.rank} {verb}{where}{cpu}"
+    figures = ([f"{r.cpu * 100:.0f} % of a core"] if r.cpu is not None else []) + \
+        ([f"{human_bytes(int(r.io))}/s read and written"] if io else [])
+    return f"rank {r.rank} {verb}{where}" + (f" ({', '.join(figures)})" if figures else "")
 
 
 def outcome_of(diagnosis: dict):

@@ -84,7 +84,7 @@ def to_fact(read: RankRead) -> dict:
     s = read.state
     return redact_evidence({
         "rank": read.rank, "pid": read.pid, "host": read.host, "local_rank": read.local_rank,
-        "moved": read.moved, "waited": read.waited, "cpu": read.cpu,
+        "moved": read.moved, "waited": read.waited, "cpu": read.cpu, "io": read.io,
         "failure": read.failure.value if read.failure else None, "error": read.error[:MAX_TEXT],
         "frames": [[f.file[:MAX_TEXT], f.line, f.function[:MAX_TEXT], _peer_locals(f.locals)]
                    for f in s.frames[:MAX_FRAMES]] if s else None,
@@ -127,7 +127,7 @@ def from_fact(fact: Any, node: str) -> RankRead | None:
     read = RankRead(rank, pid or 0, str(fact.get("host") or node)[:MAX_TEXT], parse_int(fact.get("local_rank")),
                     moved=fact.get("moved") if isinstance(fact.get("moved"), bool) else None,
                     error=str(fact.get("error") or "")[:MAX_TEXT], waited=fact.get("waited") is True,
-                    cpu=parse_float(fact.get("cpu")))
+                    cpu=parse_float(fact.get("cpu")), io=parse_float(fact.get("io")))
     failure = fact.get("failure")
     if failure is not None:
         read.failure = next((f for f in pyspy.DumpFailure if f.value == failure), pyspy.DumpFailure.OTHER)
@@ -196,7 +196,7 @@ def reads_from_facts(facts_by_node: Mapping[str, Any]) -> tuple[list[RankRead], 
 
 
 def parse_float(value: Any) -> float | None:
-    """A finite, non-negative number from another node (a CPU share, seconds), else None."""
+    """A finite, non-negative number from another node (a CPU share, bytes per second, seconds), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
     return float(value)

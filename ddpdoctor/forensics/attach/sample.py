@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import psutil
@@ -37,6 +37,7 @@ class RankRead:
     recorded: RankState | None = None  # the flight recorder's record (run-trainer's worker server), where one answered
     waited: bool = False  # in some round its stack stood in a wait (or its flight record says it moved through one)
     cpu: float | None = None  # the share of one core it and its children used over the last window (None: unknown)
+    io: float | None = None  # the bytes per second it and its children read and wrote over it (None: unknown)
 
     @property
     def readable(self) -> bool:
@@ -64,6 +65,7 @@ class RankRead:
                     "certain": wait.library.certain if wait.library else None},
                 "where": frame.where if frame else None, "function": frame.function if frame else None,
                 "moved": self.moved, "cpu": None if self.cpu is None else round(self.cpu, 2),
+                "io_bytes_s": None if self.io is None else round(self.io),
                 "failure": self.failure.value if self.failure else None, "error": self.error,
                 "native": bool(s and s.raw.get("native")),
                 "stack": [f"{f.function} ({f.where})" for f in s.frames[:96]] if s else None}
@@ -105,6 +107,19 @@ def cpu_seconds(pid: int) -> dict[int, float] | None:
     return out if pid in out else None
 
 
+def io_bytes(pid: int) -> int | None:
+    """Bytes a rank and its descendants read and wrote so far (rchar + wchar: files and pipes); None when /proc does
+    not say."""
+    total, read = 0, False
+    for p in procs.family(pid):
+        try:
+            io = p.io_counters()
+        except (psutil.Error, AttributeError):
+            continue
+        total, read = total + io.read_chars + io.write_chars, True
+    return total if read else None
+
+
 def cpu_share(before: tuple[float, dict | None], after: tuple[float, dict | None]) -> float | None:
     """The share of one core used between two readings (processes in both; one that ended or started between
     them is left out rather than counted as a jump)."""
@@ -123,6 +138,8 @@ class Round:
     at: float  # time.monotonic() when it was taken
     dumps: dict[int, tuple[pyspy.Dump, dict | None]]
     cpu: dict[int, dict[int, float] | None]
+    io: dict[int, int | None] = field(default_factory=dict)
+    piped: frozenset[int] = frozenset()  # ranks asked for a dump through torch's pipe: they write it after this round
 
 
 NATIVE_AT_ONCE = 8  # native dumps run together: each reads libtorch's symbols (~0.5 s of CPU, ~300 MB)
@@ -201,7 +218,9 @@ class Sampler:
     def take(self, with_records: bool) -> Round:
         at = time.monotonic()
         cpu = {rp.pid: cpu_seconds(rp.pid) for rp in self.job.ranks}
-        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu)
+        io = {rp.pid: io_bytes(rp.pid) for rp in self.job.ranks}  # read before this round's requests
+        piped = frozenset(rp.pid for rp in self.job.ranks if with_records and rp.dump_pipe and not rp.worker_socket)
+        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu, io, piped)
         self.rounds.append(taken)
         return taken
 
@@ -236,6 +255,7 @@ class Sampler:
             if records:
                 add_record(read, records[0], records[-1], live_source(rp))
             read.cpu = self.cpu_of(rp.pid, window)
+            read.io = self.io_of(rp.pid, window)
             out.append(read)
         return out
 
@@ -244,8 +264,24 @@ class Sampler:
         if len(self.rounds) < 2:
             return None
         last = self.rounds[-1]
-        first = next((r for r in self.rounds[:-1] if r.at >= last.at - window - 0.05), self.rounds[-2])
+        first = self._first_of_window(last, window)
         return cpu_share((first.at, first.cpu.get(pid)), (last.at, last.cpu.get(pid)))
+
+    def io_of(self, pid: int, window: float) -> float | None:
+        """Bytes per second read and written over the same window; None when unknown, or when the window holds a
+        dump the rank wrote at attach's own request (torch's pipe): those bytes are attach's, not the job's."""
+        if len(self.rounds) < 2:
+            return None
+        last = self.rounds[-1]
+        first = self._first_of_window(last, window)
+        inside = self.rounds[next(i for i, r in enumerate(self.rounds) if r is first):-1]
+        a, b = first.io.get(pid), last.io.get(pid)
+        if a is None or b is None or last.at <= first.at or any(pid in r.piped for r in inside):
+            return None
+        return max(0, b - a) / (last.at - first.at)
+
+    def _first_of_window(self, last: Round, window: float) -> Round:
+        return next((r for r in self.rounds[:-1] if r.at >= last.at - window - 0.05), self.rounds[-2])
 
 
 def read_job(job: Job, *, interval: float = 3.0, timeout: float = pyspy.TIMEOUT_S, tool: str | None = None,

@@ -5,13 +5,14 @@ from here, in every phase of a job (start-up, training, evaluation, checkpoint, 
 The rule, per job (``job_motion``), from what each rank did between two samples (``activity``):
 - no rank waits (in a collective, a barrier, a send/recv, the store, init_process_group, a device synchronize):
   the job is **computing**, never a hang, however long and whatever code it is in;
-- some ranks wait while another **works in its own code** (its CPU time grows, or its stack changes): the job is
+- some ranks wait while another **works in its own code** (its CPU time grows, its stack changes, or it reads or
+  writes: a download, a checkpoint written to slow storage, a data loader's workers reading): the job is
   **waiting on a busy rank**; said live, not stopped by the hang threshold, only past the busy bound (the
   process group's own timeout unless the user sets one);
 - a rank does start-up work (an import, a compile, an op build, a checkpoint load) or a helper it started (a
   compiler, ninja) uses the CPU: the job **moved**;
 - some rank waits and no rank moved (no collective progress, no CPU in its own code, no stack change, no helper
-  working) for the hang threshold: a **hang**. A waiting rank that spins the CPU inside its wait (NCCL's host
+  working, no bytes read or written) for the hang threshold: a **hang**. A waiting rank that spins the CPU inside its wait (NCCL's host
   thread in cudaStreamSynchronize, ``.item()``, ``.cpu()``) counts as waiting, not as work.
 """
 from __future__ import annotations
@@ -24,6 +25,12 @@ from ..evidence.model import Frame, Wait, WaitKind
 # --- what counts as work -------------------------------------------------------------------------------------
 # CPU seconds between two samples that count as work: a rank blocked in a wait, a lock or a sleep uses ~0.
 CPU_MOVES_S = 0.05
+# Bytes a rank (with its children: a DataLoader's workers) read or wrote between two samples that count as work
+# outside a wait (/proc/PID/io rchar + wchar: files, pipes; a socket's recv is not counted, the file a download
+# writes is). Measured: 0 over 1.5 s for a rank asleep while run-trainer's watchdog polls its flight record; a
+# stack dump costs its size (1.5 KB), and the samples are ordered to leave it out. A download at 50 KB/s or a
+# checkpoint throttled by the page cache reaches it in the movement window.
+IO_MOVES_BYTES = 64 * 1024
 # A share of one core over a window (attach's rounds): above it a rank computes. Measured: 0.00 over 3 s for a
 # gloo rank in DDP's Reducer wait and for one in time.sleep; a computing rank uses a core, a quarter of one when
 # eight ranks share two cores.
@@ -82,11 +89,13 @@ class Activity(str, Enum):
 @dataclass
 class Sample:
     """One rank at one moment: its main thread's frames (innermost first, empty: not read), what they wait in,
-    its own CPU seconds, and the CPU seconds of its helpers (descendants that are not Python), by pid."""
+    its own CPU seconds, the CPU seconds of its helpers (descendants that are not Python) by pid, and the bytes it
+    and its descendants read and wrote so far (None: not readable)."""
     frames: tuple[Frame, ...] = ()
     cpu_s: float | None = None
     helpers_cpu_s: dict[int, float] = field(default_factory=dict)
     wait: Wait | None = None
+    io_bytes: int | None = None
 
 
 def helpers_moved(before: Sample, after: Sample) -> bool:
@@ -110,6 +119,17 @@ def cpu_used(before: Sample, after: Sample) -> float:
     return max(0.0, after.cpu_s - before.cpu_s)
 
 
+def io_used(before: Sample, after: Sample) -> int:
+    if before.io_bytes is None or after.io_bytes is None:
+        return 0
+    return max(0, after.io_bytes - before.io_bytes)
+
+
+def io_rate_works(bytes_per_s: float | None) -> bool:
+    """Reading or writing at this rate over a longer window (attach's rounds) is work: the live rule's rate."""
+    return bytes_per_s is not None and bytes_per_s * MOVEMENT_WINDOW_S >= IO_MOVES_BYTES
+
+
 def waits(wait: Wait | None, busy: bool) -> bool:
     """It stands in a wait. A library's wait the frames do not prove (inside loss.backward(): DDP's Reducer, or
     the backward's own compute) is one only while the rank uses no CPU: using a core there, it computes. A wait
@@ -124,13 +144,14 @@ def activity(before: Sample, after: Sample) -> Activity:
     if helpers_moved(before, after):
         return Activity.STARTING
     working = cpu_used(before, after) >= CPU_MOVES_S
+    reading_or_writing = io_used(before, after) >= IO_MOVES_BYTES  # a wait's transport bytes: still a wait
     if not after.frames:
-        return Activity.WORKING if working else Activity.UNKNOWN
+        return Activity.WORKING if working or reading_or_writing else Activity.UNKNOWN
     if waits(after.wait, working):
         return Activity.WAITING
     if working and start_up_work(after.frames):
         return Activity.STARTING
-    if working or (before.frames and before.frames != after.frames):
+    if working or reading_or_writing or (before.frames and before.frames != after.frames):
         return Activity.WORKING
     return Activity.IDLE
 

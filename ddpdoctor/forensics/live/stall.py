@@ -222,33 +222,71 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
     return out
 
 
-def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None]) -> dict:
-    """Each rank's movement sample now (judge.policy.Sample): its stack from its worker server (the ranks that may
-    be asked) and what it waits in, its own CPU seconds, its helpers' (descendants that are not Python) by pid."""
+def io_bytes(procs: list, running: list[int | None]) -> dict[int, int]:
+    """Each rank's bytes read and written so far (rchar + wchar), its descendants' with it (a DataLoader's workers
+    read for it), for the ranks whose process still answers."""
     import psutil
 
-    from ..evidence.procs import runs_python
-    from ..evidence.stacks import main_thread, wait_of
-
-    stacks = stacks_of(sockets, askable_ranks) if sockets else {}
-    own = cpu_seconds(procs, running)
     out = {}
     for proc, rank in zip(procs, running):
         if rank is None:
             continue
-        helpers = {}
         try:
-            for child in proc.children(recursive=True):
-                try:
-                    if not runs_python(child):
-                        t = child.cpu_times()
-                        helpers[child.pid] = t.user + t.system
-                except psutil.Error:
-                    continue
+            family = [proc, *proc.children(recursive=True)]
         except psutil.Error:
-            pass
+            continue
+        total, read = 0, False
+        for p in family:
+            try:
+                io = p.io_counters()
+            except (psutil.Error, AttributeError):
+                continue
+            total, read = total + io.read_chars + io.write_chars, True
+        if read:
+            out[rank] = total
+    return out
+
+
+def helpers_cpu(proc) -> dict[int, float]:
+    """The CPU seconds of a rank's helpers (descendants that are not Python: a compiler, ninja), by pid."""
+    import psutil
+
+    from ..evidence.procs import runs_python
+
+    helpers = {}
+    try:
+        for child in proc.children(recursive=True):
+            try:
+                if not runs_python(child):
+                    t = child.cpu_times()
+                    helpers[child.pid] = t.user + t.system
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        pass
+    return helpers
+
+
+def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None],
+                     counters_first: bool = False) -> dict:
+    """Each rank's movement sample now (judge.policy.Sample): its stack from its worker server (the ranks that may
+    be asked) and what it waits in, its own CPU seconds, its helpers' by pid, the bytes it read and wrote. A stack
+    dump costs the rank its size in bytes and a little CPU: the first sample of a window reads the counters after
+    the stacks, the second (``counters_first``) before them, so the window holds neither dump."""
+    from ..evidence.stacks import main_thread, wait_of
+
+    def counters() -> tuple[dict, dict, list]:
+        return cpu_seconds(procs, running), io_bytes(procs, running), [helpers_cpu(p) for p in procs]
+
+    early = counters() if counters_first else None
+    stacks = stacks_of(sockets, askable_ranks) if sockets else {}
+    own, io, helpers = early or counters()
+    out = {}
+    for proc, rank, used in zip(procs, running, helpers):
+        if rank is None:
+            continue
         frames = main_thread(stacks.get(rank))
-        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None)
+        out[rank] = policy.Sample(frames, own.get(rank), used, wait_of(frames) if frames else None, io.get(rank))
     return out
 
 
@@ -262,5 +300,5 @@ def movement(sockets: str | None, run_dir: Path, procs: list, wait) -> tuple[pol
     ask = askable(run_dir, procs, running)
     before = movement_samples(sockets, ask, procs, running)
     wait(policy.MOVEMENT_WINDOW_S)
-    after = movement_samples(sockets, ask, procs, running)
+    after = movement_samples(sockets, ask, procs, running, counters_first=True)
     return policy.reading_of(before, after), after

@@ -269,11 +269,12 @@ def test_inside_a_slurm_step_only_the_ranks_of_its_job_on_its_node_count():
     assert disc.in_own_place(found, {}) == found
 
 
-def read(rank: int, name: str | None, moved: bool = False, cpu: float | None = None) -> RankRead:
+def read(rank: int, name: str | None, moved: bool = False, cpu: float | None = None,
+         io: float | None = None) -> RankRead:
     if name is None:
         return RankRead(rank, 100 + rank, "n1", rank, failure=pyspy.DumpFailure.PERMISSION, error="denied")
     r = read_rank(disc.RankProcess(100 + rank, rank, rank, 4, 0, "python t.py", "u"), [dump(name), dump(name)], "n1")
-    r.moved, r.cpu = moved, cpu
+    r.moved, r.cpu, r.io = moved, cpu, io
     return r
 
 
@@ -341,6 +342,33 @@ def test_a_clear_hang_is_judged_at_once_and_a_long_step_is_watched_then_said_as_
     assert "rank(s) 1 move in their own code" in doc["movement"]
     assert decide([read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", moved=True, cpu=0.9)], 2,
                   watched_s=30)["category"] == "no_movement"
+
+
+def test_a_rank_reading_or_writing_while_the_others_wait_is_busy_not_the_culprit_of_a_hang():
+    """Rank 0 downloads a model (HF's main_process_first) or writes a checkpoint to slow storage, its stack still and
+    no CPU used while the others wait in a barrier: before the I/O rule, attach named it "never entered"."""
+    downloading = [read(0, "own_code", cpu=0.0, io=190_000.0), read(1, "allreduce_waiter", cpu=0.0, io=0.0)]
+    assert motion(downloading).motion is Motion.UNDECIDED
+    doc = decide(downloading, 2, watched_s=30)
+    assert doc["category"] == "no_movement" and doc["named"] == [] and doc["busy"] == [0], doc
+    assert "rank(s) 0 read or write" in doc["movement"]
+    assert "rank 0 reads or writes at /tmp/u31rec/job.py:8 in compute (0 % of a core, 186 KiB/s read and written)" \
+        in doc["summary"], doc["summary"]
+    stalled = [read(0, "own_code", cpu=0.0, io=2_000.0), read(1, "allreduce_waiter", cpu=0.0, io=0.0)]
+    assert decide(stalled, 2, watched_s=3)["named"] == [0]  # a stack dump's bytes: still the hang's culprit
+
+
+def test_the_bytes_of_a_dump_attach_asked_through_torchs_pipe_are_not_the_jobs():
+    from ddpdoctor.forensics.attach.sample import Round, Sampler
+
+    s = Sampler.__new__(Sampler)
+    s.rounds = [Round(0.0, {}, {}, {7: 0}, frozenset({7})), Round(1.5, {}, {}, {7: 500_000}),
+                Round(3.0, {}, {}, {7: 800_000}, frozenset({7}))]
+    assert s.io_of(7, 3.0) is None  # the first round asked rank 7 for its dump: its bytes are attach's
+    assert s.io_of(7, 1.5) == pytest.approx(200_000)  # a window after it: the job's own
+    s.rounds[0] = Round(0.0, {}, {}, {7: 0})
+    assert s.io_of(7, 3.0) == pytest.approx(800_000 / 3.0)  # the last round's request comes after its counters
+    assert s.io_of(8, 3.0) is None
 
 
 def test_every_rank_inside_its_wait_and_using_the_cpu_is_watched():
@@ -757,14 +785,15 @@ def test_what_decides_movement_travels_to_the_master():
 
     from ddpdoctor.forensics.attach import nodes
 
-    waiter, busy = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.93)
+    waiter, busy = read(0, "allreduce_waiter", cpu=0.0), read(1, "own_code", cpu=0.93, io=70_000.0)
     wire = json.loads(json.dumps([nodes.to_fact(waiter), nodes.to_fact(busy)]))
     back = [nodes.from_fact(f, "node") for f in wire]
     assert [(b.cpu, b.waited, b.state.raw["default_group"]) for b in back] == [(0.0, True, True), (0.93, False, None)]
+    assert [b.io for b in back] == [None, 70_000.0]
     assert decide(back, 2, watched_s=30)["category"] == "no_movement"
-    wire[1].update(cpu=-1, waited="yes", default_group="true")
+    wire[1].update(cpu=-1, waited="yes", default_group="true", io=float("inf"))
     odd = nodes.from_fact(wire[1], "node")
-    assert (odd.cpu, odd.waited, odd.state.raw["default_group"]) == (None, False, None)
+    assert (odd.cpu, odd.waited, odd.state.raw["default_group"], odd.io) == (None, False, None, None)
 
 
 def timed_fr(enqueued: int, completed: int, created_s: list[float]) -> dict:

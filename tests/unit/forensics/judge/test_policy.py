@@ -23,8 +23,8 @@ def frames(*where: tuple[str, int, str]) -> tuple[Frame, ...]:
     return tuple(Frame(f, line, fn) for f, line, fn in where) + (Frame(SCRIPT, 70, "<module>"),)
 
 
-def sample(fs: tuple[Frame, ...], cpu: float | None, helpers: dict | None = None) -> Sample:
-    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None)
+def sample(fs: tuple[Frame, ...], cpu: float | None, helpers: dict | None = None, io: int | None = None) -> Sample:
+    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None, io)
 
 
 OWN_22, OWN_23 = frames((SCRIPT, 22, "own_compute")), frames((SCRIPT, 23, "own_compute"))
@@ -35,6 +35,7 @@ IMPORTING = frames(("<frozen importlib._bootstrap>", 241, "_call_with_frames_rem
 COMPILING = frames((f"{SITE}/torch/_inductor/codecache.py", 2100, "load"), (SCRIPT, 30, "forward"))
 SUBPROCESS = frames(("/usr/lib/python3.11/subprocess.py", 1264, "wait"), (SCRIPT, 40, "build"))
 LOAD_A = frames((f"{SITE}/transformers/modeling_utils.py", 3000, "from_pretrained"), (SCRIPT, 20, "main"))
+DOWNLOAD = frames(("/usr/lib/python3.11/socket.py", 720, "readinto"), (SCRIPT, 12, "fetch_checkpoint"))
 LOAD_B = frames((f"{SITE}/transformers/modeling_utils.py", 3050, "from_pretrained"), (SCRIPT, 20, "main"))
 
 # (case, before, after, activity)
@@ -58,6 +59,15 @@ RANKS = [
     ("in a barrier", sample(BARRIER, 1.0), sample(BARRIER, 1.0), Activity.WAITING),
     ("nothing answered", sample((), None), sample((), None), Activity.UNKNOWN),
     ("no stack, its CPU growing", sample((), 1.0), sample((), 2.0), Activity.WORKING),
+    # a download or a checkpoint written to slow storage: one read()/write() holds the stack and uses no CPU for
+    # seconds, the bytes move (before the I/O rule: idle, and a job waiting on it was stopped as hung)
+    ("rank 0 downloads while rank 1 waits: its bytes move, its CPU and stack do not",
+     sample(DOWNLOAD, 1.0, io=10_000_000), sample(DOWNLOAD, 1.01, io=10_300_000), Activity.WORKING),
+    ("a stack dump's bytes are no work", sample(ASLEEP, 1.0, io=5_000), sample(ASLEEP, 1.0, io=8_000), Activity.IDLE),
+    ("in a collective, its transport's bytes moving", sample(ALL_REDUCE, 1.0, io=0),
+     sample(ALL_REDUCE, 1.0, io=4_000_000), Activity.WAITING),
+    ("no stack, its bytes moving", sample((), 1.0, io=0), sample((), 1.0, io=1_000_000), Activity.WORKING),
+    ("its bytes not readable", sample(ASLEEP, 1.0, io=None), sample(ASLEEP, 1.0, io=9_000_000), Activity.IDLE),
 ]
 
 
@@ -103,13 +113,27 @@ def test_a_library_wait_the_frames_do_not_prove_is_work_while_the_rank_uses_the_
     assert not policy.waits(Wait(WaitKind.NONE), busy=False)
 
 
+def test_rank_0_downloading_while_rank_1_waits_is_waiting_on_a_busy_rank_not_a_hang():
+    before = {0: sample(DOWNLOAD, 1.0, io=0), 1: sample(BARRIER, 1.0, io=0)}
+    after = {0: sample(DOWNLOAD, 1.0, io=policy.IO_MOVES_BYTES), 1: sample(BARRIER, 1.0, io=0)}
+    reading = policy.reading_of(before, after)
+    assert reading.motion is JobMotion.WAITING_ON_BUSY and reading.busy == (0,) and not reading.stoppable
+    after[0] = sample(DOWNLOAD, 1.0, io=policy.IO_MOVES_BYTES - 1)  # under the bar: the download stalled
+    assert policy.reading_of(before, after).motion is JobMotion.HUNG
+
+
+def test_attachs_rate_of_bytes_is_the_live_rules_bar_over_its_window():
+    bar = policy.IO_MOVES_BYTES / policy.MOVEMENT_WINDOW_S
+    assert policy.io_rate_works(bar) and not policy.io_rate_works(bar * 0.9) and not policy.io_rate_works(None)
+
+
 def test_thresholds_come_from_the_policy():
     assert policy.calibrated_s(1.0) == policy.HANG_FLOOR_S
     assert policy.calibrated_s(100.0) == policy.HANG_FACTOR * 100.0
     assert policy.grace_s(None) == policy.START_UP_GRACE_S and policy.grace_s(100.0) == 200.0
 
 
-POLICY_NAMES = {"CPU_MOVES_S", "BUSY_SHARE", "IMPORTING", "START_UP_WORK", "HANG_FLOOR_S", "HANG_FACTOR",
+POLICY_NAMES = {"CPU_MOVES_S", "IO_MOVES_BYTES", "BUSY_SHARE", "IMPORTING", "START_UP_WORK", "HANG_FLOOR_S", "HANG_FACTOR",
                 "HANG_WARMUP", "START_UP_GRACE_S", "MOVEMENT_WINDOW_S", "STALLED_S", "OVERDUE_FACTOR",
                 "OVERDUE_MIN_GAPS", "OVERDUE_FLOOR_S", "BUSY_CPU"}
 
