@@ -4,7 +4,9 @@ on the compile lock), an op build by a compiler child holding a lock the other r
 import takes seconds of CPU. Their ranks move (evidence.movement: a helper's CPU, start-up work, a stack moving in
 a library), so the watchdog stops nothing; a real hang after such a start-up is still named. The cold torch.compile
 job (long_start.py compile) is run by hand, not here: on torch 2.13 its compile phases never outlasted the threshold
-between DDP's collectives, before the movement rule or after (45 s of the suite for no discrimination)."""
+between DDP's collectives, before the movement rule or after (45 s of the suite for no discrimination).
+A rank downloading from a slow server while the other waits (the movement policy's I/O rule) is run under
+run-trainer and read by attach."""
 from __future__ import annotations
 
 import http.server
@@ -111,3 +113,37 @@ def test_ranks_waiting_on_a_rank_that_downloads_are_not_stopped(tmp_path, slow_h
     assert (tmp_path / "work" / "model.bin").stat().st_size == 140 * 20_000
     said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
     assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_attach_on_a_rank_that_downloads_while_the_others_wait_names_no_culprit(tmp_path, slow_hub):
+    """The same job under plain torchrun, read by attach while rank 0 downloads: waiting on a busy rank (or moving,
+    once the download ends during the watch), exit 0, no rank named. Before the I/O rule: "rank(s) 0 never entered
+    barrier", exit 1."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.integration.test_attach import attach, kill_family
+
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(__import__("os").environ, START_UP_DIR=str(work), IMPORT_S="1", OMP_NUM_THREADS="1",
+               DOWNLOAD_URL=slow_hub)
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(JOB),
+                              "download0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (work / "model.bin").exists() and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.2)
+        assert (work / "model.bin").exists(), "rank 0 never began its download"
+        p = attach("--wait", "6")
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0, (p.stderr[-2000:], doc.get("diagnosis"))
+        assert doc["outcome"]["state"] in ("undecided", "progressing") and doc["outcome"]["culprits"] == [], doc
+        if doc["outcome"]["state"] == "undecided":
+            assert doc["outcome"]["category"] == "waiting_on_busy" and doc["diagnosis"]["busy"] == [0], doc["diagnosis"]
+        assert agent.wait(120) == 0  # the job trained to its end
+    finally:
+        kill_family(agent)
