@@ -108,16 +108,8 @@ def cpu_seconds(pid: int) -> dict[int, float] | None:
 
 
 def io_bytes(pid: int) -> int | None:
-    """Bytes a rank and its descendants read and wrote so far (rchar + wchar: files and pipes); None when /proc does
-    not say."""
-    total, read = 0, False
-    for p in procs.family(pid):
-        try:
-            io = p.io_counters()
-        except (psutil.Error, AttributeError):
-            continue
-        total, read = total + io.read_chars + io.write_chars, True
-    return total if read else None
+    """Bytes a rank and its descendants read and wrote so far (procs.bytes_moved); None when /proc does not say."""
+    return procs.bytes_moved(procs.family(pid))
 
 
 def cpu_share(before: tuple[float, dict | None], after: tuple[float, dict | None]) -> float | None:

@@ -97,6 +97,21 @@ def family(pid: int) -> list[psutil.Process]:
         return []
 
 
+def bytes_moved(processes: list[psutil.Process]) -> int | None:
+    """The bytes these processes read and wrote so far, as /proc/PID/io counts them: through read()/write() (files,
+    pipes; a socket's recv is not counted, the file a download writes is) and at the storage layer (a block read in
+    progress inside one long read() call). None when no process's counters could be read (gone, not ours)."""
+    total, read = 0, False
+    for p in processes:
+        try:
+            io = p.io_counters()
+        except (psutil.Error, AttributeError):
+            continue
+        total += io.read_chars + io.write_chars + io.read_bytes + io.write_bytes
+        read = True
+    return total if read else None
+
+
 def reap(procs: list[psutil.Process], grace: float) -> None:
     """Wait up to ``grace`` for the processes to end, then SIGKILL what is left."""
     _, alive = psutil.wait_procs(procs, timeout=grace)

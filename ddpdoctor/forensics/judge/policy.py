@@ -26,8 +26,8 @@ from ..evidence.model import Frame, Wait, WaitKind
 # CPU seconds between two samples that count as work: a rank blocked in a wait, a lock or a sleep uses ~0.
 CPU_MOVES_S = 0.05
 # Bytes a rank (with its children: a DataLoader's workers) read or wrote between two samples that count as work
-# outside a wait (/proc/PID/io rchar + wchar: files, pipes; a socket's recv is not counted, the file a download
-# writes is). Measured: 0 over 1.5 s for a rank asleep while run-trainer's watchdog polls its flight record; a
+# outside a wait (/proc/PID/io, evidence.procs.bytes_moved: files and pipes, and the storage layer's reads inside
+# one long read(); a socket's recv is not counted, the file a download writes is). Measured: 0 over 1.5 s for a rank asleep while run-trainer's watchdog polls its flight record; a
 # stack dump costs its size (1.5 KB), and the samples are ordered to leave it out. A download at 50 KB/s or a
 # checkpoint throttled by the page cache reaches it in the movement window.
 IO_MOVES_BYTES = 64 * 1024

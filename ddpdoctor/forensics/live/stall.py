@@ -223,27 +223,22 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
 
 
 def io_bytes(procs: list, running: list[int | None]) -> dict[int, int]:
-    """Each rank's bytes read and written so far (rchar + wchar), its descendants' with it (a DataLoader's workers
-    read for it), for the ranks whose process still answers."""
+    """Each rank's bytes read and written so far, its descendants' with it (a DataLoader's workers read for it), for
+    the ranks whose process still answers (evidence.procs.bytes_moved)."""
     import psutil
+
+    from ..evidence.procs import bytes_moved
 
     out = {}
     for proc, rank in zip(procs, running):
         if rank is None:
             continue
         try:
-            family = [proc, *proc.children(recursive=True)]
+            moved = bytes_moved([proc, *proc.children(recursive=True)])
         except psutil.Error:
             continue
-        total, read = 0, False
-        for p in family:
-            try:
-                io = p.io_counters()
-            except (psutil.Error, AttributeError):
-                continue
-            total, read = total + io.read_chars + io.write_chars, True
-        if read:
-            out[rank] = total
+        if moved is not None:
+            out[rank] = moved
     return out
 
 

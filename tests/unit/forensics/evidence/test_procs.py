@@ -67,3 +67,19 @@ def test_the_agents_workers_are_its_python_children_only():
         for child in children:
             child.kill()
             child.wait(timeout=10)
+
+
+def test_the_bytes_a_process_moved_grow_with_what_it_writes_and_say_none_when_unreadable(tmp_path):
+    """The movement policy's I/O rule reads them (judge.policy.IO_MOVES_BYTES): a write of 1 MiB shows."""
+    me = psutil.Process()
+    before = procs.bytes_moved([me])
+    (tmp_path / "out.bin").write_bytes(b"x" * (1 << 20))
+    after = procs.bytes_moved([me])
+    assert before is not None and after - before >= 1 << 20
+
+    class Gone:
+        def io_counters(self):
+            raise psutil.NoSuchProcess(1)
+
+    assert procs.bytes_moved([Gone()]) is None and procs.bytes_moved([]) is None
+    assert procs.bytes_moved([Gone(), me]) >= after
