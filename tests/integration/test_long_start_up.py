@@ -74,6 +74,18 @@ def test_ranks_waiting_on_a_busy_rank_are_said_live_and_not_stopped(tmp_path):
     assert "in own_compute" in said[0] and "not a hang" in said[0], said
 
 
+@pytest.mark.timeout(300)
+def test_ranks_waiting_on_a_rank_whose_python_subprocess_computes_are_not_stopped(tmp_path):
+    """Rank 0 runs an evaluation as a Python subprocess (14 s of CPU, over twice the threshold) while rank 1 waits
+    in a barrier; rank 0 itself sits in subprocess.run. Before the rule (policy.children_worked): stopped at the
+    threshold, "rank(s) 0 never entered barrier"."""
+    p, doc = run(tmp_path, "subprocess0", seconds=14)
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+    said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
+    assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
+
+
 class SlowFile(http.server.BaseHTTPRequestHandler):
     """A hub over a slow link: 20 KB every 0.1 s (200 KB/s) for SECONDS."""
     SECONDS = 14

@@ -5,8 +5,9 @@ from here, in every phase of a job (start-up, training, evaluation, checkpoint, 
 The rule, per job (``job_motion``), from what each rank did between two samples (``activity``):
 - no rank waits (in a collective, a barrier, a send/recv, the store, init_process_group, a device synchronize):
   the job is **computing**, never a hang, however long and whatever code it is in;
-- some ranks wait while another **works in its own code** (its CPU time grows, its stack changes, or it reads or
-  writes: a download, a checkpoint written to slow storage, a data loader's workers reading): the job is
+- some ranks wait while another **works in its own code** (its CPU time grows, its stack changes, it reads or
+  writes: a download, a checkpoint written to slow storage, a data loader's workers reading; or it waits for a
+  child process of its own that uses the CPU: an evaluation run as a subprocess): the job is
   **waiting on a busy rank**; said live, not stopped by the hang threshold, only past the busy bound (the
   process group's own timeout unless the user sets one);
 - a rank does start-up work (an import, a compile, an op build, a checkpoint load) or a helper it started (a
@@ -37,6 +38,9 @@ IO_MOVES_BYTES = 64 * 1024
 BUSY_SHARE = 0.1
 # A stack standing in an import, or in a library's compile, build or load: start-up work.
 IMPORTING = ("<frozen importlib._bootstrap", "importlib/__init__.py")
+# A stack standing in a wait for its own child process (subprocess.run, multiprocessing, a process pool): the
+# child's CPU, a Python one's too (an evaluation harness run as a subprocess), is the rank's work.
+CHILD_WAITS = ("/subprocess.py", "/multiprocessing/", "/concurrent/futures/")
 START_UP_WORK = ("torch/_inductor/", "torch/_dynamo/", "torch/utils/cpp_extension.py", "op_builder/",
                  "torch/serialization.py", "safetensors/", "triton/")
 
@@ -96,11 +100,20 @@ class Sample:
     helpers_cpu_s: dict[int, float] = field(default_factory=dict)
     wait: Wait | None = None
     io_bytes: int | None = None
+    children_cpu_s: dict[int, float] = field(default_factory=dict)  # every descendant's, Python ones too
 
 
 def helpers_moved(before: Sample, after: Sample) -> bool:
     """A helper (a compiler, a build) used the CPU between the samples, or a new one started."""
     used = sum(max(0.0, t - before.helpers_cpu_s.get(pid, 0.0)) for pid, t in after.helpers_cpu_s.items())
+    return used >= CPU_MOVES_S
+
+
+def children_worked(before: Sample, after: Sample) -> bool:
+    """The rank's main thread waits for a child process of its own and its children used the CPU."""
+    if not any(any(p in f.file for p in CHILD_WAITS) for f in after.frames):
+        return False
+    used = sum(max(0.0, t - before.children_cpu_s.get(pid, 0.0)) for pid, t in after.children_cpu_s.items())
     return used >= CPU_MOVES_S
 
 
@@ -151,7 +164,8 @@ def activity(before: Sample, after: Sample) -> Activity:
         return Activity.WAITING
     if working and start_up_work(after.frames):
         return Activity.STARTING
-    if working or reading_or_writing or (before.frames and before.frames != after.frames):
+    if working or reading_or_writing or children_worked(before, after) or \
+            (before.frames and before.frames != after.frames):
         return Activity.WORKING
     return Activity.IDLE
 

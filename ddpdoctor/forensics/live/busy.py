@@ -45,5 +45,5 @@ class BusyWait:
                  if self.bound_s is not None else
                  "it is stopped only by your process group's own timeout (--busy-timeout sets a bound)")
         return (f"ddpdoctor: rank(s) {rank_ranges(reading.waiting)} wait for busy {', '.join(where)}, working in "
-                f"its own code (its CPU time grows, its stack moves, or it reads or writes): not a hang while it works; "
-                f"{bound}")
+                f"its own code (its CPU time, its stack, its bytes read or written, or a child process it waits for "
+                f"moves): not a hang while it works; {bound}")

@@ -242,24 +242,26 @@ def io_bytes(procs: list, running: list[int | None]) -> dict[int, int]:
     return out
 
 
-def helpers_cpu(proc) -> dict[int, float]:
-    """The CPU seconds of a rank's helpers (descendants that are not Python: a compiler, ninja), by pid."""
+def children_cpu(proc) -> tuple[dict[int, float], dict[int, float]]:
+    """The CPU seconds of a rank's descendants by pid: its helpers' (not Python: a compiler, ninja), and every
+    descendant's (a Python subprocess the rank waits for does its work: policy.children_worked)."""
     import psutil
 
     from ..evidence.procs import runs_python
 
-    helpers = {}
+    helpers, every = {}, {}
     try:
         for child in proc.children(recursive=True):
             try:
+                t = child.cpu_times()
+                every[child.pid] = t.user + t.system
                 if not runs_python(child):
-                    t = child.cpu_times()
-                    helpers[child.pid] = t.user + t.system
+                    helpers[child.pid] = every[child.pid]
             except psutil.Error:
                 continue
     except psutil.Error:
         pass
-    return helpers
+    return helpers, every
 
 
 def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None],
@@ -271,17 +273,18 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
     from ..evidence.stacks import main_thread, wait_of
 
     def counters() -> tuple[dict, dict, list]:
-        return cpu_seconds(procs, running), io_bytes(procs, running), [helpers_cpu(p) for p in procs]
+        return cpu_seconds(procs, running), io_bytes(procs, running), [children_cpu(p) for p in procs]
 
     early = counters() if counters_first else None
     stacks = stacks_of(sockets, askable_ranks) if sockets else {}
-    own, io, helpers = early or counters()
+    own, io, children = early or counters()
     out = {}
-    for proc, rank, used in zip(procs, running, helpers):
+    for rank, (helpers, every) in zip(running, children):
         if rank is None:
             continue
         frames = main_thread(stacks.get(rank))
-        out[rank] = policy.Sample(frames, own.get(rank), used, wait_of(frames) if frames else None, io.get(rank))
+        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None, io.get(rank),
+                                  every)
     return out
 
 

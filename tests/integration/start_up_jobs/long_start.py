@@ -12,7 +12,9 @@ transform done in the user's code: no rank waits, issue 53);
 "compute0": rank 0 computes so while rank 1 waits in a barrier (a job waiting on a busy rank, issue 53);
 "download0": rank 0 downloads a file from DOWNLOAD_URL (a hub over a slow link: HF's main_process_first) into
 START_UP_DIR while rank 1 waits in a barrier: its stack stands in one read for seconds and it uses almost no CPU,
-only its bytes move."""
+only its bytes move;
+"subprocess0": rank 0 runs an evaluation as a Python subprocess computing IMPORT_S seconds of CPU while rank 1 waits
+in a barrier (rank 0 itself sits in subprocess.run, using nothing)."""
 import datetime
 import fcntl
 import os
@@ -109,6 +111,11 @@ def main():
         build_with_lock(rank)
     elif kind == "compile":
         model = torch.compile(model)
+    elif kind == "subprocess0":
+        if rank == 0:
+            subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + " + str(SECONDS) +
+                            "\nwhile time.process_time() < end:\n    pass\n"], check=True)
+        dist.barrier()
     elif kind == "download0":
         if rank == 0:
             download()

@@ -23,8 +23,9 @@ def frames(*where: tuple[str, int, str]) -> tuple[Frame, ...]:
     return tuple(Frame(f, line, fn) for f, line, fn in where) + (Frame(SCRIPT, 70, "<module>"),)
 
 
-def sample(fs: tuple[Frame, ...], cpu: float | None, helpers: dict | None = None, io: int | None = None) -> Sample:
-    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None, io)
+def sample(fs: tuple[Frame, ...], cpu: float | None, helpers: dict | None = None, io: int | None = None,
+           children: dict | None = None) -> Sample:
+    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None, io, children or {})
 
 
 OWN_22, OWN_23 = frames((SCRIPT, 22, "own_compute")), frames((SCRIPT, 23, "own_compute"))
@@ -36,6 +37,7 @@ COMPILING = frames((f"{SITE}/torch/_inductor/codecache.py", 2100, "load"), (SCRI
 SUBPROCESS = frames(("/usr/lib/python3.11/subprocess.py", 1264, "wait"), (SCRIPT, 40, "build"))
 LOAD_A = frames((f"{SITE}/transformers/modeling_utils.py", 3000, "from_pretrained"), (SCRIPT, 20, "main"))
 DOWNLOAD = frames(("/usr/lib/python3.11/socket.py", 720, "readinto"), (SCRIPT, 12, "fetch_checkpoint"))
+EVAL_CHILD = frames(("/usr/lib/python3.11/subprocess.py", 2053, "_try_wait"), (SCRIPT, 10, "evaluate"))
 LOAD_B = frames((f"{SITE}/transformers/modeling_utils.py", 3050, "from_pretrained"), (SCRIPT, 20, "main"))
 
 # (case, before, after, activity)
@@ -67,6 +69,14 @@ RANKS = [
     ("in a collective, its transport's bytes moving", sample(ALL_REDUCE, 1.0, io=0),
      sample(ALL_REDUCE, 1.0, io=4_000_000), Activity.WAITING),
     ("no stack, its bytes moving", sample((), 1.0, io=0), sample((), 1.0, io=1_000_000), Activity.WORKING),
+    # rank 0 runs an evaluation harness as a Python subprocess while the others wait (a Python child is no
+    # helper: its CPU counts only while the rank waits for it)
+    ("waits for its Python subprocess, which computes", sample(EVAL_CHILD, 1.0, children={900: 1.0}),
+     sample(EVAL_CHILD, 1.0, children={900: 2.4}), Activity.WORKING),
+    ("waits for its Python subprocess, which is idle", sample(EVAL_CHILD, 1.0, children={900: 1.0}),
+     sample(EVAL_CHILD, 1.0, children={900: 1.01}), Activity.IDLE),
+    ("asleep in its own code while a Python child of its computes (a metrics service)",
+     sample(ASLEEP, 1.0, children={900: 1.0}), sample(ASLEEP, 1.0, children={900: 2.0}), Activity.IDLE),
     ("its bytes not readable", sample(ASLEEP, 1.0, io=None), sample(ASLEEP, 1.0, io=9_000_000), Activity.IDLE),
 ]
 
@@ -133,7 +143,7 @@ def test_thresholds_come_from_the_policy():
     assert policy.grace_s(None) == policy.START_UP_GRACE_S and policy.grace_s(100.0) == 200.0
 
 
-POLICY_NAMES = {"CPU_MOVES_S", "IO_MOVES_BYTES", "BUSY_SHARE", "IMPORTING", "START_UP_WORK", "HANG_FLOOR_S", "HANG_FACTOR",
+POLICY_NAMES = {"CPU_MOVES_S", "IO_MOVES_BYTES", "BUSY_SHARE", "IMPORTING", "CHILD_WAITS", "START_UP_WORK", "HANG_FLOOR_S", "HANG_FACTOR",
                 "HANG_WARMUP", "START_UP_GRACE_S", "MOVEMENT_WINDOW_S", "STALLED_S", "OVERDUE_FACTOR",
                 "OVERDUE_MIN_GAPS", "OVERDUE_FLOOR_S", "BUSY_CPU"}
 
