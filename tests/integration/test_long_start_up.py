@@ -86,6 +86,17 @@ def test_ranks_waiting_on_a_rank_whose_python_subprocess_computes_are_not_stoppe
     assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
 
 
+@pytest.mark.timeout(300)
+def test_ranks_waiting_on_a_rank_whose_data_loader_workers_compute_are_not_stopped(tmp_path):
+    """One batch of rank 0's DataLoader costs 14 s of CPU in its worker while rank 1 waits in DDP's all_reduce: rank
+    0's main process waits on its workers' queue (multiprocessing), the worker computes. Before the child-wait rule
+    (2026-12-07, run by hand): stopped at the threshold, "rank(s) 0 never entered all_reduce"."""
+    p, doc = run(tmp_path, "loader0", seconds=14)
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+    assert any("wait for busy rank 0" in line for line in p.stderr.splitlines()), p.stderr[-3000:]
+
+
 class SlowFile(http.server.BaseHTTPRequestHandler):
     """A hub over a slow link: 20 KB every 0.1 s (200 KB/s) for SECONDS."""
     SECONDS = 14

@@ -14,7 +14,9 @@ transform done in the user's code: no rank waits, issue 53);
 START_UP_DIR while rank 1 waits in a barrier: its stack stands in one read for seconds and it uses almost no CPU,
 only its bytes move;
 "subprocess0": rank 0 runs an evaluation as a Python subprocess computing IMPORT_S seconds of CPU while rank 1 waits
-in a barrier (rank 0 itself sits in subprocess.run, using nothing)."""
+in a barrier (rank 0 itself sits in subprocess.run, using nothing);
+"loader0": one batch of rank 0's DataLoader takes IMPORT_S seconds of CPU in its worker (a heavy augmentation)
+while rank 1 waits in DDP's all_reduce; rank 0's main process waits on the workers' queue."""
 import datetime
 import fcntl
 import os
@@ -72,6 +74,21 @@ def build_with_lock(rank):
         fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class SlowBatch(torch.utils.data.Dataset):
+    """Eight samples; on rank 0 the fifth costs SECONDS of CPU in the DataLoader's worker."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if self.rank == 0 and i == 4:
+            own_compute()
+        return torch.randn(64)
+
+
 class Net(torch.nn.Module):
     """Enough distinct ops that inductor writes and compiles several C++ kernels (a cold cache: tens of seconds)."""
 
@@ -116,6 +133,12 @@ def main():
             subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + " + str(SECONDS) +
                             "\nwhile time.process_time() < end:\n    pass\n"], check=True)
         dist.barrier()
+    elif kind == "loader0":
+        for x in torch.utils.data.DataLoader(SlowBatch(rank), batch_size=1, num_workers=2):
+            loss = model(x.expand(16, 64)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     elif kind == "download0":
         if rank == 0:
             download()

@@ -38,6 +38,9 @@ SUBPROCESS = frames(("/usr/lib/python3.11/subprocess.py", 1264, "wait"), (SCRIPT
 LOAD_A = frames((f"{SITE}/transformers/modeling_utils.py", 3000, "from_pretrained"), (SCRIPT, 20, "main"))
 DOWNLOAD = frames(("/usr/lib/python3.11/socket.py", 720, "readinto"), (SCRIPT, 12, "fetch_checkpoint"))
 EVAL_CHILD = frames(("/usr/lib/python3.11/subprocess.py", 2053, "_try_wait"), (SCRIPT, 10, "evaluate"))
+LOADER_QUEUE = frames(("/usr/lib/python3.11/multiprocessing/connection.py", 1136, "wait"),
+                      ("/usr/lib/python3.11/multiprocessing/queues.py", 113, "get"),
+                      (f"{SITE}/torch/utils/data/dataloader.py", 1133, "_try_get_data"), (SCRIPT, 18, "train"))
 LOAD_B = frames((f"{SITE}/transformers/modeling_utils.py", 3050, "from_pretrained"), (SCRIPT, 20, "main"))
 
 # (case, before, after, activity)
@@ -75,6 +78,10 @@ RANKS = [
      sample(EVAL_CHILD, 1.0, children={900: 2.4}), Activity.WORKING),
     ("waits for its Python subprocess, which is idle", sample(EVAL_CHILD, 1.0, children={900: 1.0}),
      sample(EVAL_CHILD, 1.0, children={900: 1.01}), Activity.IDLE),
+    ("waits on its DataLoader's queue while a worker computes", sample(LOADER_QUEUE, 1.0, children={901: 3.0}),
+     sample(LOADER_QUEUE, 1.0, children={901: 4.4}), Activity.WORKING),
+    ("waits on its DataLoader's queue, its workers stuck", sample(LOADER_QUEUE, 1.0, children={901: 3.0}),
+     sample(LOADER_QUEUE, 1.0, children={901: 3.0}), Activity.IDLE),
     ("asleep in its own code while a Python child of its computes (a metrics service)",
      sample(ASLEEP, 1.0, children={900: 1.0}), sample(ASLEEP, 1.0, children={900: 2.0}), Activity.IDLE),
     ("its bytes not readable", sample(ASLEEP, 1.0, io=None), sample(ASLEEP, 1.0, io=9_000_000), Activity.IDLE),
