@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ import pytest
 # Commands save their results under ./ddpdoctor-results by default; tests run from the checkout, so nothing they
 # start (in-process or a subprocess, which inherits this) keeps a file there unless a test asks for it.
 os.environ.setdefault("DDPDOCTOR_NO_SAVE", "1")
+# The node check carries a count of records it could not keep in /run/ddpdoctor (unattended/unkept.py): the tests'
+# node checks carry theirs in a folder of the session's, never the machine's.
+os.environ.setdefault("DDPDOCTOR_STATE_DIR", tempfile.mkdtemp(prefix="ddpdoctor-state-"))
 
 pytest_plugins = ["tests.xdist_groups"]  # which tests stay together on one worker (--dist loadgroup)
 

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 from ..errors import UsageError
 from ..launchers import slurm_node
-from . import kept, node_check, site
+from . import kept, node_check, site, unkept
 from .node_check import EPILOG, HEALTH_CHECK, PROLOG, Decision, Where
 
 # What the previous runs could not keep (the records not kept since the last one kept), as ``run`` is given it
@@ -144,7 +144,12 @@ def _steps(cfg: site.SiteConfig, at: Where, env: Mapping[str, str], started: flo
     bound.stage = "keeping the record"
     if at.context == HEALTH_CHECK:
         _keep_facts(doc, plan, cfg, at, fp, notes)
-    written = _keep_counting(doc, at, cfg, notes, dict(NOTHING_CARRIED, **(carried(cfg) if carried else {})))
+    before = dict(NOTHING_CARRIED, **(carried(cfg) if carried else {}))
+    if not cfg.prometheus_textfile:  # no textfile to carry the count of records not kept: the state folder does
+        before.update(unkept.load(cfg.state_dir, at.node, notes))
+    written = _keep_counting(doc, at, cfg, notes, before)
+    if not cfg.prometheus_textfile:
+        unkept.store(cfg.state_dir, at.node, doc["node_check"]["unkept_pending"], notes)
     code = (1 if decision.fails else 0) if at.context in (PROLOG, EPILOG) else int(doc["exit_code"])
     return Outcome(doc, at, decision, done, code, cfg, written, notes)
 
@@ -266,9 +271,9 @@ def _keep(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str]) -> Path 
 
 def _keep_counting(doc: dict, at: Where, cfg: site.SiteConfig, notes: list[str], before: dict) -> Path | None:
     """The record kept, and what was not (issue 56.6): a record that cannot be written (a full disk, a folder refused)
-    is counted in the Prometheus textfile (the only place left: results_dir is what failed), and the next record
-    kept carries how many were not, since when and why (``node_check.records_not_kept``: a row on the history
-    page). Without prometheus_textfile the count is not carried: the stderr line alone says it."""
+    is counted in the Prometheus textfile (results_dir is what failed), else in the state folder (unkept.py), and
+    the next record kept carries how many were not, since when and why (``node_check.records_not_kept``: a row on
+    the history page)."""
     nc = doc["node_check"]
     if before["count"]:
         nc["records_not_kept"] = {"count": before["count"], "since": before["since"], "why": before["why"]}

@@ -35,6 +35,7 @@ from ..inputs import MAX_CONFIG_BYTES
 from ..settings import parse_toml
 
 CONFIG_ENV = "DDPDOCTOR_CONFIG"
+STATE_DIR_ENV = "DDPDOCTOR_STATE_DIR"  # the state folder's default when the config names none
 DEFAULT_CONFIG = "/etc/ddpdoctor/ddpdoctor.toml"
 TABLE = "node-check"
 DRAIN_ON = ("fail", "warn", "never")
@@ -57,6 +58,9 @@ KEYS = {
                        type=str),
     "slurm_conf": Option(None, "SLURM_CONF for scontrol, where the node check runs without one", type=str),
     "cross_node": Option(False, "opt-in: a multi-node job's prologs meet for the cross-node checks", type=bool),
+    "state_dir": Option("/run/ddpdoctor", "where the node check carries what it could not keep to its next run when "
+                        "no prometheus_textfile is set (another filesystem than results_dir: a tmpfs; "
+                        f"${STATE_DIR_ENV} moves the default)", type=str),
     "cross_node_key": Option("/etc/ddpdoctor/cross-node.key", "the site key the prologs authenticate with (a file "
                              "root owns and alone can read)", type=str),
     "cross_node_port": Option(29650, "the first port of the prologs' meeting (the job's: this + job id % 1000)",
@@ -79,6 +83,7 @@ class SiteConfig:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     prometheus_textfile: str | None = None
+    state_dir: str = field(default_factory=lambda: os.environ.get(STATE_DIR_ENV) or KEYS["state_dir"].default)
     scontrol: str = "scontrol"
     slurm_conf: str | None = None
     cross_node: bool = False

@@ -209,3 +209,59 @@ def test_two_checks_that_fail_to_keep_at_once_count_two_not_one(tmp_path):
     assert _series(prom, "ddpdoctor_records_unkept_since_timestamp_seconds") == {"": 1700000000.0}
     _prometheus(doc(kept=True), str(prom))
     assert _series(prom, "ddpdoctor_records_unkept") == {"why=": 0.0}
+
+
+def test_without_a_textfile_the_count_of_records_not_kept_is_carried_in_the_state_folder(full_disk, tmp_path):
+    """No prometheus_textfile: the count lives in state_dir (a tmpfs in production, /run/ddpdoctor), so the next
+    record kept still says how many were not, since when and why; then the file goes. Before: only the stderr line."""
+    from ddpdoctor.history import collect
+
+    disk, filler = full_disk
+    script = tmp_path / "scontrol"
+    script.write_text("#!/bin/sh\n[ \"$1\" = show ] && echo 'NodeName=n1 State=IDLE Reason=(null)'\nexit 0\n")
+    script.chmod(0o755)
+    run_dir = tmp_path / "run"
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(f'[node-check]\nresults_dir = "{disk / "results"}"\nscontrol = "{script}"\n'
+                   f'state_dir = "{run_dir / "ddpdoctor"}"\nonly = ["resources"]\n[checks.resources]\n'
+                   'min_free_disk_gib = 0.0\nmin_available_memory_gib = 0.0\nmin_nofile = 0\n')
+    env = {"DDPDOCTOR_CONFIG": str(cfg), "SLURMD_NODENAME": "n1"}
+    for _ in range(3):
+        p = run_cli("node-check", env=env)
+        assert p.returncode == 0 and "record not kept" in p.stderr, p.stdout + p.stderr
+    carried = run_dir / "ddpdoctor" / "unkept-n1.json"
+    assert carried.stat().st_mode & 0o777 == 0o600
+    filler.unlink()
+    p = run_cli("node-check", env=env)
+    assert p.returncode == 0 and "record not kept" not in p.stderr, p.stdout + p.stderr
+    ((gap,),) = [n["gaps"] for n in collect(disk / "results")["nodes"]]
+    assert gap["what"] == "3 record(s) not kept before this one" and gap["why"].endswith("No space left on device")
+    assert not carried.exists()
+
+
+def test_the_state_folder_is_trusted_like_results_dir_and_its_file_validated(tmp_path):
+    """As root, a state folder another user owns is refused with a line, never used (a link there would make root
+    write anywhere); junk in the file (a user's, a half-written one) is no count; two checks count two."""
+    from ddpdoctor.unattended import unkept
+
+    notes: list[str] = []
+    folder = tmp_path / "state"
+    unkept.store(str(folder), "n1", {"count": 1, "why": "No space left on device", "since_s": 1.0}, notes)
+    unkept.store(str(folder), "n1", {"count": 1, "why": "No space left on device", "since_s": 1.0}, notes)
+    got = unkept.load(str(folder), "n1", notes)
+    assert got["count"] == 2 and got["why"] == "No space left on device" and got["since"].startswith("20"), got
+    assert notes == []
+    for junk in (b"[1]", b'{"count": "3", "since_s": 5}', b'{"count": 2, "since_s": 1e300}', b"{" * 3000):
+        (folder / "unkept-n1.json").write_bytes(junk)
+        assert unkept.load(str(folder), "n1", notes) == {}
+    unkept.store(str(folder), "n1", {"count": 0}, notes)
+    assert not (folder / "unkept-n1.json").exists()
+    unkept.store(str(folder), "../etc/x", {"count": 1}, notes)
+    assert notes and "no file name" in notes[-1]
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        notes.clear()
+        unkept.store(str(theirs), "n1", {"count": 1, "why": "x", "since_s": 1.0}, notes)
+        assert notes and "not written" in notes[0] and list(theirs.iterdir()) == [], notes
