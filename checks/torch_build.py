@@ -127,7 +127,8 @@ class TorchBuildCheck(Check):
                                  actual=f.get("python_version"), expected=f">= {opts['min_python']}",
                                  fix="use a newer Python (a venv or conda env) for the job"))
         if f.get("torch_error"):
-            out.append(self.fail(f"torch does not import: {f['torch_error']}", [node], actual=f["torch_error"],
+            said = str(f["torch_error"]).removeprefix(DAMAGED)  # the marker chose the fix; the sentence needs it not
+            out.append(self.fail(f"torch does not import: {said}", [node], actual=f["torch_error"],
                                  expected="import torch succeeds",
                                  fix=f"{quote(str(f.get('python_executable') or 'python3'))} -m {_pip(f)} "
                                      "(in the environment the job runs in)"))
