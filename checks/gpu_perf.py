@@ -13,7 +13,7 @@ import time
 from shlex import quote
 from typing import Iterable
 
-from ddpdoctor.api import Check, Option, Skip, passed_if_quiet
+from ddpdoctor.api import Check, Option, Skip, import_error_words, passed_if_quiet
 
 from .support.cuda import has_cuda
 from .support.nvml import gpu_details, gpu_label
@@ -78,7 +78,8 @@ class GpuPerfCheck(Check):
         try:
             import torch
         except Exception as exc:  # noqa: BLE001
-            raise Skip(f"torch cannot be imported: {exc}") from None
+            raise Skip(f"torch cannot be imported: {import_error_words('torch', exc)} (the torch-build check "
+                       "judges it)") from None
         if not has_cuda():
             raise Skip(f"no CUDA device for torch {torch.__version__} on this node")
         from .support.gpuperf import PerfConfig, measure_node

@@ -19,7 +19,7 @@ import sys
 from shlex import quote
 from typing import Any
 
-from ddpdoctor.api import Check, Option, Skip, odd_ones, passed_if_quiet, per_node
+from ddpdoctor.api import Check, Option, Skip, import_error_words, odd_ones, passed_if_quiet, per_node
 
 from .support.nccl_log import judge_transport
 
@@ -138,7 +138,8 @@ class NcclRuntimeCheck(Check):
         try:
             import torch
         except Exception as exc:  # noqa: BLE001
-            raise Skip(f"torch cannot be imported: {exc}") from None
+            raise Skip(f"torch cannot be imported: {import_error_words('torch', exc)} (the torch-build check "
+                       "judges it)") from None
         if not torch.version.cuda:
             raise Skip(f"torch {torch.__version__} is a CPU build: it has no NCCL")
         facts: dict[str, Any] = {"torch_version": torch.__version__, "torch_nccl_version": None, "torch_error": None,

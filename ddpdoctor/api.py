@@ -62,6 +62,7 @@ from .check_helpers import (best_sample, connect_fix, connect_probe, cuda_availa
 from .options import Option  # noqa: F401
 from .numbers import parse_int  # noqa: F401 - public: the one parser for integers from outside
 from .shared_libs import torch_damage  # noqa: F401 - public: a truncated library of torch's, found before importing it
+from .shared_libs import import_error_words  # noqa: F401 - public: why an import failed, a refused one's damage said
 from .majority import (BASELINE, NoMajority, Split, baseline_name, baseline_values, majority,  # noqa: F401
                        nodes_text, split)
 

@@ -95,6 +95,14 @@ def refuse(name: str, why: str) -> None:
     sys.modules[name] = None  # type: ignore[assignment]
 
 
+def import_error_words(name: str, exc: BaseException) -> str:
+    """Why ``import name`` failed, as a check says it: a refused import says the damage found (``refuse``'s
+    ImportError only says "halted; None in sys.modules"), any other the exception as raised."""
+    if name in REFUSED:
+        return f"{REFUSED[name]}; not imported"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def torch_damage() -> str | None:
     """Why `import torch` would crash this process (a truncated library of torch's), else None."""
     return package_damage("torch")

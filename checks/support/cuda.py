@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ddpdoctor.api import parse_int
+from ddpdoctor.api import import_error_words, parse_int
 
 
 def has_cuda() -> bool:
@@ -24,7 +24,7 @@ def torch_view() -> dict:
                 "torch_error": None}
     except Exception as exc:  # noqa: BLE001
         return {"torch_version": None, "torch_cuda_version": None, "torch_device_count": None,
-                "torch_error": f"{type(exc).__name__}: {exc}"}
+                "torch_error": import_error_words("torch", exc)}
 
 
 def cuda_version_str(v: int | None) -> str | None:

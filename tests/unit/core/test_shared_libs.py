@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import struct
+import sys
 from pathlib import Path
+
+import pytest
 
 from ddpdoctor import shared_libs
 
@@ -41,3 +44,17 @@ def test_this_torch_is_whole_and_a_real_library_cut_in_half_is_not(truncated_tor
     (line,) = shared_libs.truncated(f"{truncated_torch}/torch/lib")
     assert "libtruncated.so is truncated: " in line, line
 
+
+
+def test_a_refused_import_is_said_with_the_damage_found_not_as_halted(monkeypatch):
+    """The checks beside torch-build (nccl-runtime, gpu, gpu-perf) skip a damaged torch saying which library,
+    not Python's "import of torch halted; None in sys.modules"."""
+    from ddpdoctor import shared_libs
+
+    monkeypatch.setitem(shared_libs.REFUSED, "fakepkg", "libfake.so is truncated: 10 of the 20 bytes")
+    monkeypatch.setitem(sys.modules, "fakepkg", None)
+    with pytest.raises(ImportError) as raised:
+        import fakepkg  # noqa: F401
+    said = shared_libs.import_error_words("fakepkg", raised.value)
+    assert said == "libfake.so is truncated: 10 of the 20 bytes; not imported" and "halted" not in said
+    assert shared_libs.import_error_words("other", ValueError("bad")) == "ValueError: bad"
