@@ -65,6 +65,32 @@ def command_start() -> float | None:
     return _STARTED[0] if _STARTED else None
 
 
+# A scheduler's "checkpoint now" signals (SLURM's --signal=USR1@90, Lightning's auto-requeue; scancel --signal=USR2):
+# the job's ranks handle them; torchrun (no handler: its default action ends it) and run-trainer must not die of
+# them and take the job along. run-trainer's agent starts with them ignored; each rank gets the default back
+# (AGENT_IGNORED_ENV names them), its own handler then as without ddpdoctor.
+CHECKPOINT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+AGENT_IGNORED_ENV = "DDPDOCTOR_AGENT_IGNORED_SIGNALS"
+
+
+def ignore_checkpoint_signals() -> None:
+    """In torchrun's child, before its exec: an ignored signal stays ignored across exec."""
+    for sig in CHECKPOINT_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def restore_checkpoint_signals(env=None) -> None:
+    """In a rank: the default action again for what run-trainer's agent ignored (AGENT_IGNORED_ENV), where it is
+    still ignored, so the rank meets them as under plain torchrun."""
+    import os
+
+    names = ((env if env is not None else os.environ).get(AGENT_IGNORED_ENV) or "").split(",")
+    for name in names:
+        sig = getattr(signal, name.strip(), None) if name.strip().startswith("SIG") else None
+        if sig in CHECKPOINT_SIGNALS and signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent (the thread that started it) dies, even
     by SIGKILL: no orphan is left blocked on peers that are gone. False where it is not available (not

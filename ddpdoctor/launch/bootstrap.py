@@ -375,7 +375,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"python: can't open file {target!r}: [Errno 2] No such file or directory", file=sys.stderr)
         raise SystemExit(2)
     _PID.append(os.getpid())
+    from ..lifetime import restore_checkpoint_signals
+
     die_with_the_agent()
+    restore_checkpoint_signals()  # what run-trainer's agent ignores, the rank meets as under plain torchrun
     record_node_rank()
     install_stack_dump()
     start_worker_server()

@@ -22,7 +22,7 @@ from ..forensics.evidence import job_files, procs, user_code
 from ..forensics.live import hang, stall
 from . import records, torchrun
 from ..devices import nvidia_driver_present
-from ..lifetime import die_with_parent
+from ..lifetime import CHECKPOINT_SIGNALS, die_with_parent, ignore_checkpoint_signals
 from .config import REFERENCE_MODULE, TrainerConfig, node_label, socket_dir
 from .fold import Folder, entry_point_named
 from ..forensics.live.pace import Pace
@@ -218,12 +218,14 @@ def _problem(path: Path, exc: OSError) -> str:
     return str(documents.write_error(path, exc))
 
 
-def _die_with_parent() -> None:
+def _agent_child() -> None:
     """In torchrun's child: a SIGKILLed run-trainer still takes torchrun along, and with it the workers (each
     dies with the agent: bootstrap.die_with_the_agent). SIGKILL, not SIGTERM: on SIGTERM torchrun stops its
     workers but can then hang in its own shutdown for good (seen in CI: torchrun alive 15 minutes later, its
-    ranks unreaped zombies), and no run-trainer is left to end it."""
+    ranks unreaped zombies), and no run-trainer is left to end it. A scheduler's SIGUSR1/SIGUSR2 to the whole step
+    (a checkpoint request) is ignored by the agent, which has no handler and would die of it (lifetime.py)."""
     die_with_parent(signal.SIGKILL)
+    ignore_checkpoint_signals()
 
 
 class StopOnSignal:
@@ -242,12 +244,23 @@ class StopOnSignal:
         self._old: dict = {}
         self._stopper: threading.Thread | None = None
         self._known: list = []
+        self._said: set[int] = set()
         self.terminal: Terminal | None = None
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+            self._old.update({s: signal.signal(s, self._on_checkpoint_signal) for s in CHECKPOINT_SIGNALS})
         return self
+
+    def _on_checkpoint_signal(self, signum, frame) -> None:
+        """SIGUSR1/SIGUSR2 (a scheduler's --signal to every process of the step): no stop. Said once each."""
+        if signum not in self._said:
+            self._said.add(signum)
+            name = signal.Signals(signum).name
+            print(f"ddpdoctor: {name} received (a scheduler's --signal or scancel --signal: a checkpoint request); "
+                  "not a stop: the job goes on, its ranks get the scheduler's signal themselves", file=sys.stderr,
+                  flush=True)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():
@@ -353,7 +366,7 @@ def _run_job(cfg, argv, env, logs, agent_log, sockets, echo, stdout_to_stderr, p
     with StopOnSignal() as stop:
         stop.terminal = terminal
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", preexec_fn=_die_with_parent)
+                                errors="replace", preexec_fn=_agent_child)
         stop.attach(proc)
         agent = AgentLog(agent_log)
         try:

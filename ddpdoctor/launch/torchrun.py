@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..lifetime import AGENT_IGNORED_ENV, CHECKPOINT_SIGNALS
 from .config import REFERENCE_MODULE, TrainerConfig, node_label, python, socket_dir
 
 BOOTSTRAP = "ddpdoctor.launch.bootstrap"
@@ -63,6 +64,7 @@ def environment(cfg: TrainerConfig, cuda: bool, label: str | None = None) -> dic
     env["OMP_NUM_THREADS"] = str(cfg.omp_threads)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal in any rank prints its Python stack into its log
+    env[AGENT_IGNORED_ENV] = ",".join(sig.name for sig in CHECKPOINT_SIGNALS)  # the bootstrap restores them
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     if cuda:
         # PyTorch's NCCL flight recorder: the last collectives of every rank, dumped when the watchdog fires.

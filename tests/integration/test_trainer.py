@@ -383,6 +383,53 @@ def test_signal_to_run_trainer_stops_every_process_and_still_writes_run_json(tmp
         kill_sessions([proc])
 
 
+CHECKPOINT_ON_USR1 = """
+import os, signal, time, torch, torch.distributed as dist
+asked = []
+signal.signal(signal.SIGUSR1, lambda s, f: asked.append(s))  # as Lightning's SLURM requeue handler does
+dist.init_process_group("gloo")
+open(os.path.join(os.environ["READY_DIR"], "ready%d" % dist.get_rank()), "w").close()
+for _ in range(24):
+    dist.all_reduce(torch.ones(4)); time.sleep(0.5)
+print("rank %d: %d checkpoint request(s)" % (dist.get_rank(), len(asked)), flush=True)
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_a_schedulers_checkpoint_signal_to_the_whole_step_stops_nothing(tmp_path, sig):
+    """SLURM's --signal=USR1@90 (or scancel --signal=USR2) reaches every process of the step: run-trainer, torchrun
+    and each rank. Before: run-trainer and torchrun had no handler and died of it, the ranks with them (SIGKILL, no
+    run.json); now both go on, each rank's own handler runs as under plain torchrun (the agent's ignoring is not
+    inherited: the bootstrap restores the default), and the job passes."""
+    script = tmp_path / "job.py"
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    script.write_text(CHECKPOINT_ON_USR1 if sig == signal.SIGUSR1 else CHECKPOINT_ON_USR1.replace(
+        "signal.signal(signal.SIGUSR1, lambda s, f: asked.append(s))", "signal.signal(signal.SIGUSR2, lambda s, f: "
+        "asked.append(s))"))
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "run-trainer", "--no-preflight", "--nproc-per-node",
+                             "2", "--run-dir", str(tmp_path / "run"), "--json", "--", str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, READY_DIR=str(ready)))
+    try:
+        end = time.monotonic() + 90
+        while time.monotonic() < end and not ((ready / "ready0").exists() and (ready / "ready1").exists()):
+            time.sleep(0.2)
+        family = _family(proc.pid)
+        assert len(family) >= 4, family  # ddpdoctor, torchrun, two workers
+        for pid in family:  # as slurmstepd signals the step: every process of it
+            os.kill(pid, sig)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        doc = json.loads(out)
+        assert doc["verdict"] == "pass" and doc["outcome"]["state"] == "pass", doc.get("root_cause")
+        assert f"ddpdoctor: {sig.name} received" in err and "not a stop" in err, err[-2000:]
+        assert "rank 0: 1 checkpoint request(s)" in err and "rank 1: 1 checkpoint request(s)" in err, err[-2000:]
+    finally:
+        kill_sessions([proc])
+
+
 @pytest.mark.timeout(120)
 def test_sigkill_of_run_trainer_leaves_no_rank_behind(tmp_path):
     """run-trainer SIGKILLed (no clean-up of its own runs): torchrun dies with it (PDEATHSIG) and every rank dies
