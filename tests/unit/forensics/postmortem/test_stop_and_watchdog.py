@@ -10,7 +10,7 @@ import time
 
 from ddpdoctor.forensics.live import hang
 from ddpdoctor.forensics.judge import end_rules
-from ddpdoctor.launch.run import StopOnSignal
+from ddpdoctor.launch.signals import StopOnSignal
 
 
 class _Agent:
