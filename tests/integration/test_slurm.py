@@ -208,6 +208,51 @@ def test_srun_run_trainer_user_script_hanging_on_node3_is_named_by_every_node(sl
         assert (rc.get("location") or "").endswith("train_hangs.py:11"), rc  # its line: the sleep it never leaves
 
 
+CHECKPOINTS_ON_USR1 = """\
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+asked = []
+signal.signal(signal.SIGUSR1, lambda s, f: asked.append(s))  # Lightning's SLURM requeue handler does this
+dist.init_process_group("gloo")
+open(os.path.join(os.environ["READY_DIR"], "ready%d" % dist.get_rank()), "w").close()
+for step in range(60):
+    dist.all_reduce(torch.ones(4))
+    time.sleep(0.3)
+print("rank %d: %d checkpoint request(s)" % (dist.get_rank(), len(asked)), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_scancel_signal_usr1_to_srun_run_trainer_reaches_the_ranks_and_stops_nothing(slurm, tmp_path):
+    """`scancel --signal=USR1 JOB` (what `--signal=USR1@90` does before a time limit): SLURM signals every process
+    of the step, run-trainer, torchrun and the ranks. Before: run-trainer and torchrun died of it (no handler) and
+    took the job along; now each rank's handler runs and the job passes on every node."""
+    script = tmp_path / "checkpoints.py"
+    script.write_text(CHECKPOINTS_ON_USR1)
+    env = user_env(slurm)
+    env.update(READY_DIR=str(tmp_path), OMP_NUM_THREADS="1")
+    slurm.wait_idle()
+    job = subprocess.Popen(["srun", "-N3", "--ntasks-per-node=1", "--job-name", "usr1", *per_task(tmp_path), *TRAINER,
+                            "--master", "node1:29563", "--run-dir", str(tmp_path / "runs"), "--json",
+                            "--no-preflight", "--", str(script)], env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.err", "wb"))
+    with _running(slurm, job, "usr1", tmp_path, ranks=3, limit=150) as jobid:
+        sent = subprocess.run(["scancel", "--signal=USR1", jobid], env=slurm.env(), timeout=30, capture_output=True,
+                              text=True)
+        assert sent.returncode == 0, sent.stderr
+        assert job.wait(timeout=150) == 0, _outputs(tmp_path)
+    docs = _task_documents(tmp_path)
+    assert len(docs) == 3 and all(d["verdict"] == "pass" for d in docs), [d.get("root_cause") for d in docs]
+    said = "".join(f.read_text() for f in tmp_path.glob("task-*.err"))
+    for rank in range(3):
+        assert f"rank {rank}: 1 checkpoint request(s)" in said, said[-3000:]
+
+
 ATTACH_JOB = Path(__file__).with_name("attach_job.py")
 
 
