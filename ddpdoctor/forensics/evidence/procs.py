@@ -52,22 +52,27 @@ def ranks_of(procs: list[psutil.Process]) -> list[int]:
 
 
 def signal_stacks(procs, stacks_dir) -> dict[int, str]:
-    """Ranks whose worker server did not answer: SIGUSR1 (the bootstrap's faulthandler), else py-spy."""
+    """Ranks whose worker server did not answer: py-spy from outside first (no signal: a job's own SIGUSR1 handler,
+    Lightning's SLURM requeue among them, must not run at our request), then SIGUSR1 (the bootstrap's
+    faulthandler) for the ranks py-spy could not read (no ptrace in a container)."""
     from . import job_files
 
+    out = py_spy_stacks(procs)
+    unread = [p for p in procs if _env_int(p, "RANK") not in out]
+    if not unread:
+        return out
     before = {p: p.stat().st_size for p in stacks_dir.glob("rank*.txt")} if stacks_dir.exists() else {}
-    for p in procs:
+    for p in unread:
         try:
             p.send_signal(signal.SIGUSR1)
         except psutil.Error:
             pass
     time.sleep(1.5)
-    out = {}
     for path in sorted(stacks_dir.glob("rank*.txt")) if stacks_dir.exists() else []:
         text = job_files.read_text(path, job_files.STDERR_TAIL_BYTES)[before.get(path, 0):]
-        if text.strip():
+        if text.strip() and int(path.stem[4:]) not in out:
             out[int(path.stem[4:])] = text
-    return out or py_spy_stacks(procs)
+    return out
 
 
 def py_spy_stacks(procs) -> dict[int, str]:
@@ -75,17 +80,16 @@ def py_spy_stacks(procs) -> dict[int, str]:
     the one py-spy runner (pyspy.dump), in faulthandler's layout."""
     from . import pyspy
 
+    from concurrent.futures import ThreadPoolExecutor
+
     tool = pyspy.binary()
-    if not tool:
+    ranked = [(rank, p) for p in procs if (rank := _env_int(p, "RANK")) is not None]
+    if not tool or not ranked:
         return {}
-    out = {}
-    for p in procs:
-        rank = _env_int(p, "RANK")
-        if rank is not None:
-            text = pyspy.as_faulthandler_text(pyspy.dump(p.pid, tool=tool, timeout=20))
-            if text:
-                out[rank] = text
-    return out
+    with ThreadPoolExecutor(max_workers=min(8, len(ranked)), thread_name_prefix="ddpdoctor-py-spy") as pool:
+        dumps = {rank: pool.submit(pyspy.dump, p.pid, tool=tool, timeout=20) for rank, p in ranked}  # at once
+        texts = {rank: pyspy.as_faulthandler_text(f.result()) for rank, f in dumps.items()}
+    return {rank: text for rank, text in texts.items() if text}
 
 
 def family(pid: int) -> list[psutil.Process]:

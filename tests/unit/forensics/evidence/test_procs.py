@@ -83,3 +83,27 @@ def test_the_bytes_a_process_moved_grow_with_what_it_writes_and_say_none_when_un
 
     assert procs.bytes_moved([Gone()]) is None and procs.bytes_moved([]) is None
     assert procs.bytes_moved([Gone(), me]) >= after
+
+
+def test_stacks_of_a_rank_that_does_not_answer_come_from_py_spy_before_any_signal(tmp_path):
+    """A rank's own SIGUSR1 handler (Lightning's SLURM requeue: a checkpoint and `scontrol requeue`) must not run
+    at the watchdog's request: py-spy reads the stack from outside; before, SIGUSR1 went first."""
+    from ddpdoctor.forensics.evidence import pyspy
+
+    if not pyspy.binary():
+        pytest.skip("no py-spy")
+    marker = tmp_path / "handled"
+    code = ("import os, signal, time\n"
+            f"signal.signal(signal.SIGUSR1, lambda s, f: open({str(marker)!r}, 'w').close())\n"
+            "def own_loop():\n    while True:\n        time.sleep(0.05)\n"
+            "print('ready', flush=True)\nown_loop()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, RANK="3"), stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        got = procs.signal_stacks([psutil.Process(child.pid)], tmp_path / "stacks")
+        assert "own_loop" in got.get(3, ""), got
+        assert not marker.exists()  # the job's handler never ran
+    finally:
+        child.kill()
+        child.wait(timeout=10)
