@@ -13,8 +13,8 @@ The rule, per job (``job_motion``), from what each rank did between two samples 
 - a rank does start-up work (an import, a compile, an op build, a checkpoint load) or a helper it started (a
   compiler, ninja) uses the CPU: the job **moved**;
 - some rank waits and no rank moved (no collective progress, no CPU in its own code, no stack change, no helper
-  working, no bytes read or written) for the hang threshold: a **hang**. A waiting rank that spins the CPU inside its wait (NCCL's host
-  thread in cudaStreamSynchronize, ``.item()``, ``.cpu()``) counts as waiting, not as work.
+  working, no bytes read or written) for the hang threshold: a **hang**. A waiting rank that spins the CPU inside
+  its wait (NCCL's host thread in cudaStreamSynchronize, ``.item()``, ``.cpu()``) counts as waiting, not as work.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from ..evidence.model import Frame, Wait, WaitKind
 CPU_MOVES_S = 0.05
 # Bytes a rank (with its children: a DataLoader's workers) read or wrote between two samples that count as work
 # outside a wait (/proc/PID/io, evidence.procs.bytes_moved: files and pipes, and the storage layer's reads inside
-# one long read(); a socket's recv is not counted, the file a download writes is). Measured: 0 over 1.5 s for a rank asleep while run-trainer's watchdog polls its flight record; a
-# stack dump costs its size (1.5 KB), and the samples are ordered to leave it out. A download at 50 KB/s or a
-# checkpoint throttled by the page cache reaches it in the movement window.
+# one long read(); a socket's recv is not counted, the file a download writes is). Measured: 0 over 1.5 s for a
+# rank asleep while run-trainer's watchdog polls its flight record; a stack dump costs its size (1.5 KB), and the
+# samples are ordered to leave it out. A download at 50 KB/s or a checkpoint throttled by the page cache reaches
+# it in the movement window.
 IO_MOVES_BYTES = 64 * 1024
 # A share of one core over a window (attach's rounds): above it a rank computes. Measured: 0.00 over 3 s for a
 # gloo rank in DDP's Reducer wait and for one in time.sleep; a computing rank uses a core, a quarter of one when
