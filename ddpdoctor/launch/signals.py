@@ -62,8 +62,8 @@ class StopOnSignal:
             self._said.add(signum)
             name = signal.Signals(signum).name
             print(f"ddpdoctor: {name} received (a scheduler's --signal or scancel --signal: a checkpoint request); "
-                  "not a stop: the job goes on, its ranks get the scheduler's signal themselves", file=sys.stderr,
-                  flush=True)
+                  "not a stop: the job goes on. A scheduler signals the ranks themselves; by hand, signal the "
+                  "ranks' processes (`pkill -USR1 -f YOUR_SCRIPT`)", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():

@@ -91,10 +91,11 @@ def dump_all(ranks: list[RankProcess], tool: str | None, timeout: float,
         return {pid: (f.result(), records[pid].result() if pid in records else None) for pid, f in dumps.items()}
 
 
-def cpu_seconds(pid: int) -> dict[int, float] | None:
+def cpu_seconds(pid: int, family: list[psutil.Process] | None = None) -> dict[int, float] | None:
     """CPU seconds (user + system, every thread) a rank and each of its descendants (a DataLoader's workers do
-    its work) used so far, by pid; None when /proc does not say (the process ended, another user's)."""
-    family = procs.family(pid)
+    its work) used so far, by pid; None when /proc does not say (the process ended, another user's).
+    ``family``: the rank and its descendants as just listed (procs.family), else listed here."""
+    family = procs.family(pid) if family is None else family
     if not family:
         return None
     out = {}
@@ -105,11 +106,6 @@ def cpu_seconds(pid: int) -> dict[int, float] | None:
             continue
         out[p.pid] = t.user + t.system
     return out if pid in out else None
-
-
-def io_bytes(pid: int) -> int | None:
-    """Bytes a rank and its descendants read and wrote so far (procs.bytes_moved); None when /proc does not say."""
-    return procs.bytes_moved(procs.family(pid))
 
 
 def cpu_share(before: tuple[float, dict | None], after: tuple[float, dict | None]) -> float | None:
@@ -209,8 +205,9 @@ class Sampler:
 
     def take(self, with_records: bool) -> Round:
         at = time.monotonic()
-        cpu = {rp.pid: cpu_seconds(rp.pid) for rp in self.job.ranks}
-        io = {rp.pid: io_bytes(rp.pid) for rp in self.job.ranks}  # read before this round's requests
+        families = {rp.pid: procs.family(rp.pid) for rp in self.job.ranks}
+        cpu = {pid: cpu_seconds(pid, family) for pid, family in families.items()}
+        io = {pid: procs.bytes_moved(family) for pid, family in families.items()}  # before this round's requests
         piped = frozenset(rp.pid for rp in self.job.ranks if with_records and rp.dump_pipe and not rp.worker_socket)
         taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu, io, piped)
         self.rounds.append(taken)

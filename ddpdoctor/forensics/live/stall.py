@@ -222,46 +222,28 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
     return out
 
 
-def io_bytes(procs: list, running: list[int | None]) -> dict[int, int]:
-    """Each rank's bytes read and written so far, its descendants' with it (a DataLoader's workers read for it), for
-    the ranks whose process still answers (evidence.procs.bytes_moved)."""
+def family_counters(proc) -> tuple[dict[int, float], dict[int, float], int | None]:
+    """One walk of a rank's descendants: the CPU seconds of its helpers (not Python: a compiler, ninja) and of
+    every descendant (a Python subprocess the rank waits for does its work: policy.children_worked), by pid, and
+    the bytes the rank and its descendants read and wrote (a DataLoader's workers read for it; None: unreadable)."""
     import psutil
 
-    from ..evidence.procs import bytes_moved
+    from ..evidence.procs import bytes_moved, runs_python
 
-    out = {}
-    for proc, rank in zip(procs, running):
-        if rank is None:
-            continue
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        children = []
+    helpers, every = {}, {}
+    for child in children:
         try:
-            moved = bytes_moved([proc, *proc.children(recursive=True)])
+            t = child.cpu_times()
+            every[child.pid] = t.user + t.system
+            if not runs_python(child):
+                helpers[child.pid] = every[child.pid]
         except psutil.Error:
             continue
-        if moved is not None:
-            out[rank] = moved
-    return out
-
-
-def children_cpu(proc) -> tuple[dict[int, float], dict[int, float]]:
-    """The CPU seconds of a rank's descendants by pid: its helpers' (not Python: a compiler, ninja), and every
-    descendant's (a Python subprocess the rank waits for does its work: policy.children_worked)."""
-    import psutil
-
-    from ..evidence.procs import runs_python
-
-    helpers, every = {}, {}
-    try:
-        for child in proc.children(recursive=True):
-            try:
-                t = child.cpu_times()
-                every[child.pid] = t.user + t.system
-                if not runs_python(child):
-                    helpers[child.pid] = every[child.pid]
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        pass
-    return helpers, every
+    return helpers, every, bytes_moved([proc, *children])
 
 
 def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None],
@@ -272,19 +254,20 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
     the stacks, the second (``counters_first``) before them, so the window holds neither dump."""
     from ..evidence.stacks import main_thread, wait_of
 
-    def counters() -> tuple[dict, dict, list]:
-        return cpu_seconds(procs, running), io_bytes(procs, running), [children_cpu(p) for p in procs]
+    def counters() -> tuple[dict, list]:
+        return cpu_seconds(procs, running), [family_counters(p) if r is not None else None
+                                             for p, r in zip(procs, running)]
 
     early = counters() if counters_first else None
     stacks = stacks_of(sockets, askable_ranks) if sockets else {}
-    own, io, children = early or counters()
+    own, families = early or counters()
     out = {}
-    for rank, (helpers, every) in zip(running, children):
+    for rank, family in zip(running, families):
         if rank is None:
             continue
+        helpers, every, io = family
         frames = main_thread(stacks.get(rank))
-        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None, io.get(rank),
-                                  every)
+        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None, io, every)
     return out
 
 
