@@ -142,6 +142,20 @@ def test_ranks_waiting_on_a_rank_that_downloads_are_not_stopped(tmp_path, slow_h
 
 
 @pytest.mark.timeout(300)
+def test_ranks_waiting_on_a_rank_that_fetches_into_memory_are_not_stopped(tmp_path, slow_hub):
+    """The same download read into memory (urllib's read(), what requests' .content does): no file is written and
+    a socket's recv moves no /proc/PID/io counter; its TCP socket's bytes move (evidence.tcp_bytes). Before them
+    (2026-12-07, run here): stopped at the threshold, "rank(s) 0 never entered barrier", exit 1."""
+    p, doc = run(tmp_path, "fetch0", env={"DOWNLOAD_URL": slow_hub})
+    assert p.returncode == 0 and doc and doc["verdict"] == "pass", p.stderr[-4000:]
+    assert doc["hang"] is None and doc["culprit_ranks"] == [] and "[hang]" not in p.stderr, p.stderr[-3000:]
+    out = next(Path(doc["logs"]).glob("*/attempt_0/0/stdout.log")).read_text()
+    assert f"rank 0 fetched {140 * 20_000} bytes" in out, out
+    said = [line for line in p.stderr.splitlines() if "wait for busy" in line]
+    assert said and "rank(s) 1 wait for busy rank 0 at " + str(JOB) in said[0], p.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
 def test_attach_on_a_rank_that_downloads_while_the_others_wait_names_no_culprit(tmp_path, slow_hub):
     """The same job under plain torchrun, read by attach while rank 0 downloads: waiting on a busy rank (or moving,
     once the download ends during the watch), exit 0, no rank named. Before the I/O rule: "rank(s) 0 never entered

@@ -16,7 +16,7 @@ from typing import Callable
 import psutil
 
 from ..evidence import procs
-from ..evidence import pyspy
+from ..evidence import pyspy, tcp_bytes
 from ..evidence.model import RankState, WaitKind, user_frame
 from . import dump_pipe, job_access
 from .discover import Job, RankProcess
@@ -128,6 +128,7 @@ class Round:
     cpu: dict[int, dict[int, float] | None]
     io: dict[int, int | None] = field(default_factory=dict)
     piped: frozenset[int] = frozenset()  # ranks asked for a dump through torch's pipe: they write it after this round
+    tcp: dict[int, dict[int, int]] = field(default_factory=dict)  # pid -> its family's TCP sockets: inode -> bytes
 
 
 NATIVE_AT_ONCE = 8  # native dumps run together: each reads libtorch's symbols (~0.5 s of CPU, ~300 MB)
@@ -208,8 +209,11 @@ class Sampler:
         families = {rp.pid: procs.family(rp.pid) for rp in self.job.ranks}
         cpu = {pid: cpu_seconds(pid, family) for pid, family in families.items()}
         io = {pid: procs.bytes_moved(family) for pid, family in families.items()}  # before this round's requests
+        sockets = tcp_bytes.socket_bytes()
+        tcp = {pid: tcp_bytes.held_by([p.pid for p in family], sockets) for pid, family in families.items()}
         piped = frozenset(rp.pid for rp in self.job.ranks if with_records and rp.dump_pipe and not rp.worker_socket)
-        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu, io, piped)
+        taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu, io, piped,
+                      tcp)
         self.rounds.append(taken)
         return taken
 
@@ -257,8 +261,9 @@ class Sampler:
         return cpu_share((first.at, first.cpu.get(pid)), (last.at, last.cpu.get(pid)))
 
     def io_of(self, pid: int, window: float) -> float | None:
-        """Bytes per second read and written over the same window; None when unknown, or when the window holds a
-        dump the rank wrote at attach's own request (torch's pipe): those bytes are attach's, not the job's."""
+        """Bytes per second read and written over the same window, through files and TCP sockets; None when
+        unknown, or when the window holds a dump the rank wrote at attach's own request (torch's pipe): those bytes
+        are attach's, not the job's."""
         if len(self.rounds) < 2:
             return None
         last = self.rounds[-1]
@@ -267,7 +272,8 @@ class Sampler:
         a, b = first.io.get(pid), last.io.get(pid)
         if a is None or b is None or last.at <= first.at or any(pid in r.piped for r in inside):
             return None
-        return max(0, b - a) / (last.at - first.at)
+        through_tcp = tcp_bytes.grown(first.tcp.get(pid, {}), last.tcp.get(pid, {}))
+        return (max(0, b - a) + through_tcp) / (last.at - first.at)
 
     def _first_of_window(self, last: Round, window: float) -> Round:
         return next((r for r in self.rounds[:-1] if r.at >= last.at - window - 0.05), self.rounds[-2])

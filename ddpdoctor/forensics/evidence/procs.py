@@ -103,7 +103,7 @@ def family(pid: int) -> list[psutil.Process]:
 
 def bytes_moved(processes: list[psutil.Process]) -> int | None:
     """The bytes these processes read and wrote so far, as /proc/PID/io counts them: through read()/write() (files,
-    pipes; a socket's recv is not counted, the file a download writes is) and at the storage layer (a block read in
+    pipes; a socket's recv is not counted, evidence.tcp_bytes counts it) and at the storage layer (a block read in
     progress inside one long read() call). None when no process's counters could be read (gone, not ours)."""
     total, read = 0, False
     for p in processes:

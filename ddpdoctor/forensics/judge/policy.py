@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..evidence.model import Frame, Wait, WaitKind
+from ..evidence.tcp_bytes import grown
 
 # --- what counts as work -------------------------------------------------------------------------------------
 # CPU seconds between two samples that count as work: a rank blocked in a wait, a lock or a sleep uses ~0.
 CPU_MOVES_S = 0.05
 # Bytes a rank (with its children: a DataLoader's workers) read or wrote between two samples that count as work
-# outside a wait (/proc/PID/io, evidence.procs.bytes_moved: files and pipes, and the storage layer's reads inside
-# one long read(); a socket's recv is not counted, the file a download writes is). Measured: 0 over 1.5 s for a
-# rank asleep while run-trainer's watchdog polls its flight record; a stack dump costs its size (1.5 KB), and the
-# samples are ordered to leave it out. A download at 50 KB/s or a checkpoint throttled by the page cache reaches
-# it in the movement window.
+# outside a wait: /proc/PID/io (evidence.procs.bytes_moved: files and pipes, and the storage layer's reads inside
+# one long read()) and its TCP sockets' bytes sent and received (evidence.tcp_bytes: a recv() into memory moves
+# no /proc/PID/io counter). Measured: 0 over 1.5 s for a rank asleep while run-trainer's watchdog polls its
+# flight record; a stack dump costs its size (1.5 KB), and the samples are ordered to leave it out. A download at
+# 50 KB/s or a checkpoint throttled by the page cache reaches it in the movement window.
 IO_MOVES_BYTES = 64 * 1024
 # A share of one core over a window (attach's rounds): above it a rank computes. Measured: 0.00 over 3 s for a
 # gloo rank in DDP's Reducer wait and for one in time.sleep; a computing rank uses a core, a quarter of one when
@@ -94,14 +95,15 @@ class Activity(str, Enum):
 @dataclass
 class Sample:
     """One rank at one moment: its main thread's frames (innermost first, empty: not read), what they wait in,
-    its own CPU seconds, the CPU seconds of its helpers (descendants that are not Python) by pid, and the bytes it
-    and its descendants read and wrote so far (None: not readable)."""
+    its own CPU seconds, the CPU seconds of its helpers (descendants that are not Python) by pid, the bytes it
+    and its descendants read and wrote so far (None: not readable), and their TCP sockets' bytes by inode."""
     frames: tuple[Frame, ...] = ()
     cpu_s: float | None = None
     helpers_cpu_s: dict[int, float] = field(default_factory=dict)
     wait: Wait | None = None
     io_bytes: int | None = None
     children_cpu_s: dict[int, float] = field(default_factory=dict)  # every descendant's, Python ones too
+    socket_bytes: dict[int, int] = field(default_factory=dict)  # TCP socket inode -> bytes sent and received
 
 
 def helpers_moved(before: Sample, after: Sample) -> bool:
@@ -134,9 +136,9 @@ def cpu_used(before: Sample, after: Sample) -> float:
 
 
 def io_used(before: Sample, after: Sample) -> int:
-    if before.io_bytes is None or after.io_bytes is None:
-        return 0
-    return max(0, after.io_bytes - before.io_bytes)
+    """Bytes read and written between the samples: files and pipes, and what went through its TCP sockets."""
+    files = 0 if before.io_bytes is None or after.io_bytes is None else max(0, after.io_bytes - before.io_bytes)
+    return files + grown(before.socket_bytes, after.socket_bytes)
 
 
 def io_rate_works(bytes_per_s: float | None) -> bool:

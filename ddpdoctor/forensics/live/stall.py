@@ -222,13 +222,15 @@ def cpu_seconds(procs: list, running: list[int | None]) -> dict[int, float]:
     return out
 
 
-def family_counters(proc) -> tuple[dict[int, float], dict[int, float], int | None]:
+def family_counters(proc, tcp: dict[int, int]) -> tuple[dict[int, float], dict[int, float], int | None, dict]:
     """One walk of a rank's descendants: the CPU seconds of its helpers (not Python: a compiler, ninja) and of
-    every descendant (a Python subprocess the rank waits for does its work: policy.children_worked), by pid, and
-    the bytes the rank and its descendants read and wrote (a DataLoader's workers read for it; None: unreadable)."""
+    every descendant (a Python subprocess the rank waits for does its work: policy.children_worked), by pid, the
+    bytes the rank and its descendants read and wrote (a DataLoader's workers read for it; None: unreadable), and
+    their TCP sockets' bytes by inode, from ``tcp`` (one reading of the host's sockets: tcp_bytes.socket_bytes)."""
     import psutil
 
     from ..evidence.procs import bytes_moved, runs_python
+    from ..evidence.tcp_bytes import held_by
 
     try:
         children = proc.children(recursive=True)
@@ -243,19 +245,23 @@ def family_counters(proc) -> tuple[dict[int, float], dict[int, float], int | Non
                 helpers[child.pid] = every[child.pid]
         except psutil.Error:
             continue
-    return helpers, every, bytes_moved([proc, *children])
+    family = [proc, *children]
+    return helpers, every, bytes_moved(family), held_by([p.pid for p in family], tcp)
 
 
 def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list, running: list[int | None],
                      counters_first: bool = False) -> dict:
     """Each rank's movement sample now (judge.policy.Sample): its stack from its worker server (the ranks that may
-    be asked) and what it waits in, its own CPU seconds, its helpers' by pid, the bytes it read and wrote. A stack
-    dump costs the rank its size in bytes and a little CPU: the first sample of a window reads the counters after
-    the stacks, the second (``counters_first``) before them, so the window holds neither dump."""
+    be asked) and what it waits in, its own CPU seconds, its helpers' by pid, the bytes it read and wrote, through
+    files and TCP sockets. A stack dump costs the rank its size in bytes and a little CPU: the first sample of a
+    window reads the counters after the stacks, the second (``counters_first``) before them, so the window holds
+    neither dump."""
     from ..evidence.stacks import main_thread, wait_of
+    from ..evidence.tcp_bytes import socket_bytes
 
     def counters() -> tuple[dict, list]:
-        return cpu_seconds(procs, running), [family_counters(p) if r is not None else None
+        tcp = socket_bytes()
+        return cpu_seconds(procs, running), [family_counters(p, tcp) if r is not None else None
                                              for p, r in zip(procs, running)]
 
     early = counters() if counters_first else None
@@ -265,9 +271,10 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
     for rank, family in zip(running, families):
         if rank is None:
             continue
-        helpers, every, io = family
+        helpers, every, io, tcp = family
         frames = main_thread(stacks.get(rank))
-        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None, io, every)
+        out[rank] = policy.Sample(frames, own.get(rank), helpers, wait_of(frames) if frames else None, io, every,
+                                  tcp)
     return out
 
 

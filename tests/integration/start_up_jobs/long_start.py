@@ -13,6 +13,8 @@ transform done in the user's code: no rank waits, issue 53);
 "download0": rank 0 downloads a file from DOWNLOAD_URL (a hub over a slow link: HF's main_process_first) into
 START_UP_DIR while rank 1 waits in a barrier: its stack stands in one read for seconds and it uses almost no CPU,
 only its bytes move;
+"fetch0": the same download read into memory, nothing written (a dataset's index fetched with urllib or requests,
+an object store's client): its bytes move through its socket only;
 "subprocess0": rank 0 runs an evaluation as a Python subprocess computing IMPORT_S seconds of CPU while rank 1 waits
 in a barrier (rank 0 itself sits in subprocess.run, using nothing);
 "loader0": one batch of rank 0's DataLoader takes IMPORT_S seconds of CPU in its worker (a heavy augmentation)
@@ -55,6 +57,13 @@ def download():
             open(os.path.join(WORK, "model.bin"), "wb") as out:
         while chunk := r.read(1 << 16):
             out.write(chunk)
+
+
+def fetch():
+    open(os.path.join(WORK, "fetching"), "w").close()
+    with urllib.request.urlopen(os.environ["DOWNLOAD_URL"], timeout=60) as r:
+        index = r.read()  # one call, the whole body into memory
+    print(f"rank 0 fetched {len(index)} bytes", flush=True)
 
 
 def build_with_lock(rank):
@@ -142,6 +151,10 @@ def main():
     elif kind == "download0":
         if rank == 0:
             download()
+        dist.barrier()
+    elif kind == "fetch0":
+        if rank == 0:
+            fetch()
         dist.barrier()
     elif kind.startswith("compute"):
         for _ in range(3):  # steps the watchdog sees after it armed: past start-up, no grace hides what follows

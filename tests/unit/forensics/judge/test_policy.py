@@ -24,8 +24,8 @@ def frames(*where: tuple[str, int, str]) -> tuple[Frame, ...]:
 
 
 def sample(fs: tuple[Frame, ...], cpu: float | None, helpers: dict | None = None, io: int | None = None,
-           children: dict | None = None) -> Sample:
-    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None, io, children or {})
+           children: dict | None = None, tcp: dict | None = None) -> Sample:
+    return Sample(fs, cpu, helpers or {}, wait_of(fs) if fs else None, io, children or {}, tcp or {})
 
 
 OWN_22, OWN_23 = frames((SCRIPT, 22, "own_compute")), frames((SCRIPT, 23, "own_compute"))
@@ -85,6 +85,17 @@ RANKS = [
     ("asleep in its own code while a Python child of its computes (a metrics service)",
      sample(ASLEEP, 1.0, children={900: 1.0}), sample(ASLEEP, 1.0, children={900: 2.0}), Activity.IDLE),
     ("its bytes not readable", sample(ASLEEP, 1.0, io=None), sample(ASLEEP, 1.0, io=9_000_000), Activity.IDLE),
+    # a download into memory (urllib's read(), requests' .content, an object store's client): recv() moves no
+    # /proc/PID/io counter, its TCP socket's bytes do (before them: idle, and the job waiting on it stopped)
+    ("rank 0 reads a download into memory: its socket's bytes move",
+     sample(DOWNLOAD, 1.0, io=0, tcp={77: 1_000_000}), sample(DOWNLOAD, 1.0, io=0, tcp={77: 1_300_000}),
+     Activity.WORKING),
+    ("a connection opened between the samples brings all its bytes", sample(DOWNLOAD, 1.0, io=0, tcp={77: 900_000}),
+     sample(DOWNLOAD, 1.0, io=0, tcp={78: 300_000}), Activity.WORKING),
+    ("asleep in its own code, its sockets still (a peer's gloo connection)",
+     sample(ASLEEP, 1.0, io=0, tcp={77: 4_000_000}), sample(ASLEEP, 1.0, io=0, tcp={77: 4_000_000}), Activity.IDLE),
+    ("in a collective, its transport's socket moving", sample(ALL_REDUCE, 1.0, io=0, tcp={77: 0}),
+     sample(ALL_REDUCE, 1.0, io=0, tcp={77: 8_000_000}), Activity.WAITING),
 ]
 
 
