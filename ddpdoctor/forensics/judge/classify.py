@@ -1,5 +1,6 @@
 """Classifying one rank's failure: what its records say (exception, traceback, signal, log) mapped to a
-category (oom, cuda, nccl, timeout, desync, peer_lost, signal, exception, ...) with its fix.
+shape (failure_words.Shape: its category, oom, cuda, nccl, timeout, desync, peer_lost, signal, exception, ..., and
+its fix are that module's words).
 
 The records (``RankFailure``, ``Verdict``), the rules (``RULES``: the first match wins), the exception and
 traceback parsing (the user's frame, C++ aborts) and ``classify``. Pure apart from ``oom_evidence`` (the
@@ -13,54 +14,38 @@ from pathlib import Path
 
 from ..evidence import job_files
 from ..evidence.model import RankFailure
+from .failure_words import Shape, category_of, fix_of
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
-# (category, pattern, fix); the first match wins, so the specific ones come first.
-RULES = [
-    ("launcher_env", re.compile(r"environment variable (WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT) expected"),
-     "launch with torchrun (or `ddpdoctor run-trainer`), which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
-    ("cuda", re.compile(r"invalid device ordinal", re.I),
-     "use LOCAL_RANK, not RANK, for the device: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"),
-    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
-     "reduce the micro-batch size (raise gradient accumulation to keep the global batch), or use activation checkpointing"),
-    ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error", re.I),
-     "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; check `ddpdoctor preflight --only gpu,gpu-health` on that host"),
-    ("desync", re.compile(r"collective mismatch|Received data size doesn't match|Detected mismatch between "
-                          r"collectives|CollectiveFingerPrint", re.I),
-     "the ranks called different collectives (or other shapes or dtypes) at the same point: make every rank issue "
-     "the same collectives in the same order with the same shapes (TORCH_DISTRIBUTED_DEBUG=DETAIL names both)"),
-    # (`Timeout` under re.I already covers "DistBackendError ... timeout"; its `.*` form was quadratic.)
-    ("timeout", re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.I),
-     "a rank stopped participating in a collective: rerun under `ddpdoctor run-trainer` (it collects every rank's "
-     "stack before your process group's timeout expires) to get the rank behind; raise the process-group timeout "
-     "only if the work is legitimately slow"),
-    ("nccl", re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL communicator", re.I),
-     "run `ddpdoctor preflight` across the nodes and `ddpdoctor nccl-bench`; rerun with NCCL_DEBUG=INFO for the first NCCL WARN"),
+# (shape, pattern): the first match wins, so the specific ones come first; each shape's category and fix are
+# failure_words.WORDS'. Said by whichever rank says them, before a peer's loss is looked for:
+OWN_RULES = [
+    (Shape.LAUNCHER_ENV, re.compile(r"environment variable (WORLD_SIZE|RANK|MASTER_ADDR|MASTER_PORT) expected")),
+    (Shape.WRONG_DEVICE, re.compile(r"invalid device ordinal", re.I)),
+    (Shape.OOM, re.compile(r"CUDA out of memory|OutOfMemoryError", re.I)),
+    (Shape.CUDA_ERROR, re.compile(r"CUDA error|CUBLAS_STATUS|cuDNN error", re.I)),
 ]
+# ... and after it (a rank whose collective broke because a peer died also says "timed out" or "NCCL error"):
+AFTER_PEER_RULES = [
+    (Shape.DESYNC, re.compile(r"collective mismatch|Received data size doesn't match|Detected mismatch between "
+                              r"collectives|CollectiveFingerPrint", re.I)),
+    # (`Timeout` under re.I already covers "DistBackendError ... timeout"; its `.*` form was quadratic.)
+    (Shape.TIMEOUT, re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.I)),
+    (Shape.NCCL, re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
+                            r"NCCL communicator", re.I)),
+]
+RULES = OWN_RULES + AFTER_PEER_RULES
 # What a rank says when a peer went away first: gloo's pair.cc, NCCL's remote errors, the TCPStore's socket.
 PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crashing|"
                        r"remote process exited|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|"
                        r"Connection refused|ProcessGroupGloo[^\n]{0,60}?(?:closed|reset)", re.I)
 # gloo's rendezvous of the ranks (init_process_group) refused: on a restarted attempt, torch's own restart.
 MESH_REFUSED = re.compile(r"connectFullMesh failed[^\n]{0,300}?(?:Connection refused|ECONNREFUSED)", re.I)
-RESTART_FIX = ("nothing in your script failed on this attempt: torch's gloo could not connect the restarted ranks "
-               "to each other (a connection refused while they met again); rerun the job (--resume RUN_ID continues "
-               "from its snapshot) and fix the failure of the attempt before, which made the restart")
-MESH_FIX = ("gloo could not connect the ranks to each other (a connection refused while they met): check that "
-            "GLOO_SOCKET_IFNAME names an interface every node reaches and that no firewall blocks the ports "
-            "(`ddpdoctor preflight` across the nodes)")
 # argparse's way out (exit 2, no traceback): its usage, then `PROG: error: MESSAGE` as the last line. The usage
 # lists the options (`--collective-timeout`), which the text rules would read as a collective's timeout.
 ARGPARSE_ERROR = re.compile(r"^(?P<prog>[^\s:]{1,256}): error: (?P<msg>[^\n]{1,2000})$", re.M)
 # Exceptions a signal raises in Python: they say the process was stopped, not what went wrong.
 STOPPED = ("KeyboardInterrupt", "SignalException", "SystemExit")
-
-
-
-
-
-
-
 
 # Tracebacks write `File "f", line N, in fn`; faulthandler writes `File "f", line N in fn`.
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
@@ -141,15 +126,12 @@ def classify(f: RankFailure) -> RankFailure:
             return _aborted(f, abort, text)
         return _by_signal(f, sig)
     if f.error_type in STOPPED:
-        f.category, f.victim, f.reason = "stopped", True, f"stopped ({f.error_type})"
-        f.fix = "nothing to fix on this rank: see the root cause"
-        return f
+        f.victim, f.reason = True, f"stopped ({f.error_type})"
+        return _shaped(f, Shape.STOPPED)
     rejected = _argparse_error(f) if f.exit_code == 2 and not said else None
     if rejected:
-        f.category, f.error_type, f.message = "exception", "usage", rejected["msg"]
-        f.fix = (f"{rejected['prog']} rejected its command-line arguments: correct them (its usage is in this rank's "
-                 "log)")
-        return f
+        f.error_type, f.message = "usage", rejected["msg"]
+        return _shaped(f, Shape.USAGE, prog=rejected["prog"])
     return _by_text(f, said or text)
 
 
@@ -168,10 +150,15 @@ def _own_error(f: RankFailure) -> str:
     return "\n".join(x for x in (f.message or "", tb.strip().splitlines()[-1] if tb.strip() else "") if x)
 
 
-def _peer_lost(f: RankFailure, reason: str) -> RankFailure:
-    f.category, f.victim, f.reason = "peer_lost", True, reason
-    f.fix = "nothing to fix on this rank: see the root cause"
+def _shaped(f: RankFailure, shape: Shape, **fields: str) -> RankFailure:
+    """The rank's failure has this shape: its category and its fix from failure_words."""
+    f.category, f.fix = category_of(shape), fix_of(shape, **fields)
     return f
+
+
+def _peer_lost(f: RankFailure, reason: str) -> RankFailure:
+    f.victim, f.reason = True, reason
+    return _shaped(f, Shape.PEER_LOST)
 
 
 def _aborted(f: RankFailure, abort: re.Match, text: str) -> RankFailure:
@@ -180,51 +167,43 @@ def _aborted(f: RankFailure, abort: re.Match, text: str) -> RankFailure:
     f.location = f.location or fatal_frame(text)
     _by_text(f, f.message)
     if f.category in ("exception", "unknown"):
-        f.category = "signal"
-        f.fix = (f"the process aborted on an uncaught C++ {abort['type']}"
-                 + (f" at {f.location}" if f.location else "") + ": see its what() message")
+        _shaped(f, Shape.ABORTED, type=abort["type"], at=f" at {f.location}" if f.location else "")
     return f
 
 
 def _by_signal(f: RankFailure, sig: int) -> RankFailure:
-    f.category = "signal"
     if sig in (2, 15):
         f.victim, f.reason = True, f"stopped by the launcher ({f.signal}) after another rank failed"
-        f.fix = "nothing to fix on this rank: see the root cause"
-    elif sig == 9:
+        return _shaped(f, Shape.LAUNCHER_STOP)
+    if sig == 9:
         f.message = f.message or f"killed by SIGKILL (signal 9){oom_evidence()}"
-        f.fix = ("killed with SIGKILL: usually the kernel OOM killer or the scheduler; check `dmesg | grep -i -e oom "
-                 "-e killed` and the job's memory limit, lower the batch size or the DataLoader workers")
-    else:
-        f.message = f.message or f"killed by {f.signal}"
-        f.fix = f"the process died of {f.signal}: its stderr log above shows the last Python stack (PYTHONFAULTHANDLER)"
-    return f
+        return _shaped(f, Shape.SIGKILL)
+    f.message = f.message or f"killed by {f.signal}"
+    return _shaped(f, Shape.SIGNAL, signal=f.signal)
 
 
 def _by_text(f: RankFailure, text: str) -> RankFailure:
-    for category, pattern, fix in RULES[:4]:  # launcher env, CUDA, OOM: real on whichever rank says them
+    for shape, pattern in OWN_RULES:  # launcher env, CUDA, OOM: real on whichever rank says them
         if pattern.search(text):
-            f.category, f.fix = category, fix
-            return _nccl_detail(f, text)
+            return _nccl_detail(_shaped(f, shape), text)
     if MESH_REFUSED.search(text):
-        f.category = "restart_connect" if f.attempt > 0 else "connect"
-        f.fix = RESTART_FIX if f.attempt > 0 else MESH_FIX
         f.reason = ("torch's restart: the ranks of the new attempt could not connect" if f.attempt > 0
                     else "the ranks could not connect to each other")
-        return f
+        return _shaped(f, Shape.RESTART_CONNECT if f.attempt > 0 else Shape.CONNECT)
     if PEER_LOST.search(text):
         return _peer_lost(f, "its collective broke because a peer process died")
-    for category, pattern, fix in RULES[4:]:
+    for shape, pattern in AFTER_PEER_RULES:
         if pattern.search(text):
-            f.category, f.fix = category, fix
+            _shaped(f, shape)
             break
     if f.category == "timeout":
         f.reason = "waited in a collective for a rank that never came"
     elif f.category == "unknown" and (f.message or f.traceback):
-        f.category = "exception"
         what = f.error_type or "the exception"
-        f.fix = (f"{what} raised at {f.location} ended this rank: correct the code there (the traceback shows how it "
-                 "got there)" if f.location else f"{what} ended this rank: its traceback shows where")
+        if f.location:
+            _shaped(f, Shape.EXCEPTION_AT, what=what, location=f.location)
+        else:
+            _shaped(f, Shape.EXCEPTION, what=what)
     return _nccl_detail(f, text)
 
 

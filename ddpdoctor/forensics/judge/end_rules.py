@@ -11,6 +11,7 @@ from ..evidence.model import RankFailure, is_library
 from . import attribution, nccl_timeout
 from .classify import FRAME, SIGNALS
 from .dumps import Judged
+from .failure_words import NOTHING_TO_FIX
 from .verdict import Findings
 
 
@@ -99,10 +100,9 @@ def hang_consequences(report: dict) -> list[dict]:
 
     local = report.get("local_ranks") or {}
     return [RankFailure(rank=c["rank"], local_rank=local.get(str(c["rank"])), host=c.get("host"), exit_code=None,
-                                   category="hang", location=c.get("where"), victim=True,
-                                   reason=waited(c) + (f" for rank(s) {culprits}" if culprits else "")
-                                   + (f" at {c['where']}" if c.get("where") else ""),
-                                   fix="nothing to fix on this rank: see the root cause").to_json()
+                        category="hang", location=c.get("where"), victim=True,
+                        reason=waited(c) + (f" for rank(s) {culprits}" if culprits else "")
+                        + (f" at {c['where']}" if c.get("where") else ""), fix=NOTHING_TO_FIX).to_json()
             for c in verdict.get("consequences", [])]
 
 
