@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -22,28 +23,32 @@ MESSAGE_SIZE = MESSAGE_INODE_AT + 4
 TCP_INFO_BYTES = struct.Struct("=QQ")
 TCP_INFO_BYTES_AT = 120
 RECV_TIMEOUT_S = 1.0
-MAX_REPLIES = 4096  # datagrams per family: ~30 sockets each, so ~100,000 sockets on one host
+DUMP_BUDGET_S = 2.0  # the whole reading; measured: 6,000 sockets in 0.1 s on a loaded 2-core machine
+MAX_REPLIES = 4096   # datagrams per family: ~30 sockets each, so ~100,000 sockets on one host
 
 
 def socket_bytes() -> dict[int, int]:
     """Every TCP socket of this network namespace: its inode -> bytes acknowledged + received. Empty when the
     kernel does not answer (no sock_diag, a seccomp filter): then no socket's bytes count, as before."""
     table: dict[int, int] = {}
+    deadline = time.monotonic() + DUMP_BUDGET_S
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
             nl.settimeout(RECV_TIMEOUT_S)
             nl.bind((0, 0))
             for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
-                _dump(nl, family, seq, table)
+                _dump(nl, family, seq, table, deadline)
     except OSError:  # socket.timeout included: the table so far
         pass
     return table
 
 
-def _dump(nl: socket.socket, family: int, seq: int, table: dict[int, int]) -> None:
+def _dump(nl: socket.socket, family: int, seq: int, table: dict[int, int], deadline: float) -> None:
     body = REQUEST.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), ALL_STATES)
     nl.send(HEADER.pack(HEADER.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
     for _ in range(MAX_REPLIES):
+        if time.monotonic() > deadline:
+            return
         data = nl.recv(1 << 16)
         at = 0
         while at + HEADER.size <= len(data):
@@ -87,8 +92,9 @@ def inodes_of(pid: int) -> set[int]:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
-            out.add(int(target[8:-1]))
+        number = target[len("socket:["):-1]
+        if target.startswith("socket:[") and target.endswith("]") and number.isascii() and number.isdigit():
+            out.add(int(number))
     return out
 
 
