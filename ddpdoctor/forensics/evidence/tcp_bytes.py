@@ -1,7 +1,8 @@
 """The bytes a process moves through TCP: each socket's bytes sent (acknowledged by its peer) and received so far,
 from the kernel's socket diagnostics (netlink sock_diag, what `ss -ti` reads), and the sockets a process holds.
 A recv() or send() moves no /proc/PID/io counter, so a download into memory (urllib, requests, an object store's
-client) or an upload from it shows only here."""
+client) or an upload from it shows only here. The kernel answers for the network namespace of the process that asks: a rank
+in another one (a container's, read by attach from the host) has no socket bytes here, only its /proc/PID/io."""
 from __future__ import annotations
 
 import os
