@@ -209,7 +209,7 @@ class Sampler:
         families = {rp.pid: procs.family(rp.pid) for rp in self.job.ranks}
         cpu = {pid: cpu_seconds(pid, family) for pid, family in families.items()}
         io = {pid: procs.bytes_moved(family) for pid, family in families.items()}  # before this round's requests
-        sockets = tcp_bytes.socket_bytes()
+        sockets = tcp_bytes.socket_bytes_for(rp.pid for rp in self.job.ranks)
         tcp = {pid: tcp_bytes.held_by([p.pid for p in family], sockets) for pid, family in families.items()}
         piped = frozenset(rp.pid for rp in self.job.ranks if with_records and rp.dump_pipe and not rp.worker_socket)
         taken = Round(at, dump_all(self.job.ranks, self.tool, self.timeout, with_records, self.dump), cpu, io, piped,

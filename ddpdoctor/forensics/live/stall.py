@@ -257,10 +257,10 @@ def movement_samples(sockets: str | None, askable_ranks: list[int], procs: list,
     window reads the counters after the stacks, the second (``counters_first``) before them, so the window holds
     neither dump."""
     from ..evidence.stacks import main_thread, wait_of
-    from ..evidence.tcp_bytes import socket_bytes
+    from ..evidence.tcp_bytes import socket_bytes_for
 
     def counters() -> tuple[dict, list]:
-        tcp = socket_bytes()
+        tcp = socket_bytes_for([p.pid for p, r in zip(procs, running) if r is not None])
         return cpu_seconds(procs, running), [family_counters(p, tcp) if r is not None else None
                                              for p, r in zip(procs, running)]
 

@@ -60,3 +60,15 @@ def test_a_kernel_that_does_not_answer_leaves_no_bytes(monkeypatch):
 
     monkeypatch.setattr(tcp_bytes.socket, "socket", refused)
     assert tcp_bytes.socket_bytes() == {}
+
+
+def test_another_namespace_is_joined_only_as_root(monkeypatch):
+    """setns needs CAP_SYS_ADMIN: a user's attach counts this namespace's sockets and joins no other."""
+    joined = []
+    monkeypatch.setattr(tcp_bytes, "_namespace", lambda pid: 1 if pid == os.getpid() else 2)
+    monkeypatch.setattr(tcp_bytes, "_in_namespace_of", lambda pid: joined.append(pid) or {99: 5})
+    monkeypatch.setattr(tcp_bytes, "socket_bytes", lambda: {7: 1})
+    monkeypatch.setattr(tcp_bytes.os, "geteuid", lambda: 1000)
+    assert tcp_bytes.socket_bytes_for([os.getpid(), 4242]) == {7: 1} and joined == []
+    monkeypatch.setattr(tcp_bytes.os, "geteuid", lambda: 0)
+    assert tcp_bytes.socket_bytes_for([os.getpid(), 4242, 4343]) == {7: 1, 99: 5} and joined == [4242]
