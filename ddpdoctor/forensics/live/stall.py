@@ -226,7 +226,8 @@ def family_counters(proc, tcp: dict[int, int]) -> tuple[dict[int, float], dict[i
     """One walk of a rank's descendants: the CPU seconds of its helpers (not Python: a compiler, ninja) and of
     every descendant (a Python subprocess the rank waits for does its work: policy.children_worked), by pid, the
     bytes the rank and its descendants read and wrote (a DataLoader's workers read for it; None: unreadable), and
-    their TCP sockets' bytes by inode, from ``tcp`` (one reading of the host's sockets: tcp_bytes.socket_bytes)."""
+    their TCP sockets' bytes by inode, from ``tcp`` (one reading of the ranks' network namespaces:
+    tcp_bytes.socket_bytes_for)."""
     import psutil
 
     from ..evidence.procs import bytes_moved, runs_python
