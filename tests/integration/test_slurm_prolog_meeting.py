@@ -6,8 +6,12 @@ comment. A healthy job's prologs meet and pass first. Then (issue 56's "Done whe
 the meeting's parity, and a truncated libtorch on node3 fails node3's prolog, the fixed one passing it after the
 admin's resume (each simulated in node3's own mount namespace: the tests say how). About 50 s for those two.
 
-A cluster of its own (198.18.4.0/24, controller port 6857). The meeting's budget is 20 s here (three prologs start
-their interpreters at once on two loaded cores; the default is 10 s: tests/benchmarks/bench_prolog_meeting.py).
+A cluster of its own (198.18.4.0/24, controller port 6857). The meeting's budget is 45 s here (three prologs start
+their interpreters at once on two cores the suite's other workers load; the default is 10 s:
+tests/benchmarks/bench_prolog_meeting.py measures it). At 20 s a fresh-clone CI run (2026-12-07, load 6-7) had two
+meetings not met in time (skipped, by design: the prolog then judges by its own checks), so node3 with torch 2.12
+passed its prolog and the fixed node3's meeting had no verdict: what a meeting finds is these tests' subject, not
+how fast a loaded machine imports torch three times at once.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ def cluster(tmp_path_factory):
     key = tmp_path_factory.mktemp("key") / "cross-node.key"
     key.write_text(os.urandom(24).hex() + "\n")
     key.chmod(0o600)
-    text = site(results).replace("[node-check]\n", f'[node-check]\ncross_node = true\ncross_node_budget_s = 20\n'
+    text = site(results).replace("[node-check]\n", f'[node-check]\ncross_node = true\ncross_node_budget_s = 45\n'
                                  f'cross_node_key = "{key}"\nprometheus_textfile = "{PROM}"\n', 1)
     # each node's textfile folder in its own /etc (the overlay): a node's series are its own, as on a real cluster
     c = SlurmCluster(subnet="198.18.4", port=6857, extra_conf=CONF,
