@@ -211,6 +211,18 @@ def job_motion(activities: dict[int, Activity], progressed: bool = False) -> Rea
     return Reading(JobMotion.HUNG, waiting)
 
 
+def through_a_wait(before: Sample, after: Sample) -> bool:
+    """It moved through a wait: it stood in a wait in one sample and its stack is another in the other (out of
+    init_process_group into DDP's broadcast, out of a barrier into its own code). attach's rounds use the same
+    rule (attach.sample.RankRead.progressed). A rank blocked in one wait keeps its Python frames."""
+    if not before.frames or not after.frames or before.frames == after.frames:
+        return False
+    return waits(before.wait, False) or waits(after.wait, False)
+
+
 def reading_of(before: dict[int, Sample], after: dict[int, Sample], progressed: bool = False) -> Reading:
-    """The job's motion between two rounds of samples (the ranks in both)."""
-    return job_motion({r: activity(b, after[r]) for r, b in before.items() if r in after}, progressed)
+    """The job's motion between two rounds of samples (the ranks in both); ``progressed``: a collective completed
+    between them (the flight records say), else a rank moved through a wait."""
+    both = [r for r in before if r in after]
+    progressed = progressed or any(through_a_wait(before[r], after[r]) for r in both)
+    return job_motion({r: activity(before[r], after[r]) for r in both}, progressed)

@@ -287,7 +287,31 @@ def movement(sockets: str | None, run_dir: Path, procs: list, wait) -> tuple[pol
 
     running = rank_per_process(procs)
     ask = askable(run_dir, procs, running)
+    done = collectives_done(sockets, ask)
     before = movement_samples(sockets, ask, procs, running)
     wait(policy.MOVEMENT_WINDOW_S)
     after = movement_samples(sockets, ask, procs, running, counters_first=True)
-    return policy.reading_of(before, after), after
+    return policy.reading_of(before, after, progressed_between(done, collectives_done(sockets, ask))), after
+
+
+def collectives_done(sockets: str | None, ranks: list[int]) -> dict[int, int | None]:
+    """Each rank's collectives completed so far, from its flight record (worker_client.completed: None before its
+    first one, while init_process_group runs), for the ranks whose worker server answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..evidence import worker_client
+
+    if not sockets or not ranks:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(ranks)), thread_name_prefix="ddpdoctor-records") as pool:
+        asked = {r: pool.submit(worker_client.flight_record, sockets.replace("{rank}", str(r)), 2.0) for r in ranks}
+        records = {r: f.result() for r, f in asked.items()}
+    return {r: worker_client.completed(fr) for r, fr in records.items() if fr is not None}
+
+
+def progressed_between(before: dict[int, int | None], after: dict[int, int | None]) -> bool:
+    """A rank completed a collective between two readings, or its first process group came up (its
+    init_process_group ended). Seen under load with --hang-timeout 5: the threshold fired while node 0's ranks
+    waited in init_process_group for node 1's, still importing torch; during the window they met and completed
+    nine collectives, but both samples found them in a wait, and the job was stopped as hung."""
+    return any(r in after and after[r] != n for r, n in before.items())

@@ -150,6 +150,34 @@ def test_rank_0_downloading_while_rank_1_waits_is_waiting_on_a_busy_rank_not_a_h
     assert policy.reading_of(before, after).motion is JobMotion.HUNG
 
 
+INIT = frames((C10D, 1700, "init_process_group"), (SCRIPT, 8, "main"))
+DDP_BROADCAST = frames((f"{SITE}/torch/distributed/utils.py", 326, "_sync_params_and_buffers"),
+                       (f"{SITE}/torch/nn/parallel/distributed.py", 1066, "__init__"), (SCRIPT, 9, "main"))
+
+
+@pytest.mark.parametrize("case, before, after, moved", [
+    ("out of init_process_group into DDP's broadcast", INIT, DDP_BROADCAST, True),
+    ("out of a barrier into its own code", BARRIER, OWN_22, True),
+    ("from its own code into a barrier", OWN_22, BARRIER, True),
+    ("in the same barrier", BARRIER, BARRIER, False),
+    ("its own code moving, no wait on either side", OWN_22, OWN_23, False),
+    ("a stack not read on one side", (), BARRIER, False),
+])
+def test_a_rank_moved_through_a_wait(case, before, after, moved):
+    assert policy.through_a_wait(sample(before, 1.0), sample(after, 1.0)) is moved, case
+
+
+def test_ranks_that_met_during_the_window_moved_though_both_samples_find_them_waiting():
+    """Under load, --hang-timeout 5: node 0's ranks waited in init_process_group for node 1's (still importing
+    torch) when the threshold fired; during the window they met and entered DDP's broadcast. Both samples find
+    every rank of node 0 in a wait, and no CPU: they moved through one, so the job moved."""
+    before = {0: sample(INIT, 1.0), 1: sample(INIT, 1.0)}
+    after = {0: sample(DDP_BROADCAST, 1.0), 1: sample(DDP_BROADCAST, 1.0)}
+    assert policy.reading_of(before, after).motion is JobMotion.MOVED
+    assert policy.reading_of(before, before).motion is JobMotion.HUNG  # still in init: nothing moved
+    assert policy.reading_of(before, before, progressed=True).motion is JobMotion.MOVED  # a record moved
+
+
 def test_attachs_rate_of_bytes_is_the_live_rules_bar_over_its_window():
     bar = policy.IO_MOVES_BYTES / policy.MOVEMENT_WINDOW_S
     assert policy.io_rate_works(bar) and not policy.io_rate_works(bar * 0.9) and not policy.io_rate_works(None)

@@ -61,6 +61,14 @@ def test_behind_prefers_steps_then_ranks_outside_collectives():
     assert stall.behind({}, {0: "a", 1: "b"}) == []  # nobody inside a collective: no one rank to blame
 
 
+def test_a_rank_whose_records_moved_during_the_window_progressed():
+    assert stall.progressed_between({0: None, 1: None}, {0: 9, 1: 9})  # init_process_group ended, nine completed
+    assert stall.progressed_between({0: 4, 1: 4}, {0: 4, 1: 5})
+    assert not stall.progressed_between({0: 4, 1: None}, {0: 4, 1: None})  # the same collectives, none since
+    assert not stall.progressed_between({0: 4, 1: 4}, {0: 4})  # rank 1's server did not answer: no word from it
+    assert not stall.progressed_between({}, {0: 3})  # no reading before: nothing to compare
+
+
 # -- arming: when silence starts to count ---------------------------------------------------------------
 class Agent:
     """A stand-in for torchrun's agent: this test process, whose python children are the "ranks"."""
