@@ -195,15 +195,19 @@ def p2p_waiting(sockets: str, run_dir: Path, procs: list) -> bool:
 def stacks_of(sockets: str, ranks: list[int]) -> dict[int, str | None]:
     """Each rank's stacks from its worker server (faulthandler's text), None where it did not answer; asked of
     every rank at once (a rank whose server cannot take the GIL costs its 2 s once, not once per rank)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from ..evidence import worker_client
+
+    return of_every_rank(sockets, ranks, lambda path: worker_client.ask(path, "dump_traceback", timeout=2.0))
+
+
+def of_every_rank(sockets: str, ranks: list[int], ask) -> dict:
+    """``ask(the rank's worker socket)`` of every rank at once, by rank."""
+    from concurrent.futures import ThreadPoolExecutor
 
     if not ranks:
         return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(ranks)), thread_name_prefix="ddpdoctor-stacks") as pool:
-        asked = {r: pool.submit(worker_client.ask, sockets.replace("{rank}", str(r)), "dump_traceback", timeout=2.0)
-                 for r in ranks}
+    with ThreadPoolExecutor(max_workers=min(16, len(ranks)), thread_name_prefix="ddpdoctor-ask") as pool:
+        asked = {r: pool.submit(ask, sockets.replace("{rank}", str(r))) for r in ranks}
         return {r: f.result() for r, f in asked.items()}
 
 
@@ -297,15 +301,11 @@ def movement(sockets: str | None, run_dir: Path, procs: list, wait) -> tuple[pol
 def collectives_done(sockets: str | None, ranks: list[int]) -> dict[int, int | None]:
     """Each rank's collectives completed so far, from its flight record (worker_client.completed: None before its
     first one, while init_process_group runs), for the ranks whose worker server answered."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from ..evidence import worker_client
 
-    if not sockets or not ranks:
+    if not sockets:
         return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(ranks)), thread_name_prefix="ddpdoctor-records") as pool:
-        asked = {r: pool.submit(worker_client.flight_record, sockets.replace("{rank}", str(r)), 2.0) for r in ranks}
-        records = {r: f.result() for r, f in asked.items()}
+    records = of_every_rank(sockets, ranks, lambda path: worker_client.flight_record(path, timeout=2.0))
     return {r: worker_client.completed(fr) for r, fr in records.items() if fr is not None}
 
 
