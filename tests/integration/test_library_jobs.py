@@ -48,11 +48,31 @@ def _shape(name: str):
     return job(name, "healthy")
 
 
+# What libstdc++ prints when a process ends with a joinable std::thread (torch's or gloo's at interpreter shutdown):
+# a rank of the healthy Lightning job under plain torchrun died so (SIGABRT) after "`Trainer.fit` stopped" on
+# 2026-12-07 (load 6-10; once in the slow suites run that day). torch's teardown race, not the job's code nor
+# ddpdoctor's: a healthy run that meets it is run once more, and a run that fails otherwise fails the test.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _torn_down(work: Path) -> bool:
+    return any(TEARDOWN_ABORT in log.read_text(errors="replace") for log in work.rglob("stderr.log"))
+
+
+def _healthy_run(run, shape, work: Path, timeout: int):
+    got = run(shape, work, timeout)
+    code = (got[0] if isinstance(got, tuple) else got).code
+    if code != 0 and _torn_down(work):
+        got = run(shape, work.with_name(work.name + "-again"), timeout)
+    return got
+
+
 def _both(key: str, shape, tmp: pytest.TempPathFactory) -> tuple[Future, Future]:
     if key not in _RUNS:
         base = tmp.mktemp(key)
-        _RUNS[key] = (_POOL.submit(run_trainer, shape, base / "trainer", 200),
-                      _POOL.submit(run_torchrun, shape, base / "torchrun", 200))
+        run = _healthy_run if key.endswith("-healthy") else (lambda f, *a: f(*a))
+        _RUNS[key] = (_POOL.submit(run, run_trainer, shape, base / "trainer", 200),
+                      _POOL.submit(run, run_torchrun, shape, base / "torchrun", 200))
     return _RUNS[key]
 
 
