@@ -233,6 +233,49 @@ def test_two_nodes_name_the_same_culprit(tmp_path, script, monkeypatch):
         assert doc["root_cause"]["rank"] == 3
 
 
+SLOW_NODE_START = textwrap.dedent('''\
+    import os, time
+    import torch, torch.distributed as dist
+
+    if int(os.environ["RANK"]) >= 2:  # node 1: seconds before init_process_group (a cold import, the model)
+        end = time.time() + 20
+        while time.time() < end:
+            if os.environ["HOW"] == "compute":
+                sum(range(10_000))
+            else:
+                time.sleep(0.5)
+    dist.init_process_group("gloo")
+    for _ in range(5):
+        dist.all_reduce(torch.ones(4))
+        time.sleep(0.2)
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("how", ["compute", "sleep"])
+def test_ranks_waiting_in_init_for_another_nodes_busy_ranks_are_not_stopped(tmp_path, monkeypatch, how):
+    """Node 1's ranks spend 20 s before init_process_group while node 0's wait there (--hang-timeout 10). Each
+    node's watchdog sees only its own ranks: node 0's saw them waiting, none of its own moving, and stopped the
+    healthy job ("rank(s) 2, 3 never reached init_process_group"; 2026-12-07, with 45 s at the default threshold
+    too). Computing, node 1 says so to the others through the shared run dir (exchange.mark_starting): the job
+    runs to its end and node 0 says live whom its ranks wait for. Asleep (no CPU), they are still named."""
+    script = tmp_path / "slow_node.py"
+    script.write_text(SLOW_NODE_START)
+    monkeypatch.setenv("HOW", how)
+    res = two_nodes(tmp_path / "run", str(script), preflight=("--no-preflight", "--hang-timeout", "10"))
+    docs = [json.loads(out) for _, out, _ in res]
+    if how == "compute":
+        assert [code for code, _, _ in res] == [0, 0] and [d["verdict"] for d in docs] == ["pass", "pass"], \
+            [(d["verdict"], (d.get("hang") or {}).get("verdict", {}).get("summary")) for d in docs]
+        assert "wait for the ranks of " in res[0][2] and "still starting there" in res[0][2], res[0][2][-2000:]
+    else:
+        for doc in docs:
+            v = doc["hang"]["verdict"]
+            assert sorted(c["rank"] for c in v["culprits"]) == [2, 3], v
+            assert "never reached init_process_group" in v["summary"], v
+
+
 @pytest.mark.timeout(150)
 def test_healthy_run_with_slow_first_steps_is_no_alarm(tmp_path, script):
     p, doc, _ = hang_run(tmp_path, script, "slowstart", env={"STEPS": "40", "STEP_S": "0.05"})

@@ -49,6 +49,25 @@ def failing_marks(exchange: Path, exclude: str) -> list[float]:
         return []
 
 
+def mark_starting(exchange: Path, node: str) -> None:
+    """This node's ranks still start and work (their CPU grows, no collective completed yet): the other nodes'
+    ranks waiting for them in init_process_group (or their first collective) wait on busy ranks. An empty file;
+    its mtime says when it was last seen."""
+    try:
+        exchange.mkdir(parents=True, exist_ok=True)
+        (exchange / f"{node}.starting").touch()
+    except OSError:
+        pass
+
+
+def starting_marks(exchange: Path, exclude: str) -> dict[str, float]:
+    """The other nodes' starting marks (mark_starting): node -> when last seen."""
+    try:
+        return {p.stem: p.stat().st_mtime for p in exchange.glob("*.starting") if p.stem != exclude}
+    except OSError:
+        return {}
+
+
 def gather(exchange: Path, me: str, expected: int, wait_s: float) -> dict[str, dict[int, dict]]:
     """The other nodes' evidence, waiting up to ``wait_s`` for ``expected`` of them (their watchdogs fire on
     seeing this node's file); whatever has come by then."""
@@ -66,6 +85,21 @@ def gather(exchange: Path, me: str, expected: int, wait_s: float) -> dict[str, d
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def with_the_others(exchange: Path, node: str, nnodes: int, evidence: dict[int, dict],
+                    stop: bool) -> tuple[dict[int, dict], dict[str, list[int]]]:
+    """This node's evidence published and the other nodes' gathered: (every rank's evidence, node -> its ranks).
+    ``stop``: the job is being stopped, so the others are waited for; else it is already over (its own timeout
+    ended it): their files as they are, briefly."""
+    nodes = {node: sorted(evidence)}
+    if nnodes < 2:
+        return evidence, nodes
+    publish(exchange, node, evidence)
+    for other, theirs in gather(exchange, node, nnodes - 1, wait_s=15.0 if stop else 3.0).items():
+        nodes[other] = sorted(theirs)
+        evidence = {**theirs, **evidence}
+    return evidence, nodes
 
 
 def last_entries(fr: dict | None, keep: int) -> dict | None:

@@ -19,6 +19,7 @@ from .stall import (SendRecvMotion, Threshold, behind, cpu_seconds, in_init, las
 from . import early, exchange
 from ..evidence import nccl_ras
 from .busy import BusyWait
+from .peers import PeerStart
 from .collect import evidence_of
 from .stragglers import Live
 
@@ -51,6 +52,7 @@ class Watchdog:
         self.p2p_motion = SendRecvMotion()  # its motion, poll after poll
         self.moved_ranks: list[int] = []  # the ranks the last movement check saw move or work (movement)
         self.busy = BusyWait(busy_timeout)  # ranks waiting on a busy one (judge.policy): said, not stopped
+        self.peers = PeerStart(self.exchange, node, nnodes)  # another node's ranks still starting (peers.py)
         self.last_reading: policy.Reading | None = None
         self._stop, self._standing_down = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-hang-watchdog", daemon=True)
@@ -269,7 +271,6 @@ class Watchdog:
 
     def peer_fired(self) -> bool:
         """Another node's watchdog has judged this job hung: collect here now too, while the ranks still wait."""
-
         return self.nnodes > 1 and bool(exchange.published(self.exchange, exclude=self.node))
 
     def progress(self) -> tuple:
@@ -294,6 +295,7 @@ class Watchdog:
                 if fr is not None:
                     self.last_fr[rank] = fr  # the progress summary at the end reads the last one
                 initialised[rank] = bool(fr and fr.get("pg_config"))
+            self.peers.note(done, procs, running)  # no collective yet and their CPU grows: say it to the others
             quiet = bool(done) and all(initialised.values()) and all(v is None for v in done.values())
             if quiet:  # initialised, no collective recorded: start-up, or a job that only sends and receives
                 moving = self.stack_motion(procs, running)
@@ -324,9 +326,10 @@ class Watchdog:
         busy rank is said once per episode (busy.BusyWait)."""
         procs = workers(self.agent.pid)
         reading, samples = movement(self.sockets, self.run_dir, procs, self._stop.wait)
+        reading, starting = self.peers.over(reading)
         self.last_reading = reading
         self.moved_ranks = sorted(set(reading.busy) | set(reading.starting))
-        line = self.busy.observe(reading, samples)
+        line = self.busy.observe(reading, samples, starting)
         if line:
             self.say(line)
         return reading
@@ -356,14 +359,7 @@ class Watchdog:
         from . import collectives
 
         procs = workers(self.agent.pid) if procs is None else procs
-        nodes = {self.node: sorted(evidence)}
-        if self.nnodes > 1:
-            exchange.publish(self.exchange, self.node, evidence)
-            # The job already over (its own timeout ended it): the other nodes' files as they are, briefly.
-            others = exchange.gather(self.exchange, self.node, self.nnodes - 1, wait_s=15.0 if stop else 3.0)
-            for node, theirs in others.items():
-                nodes[node] = sorted(theirs)
-                evidence = {**theirs, **evidence}
+        evidence, nodes = exchange.with_the_others(self.exchange, self.node, self.nnodes, evidence, stop)
         verdict = collectives.judge(evidence) if evidence else None
         if verdict is not None and self.nnodes > 1:
             verdict["nodes"] = {n: r for n, r in sorted(nodes.items())}

@@ -543,3 +543,21 @@ def test_a_rank_waiting_in_recv_while_the_records_show_nothing_pending_ends_the_
     assert w.starting_up(False, launched=100.0, now=110.0) is False and w.stack_waiting
     monkeypatch.setattr(stall, "stacks_of", lambda sockets, rs: {0: IMPORT_STACK, 1: None})
     assert dog(timeout=8.0).starting_up(False, launched=100.0, now=110.0) is True  # importing: still start-up
+
+
+def test_another_nodes_starting_mark_is_read_by_the_others_only(tmp_path):
+    node_exchange.mark_starting(tmp_path, "node1")
+    assert set(node_exchange.starting_marks(tmp_path, exclude="node0")) == {"node1"}
+    assert node_exchange.starting_marks(tmp_path, exclude="node1") == {}  # a node's own mark is not its peer's
+    assert node_exchange.starting_marks(tmp_path / "nowhere", exclude="node0") == {}
+
+
+def test_ranks_waiting_for_another_nodes_starting_ranks_are_said_once():
+    from ddpdoctor.forensics.judge import policy
+    from ddpdoctor.forensics.live.busy import BusyWait
+
+    busy = BusyWait(None)
+    reading = policy.Reading(policy.JobMotion.WAITING_ON_BUSY, (0, 1))
+    line = busy.observe(reading, {}, ["node1"])
+    assert line.startswith("ddpdoctor: rank(s) 0, 1 wait for the ranks of node1, still starting there"), line
+    assert "process group's own timeout" in line and busy.observe(reading, {}, ["node1"]) is None
