@@ -39,7 +39,7 @@ IO_MOVES_BYTES = 64 * 1024
 # eight ranks share two cores.
 BUSY_SHARE = 0.1
 # Several nodes: another node's mark that its ranks still start and work (their CPU grows before their first
-# collective, hang.Watchdog.note_starting, written each poll) counts for this long: a few of its polls.
+# collective, live/peers.PeerStart.note, written each poll) counts for this long: a few of its polls.
 PEER_STARTING_FRESH_S = 5.0
 # A stack standing in an import, or in a library's compile, build or load: start-up work.
 IMPORTING = ("<frozen importlib._bootstrap", "importlib/__init__.py")
